@@ -1,0 +1,29 @@
+// Built when FLOWFEED_CUDA is off: the CUDA type names exist so that configs can name them, and
+// validation rejects them with a message that says how to get them.
+#include "flowfeed/nodes/builtin.hpp"
+
+namespace flowfeed {
+
+void register_cuda_nodes(Registry& registry) {
+  struct Placeholder {
+    const char* name;
+    Role role;
+    const char* counterpart;
+  };
+  for (const Placeholder& p : {Placeholder{"pinned_staging", Role::staging, "host_staging"},
+                               Placeholder{"cuda_upload", Role::upload, "host_upload"},
+                               Placeholder{"device_checksum", Role::train, "checksum"},
+                               Placeholder{"device_null", Role::train, "null"}}) {
+    NodeType t;
+    t.name = p.name;
+    t.role = p.role;
+    t.doc = "unavailable in this build (reconfigure with -DFLOWFEED_CUDA=ON)";
+    t.backend = TypeBackend::cuda;
+    t.counterpart = p.counterpart;
+    t.unavailable = true;
+    registry.set(std::move(t));
+  }
+  registry.set_cuda_built(false);
+}
+
+}  // namespace flowfeed

@@ -1,0 +1,25 @@
+#pragma once
+/// \file
+/// Registration of the built-in node types. Each family registers itself by an explicit call; a
+/// program builds its own Registry, adds these and its own types, and may replace any by name.
+
+#include "flowfeed/registry.hpp"
+
+namespace flowfeed {
+
+/// Every built-in type: load, staging, upload and train families, and the CUDA family (real types
+/// when built with CUDA, placeholders that fail validation otherwise).
+void register_builtin_nodes(Registry& registry);
+
+/// `synthetic`, `idx`, `npy`.
+void register_load_nodes(Registry& registry);
+/// `host_staging`.
+void register_staging_nodes(Registry& registry);
+/// `host_upload`.
+void register_upload_nodes(Registry& registry);
+/// `checksum`, `sleep`, `null`, `mlp`.
+void register_train_nodes(Registry& registry);
+/// `pinned_staging`, `cuda_upload`, `device_checksum`, `device_null`, and the device probe.
+void register_cuda_nodes(Registry& registry);
+
+}  // namespace flowfeed

@@ -1,0 +1,59 @@
+#pragma once
+/// \file
+/// The synthetic loader: every byte is a function of (seed, sample index, element index), so a
+/// sink anywhere downstream can verify exactly what arrived.
+
+#include <cstdint>
+#include <vector>
+
+#include "flowfeed/node.hpp"
+
+namespace flowfeed {
+
+/// Options of the `synthetic` loader (the params of its schema).
+struct SyntheticOptions {
+  std::int64_t batches = 100;     ///< data set size in batches (used when `samples` is 0)
+  std::int64_t samples = 0;       ///< data set size in samples; 0 = batches × batch size
+  std::int64_t batch_size = 0;    ///< 0 = the pipeline's
+  std::vector<std::int64_t> sample_shape = {28, 28};
+  DType dtype = DType::float32;
+  double delay_ms = 0;            ///< simulated load cost per batch
+  std::uint64_t seed = 0;
+  std::int64_t classes = 10;      ///< labels y are in [0, classes)
+};
+
+/// The 32-bit word behind element `element` of sample `sample`.
+inline std::uint32_t synthetic_word(std::uint64_t sample_hash, std::uint64_t element) noexcept {
+  return static_cast<std::uint32_t>(sample_hash) +
+         static_cast<std::uint32_t>(element) * 2654435761u;
+}
+/// Per-sample hash of (seed, sample).
+std::uint64_t synthetic_sample_hash(std::uint64_t seed, std::uint64_t sample) noexcept;
+/// Writes sample `sample`'s x (elements of `dtype`) into dst.
+void synthetic_fill(std::uint64_t seed, std::uint64_t sample, DType dtype, std::size_t elements,
+                    void* dst) noexcept;
+/// The label of a sample.
+std::int32_t synthetic_label(std::uint64_t seed, std::uint64_t sample, std::int64_t classes) noexcept;
+
+/// The `synthetic` loader node.
+class SyntheticLoader final : public LoaderNode {
+ public:
+  explicit SyntheticLoader(SyntheticOptions options);
+  static SyntheticOptions options_from(const Params& params);
+
+  void setup(BuildContext& context) override;
+  void process(Batch& batch) override;
+  std::size_t size() const override { return size_; }
+  std::vector<TensorSpec> sample_tensors() const override;
+  std::size_t preferred_batch_size() const override {
+    return static_cast<std::size_t>(options_.batch_size);
+  }
+  const SyntheticOptions& options() const noexcept { return options_; }
+
+ private:
+  SyntheticOptions options_;
+  std::size_t size_ = 0;
+  BufferPool* pool_ = nullptr;
+};
+
+}  // namespace flowfeed

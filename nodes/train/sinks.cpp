@@ -1,0 +1,143 @@
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "flowfeed/error.hpp"
+#include "flowfeed/nodes/synthetic.hpp"
+#include "flowfeed/registry.hpp"
+#include "flowfeed/stats.hpp"
+
+namespace flowfeed {
+
+namespace {
+
+/// Verifies every byte of every batch against the synthetic loader's formula, that each epoch
+/// visits each sample of the shard once, and (when ordered) that batches arrive in sequence.
+class Checksum final : public Node {
+ public:
+  void setup(BuildContext& context) override {
+    loader_ = dynamic_cast<const SyntheticLoader*>(&context.loader());
+    if (!loader_) {
+      throw ConfigError({context.spec().loc.str() + ": nodes." + context.spec().name +
+                         ".type: checksum verifies synthetic data (the first node is not a "
+                         "synthetic loader) use a synthetic loader, or another sink"});
+    }
+    if (context.backend() != Backend::host) {
+      throw ConfigError({context.spec().loc.str() + ": nodes." + context.spec().name +
+                         ".type: checksum reads host memory (use device_checksum on CUDA)"});
+    }
+    ordered_ = context.ordered();
+    seen_.assign(loader_->size(), 0);
+    expected_.resize(context.layout().capacity());
+  }
+
+  void process(Batch& batch) override {
+    if (ordered_ && batch.seq != next_seq_) {
+      throw Error("checksum: batch " + std::to_string(batch.seq) + " arrived, expected batch " +
+                  std::to_string(next_seq_) + " (pipeline.ordered is true)");
+    }
+    next_seq_ = batch.seq + 1;
+    const auto& opts = loader_->options();
+    const auto& x = batch.layout->tensors()[0];
+    const std::size_t elements = x.sample_elements();
+    const std::size_t sample_bytes = x.sample_bytes();
+    const Tier tier = batch.newest_tier();
+    const std::byte* xs = batch.tensor(tier, 0);
+    const auto* ys = reinterpret_cast<const std::int32_t*>(batch.tensor(tier, 1));
+    for (std::size_t r = 0; r < batch.rows(); ++r) {
+      const std::uint32_t sample = batch.samples[r];
+      synthetic_fill(opts.seed, sample, opts.dtype, elements, expected_.data());
+      if (std::memcmp(expected_.data(), xs + r * sample_bytes, sample_bytes) != 0) {
+        std::size_t at = 0;
+        while (at < sample_bytes && expected_[at] == xs[r * sample_bytes + at]) ++at;
+        throw Error("checksum: batch " + std::to_string(batch.seq) + " row " + std::to_string(r) +
+                    " (sample " + std::to_string(sample) + "): x differs at byte " +
+                    std::to_string(at) + " of " + std::to_string(sample_bytes));
+      }
+      const std::int32_t label = synthetic_label(opts.seed, sample, opts.classes);
+      if (ys[r] != label) {
+        throw Error("checksum: batch " + std::to_string(batch.seq) + " row " + std::to_string(r) +
+                    " (sample " + std::to_string(sample) + "): label " + std::to_string(ys[r]) +
+                    ", expected " + std::to_string(label));
+      }
+      if (seen_[sample] == batch.epoch + 1) {
+        throw Error("checksum: sample " + std::to_string(sample) + " arrived twice in epoch " +
+                    std::to_string(batch.epoch));
+      }
+      seen_[sample] = batch.epoch + 1;
+      ++epoch_samples_;
+    }
+    bytes_verified_ += batch.bytes();
+  }
+
+  void end_epoch(std::uint32_t) override { epoch_samples_ = 0; }
+
+  void finish(RunReport& report) override {
+    report.extra["checksum_bytes_verified"] = static_cast<double>(bytes_verified_);
+  }
+
+ private:
+  const SyntheticLoader* loader_ = nullptr;
+  bool ordered_ = true;
+  std::uint64_t next_seq_ = 0;
+  std::vector<std::uint32_t> seen_;
+  std::vector<std::byte> expected_;
+  std::uint64_t epoch_samples_ = 0;
+  std::uint64_t bytes_verified_ = 0;
+};
+
+/// Simulates a train step of fixed cost.
+class Sleep final : public Node {
+ public:
+  explicit Sleep(double ms) : ms_(ms) {}
+  void process(Batch&) override {
+    if (ms_ > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms_));
+  }
+
+ private:
+  double ms_;
+};
+
+/// Takes batches and does nothing with them.
+class Null final : public Node {
+ public:
+  void process(Batch&) override {}
+};
+
+}  // namespace
+
+void register_sinks(Registry& registry) {
+  {
+    NodeType t;
+    t.name = "checksum";
+    t.role = Role::train;
+    t.doc = "verifies every byte of synthetic batches and their order; fails loudly otherwise";
+    t.backend = TypeBackend::host;
+    t.counterpart = "device_checksum";
+    t.create = [](const NodeSpec&) { return std::make_unique<Checksum>(); };
+    registry.set(std::move(t));
+  }
+  {
+    NodeType t;
+    t.name = "sleep";
+    t.role = Role::train;
+    t.doc = "simulated train step: sleeps `ms` per batch";
+    t.schema.add_number("ms", "milliseconds per batch", 0.0).range(0, 1e7);
+    t.create = [](const NodeSpec& spec) {
+      return std::make_unique<Sleep>(spec.params.get_number("ms"));
+    };
+    registry.set(std::move(t));
+  }
+  {
+    NodeType t;
+    t.name = "null";
+    t.role = Role::train;
+    t.doc = "takes every batch and does nothing (measures the pipeline alone)";
+    t.create = [](const NodeSpec&) { return std::make_unique<Null>(); };
+    registry.set(std::move(t));
+  }
+}
+
+}  // namespace flowfeed

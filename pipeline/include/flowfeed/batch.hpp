@@ -1,0 +1,114 @@
+#pragma once
+/// \file
+/// Batches and their tensor layout. A batch's tensors live contiguously in one buffer per memory
+/// tier (host, staging, device), so each stage moves one block of bytes per batch.
+
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "flowfeed/pool.hpp"
+
+namespace flowfeed {
+
+/// Element type of a tensor.
+enum class DType : std::uint8_t { float32, float16, uint8, int32, int64 };
+
+/// Bytes per element.
+std::size_t dtype_size(DType dtype) noexcept;
+/// "float32", "uint8", ...
+const char* dtype_name(DType dtype) noexcept;
+/// Parses a dtype name; nullopt when unknown.
+std::optional<DType> parse_dtype(std::string_view name) noexcept;
+
+/// One named tensor of a sample, e.g. `x` float32 [28, 28] or `y` int32 [].
+struct TensorSpec {
+  std::string name;
+  DType dtype = DType::float32;
+  std::vector<std::int64_t> shape;  ///< per-sample shape; empty for a scalar
+  /// Elements per sample.
+  std::size_t sample_elements() const noexcept;
+  /// Bytes per sample.
+  std::size_t sample_bytes() const noexcept { return sample_elements() * dtype_size(dtype); }
+};
+
+/// Where each tensor of a batch of `rows` samples sits inside the batch buffer. Tensors follow each
+/// other in declaration order, each starting on a kAlignment boundary; a partial batch is packed
+/// just as tightly, so copying `bytes(rows)` moves all of it.
+class BatchLayout {
+ public:
+  static constexpr std::size_t kAlignment = 256;
+
+  BatchLayout() = default;
+  BatchLayout(std::vector<TensorSpec> tensors, std::size_t batch_size);
+
+  const std::vector<TensorSpec>& tensors() const noexcept { return tensors_; }
+  std::size_t batch_size() const noexcept { return batch_size_; }
+  /// Buffer size that holds a full batch.
+  std::size_t capacity() const noexcept { return bytes(batch_size_); }
+  /// Bytes used by a batch of `rows` samples.
+  std::size_t bytes(std::size_t rows) const noexcept;
+  /// Byte offset of tensor `index` in a batch of `rows` samples.
+  std::size_t offset(std::size_t index, std::size_t rows) const noexcept;
+  /// Index of the tensor called `name`, or -1.
+  int find(std::string_view name) const noexcept;
+
+ private:
+  std::vector<TensorSpec> tensors_;
+  std::size_t batch_size_ = 0;
+};
+
+/// The memory tiers a batch moves through.
+enum class Tier : std::uint8_t { host = 0, staging = 1, device = 2 };
+
+/// One batch on its way through the graph. Batches are pooled by the pipeline (one object per
+/// in-flight slot) and passed between nodes by pointer; a node owns the batch only while its body
+/// runs. Buffers are leases: releasing one returns the buffer to its pool.
+struct Batch {
+  std::uint64_t seq = 0;          ///< position in the whole run: 0, 1, 2, ...
+  std::uint32_t epoch = 0;        ///< 0-based epoch
+  std::uint64_t index_in_epoch = 0;
+  std::vector<std::uint32_t> samples;  ///< dataset indices of the rows, in row order
+  const BatchLayout* layout = nullptr;
+
+  Lease host;     ///< pageable host buffer the loader filled (or a staging buffer it wrote into)
+  Lease staging;  ///< pinned (or pooled host) buffer
+  Lease device;   ///< device (or pooled host) buffer
+
+  /// Opaque CUDA handles set by a CUDA upload node: the event that marks the batch's bytes ready on
+  /// the device and the stream that copied them. Null on the host backend.
+  void* ready_event = nullptr;
+  void* upload_stream = nullptr;
+  /// Event the consumer of the device buffer records after its last kernel reading it; the upload
+  /// node waits on it (on its stream, not on the host) before it overwrites the buffer again.
+  void* reuse_event = nullptr;
+  /// Index of the upload stream that carried the batch (for per-stream counts).
+  int stream_index = -1;
+
+  /// Set when a node failed on this batch but the batch must still travel (so that ordering and
+  /// the in-flight bound stay correct); the next synchronous node rethrows or skips it.
+  std::exception_ptr error;
+  /// True when the batch was skipped under `on_error: skip`; the train node ignores it.
+  bool skipped = false;
+
+  std::size_t rows() const noexcept { return samples.size(); }
+  /// Bytes of this batch's tensors (its used part of a buffer).
+  std::size_t bytes() const noexcept { return layout ? layout->bytes(rows()) : 0; }
+  /// The lease of a tier.
+  Lease& lease(Tier tier) noexcept;
+  const Lease& lease(Tier tier) const noexcept;
+  /// Start of the batch in a tier's buffer; null when that tier holds no buffer.
+  std::byte* data(Tier tier) const noexcept;
+  /// Start of tensor `index` in a tier's buffer.
+  std::byte* tensor(Tier tier, std::size_t index) const noexcept;
+  /// The furthest tier that holds a buffer (device, else staging, else host).
+  Tier newest_tier() const noexcept;
+  /// Returns every buffer to its pool and clears the per-run state (the object is reused).
+  void reset() noexcept;
+};
+
+}  // namespace flowfeed

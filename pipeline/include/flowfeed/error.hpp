@@ -1,0 +1,75 @@
+#pragma once
+/// \file
+/// The flowfeed error hierarchy. Every error's what() is the complete, user-facing message.
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace flowfeed {
+
+/// A position in a config file (1-based line and column), or an override given on the command line.
+struct SourceLoc {
+  std::string file;  ///< file name as given, "<string>" for in-memory YAML, "--set" for overrides
+  int line = 0;      ///< 1-based; 0 when unknown
+  int col = 0;       ///< 1-based; 0 when unknown
+
+  /// "file:line:col", "file:line" or "file", whichever is known.
+  std::string str() const;
+};
+
+/// Base of every flowfeed error.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// A config (file, string, override or C++-built) is invalid. Holds every problem found, one per line.
+class ConfigError : public Error {
+ public:
+  explicit ConfigError(std::vector<std::string> problems);
+  /// Each problem as `file:line:col: key.path: problem (why) fix`.
+  const std::vector<std::string>& problems() const noexcept { return problems_; }
+
+ private:
+  std::vector<std::string> problems_;
+};
+
+/// A data file is missing, unreadable or malformed. The message names the file and what is wrong.
+class DataError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A CUDA runtime or library call failed. The message names the call.
+class CudaError : public Error {
+ public:
+  CudaError(const std::string& message, int code, bool sticky)
+      : Error(message), code_(code), sticky_(sticky) {}
+  int code() const noexcept { return code_; }
+  /// True when the error poisons the CUDA context (e.g. a kernel fault): the process must not retry.
+  bool sticky() const noexcept { return sticky_; }
+
+ private:
+  int code_;
+  bool sticky_;
+};
+
+/// A node failed at run time. The message reads
+/// `node 'upload' (cuda_upload, configs/x.yaml:21) batch 17 (epoch 0): <cause>`.
+class NodeError : public Error {
+ public:
+  NodeError(const std::string& message, std::string node, std::string type, long long batch)
+      : Error(message), node_(std::move(node)), type_(std::move(type)), batch_(batch) {}
+  const std::string& node() const noexcept { return node_; }
+  const std::string& type() const noexcept { return type_; }
+  /// Sequence number of the batch being processed, or -1 when the failure was not in a batch.
+  long long batch() const noexcept { return batch_; }
+
+ private:
+  std::string node_;
+  std::string type_;
+  long long batch_;
+};
+
+}  // namespace flowfeed

@@ -1,0 +1,14 @@
+#pragma once
+/// \file
+/// Umbrella header of the flowfeed framework. CUDA stays out: nothing here includes a CUDA header.
+
+#include "flowfeed/batch.hpp"
+#include "flowfeed/config.hpp"
+#include "flowfeed/error.hpp"
+#include "flowfeed/node.hpp"
+#include "flowfeed/pipeline.hpp"
+#include "flowfeed/pool.hpp"
+#include "flowfeed/registry.hpp"
+#include "flowfeed/sampler.hpp"
+#include "flowfeed/schema.hpp"
+#include "flowfeed/stats.hpp"

@@ -1,0 +1,134 @@
+#pragma once
+/// \file
+/// The interface every node type implements, and what a node sees while the pipeline is built.
+
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "flowfeed/batch.hpp"
+#include "flowfeed/schema.hpp"
+
+namespace flowfeed {
+
+/// The place of a node in the chain load → transform* → staging → upload → transform* → train.
+enum class Role { load, transform, staging, upload, train };
+/// "load", "transform", "staging", "upload" or "train".
+const char* role_name(Role role) noexcept;
+
+/// The compute backend a pipeline runs on.
+enum class Backend { host, cuda };
+
+/// One node as declared in a config (or built in C++).
+struct NodeSpec {
+  std::string name;
+  std::string type;           ///< the type that runs (after `device:` resolution)
+  std::string declared_type;  ///< the type as written; equals `type` unless it was swapped
+  Role role = Role::load;
+  int concurrency = 1;  ///< bodies that may run at once (1 = serial)
+  int streams = 1;      ///< CUDA streams an upload node owns
+  Params params;
+  SourceLoc loc;  ///< where the node was declared
+};
+
+class LoaderNode;
+class BufferPool;
+struct RunReport;
+
+/// What a node may use while the pipeline is built. Pools created here live as long as the
+/// pipeline and appear in its report.
+class BuildContext {
+ public:
+  virtual ~BuildContext() = default;
+  virtual const NodeSpec& spec() const = 0;
+  virtual Backend backend() const = 0;
+  virtual int device_id() const = 0;
+  /// Samples per batch (the last batch of an epoch may have fewer).
+  virtual std::size_t batch_size() const = 0;
+  /// The most batches that can be in flight at once; size pools from this, never more.
+  virtual int prefetch_depth() const = 0;
+  virtual const BatchLayout& layout() const = 0;
+  /// The pipeline's loader (e.g. for a checksum sink that knows how the loader fills samples).
+  virtual const LoaderNode& loader() const = 0;
+  /// Creates a pool owned by the pipeline.
+  virtual BufferPool& make_pool(const std::string& name, MemoryKind kind, std::size_t count,
+                                std::size_t bytes, Allocator allocator) = 0;
+  /// Batches per epoch for this rank. Not available to the loader's setup (it decides the size).
+  virtual std::uint64_t batches_per_epoch() const = 0;
+  /// True when the train node sees batches in sequence order (`pipeline.ordered`).
+  virtual bool ordered() const = 0;
+  virtual int epochs() const = 0;
+};
+
+/// Completion handle passed to an AsynchronousNode: call it exactly once per batch, from any thread
+/// (including a CUDA callback thread), with null on success or the failure. Cheap to copy.
+class Completion {
+ public:
+  using Fn = void (*)(void* context, Batch* batch, std::exception_ptr error) noexcept;
+  Completion() = default;
+  Completion(Fn fn, void* context, Batch* batch) : fn_(fn), context_(context), batch_(batch) {}
+  void operator()(std::exception_ptr error = nullptr) const noexcept {
+    fn_(context_, batch_, std::move(error));
+  }
+  Batch* batch() const noexcept { return batch_; }
+
+ private:
+  Fn fn_ = nullptr;
+  void* context_ = nullptr;
+  Batch* batch_ = nullptr;
+};
+
+/// A pipeline stage. One object serves the whole run; process() may be called from several TBB
+/// worker threads at once (up to the node's `concurrency`), so it must be thread-safe at that
+/// concurrency. A node must not block waiting for another node, and must not call
+/// tbb::flow::graph::wait_for_all.
+class Node {
+ public:
+  virtual ~Node() = default;
+  /// Called once while the pipeline is built, in chain order (the loader first). Allocate every
+  /// buffer the node will need here; nothing may be allocated per batch.
+  virtual void setup(BuildContext& /*context*/) {}
+  /// Processes one batch. Throw to fail the batch (the run ends, or the batch is skipped under
+  /// `on_error: skip`).
+  virtual void process(Batch& batch) = 0;
+  /// Called on the train node, from its own thread, after the last batch of an epoch has passed
+  /// through it (a train node evaluates here).
+  virtual void end_epoch(std::uint32_t /*epoch*/) {}
+  /// Called after the graph has stopped, normally or after a failure, before buffers are reclaimed:
+  /// wait here for device work that still reads or writes pool buffers. Must not throw.
+  virtual void quiesce() noexcept {}
+  /// Called once when the run ends normally; a node adds its figures to the report.
+  virtual void finish(RunReport& /*report*/) {}
+  /// True for nodes whose process() only starts work that completes later (see
+  /// AsynchronousNode).
+  virtual bool asynchronous() const noexcept { return false; }
+};
+
+/// A node whose work completes outside the calling thread (a device copy). submit() must return
+/// promptly without waiting for the work, and the completion must be called exactly once per
+/// batch, on every path, including after a device error.
+class AsynchronousNode : public Node {
+ public:
+  bool asynchronous() const noexcept final { return true; }
+  /// Starts the work for `batch`; `done` is called when it completes.
+  virtual void submit(Batch& batch, Completion done) = 0;
+  /// Synchronous use is not supported; the pipeline calls submit().
+  void process(Batch& batch) final;
+};
+
+/// The loader: it owns the dataset's size and sample layout and fills a batch's host buffer.
+/// The sampler (built into the pipeline's source) decides which samples form each batch.
+class LoaderNode : public Node {
+ public:
+  /// Number of samples in the dataset.
+  virtual std::size_t size() const = 0;
+  /// The tensors of one sample, in buffer order (e.g. x then y).
+  virtual std::vector<TensorSpec> sample_tensors() const = 0;
+  /// A batch size the loader's own params ask for (e.g. synthetic.batch_size), or 0.
+  virtual std::size_t preferred_batch_size() const { return 0; }
+};
+
+}  // namespace flowfeed

@@ -1,0 +1,57 @@
+#pragma once
+/// \file
+/// A built pipeline: nodes, pools and the oneTBB flow graph that runs them.
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "flowfeed/config.hpp"
+#include "flowfeed/registry.hpp"
+#include "flowfeed/stats.hpp"
+
+namespace flowfeed {
+
+/// Options for one run.
+struct RunOptions {
+  /// Print progress to stderr every so often (a bar on a terminal, lines otherwise).
+  bool progress = false;
+  /// Called after each epoch with the report so far (from the supervising thread).
+  std::function<void(const RunReport&, std::uint32_t epoch)> on_epoch;
+};
+
+/// A pipeline built from a validated config: every node is created and every pool allocated in the
+/// constructor, so run() allocates nothing. Runs one at a time; run() may be called again after it
+/// returned or threw.
+class Pipeline {
+ public:
+  /// Builds the nodes and pools. Throws ConfigError, DataError (a data file is bad) or CudaError.
+  Pipeline(PipelineConfig config, const Registry& registry);
+  ~Pipeline();
+  Pipeline(const Pipeline&) = delete;
+  Pipeline& operator=(const Pipeline&) = delete;
+
+  /// Runs every epoch and returns the report. Throws NodeError for the first node failure (the run
+  /// is cancelled, every buffer returned), or Error when the run stalled or lost batches. After
+  /// request_stop() it returns early with `report.interrupted` set.
+  RunReport run(const RunOptions& options = {});
+
+  /// Asks the running pipeline to stop admitting batches and drain the ones in flight. Safe to call
+  /// from any thread and from a signal handler (it only stores to an atomic).
+  void request_stop() noexcept;
+  /// Asks the running pipeline to cancel at once. Safe from any thread and from a signal handler.
+  void request_abort() noexcept;
+
+  const PipelineConfig& config() const noexcept;
+  /// Pools' free buffers right now; after a run every pool is full (tests check it).
+  std::size_t free_buffers() const;
+  std::size_t total_buffers() const;
+
+  /// Implementation detail (declared public so the implementation's helpers can name it).
+  class Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace flowfeed

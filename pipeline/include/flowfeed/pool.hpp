@@ -1,0 +1,111 @@
+#pragma once
+/// \file
+/// Fixed pools of fixed-size buffers, allocated once while a pipeline is built.
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace flowfeed {
+
+/// What kind of memory a pool holds.
+enum class MemoryKind : std::uint8_t { pageable, pinned, device };
+/// "pageable", "pinned" or "device".
+const char* memory_kind_name(MemoryKind kind) noexcept;
+
+/// How a pool gets and frees its memory. The default uses aligned `operator new`.
+/// CUDA node families supply cudaHostAlloc / cudaMalloc allocators.
+struct Allocator {
+  std::function<void*(std::size_t bytes)> allocate;
+  std::function<void(void* data)> deallocate;
+  /// Aligned host allocation (4 KiB alignment).
+  static Allocator host();
+};
+
+/// Counts every buffer allocation any pool (or CUDA helper) makes in this process, so a run can
+/// prove it allocated nothing after it was built. Thread-safe.
+std::uint64_t allocation_count() noexcept;
+/// Adds one to allocation_count(); called by allocators.
+void note_allocation() noexcept;
+
+class BufferPool;
+
+/// A buffer on loan from a BufferPool; move-only. Destroying or reset()ting it returns the buffer.
+class Lease {
+ public:
+  Lease() noexcept = default;
+  Lease(Lease&& other) noexcept;
+  Lease& operator=(Lease&& other) noexcept;
+  Lease(const Lease&) = delete;
+  Lease& operator=(const Lease&) = delete;
+  ~Lease() { reset(); }
+
+  explicit operator bool() const noexcept { return pool_ != nullptr; }
+  std::byte* data() const noexcept { return data_; }
+  /// Index of the buffer in its pool: stable per buffer, 0..count-1 (e.g. for per-buffer events).
+  std::size_t index() const noexcept { return index_; }
+  BufferPool* pool() const noexcept { return pool_; }
+  /// Returns the buffer to its pool now.
+  void reset() noexcept;
+
+ private:
+  friend class BufferPool;
+  Lease(BufferPool* pool, std::size_t index, std::byte* data) noexcept
+      : pool_(pool), index_(index), data_(data) {}
+  BufferPool* pool_ = nullptr;
+  std::size_t index_ = 0;
+  std::byte* data_ = nullptr;
+};
+
+/// A fixed count of fixed-size buffers of one kind, allocated in the constructor and freed in the
+/// destructor. acquire() never allocates; the pipeline sizes every pool from the in-flight bound so
+/// that acquire() never finds the pool empty. Thread-safe.
+class BufferPool {
+ public:
+  BufferPool(std::string name, MemoryKind kind, std::size_t count, std::size_t bytes,
+             Allocator allocator = Allocator::host());
+  ~BufferPool();
+  BufferPool(const BufferPool&) = delete;
+  BufferPool& operator=(const BufferPool&) = delete;
+
+  /// Takes a free buffer. Throws std::logic_error when none is free (the in-flight bound was
+  /// broken: a bug, never an expected condition).
+  Lease acquire();
+  /// Data pointer of buffer `index` (for registering buffers, e.g. events per buffer).
+  std::byte* buffer(std::size_t index) const { return buffers_.at(index); }
+
+  const std::string& name() const noexcept { return name_; }
+  MemoryKind kind() const noexcept { return kind_; }
+  std::size_t count() const noexcept { return buffers_.size(); }
+  std::size_t buffer_bytes() const noexcept { return bytes_; }
+  std::size_t available() const;
+  std::size_t high_water() const noexcept { return high_water_.load(std::memory_order_relaxed); }
+  std::uint64_t acquisitions() const noexcept {
+    return acquisitions_.load(std::memory_order_relaxed);
+  }
+  /// Buffers this pool allocated (its count, all at construction).
+  std::size_t allocations() const noexcept { return buffers_.size(); }
+  /// Clears the high-water mark and acquisition count (between runs).
+  void reset_counters() noexcept;
+
+ private:
+  friend class Lease;
+  void release(std::size_t index) noexcept;
+
+  std::string name_;
+  MemoryKind kind_;
+  std::size_t bytes_;
+  Allocator allocator_;
+  std::vector<std::byte*> buffers_;
+  mutable std::mutex mutex_;
+  std::vector<std::size_t> free_;
+  std::atomic<std::size_t> in_use_{0};
+  std::atomic<std::size_t> high_water_{0};
+  std::atomic<std::uint64_t> acquisitions_{0};
+};
+
+}  // namespace flowfeed

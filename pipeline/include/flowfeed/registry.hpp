@@ -1,0 +1,68 @@
+#pragma once
+/// \file
+/// The table of node types a pipeline can be built from, by name.
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "flowfeed/node.hpp"
+#include "flowfeed/schema.hpp"
+
+namespace flowfeed {
+
+/// Which backend a node type runs on.
+enum class TypeBackend {
+  any,   ///< runs on both (host code, or it picks its implementation from BuildContext::backend)
+  host,  ///< host memory only
+  cuda,  ///< needs a CUDA device
+};
+
+/// One node type: its name, role, parameter schema and factory.
+struct NodeType {
+  std::string name;
+  Role role = Role::load;
+  std::string doc;
+  Schema schema;
+  TypeBackend backend = TypeBackend::any;
+  /// For a CUDA type, the host type that replaces it when the pipeline resolves to the host
+  /// backend (`device: auto` on a machine with no GPU, or `device: host`); for a host type, the
+  /// CUDA type that replaces it under `device: cuda`. Empty: no counterpart.
+  std::string counterpart;
+  /// True when the type was registered by a build without CUDA as a placeholder: it exists so that
+  /// configs name it, but validation rejects it.
+  bool unavailable = false;
+  /// Creates the node from its validated spec. Called once per pipeline.
+  std::function<std::unique_ptr<Node>(const NodeSpec& spec)> create;
+};
+
+/// Node types by name. A registry is a plain value: build one, add the built-ins and your own types,
+/// and pass it to the pipeline. Not thread-safe for writes; reads are safe once built.
+class Registry {
+ public:
+  /// Adds a type; throws std::invalid_argument if the name is taken.
+  void add(NodeType type);
+  /// Adds a type or replaces the one of the same name (e.g. a user's own `idx` loader).
+  void set(NodeType type);
+  /// The type called `name`, or null.
+  const NodeType* find(const std::string& name) const noexcept;
+  /// Every registered name, sorted.
+  std::vector<std::string> names() const;
+
+  /// How many CUDA devices are visible; the CUDA node family installs the probe. Without one the
+  /// answer is 0.
+  int device_count() const;
+  void set_device_probe(std::function<int()> probe) { probe_ = std::move(probe); }
+  /// True when the CUDA family was compiled in (FLOWFEED_CUDA on).
+  bool cuda_built() const noexcept { return cuda_built_; }
+  void set_cuda_built(bool built) noexcept { cuda_built_ = built; }
+
+ private:
+  std::map<std::string, NodeType> types_;
+  std::function<int()> probe_;
+  bool cuda_built_ = false;
+};
+
+}  // namespace flowfeed

@@ -1,0 +1,42 @@
+#pragma once
+/// \file
+/// Which samples form each batch: sequential or shuffled per epoch, sharded by rank.
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "flowfeed/config.hpp"
+
+namespace flowfeed {
+
+/// Deterministic batch sampler. The order of an epoch depends only on (seed, epoch, rank, world)
+/// and the data set size — never on timing — so every run and every rank agree. Shards are
+/// strided over the epoch's permutation: rank r takes positions r, r+world, r+2·world, …, so the
+/// shards of one epoch are disjoint and together cover the data set.
+class Sampler {
+ public:
+  Sampler(const SamplerOptions& options, std::size_t dataset_size, std::size_t batch_size);
+
+  /// Samples in this rank's shard.
+  std::size_t shard_size() const noexcept { return shard_size_; }
+  /// Batches per epoch for this rank (the last may be partial unless drop_last).
+  std::size_t batches_per_epoch() const noexcept;
+  std::size_t batch_size() const noexcept { return batch_size_; }
+  /// Data set indices of this rank's shard for `epoch`, in visiting order.
+  std::vector<std::uint32_t> epoch_order(std::uint32_t epoch) const;
+  /// Fills `out` with the samples of batch `index` of an epoch order (`order` from epoch_order).
+  void batch_samples(const std::vector<std::uint32_t>& order, std::size_t index,
+                     std::vector<std::uint32_t>& out) const;
+
+ private:
+  SamplerOptions options_;
+  std::size_t dataset_size_;
+  std::size_t batch_size_;
+  std::size_t shard_size_;
+};
+
+/// splitmix64: the one mixing function behind seeded choices in flowfeed.
+std::uint64_t splitmix64(std::uint64_t x) noexcept;
+
+}  // namespace flowfeed

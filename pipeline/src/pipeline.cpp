@@ -1,0 +1,608 @@
+#include "flowfeed/pipeline.hpp"
+
+#include <oneapi/tbb/concurrent_queue.h>
+#include <oneapi/tbb/flow_graph.h>
+#include <oneapi/tbb/global_control.h>
+#include <oneapi/tbb/info.h>
+#include <oneapi/tbb/task_arena.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <iostream>
+#include <mutex>
+#include <thread>
+
+#include "flowfeed/sampler.hpp"
+
+namespace flowfeed {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::uint64_t now_ns() {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+          .count());
+}
+
+std::string what_of(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& ex) {
+    return ex.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+
+bool is_data_error(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const DataError&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+/// One node and its counters.
+struct Stage {
+  NodeSpec spec;
+  std::unique_ptr<Node> node;
+  std::string label;  // node 'load' (synthetic, configs/x.yaml:7)
+  std::atomic<std::uint64_t> items{0};
+  std::atomic<std::uint64_t> busy_ns{0};
+  std::atomic<std::uint64_t> failures{0};
+  std::atomic<int> active{0};
+
+  void clear() {
+    items = 0;
+    busy_ns = 0;
+    failures = 0;
+    active = 0;
+  }
+};
+
+}  // namespace
+
+class Pipeline::Impl {
+ public:
+  Impl(PipelineConfig config, const Registry& registry);
+  RunReport run(const RunOptions& options);
+
+  PipelineConfig config_;
+  std::vector<std::unique_ptr<Stage>> stages_;
+  LoaderNode* loader_ = nullptr;
+  BatchLayout layout_;
+  std::unique_ptr<Sampler> sampler_;
+  std::vector<std::unique_ptr<BufferPool>> pools_;
+  std::vector<std::unique_ptr<Batch>> batches_;
+  tbb::concurrent_queue<Batch*> free_batches_;
+  std::uint64_t allocations_at_build_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> abort_{false};
+  bool running_ = false;
+
+  // Per-run state.
+  std::atomic<int> in_flight_{0};
+  std::atomic<int> max_in_flight_{0};
+  std::atomic<std::uint64_t> produced_{0};
+  std::atomic<std::uint64_t> consumed_{0};
+  std::atomic<std::uint64_t> skipped_{0};
+  std::atomic<std::uint64_t> bytes_{0};
+  std::atomic<std::uint64_t> samples_{0};
+  std::vector<std::uint64_t> epoch_done_;
+  std::uint32_t source_epoch_ = 0;
+  std::size_t source_index_ = 0;
+  std::uint64_t source_seq_ = 0;
+  std::vector<std::uint32_t> source_order_;
+  std::mutex warn_mutex_;
+  std::vector<std::string> warnings_;
+
+  void on_failure(Stage& stage, Batch& batch, std::exception_ptr error);
+  void run_stage(Stage& stage, Batch& batch);
+  Batch* next_batch(tbb::flow_control& fc);
+  void finish_batch(Batch* batch);
+  void reclaim();
+  std::string stuck_stage() const;
+};
+
+namespace {
+
+class Context final : public BuildContext {
+ public:
+  Context(Pipeline::Impl& impl, const Stage& stage) : impl_(impl), stage_(stage) {}
+  const NodeSpec& spec() const override { return stage_.spec; }
+  Backend backend() const override { return impl_.config_.backend; }
+  int device_id() const override { return impl_.config_.pipeline.device_id; }
+  std::size_t batch_size() const override { return impl_.layout_.batch_size(); }
+  int prefetch_depth() const override { return impl_.config_.pipeline.prefetch_depth; }
+  const BatchLayout& layout() const override { return impl_.layout_; }
+  const LoaderNode& loader() const override { return *impl_.loader_; }
+  BufferPool& make_pool(const std::string& name, MemoryKind kind, std::size_t count,
+                        std::size_t bytes, Allocator allocator) override {
+    impl_.pools_.push_back(
+        std::make_unique<BufferPool>(stage_.spec.name + "." + name, kind, count, bytes,
+                                     std::move(allocator)));
+    return *impl_.pools_.back();
+  }
+  std::uint64_t batches_per_epoch() const override {
+    if (!impl_.sampler_) throw std::logic_error("batches_per_epoch is not known in the loader's setup");
+    return impl_.sampler_->batches_per_epoch();
+  }
+  bool ordered() const override { return impl_.config_.pipeline.ordered; }
+  int epochs() const override { return impl_.config_.pipeline.epochs; }
+
+ private:
+  Pipeline::Impl& impl_;
+  const Stage& stage_;
+};
+
+std::string where_declared(const NodeSpec& spec) {
+  return spec.type + (spec.loc.file.empty() ? "" : ", " + SourceLoc{spec.loc.file, spec.loc.line, 0}.str());
+}
+
+}  // namespace
+
+Pipeline::Impl::Impl(PipelineConfig config, const Registry& registry) : config_(std::move(config)) {
+  if (config_.nodes.empty()) throw ConfigError({config_.file + ": nodes: the pipeline has no nodes"});
+  for (const auto& spec : config_.nodes) {
+    const NodeType* type = registry.find(spec.type);
+    if (!type || !type->create) {
+      throw ConfigError({spec.loc.str() + ": node '" + spec.name + "': type '" + spec.type +
+                         "' is not registered (was the config validated with this registry?)"});
+    }
+    auto stage = std::make_unique<Stage>();
+    stage->spec = spec;
+    stage->label = "node '" + spec.name + "' (" + where_declared(spec) + ")";
+    try {
+      stage->node = type->create(spec);
+    } catch (const Error& e) {
+      // Data errors while opening files name the file; add the node for context.
+      if (dynamic_cast<const DataError*>(&e)) throw DataError(stage->label + ": " + e.what());
+      if (dynamic_cast<const ConfigError*>(&e)) throw;
+      throw NodeError(stage->label + ": " + e.what(), spec.name, spec.type, -1);
+    } catch (const std::exception& e) {
+      throw NodeError(stage->label + ": " + e.what(), spec.name, spec.type, -1);
+    }
+    stages_.push_back(std::move(stage));
+  }
+  loader_ = dynamic_cast<LoaderNode*>(stages_.front()->node.get());
+  if (!loader_) {
+    throw ConfigError({config_.nodes.front().loc.str() + ": node '" + config_.nodes.front().name +
+                       "': type '" + config_.nodes.front().type +
+                       "' does not implement LoaderNode (the first node must be a loader)"});
+  }
+  std::size_t batch_size = config_.pipeline.batch_size;
+  std::size_t preferred = loader_->preferred_batch_size();
+  if (batch_size != 0 && preferred != 0 && preferred != batch_size) {
+    throw ConfigError({config_.nodes.front().loc.str() + ": nodes[0].params.batch_size: " +
+                       std::to_string(preferred) + " differs from pipeline.batch_size " +
+                       std::to_string(batch_size) + " (set one of them)"});
+  }
+  if (batch_size == 0) batch_size = preferred ? preferred : 64;
+  config_.pipeline.batch_size = batch_size;
+  layout_ = BatchLayout(loader_->sample_tensors(), batch_size);
+  auto setup = [this](Stage& stage) {
+    Context context(*this, stage);
+    try {
+      stage.node->setup(context);
+    } catch (const ConfigError&) {
+      throw;
+    } catch (const DataError& e) {
+      throw DataError(stage.label + ": " + e.what());
+    } catch (const std::exception& e) {
+      throw NodeError(stage.label + ": " + e.what(), stage.spec.name, stage.spec.type, -1);
+    }
+  };
+  // The loader is set up first: it may learn the data set's size only then.
+  setup(*stages_.front());
+  sampler_ = std::make_unique<Sampler>(config_.sampler, loader_->size(), batch_size);
+  if (sampler_->batches_per_epoch() == 0) {
+    throw ConfigError({config_.file + ": pipeline.batch_size: the data set gives no batch (" +
+                       std::to_string(sampler_->shard_size()) + " samples in this shard, batch " +
+                       std::to_string(batch_size) +
+                       (config_.sampler.drop_last ? ", drop_last" : "") +
+                       ") use a smaller batch or keep the last partial batch"});
+  }
+  for (std::size_t i = 1; i < stages_.size(); ++i) setup(*stages_[i]);
+  // One batch object per in-flight slot, plus the one the source holds while the limiter is shut.
+  const int slots = config_.pipeline.prefetch_depth + 1;
+  for (int i = 0; i < slots; ++i) {
+    auto b = std::make_unique<Batch>();
+    b->samples.reserve(batch_size);
+    b->layout = &layout_;
+    free_batches_.push(b.get());
+    batches_.push_back(std::move(b));
+  }
+  source_order_.reserve(sampler_->shard_size());
+  allocations_at_build_ = allocation_count();
+}
+
+void Pipeline::Impl::on_failure(Stage& stage, Batch& batch, std::exception_ptr error) {
+  stage.failures.fetch_add(1, std::memory_order_relaxed);
+  std::string message = stage.label + " batch " + std::to_string(batch.seq) + " (epoch " +
+                        std::to_string(batch.epoch) + "): " + what_of(error);
+  if (config_.pipeline.on_error == OnError::skip && is_data_error(error)) {
+    std::uint64_t n = skipped_.fetch_add(1) + 1;
+    if (n > static_cast<std::uint64_t>(config_.pipeline.max_skipped)) {
+      throw NodeError(message + " (" + std::to_string(n) +
+                          " batches skipped, more than pipeline.max_skipped = " +
+                          std::to_string(config_.pipeline.max_skipped) + ")",
+                      stage.spec.name, stage.spec.type, static_cast<long long>(batch.seq));
+    }
+    batch.skipped = true;
+    batch.error = nullptr;
+    std::lock_guard<std::mutex> lock(warn_mutex_);
+    if (warnings_.size() < 20) warnings_.push_back("skipped: " + message);
+    return;
+  }
+  throw NodeError(message, stage.spec.name, stage.spec.type, static_cast<long long>(batch.seq));
+}
+
+void Pipeline::Impl::run_stage(Stage& stage, Batch& batch) {
+  if (batch.skipped) return;
+  stage.active.fetch_add(1, std::memory_order_relaxed);
+  const std::uint64_t t0 = now_ns();
+  try {
+    stage.node->process(batch);
+  } catch (...) {
+    stage.active.fetch_sub(1, std::memory_order_relaxed);
+    stage.busy_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
+    on_failure(stage, batch, std::current_exception());
+    return;
+  }
+  stage.busy_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
+  stage.items.fetch_add(1, std::memory_order_relaxed);
+  stage.active.fetch_sub(1, std::memory_order_relaxed);
+}
+
+Batch* Pipeline::Impl::next_batch(tbb::flow_control& fc) {
+  if (stop_.load(std::memory_order_relaxed) || abort_.load(std::memory_order_relaxed) ||
+      source_epoch_ >= static_cast<std::uint32_t>(config_.pipeline.epochs)) {
+    fc.stop();
+    return nullptr;
+  }
+  if (source_index_ == 0) source_order_ = sampler_->epoch_order(source_epoch_);
+  Batch* b = nullptr;
+  if (!free_batches_.try_pop(b)) {
+    throw std::logic_error("no free batch slot: the in-flight bound was broken");
+  }
+  b->seq = source_seq_++;
+  b->epoch = source_epoch_;
+  b->index_in_epoch = source_index_;
+  sampler_->batch_samples(source_order_, source_index_, b->samples);
+  if (++source_index_ == sampler_->batches_per_epoch()) {
+    source_index_ = 0;
+    ++source_epoch_;
+  }
+  produced_.fetch_add(1, std::memory_order_relaxed);
+  return b;
+}
+
+void Pipeline::Impl::finish_batch(Batch* b) {
+  if (!b->skipped) {
+    bytes_.fetch_add(b->bytes(), std::memory_order_relaxed);
+    samples_.fetch_add(b->rows(), std::memory_order_relaxed);
+  }
+  b->reset();
+  in_flight_.fetch_sub(1, std::memory_order_relaxed);
+  consumed_.fetch_add(1, std::memory_order_relaxed);
+  free_batches_.push(b);
+}
+
+void Pipeline::Impl::reclaim() {
+  // Every batch object (and so every lease) comes back, wherever the graph left it.
+  free_batches_.clear();
+  for (auto& b : batches_) {
+    b->reset();
+    free_batches_.push(b.get());
+  }
+}
+
+std::string Pipeline::Impl::stuck_stage() const {
+  for (const auto& s : stages_) {
+    if (s->active.load() > 0) return s->label + " is still processing a batch";
+  }
+  for (std::size_t i = 1; i < stages_.size(); ++i) {
+    if (stages_[i]->items.load() < stages_[i - 1]->items.load()) {
+      return stages_[i]->label + " has stopped taking batches";
+    }
+  }
+  return stages_.front()->label + " is not producing batches";
+}
+
+RunReport Pipeline::Impl::run(const RunOptions& options) {
+  if (running_) throw std::logic_error("Pipeline::run is already running");
+  running_ = true;
+  struct Running {
+    bool& flag;
+    ~Running() { flag = false; }
+  } running_guard{running_};
+
+  for (auto& s : stages_) s->clear();
+  for (auto& p : pools_) p->reset_counters();
+  in_flight_ = 0;
+  max_in_flight_ = 0;
+  produced_ = consumed_ = skipped_ = bytes_ = samples_ = 0;
+  source_epoch_ = 0;
+  source_index_ = 0;
+  source_seq_ = 0;
+  epoch_done_.assign(static_cast<std::size_t>(config_.pipeline.epochs), 0);
+  warnings_.clear();
+  stop_ = false;
+  abort_ = false;
+
+  const int threads = config_.pipeline.threads > 0 ? config_.pipeline.threads
+                                                   : tbb::info::default_concurrency();
+  tbb::global_control parallelism(tbb::global_control::max_allowed_parallelism,
+                                  static_cast<std::size_t>(std::max(threads, 1)) + 1);
+  tbb::task_arena arena(threads);
+
+  Stage& train = *stages_.back();
+  const std::uint64_t per_epoch = sampler_->batches_per_epoch();
+  const std::uint64_t expected = per_epoch * static_cast<std::uint64_t>(config_.pipeline.epochs);
+  std::exception_ptr failure;
+  std::atomic<tbb::flow::graph*> graph_ptr{nullptr};
+  std::atomic<bool> cancelled_by_us{false};
+  std::string stall_message;
+
+  // The supervisor does no pipeline work: it turns abort requests and stalls into graph::cancel()
+  // (which a signal handler may not call) and prints progress.
+  std::mutex sup_mutex;
+  std::condition_variable sup_cv;
+  bool done = false;
+  const auto t_start = Clock::now();
+  std::thread supervisor([&] {
+    std::uint64_t last_progress = ~0ull;
+    auto last_change = Clock::now();
+    auto last_print = Clock::now();
+    std::unique_lock<std::mutex> lock(sup_mutex);
+    while (!done) {
+      sup_cv.wait_for(lock, std::chrono::milliseconds(20));
+      if (done) break;
+      tbb::flow::graph* g = graph_ptr.load();
+      if (!g) continue;
+      if (abort_.load() && !cancelled_by_us.exchange(true)) g->cancel();
+      std::uint64_t progress = consumed_.load();
+      for (const auto& s : stages_) progress += s->items.load();
+      auto now = Clock::now();
+      if (progress != last_progress) {
+        last_progress = progress;
+        last_change = now;
+      } else if (config_.pipeline.stall_timeout_s > 0 &&
+                 std::chrono::duration<double>(now - last_change).count() >
+                     config_.pipeline.stall_timeout_s &&
+                 !cancelled_by_us.exchange(true)) {
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "%g", config_.pipeline.stall_timeout_s);
+        stall_message = "run stalled: no progress for " + std::string(buf) +
+                        " s (pipeline.stall_timeout_s): " + stuck_stage();
+        g->cancel();
+      }
+      if (options.progress && now - last_print > std::chrono::milliseconds(500)) {
+        last_print = now;
+        double secs = std::chrono::duration<double>(now - t_start).count();
+        std::uint64_t c = consumed_.load();
+        std::fprintf(stderr, "flowfeed: %llu/%llu batches, %.0f batches/s\n",
+                     static_cast<unsigned long long>(c), static_cast<unsigned long long>(expected),
+                     secs > 0 ? static_cast<double>(c) / secs : 0.0);
+      }
+    }
+  });
+
+  arena.execute([&] {
+    using namespace tbb::flow;
+    graph g;
+    input_node<Batch*> source(g, [this](tbb::flow_control& fc) { return next_batch(fc); });
+    limiter_node<Batch*, int> limiter(g, static_cast<std::size_t>(config_.pipeline.prefetch_depth));
+    make_edge(source, limiter);
+
+    // Middle stages: every node but the train node.
+    sender<Batch*>* tail = &limiter;
+    std::vector<std::unique_ptr<graph_node>> owned;
+    using AsyncNode = async_node<Batch*, Batch*, queueing>;
+    struct AsyncContext {
+      AsyncNode::gateway_type* gateway = nullptr;
+      Stage* stage = nullptr;
+    };
+    std::vector<std::unique_ptr<AsyncContext>> async_contexts;
+    for (std::size_t i = 0; i + 1 < stages_.size(); ++i) {
+      Stage* st = stages_[i].get();
+      const std::size_t conc = static_cast<std::size_t>(st->spec.concurrency);
+      if (st->node->asynchronous()) {
+        auto ctx = std::make_unique<AsyncContext>();
+        ctx->stage = st;
+        AsyncContext* c = ctx.get();
+        auto node = std::make_unique<AsyncNode>(
+            g, conc, [this, c](Batch* b, AsyncNode::gateway_type& gw) {
+              if (b->skipped) {
+                gw.try_put(b);
+                return;
+              }
+              c->gateway = &gw;
+              gw.reserve_wait();
+              Completion done(
+                  [](void* context, Batch* batch, std::exception_ptr error) noexcept {
+                    auto* ac = static_cast<AsyncContext*>(context);
+                    if (error) batch->error = std::move(error);
+                    ac->stage->items.fetch_add(1, std::memory_order_relaxed);
+                    ac->gateway->try_put(batch);
+                    ac->gateway->release_wait();
+                  },
+                  c, b);
+              const std::uint64_t t0 = now_ns();
+              try {
+                static_cast<AsynchronousNode*>(c->stage->node.get())->submit(*b, done);
+              } catch (...) {
+                b->error = std::current_exception();
+                gw.try_put(b);
+                gw.release_wait();
+              }
+              c->stage->busy_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
+            });
+        make_edge(*tail, *node);
+        // Completions only flag failures; this node rethrows them on a TBB thread, in the graph.
+        auto check = std::make_unique<function_node<Batch*, Batch*>>(
+            g, unlimited, [this, st](Batch* b) {
+              if (b->error) {
+                std::exception_ptr e = std::move(b->error);
+                b->error = nullptr;
+                on_failure(*st, *b, e);
+              }
+              return b;
+            });
+        make_edge(*node, *check);
+        tail = check.get();
+        owned.push_back(std::move(node));
+        owned.push_back(std::move(check));
+        async_contexts.push_back(std::move(ctx));
+      } else {
+        const bool first = i == 0;
+        auto node = std::make_unique<function_node<Batch*, Batch*>>(
+            g, conc, [this, st, first](Batch* b) {
+              if (first) {
+                int n = in_flight_.fetch_add(1, std::memory_order_relaxed) + 1;
+                int m = max_in_flight_.load(std::memory_order_relaxed);
+                while (n > m && !max_in_flight_.compare_exchange_weak(m, n)) {
+                }
+              }
+              run_stage(*st, *b);
+              return b;
+            });
+        make_edge(*tail, *node);
+        tail = node.get();
+        owned.push_back(std::move(node));
+      }
+    }
+    std::unique_ptr<sequencer_node<Batch*>> sequencer;
+    if (config_.pipeline.ordered) {
+      sequencer = std::make_unique<sequencer_node<Batch*>>(
+          g, [](Batch* b) -> std::size_t { return static_cast<std::size_t>(b->seq); });
+      make_edge(*tail, *sequencer);
+      tail = sequencer.get();
+    }
+    const bool single = stages_.size() == 1;
+    function_node<Batch*, int> train_node(g, serial, [&, single](Batch* b) {
+      if (single) {
+        int n = in_flight_.fetch_add(1, std::memory_order_relaxed) + 1;
+        int m = max_in_flight_.load(std::memory_order_relaxed);
+        while (n > m && !max_in_flight_.compare_exchange_weak(m, n)) {
+        }
+      }
+      run_stage(train, *b);
+      const std::uint32_t epoch = b->epoch;
+      finish_batch(b);
+      if (++epoch_done_[epoch] == per_epoch) {
+        const std::uint64_t t0 = now_ns();
+        try {
+          train.node->end_epoch(epoch);
+        } catch (...) {
+          train.failures.fetch_add(1);
+          throw NodeError(train.label + " end of epoch " + std::to_string(epoch) + ": " +
+                              what_of(std::current_exception()),
+                          train.spec.name, train.spec.type, -1);
+        }
+        train.busy_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
+      }
+      return 1;
+    });
+    make_edge(*tail, train_node);
+    make_edge(train_node, limiter.decrementer());
+
+    graph_ptr = &g;
+    source.activate();
+    try {
+      g.wait_for_all();
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    graph_ptr = nullptr;
+  });
+  const double seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
+  {
+    std::lock_guard<std::mutex> lock(sup_mutex);
+    done = true;
+  }
+  sup_cv.notify_all();
+  supervisor.join();
+
+  for (auto& s : stages_) s->node->quiesce();
+  const std::uint64_t produced = produced_.load();
+  const std::uint64_t consumed = consumed_.load();
+  reclaim();
+
+  if (failure) std::rethrow_exception(failure);
+  if (!stall_message.empty()) throw Error(stall_message);
+  const bool interrupted = stop_.load() || abort_.load();
+  if (!interrupted && (consumed != expected || produced != expected)) {
+    throw Error("run lost batches: " + std::to_string(consumed) + " of " +
+                std::to_string(expected) + " reached the train node (" + std::to_string(produced) +
+                " left the source) — a node dropped or held a batch");
+  }
+
+  RunReport report;
+  report.config = config_.file;
+  report.device = config_.backend == Backend::cuda
+                      ? "cuda:" + std::to_string(config_.pipeline.device_id)
+                      : "host";
+  report.epochs = config_.pipeline.epochs;
+  report.batches = consumed;
+  report.samples = samples_.load();
+  report.skipped_batches = skipped_.load();
+  report.bytes_uploaded = bytes_.load();
+  report.seconds = seconds;
+  report.batches_per_second = seconds > 0 ? static_cast<double>(consumed) / seconds : 0;
+  report.samples_per_second = seconds > 0 ? static_cast<double>(report.samples) / seconds : 0;
+  report.prefetch_depth = config_.pipeline.prefetch_depth;
+  report.max_in_flight = max_in_flight_.load();
+  report.allocations_after_build = allocation_count() - allocations_at_build_;
+  report.interrupted = interrupted;
+  for (const auto& s : stages_) {
+    NodeReport n;
+    n.name = s->spec.name;
+    n.type = s->spec.type;
+    n.role = role_name(s->spec.role);
+    n.concurrency = s->spec.concurrency;
+    n.items = s->items.load();
+    n.busy_seconds = static_cast<double>(s->busy_ns.load()) * 1e-9;
+    n.utilization = seconds > 0 ? n.busy_seconds / (seconds * n.concurrency) : 0;
+    n.failures = s->failures.load();
+    report.nodes.push_back(n);
+  }
+  for (const auto& p : pools_) {
+    report.pools.push_back({p->name(), memory_kind_name(p->kind()), p->count(),
+                            p->count() * p->buffer_bytes(), p->high_water(), p->acquisitions()});
+    if (p->kind() == MemoryKind::device) report.device_pool_bytes += p->count() * p->buffer_bytes();
+  }
+  const double train_busy = report.nodes.back().busy_seconds;
+  report.train.stall_fraction = seconds > 0 ? std::max(0.0, 1.0 - train_busy / seconds) : 0;
+  for (auto& s : stages_) s->node->finish(report);
+  report.warnings = warnings_;
+  return report;
+}
+
+Pipeline::Pipeline(PipelineConfig config, const Registry& registry)
+    : impl_(std::make_unique<Impl>(std::move(config), registry)) {}
+Pipeline::~Pipeline() = default;
+RunReport Pipeline::run(const RunOptions& options) { return impl_->run(options); }
+void Pipeline::request_stop() noexcept { impl_->stop_.store(true); }
+void Pipeline::request_abort() noexcept {
+  impl_->stop_.store(true);
+  impl_->abort_.store(true);
+}
+const PipelineConfig& Pipeline::config() const noexcept { return impl_->config_; }
+std::size_t Pipeline::free_buffers() const {
+  std::size_t n = 0;
+  for (const auto& p : impl_->pools_) n += p->available();
+  return n;
+}
+std::size_t Pipeline::total_buffers() const {
+  std::size_t n = 0;
+  for (const auto& p : impl_->pools_) n += p->count();
+  return n;
+}
+
+}  // namespace flowfeed

@@ -1,0 +1,113 @@
+#include "flowfeed/pool.hpp"
+
+#include <new>
+#include <stdexcept>
+
+namespace flowfeed {
+
+namespace {
+std::atomic<std::uint64_t> g_allocations{0};
+constexpr std::align_val_t kHostAlignment{4096};
+}  // namespace
+
+std::uint64_t allocation_count() noexcept { return g_allocations.load(std::memory_order_relaxed); }
+void note_allocation() noexcept { g_allocations.fetch_add(1, std::memory_order_relaxed); }
+
+const char* memory_kind_name(MemoryKind kind) noexcept {
+  switch (kind) {
+    case MemoryKind::pageable: return "pageable";
+    case MemoryKind::pinned: return "pinned";
+    case MemoryKind::device: return "device";
+  }
+  return "?";
+}
+
+Allocator Allocator::host() {
+  return {[](std::size_t bytes) -> void* { return ::operator new(bytes, kHostAlignment); },
+          [](void* p) { ::operator delete(p, kHostAlignment); }};
+}
+
+Lease::Lease(Lease&& other) noexcept
+    : pool_(other.pool_), index_(other.index_), data_(other.data_) {
+  other.pool_ = nullptr;
+  other.data_ = nullptr;
+}
+
+Lease& Lease::operator=(Lease&& other) noexcept {
+  if (this != &other) {
+    reset();
+    pool_ = other.pool_;
+    index_ = other.index_;
+    data_ = other.data_;
+    other.pool_ = nullptr;
+    other.data_ = nullptr;
+  }
+  return *this;
+}
+
+void Lease::reset() noexcept {
+  if (pool_) {
+    pool_->release(index_);
+    pool_ = nullptr;
+    data_ = nullptr;
+  }
+}
+
+BufferPool::BufferPool(std::string name, MemoryKind kind, std::size_t count, std::size_t bytes,
+                       Allocator allocator)
+    : name_(std::move(name)), kind_(kind), bytes_(bytes), allocator_(std::move(allocator)) {
+  buffers_.reserve(count);
+  free_.reserve(count);
+  try {
+    for (std::size_t i = 0; i < count; ++i) {
+      buffers_.push_back(static_cast<std::byte*>(allocator_.allocate(bytes == 0 ? 1 : bytes)));
+      note_allocation();
+    }
+  } catch (...) {
+    for (auto* b : buffers_) allocator_.deallocate(b);
+    throw;
+  }
+  for (std::size_t i = count; i-- > 0;) free_.push_back(i);
+}
+
+BufferPool::~BufferPool() {
+  for (auto* b : buffers_) allocator_.deallocate(b);
+}
+
+Lease BufferPool::acquire() {
+  std::size_t index;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (free_.empty()) {
+      throw std::logic_error("buffer pool '" + name_ + "' is empty (" +
+                             std::to_string(buffers_.size()) +
+                             " buffers, all in use): the in-flight bound was broken");
+    }
+    index = free_.back();
+    free_.pop_back();
+  }
+  acquisitions_.fetch_add(1, std::memory_order_relaxed);
+  std::size_t used = in_use_.fetch_add(1, std::memory_order_relaxed) + 1;
+  std::size_t hw = high_water_.load(std::memory_order_relaxed);
+  while (used > hw && !high_water_.compare_exchange_weak(hw, used, std::memory_order_relaxed)) {
+  }
+  return Lease(this, index, buffers_[index]);
+}
+
+void BufferPool::release(std::size_t index) noexcept {
+  in_use_.fetch_sub(1, std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(mutex_);
+  free_.push_back(index);
+}
+
+std::size_t BufferPool::available() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return free_.size();
+}
+
+void BufferPool::reset_counters() noexcept {
+  high_water_.store(in_use_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  acquisitions_.store(0, std::memory_order_relaxed);
+}
+
+}  // namespace flowfeed

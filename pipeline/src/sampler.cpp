@@ -1,0 +1,62 @@
+#include "flowfeed/sampler.hpp"
+
+#include <algorithm>
+#include <numeric>
+#include <stdexcept>
+
+namespace flowfeed {
+
+std::uint64_t splitmix64(std::uint64_t x) noexcept {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+Sampler::Sampler(const SamplerOptions& options, std::size_t dataset_size, std::size_t batch_size)
+    : options_(options), dataset_size_(dataset_size), batch_size_(batch_size) {
+  if (options.world < 1 || options.rank < 0 || options.rank >= options.world) {
+    throw std::invalid_argument("sampler rank must be in [0, world)");
+  }
+  if (batch_size == 0) throw std::invalid_argument("batch size must be positive");
+  const auto world = static_cast<std::size_t>(options.world);
+  const auto rank = static_cast<std::size_t>(options.rank);
+  shard_size_ = dataset_size / world + (rank < dataset_size % world ? 1 : 0);
+}
+
+std::size_t Sampler::batches_per_epoch() const noexcept {
+  return options_.drop_last ? shard_size_ / batch_size_
+                            : (shard_size_ + batch_size_ - 1) / batch_size_;
+}
+
+std::vector<std::uint32_t> Sampler::epoch_order(std::uint32_t epoch) const {
+  std::vector<std::uint32_t> perm(dataset_size_);
+  std::iota(perm.begin(), perm.end(), 0u);
+  if (options_.shuffle) {
+    // Fisher–Yates with splitmix64 (std::shuffle's output differs between standard libraries).
+    std::uint64_t state = splitmix64(options_.seed ^ splitmix64(epoch + 0x5EEDull));
+    for (std::size_t i = perm.size(); i > 1; --i) {
+      state = splitmix64(state);
+      std::size_t j = static_cast<std::size_t>(state % i);
+      std::swap(perm[i - 1], perm[j]);
+    }
+  }
+  if (options_.world == 1) return perm;
+  std::vector<std::uint32_t> shard;
+  shard.reserve(shard_size_);
+  for (std::size_t i = static_cast<std::size_t>(options_.rank); i < perm.size();
+       i += static_cast<std::size_t>(options_.world)) {
+    shard.push_back(perm[i]);
+  }
+  return shard;
+}
+
+void Sampler::batch_samples(const std::vector<std::uint32_t>& order, std::size_t index,
+                            std::vector<std::uint32_t>& out) const {
+  std::size_t first = index * batch_size_;
+  std::size_t last = std::min(first + batch_size_, order.size());
+  out.assign(order.begin() + static_cast<std::ptrdiff_t>(first),
+             order.begin() + static_cast<std::ptrdiff_t>(last));
+}
+
+}  // namespace flowfeed

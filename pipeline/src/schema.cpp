@@ -1,0 +1,112 @@
+#include "flowfeed/schema.hpp"
+
+#include <stdexcept>
+
+namespace flowfeed {
+
+const char* param_type_name(ParamType type) noexcept {
+  switch (type) {
+    case ParamType::boolean: return "bool";
+    case ParamType::integer: return "int";
+    case ParamType::number: return "number";
+    case ParamType::string: return "string";
+    case ParamType::int_list: return "list of int";
+  }
+  return "?";
+}
+
+ParamSpec& Schema::add(ParamSpec spec) {
+  for (const auto& p : params_) {
+    if (p.name == spec.name) throw std::invalid_argument("param '" + spec.name + "' declared twice");
+  }
+  params_.push_back(std::move(spec));
+  return params_.back();
+}
+
+ParamSpec& Schema::add_bool(std::string name, std::string doc, std::optional<bool> def) {
+  ParamSpec s{std::move(name), ParamType::boolean, {}, false, {}, {}, {}, std::move(doc)};
+  if (def) s.default_value = *def;
+  return add(std::move(s));
+}
+
+ParamSpec& Schema::add_int(std::string name, std::string doc, std::optional<std::int64_t> def) {
+  ParamSpec s{std::move(name), ParamType::integer, {}, false, {}, {}, {}, std::move(doc)};
+  if (def) s.default_value = *def;
+  return add(std::move(s));
+}
+
+ParamSpec& Schema::add_number(std::string name, std::string doc, std::optional<double> def) {
+  ParamSpec s{std::move(name), ParamType::number, {}, false, {}, {}, {}, std::move(doc)};
+  if (def) s.default_value = *def;
+  return add(std::move(s));
+}
+
+ParamSpec& Schema::add_string(std::string name, std::string doc, std::optional<std::string> def) {
+  ParamSpec s{std::move(name), ParamType::string, {}, false, {}, {}, {}, std::move(doc)};
+  if (def) s.default_value = *def;
+  return add(std::move(s));
+}
+
+ParamSpec& Schema::add_int_list(std::string name, std::string doc,
+                                std::optional<std::vector<std::int64_t>> def) {
+  ParamSpec s{std::move(name), ParamType::int_list, {}, false, {}, {}, {}, std::move(doc)};
+  if (def) s.default_value = *def;
+  return add(std::move(s));
+}
+
+const ParamSpec* Schema::find(const std::string& name) const noexcept {
+  for (const auto& p : params_) {
+    if (p.name == name) return &p;
+  }
+  return nullptr;
+}
+
+void Params::set(const std::string& name, ParamValue value, SourceLoc loc) {
+  values_[name] = std::move(value);
+  locs_[name] = std::move(loc);
+}
+
+bool Params::has(const std::string& name) const noexcept {
+  auto it = values_.find(name);
+  return it != values_.end() && !std::holds_alternative<std::monostate>(it->second);
+}
+
+const ParamValue& Params::at(const std::string& name) const {
+  auto it = values_.find(name);
+  if (it == values_.end() || std::holds_alternative<std::monostate>(it->second)) {
+    throw std::logic_error("param '" + name + "' is not set (is it declared in the schema?)");
+  }
+  return it->second;
+}
+
+namespace {
+template <class T>
+const T& get_as(const ParamValue& v, const std::string& name, const char* type) {
+  if (const T* p = std::get_if<T>(&v)) return *p;
+  throw std::logic_error("param '" + name + "' is not a " + type);
+}
+}  // namespace
+
+bool Params::get_bool(const std::string& name) const {
+  return get_as<bool>(at(name), name, "bool");
+}
+std::int64_t Params::get_int(const std::string& name) const {
+  return get_as<std::int64_t>(at(name), name, "int");
+}
+double Params::get_number(const std::string& name) const {
+  const ParamValue& v = at(name);
+  if (const auto* i = std::get_if<std::int64_t>(&v)) return static_cast<double>(*i);
+  return get_as<double>(v, name, "number");
+}
+const std::string& Params::get_string(const std::string& name) const {
+  return get_as<std::string>(at(name), name, "string");
+}
+const std::vector<std::int64_t>& Params::get_int_list(const std::string& name) const {
+  return get_as<std::vector<std::int64_t>>(at(name), name, "list of int");
+}
+SourceLoc Params::loc(const std::string& name) const {
+  auto it = locs_.find(name);
+  return it == locs_.end() ? SourceLoc{} : it->second;
+}
+
+}  // namespace flowfeed
