@@ -1,4 +1,5 @@
 // pipeline_runner CONFIG [--set key.path=value]... [--epochs N] [--report FILE.json] [--quiet]
+//                 [--resident | --compare-resident]
 // Exit codes: 0 done, 1 run-time failure, 2 config error, 130/143 stopped by SIGINT/SIGTERM.
 #include <CLI/CLI.hpp>
 
@@ -6,10 +7,13 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <map>
+#include <optional>
 #include <unistd.h>
 
 #include "flowfeed/flowfeed.hpp"
 #include "flowfeed/nodes/builtin.hpp"
+#include "flowfeed/nodes/resident.hpp"
 
 namespace {
 
@@ -28,6 +32,46 @@ void on_signal(int sig) {
   }
 }
 
+double figure(const std::map<std::string, double>& row, const char* key) {
+  auto it = row.find(key);
+  return it == row.end() ? -1.0 : it->second;
+}
+
+/// Training steps per second over the epochs after the first (which includes warm-up: CUDA graph
+/// capture, first-touch page faults), or over the whole run when there is one epoch.
+double steady_steps_per_second(const flowfeed::RunReport& report) {
+  double steps = 0, seconds = 0;
+  for (std::size_t i = report.train.epochs.size() > 1 ? 1 : 0; i < report.train.epochs.size();
+       ++i) {
+    steps += figure(report.train.epochs[i], "steps");
+    seconds += figure(report.train.epochs[i], "seconds");
+  }
+  return seconds > 0 ? steps / seconds : report.train.steps_per_second;
+}
+
+/// One line per epoch, then the final figures, for a run whose train node reports them.
+void print_training(const flowfeed::RunReport& report, const char* label) {
+  if (report.train.epochs.empty()) return;
+  for (const auto& row : report.train.epochs) {
+    std::printf("%sepoch %d: train loss %.4f accuracy %.4f", label,
+                static_cast<int>(figure(row, "epoch")), figure(row, "loss"),
+                figure(row, "accuracy"));
+    if (figure(row, "test_accuracy") >= 0) {
+      std::printf(" | test loss %.4f accuracy %.4f", figure(row, "test_loss"),
+                  figure(row, "test_accuracy"));
+    }
+    std::printf(" | %.2f s, %.0f steps/s\n", figure(row, "seconds"),
+                figure(row, "steps_per_second"));
+  }
+  std::printf("%strain: %.0f steps/s (%.0f after the first epoch), stall %.1f%%", label,
+              report.train.steps_per_second, steady_steps_per_second(report),
+              100.0 * report.train.stall_fraction);
+  if (report.train.test_loss >= 0) {
+    std::printf(", test accuracy %.4f after %d epochs", report.train.accuracy, report.epochs);
+  }
+  std::printf("\n");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -38,12 +82,20 @@ int main(int argc, char** argv) {
   std::string report_path;
   bool quiet = false;
   bool list_types = false;
+  bool resident = false;
+  bool compare_resident = false;
   app.add_option("config", config_path, "pipeline YAML file");
   app.add_option("--set", overrides, "override a config value: key.path=value (nodes by name)");
   app.add_option("--epochs", epochs, "override pipeline.epochs")->check(CLI::PositiveNumber);
   app.add_option("--report", report_path, "write the run report as JSON to this file");
   app.add_flag("--quiet,-q", quiet, "print nothing but errors");
   app.add_flag("--list-types", list_types, "list the config schema and every node type, then exit");
+  auto* resident_flag = app.add_flag(
+      "--resident", resident,
+      "train resident: the whole data set on the device once, batches as views in the same order");
+  app.add_flag("--compare-resident", compare_resident,
+               "run the config streamed, then resident, and print the throughput ratio")
+      ->excludes(resident_flag);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -64,15 +116,44 @@ int main(int argc, char** argv) {
 
   try {
     flowfeed::PipelineConfig config = flowfeed::load_config_file(config_path, registry, overrides);
-    flowfeed::Pipeline pipeline(std::move(config), registry);
-    g_pipeline = &pipeline;
-    std::signal(SIGINT, on_signal);
-    std::signal(SIGTERM, on_signal);
+    if (resident) config = flowfeed::resident_config(config, registry);
+    std::optional<flowfeed::PipelineConfig> resident_run;
+    if (compare_resident) resident_run = flowfeed::resident_config(config, registry);
     flowfeed::RunOptions options;
     options.progress = !quiet;
-    flowfeed::RunReport report = pipeline.run(options);
-    g_pipeline = nullptr;
-    if (!quiet) std::cout << report.to_table() << std::flush;
+    std::signal(SIGINT, on_signal);
+    std::signal(SIGTERM, on_signal);
+    auto run = [&](flowfeed::PipelineConfig c, const char* label) {
+      flowfeed::Pipeline pipeline(std::move(c), registry);
+      struct Unpublish {
+        ~Unpublish() { g_pipeline = nullptr; }
+      } unpublish;  // destroyed before the pipeline, on every path
+      g_pipeline = &pipeline;
+      flowfeed::RunReport r = pipeline.run(options);
+      if (!quiet) {
+        std::cout << r.to_table() << std::flush;
+        print_training(r, label);
+        std::fflush(stdout);
+      }
+      return r;
+    };
+    flowfeed::RunReport report = run(std::move(config), compare_resident ? "streamed: " : "");
+    if (resident_run && !report.interrupted) {
+      flowfeed::RunReport base = run(std::move(*resident_run), "resident: ");
+      const double streamed_sps = steady_steps_per_second(report);
+      const double resident_sps = steady_steps_per_second(base);
+      std::printf("streamed / resident training throughput: %.0f / %.0f steps/s = %.3f "
+                  "(whole runs: %.0f / %.0f = %.3f)\n",
+                  streamed_sps, resident_sps, resident_sps > 0 ? streamed_sps / resident_sps : 0.0,
+                  report.train.steps_per_second, base.train.steps_per_second,
+                  base.train.steps_per_second > 0
+                      ? report.train.steps_per_second / base.train.steps_per_second
+                      : 0.0);
+      report.extra["resident_steps_per_second"] = resident_sps;
+      report.extra["streamed_steps_per_second"] = streamed_sps;
+      report.extra["streamed_over_resident"] = resident_sps > 0 ? streamed_sps / resident_sps : 0.0;
+      report.interrupted = base.interrupted;
+    }
     if (!report_path.empty()) {
       std::ofstream out(report_path);
       out << report.to_json() << "\n";

@@ -134,6 +134,7 @@ class Context final : public BuildContext {
   }
   bool ordered() const override { return impl_.config_.pipeline.ordered; }
   int epochs() const override { return impl_.config_.pipeline.epochs; }
+  const SamplerOptions& sampler_options() const override { return impl_.config_.sampler; }
 
  private:
   Pipeline::Impl& impl_;
@@ -284,7 +285,8 @@ Batch* Pipeline::Impl::next_batch(tbb::flow_control& fc) {
 
 void Pipeline::Impl::finish_batch(Batch* b) {
   if (!b->skipped) {
-    bytes_.fetch_add(b->bytes(), std::memory_order_relaxed);
+    // Only batches that reached a device buffer were uploaded (a resident run's batches carry only indices).
+    if (b->device) bytes_.fetch_add(b->bytes(), std::memory_order_relaxed);
     samples_.fetch_add(b->rows(), std::memory_order_relaxed);
   }
   b->reset();

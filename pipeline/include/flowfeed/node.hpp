@@ -23,6 +23,8 @@ const char* role_name(Role role) noexcept;
 enum class Backend { host, cuda };
 
 /// One node as declared in a config (or built in C++).
+struct SamplerOptions;
+
 struct NodeSpec {
   std::string name;
   std::string type;           ///< the type that runs (after `device:` resolution)
@@ -61,6 +63,9 @@ class BuildContext {
   /// True when the train node sees batches in sequence order (`pipeline.ordered`).
   virtual bool ordered() const = 0;
   virtual int epochs() const = 0;
+  /// The sampler's options: with the loader's size and batch_size() they give every epoch's order
+  /// (flowfeed::Sampler), e.g. for a train node that holds the whole data set (resident mode).
+  virtual const SamplerOptions& sampler_options() const = 0;
 };
 
 /// Completion handle passed to an AsynchronousNode: call it exactly once per batch, from any thread
