@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <string>
@@ -31,6 +32,13 @@ class Checksum final : public Node {
     ordered_ = context.ordered();
     seen_.assign(loader_->size(), 0);
     expected_.resize(context.layout().capacity());
+  }
+
+  void begin_run() override {
+    next_seq_ = 0;
+    epoch_samples_ = 0;
+    bytes_verified_ = 0;
+    std::fill(seen_.begin(), seen_.end(), 0u);
   }
 
   void process(Batch& batch) override {
@@ -132,7 +140,7 @@ void register_sinks(Registry& registry) {
   }
   {
     NodeType t;
-    t.name = "null";
+    t.name = "discard";
     t.role = Role::train;
     t.doc = "takes every batch and does nothing (measures the pipeline alone)";
     t.create = [](const NodeSpec&) { return std::make_unique<Null>(); };

@@ -322,7 +322,10 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
     ~Running() { flag = false; }
   } running_guard{running_};
 
-  for (auto& s : stages_) s->clear();
+  for (auto& s : stages_) {
+    s->clear();
+    s->node->begin_run();
+  }
   for (auto& p : pools_) p->reset_counters();
   in_flight_ = 0;
   max_in_flight_ = 0;
