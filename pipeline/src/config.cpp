@@ -286,8 +286,9 @@ void validate_map(const YAML::Node& map, const Schema& schema, const std::string
       if (!spec) {
         std::string hint = closest(key, known);
         problems.add(key_path, it->first.Mark(),
-                     "unknown key" + (hint.empty() ? " (known keys: " + join(known) + ")"
-                                                   : " (did you mean '" + hint + "'?)"));
+                     "unknown key" + (!hint.empty() ? " (did you mean '" + hint + "'?)"
+                                      : known.empty() ? std::string(" (this takes no keys)")
+                                                      : " (known keys: " + join(known) + ")"));
         continue;
       }
       seen.insert(key);
