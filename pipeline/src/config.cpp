@@ -13,6 +13,7 @@
 
 #include "detail/text.hpp"
 #include "flowfeed/registry.hpp"
+#include "flowfeed/sampler.hpp"
 
 namespace flowfeed {
 
@@ -48,8 +49,10 @@ Schema sampler_schema() {
   s.add_bool("shuffle", "a new permutation every epoch, from (seed, epoch) alone", false);
   s.add_int("seed", "shuffle seed", 0).range(0, 9.2e18);
   s.add_bool("drop_last", "drop the last partial batch of each epoch", false);
-  s.add_int("rank", "this shard (0..world-1)", 0).range(0, 1e6);
-  s.add_int("world", "number of shards", 1).range(1, 1e6);
+  s.add_int("rank", "this shard, 0..world-1 (default: from the launcher's environment, else 0)")
+      .range(0, 1e6);
+  s.add_int("world", "number of shards (default: from the launcher's environment, else 1)")
+      .range(1, 1e6);
   return s;
 }
 
@@ -726,6 +729,13 @@ PipelineConfig parse(const YAML::Node& root_in, const std::string& file, const R
   if (sp.has("shuffle")) s.shuffle = sp.get_bool("shuffle");
   if (sp.has("seed")) s.seed = static_cast<std::uint64_t>(sp.get_int("seed"));
   if (sp.has("drop_last")) s.drop_last = sp.get_bool("drop_last");
+  if (!sp.has("rank") || !sp.has("world")) {
+    // mpirun, srun and torchrun say which shard this process is.
+    LaunchEnvironment env = launch_environment();
+    s.rank = env.rank;
+    s.world = env.world;
+    config.launch_source = env.source;
+  }
   if (sp.has("rank")) s.rank = static_cast<int>(sp.get_int("rank"));
   if (sp.has("world")) s.world = static_cast<int>(sp.get_int("world"));
 

@@ -552,6 +552,9 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
                       ? "cuda:" + std::to_string(config_.pipeline.device_id)
                       : "host";
   report.epochs = config_.pipeline.epochs;
+  report.rank = config_.sampler.rank;
+  report.world = config_.sampler.world;
+  report.rank_source = config_.launch_source;
   report.batches = consumed;
   report.samples = samples_.load();
   report.skipped_batches = skipped_.load();

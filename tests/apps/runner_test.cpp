@@ -8,6 +8,8 @@
 #include <fstream>
 #include <sys/wait.h>
 
+#include "flowfeed/nodes/builtin.hpp"
+
 namespace {
 
 struct Result {
@@ -31,6 +33,14 @@ std::string write_temp(const std::string& name, const std::string& text) {
   return path.string();
 }
 
+std::string known_types() {
+  flowfeed::Registry registry;
+  flowfeed::register_builtin_nodes(registry);
+  std::string out;
+  for (const auto& n : registry.names()) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
 const std::string kConfigs = std::string(FLOWFEED_SOURCE_DIR) + "/configs/";
 
 TEST(Runner, ConfigErrorExitsTwoWithEveryProblem) {
@@ -46,8 +56,8 @@ TEST(Runner, ConfigErrorExitsTwoWithEveryProblem) {
                 ":1:24: pipeline.prefetch_depht: unknown key (did you mean 'prefetch_depth'?)\n" +
                 path +
                 ":4:22: nodes[1].type: unknown node type 'slep' (did you mean 'sleep'? known "
-                "types: checksum, cuda_upload, device_checksum, device_discard, discard, "
-                "host_staging, host_upload, pinned_staging, sleep, synthetic)\n");
+                "types: " +
+                known_types() + ")\n");
 }
 
 TEST(Runner, DataSetWithoutABatchExitsTwo) {

@@ -14,6 +14,13 @@ Registry builtins() {
   return r;
 }
 
+/// "a, b, c": every registered type, as an unknown-type error lists them.
+std::string known_types() {
+  std::string out;
+  for (const auto& n : builtins().names()) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
 /// The whole message of the ConfigError that loading `yaml` throws.
 std::string error_of(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
   Registry r = builtins();
@@ -100,7 +107,7 @@ nodes:
     concurrency: 2
 )";
   EXPECT_EQ(error_of(yaml),
-            "t.yaml:2:11: pipeline.epochs: expected an int, got 'three'\n"
+            std::string("t.yaml:2:11: pipeline.epochs: expected an int, got 'three'\n"
             "t.yaml:3:19: pipeline.prefetch_depth: 0 is out of range (must be between 1 and "
             "4096)\n"
             "t.yaml:4:11: pipeline.device: 'gpu' is not one of auto, cuda, host\n"
@@ -116,9 +123,8 @@ nodes:
             "t.yaml:12:5: nodes[1].name: duplicate node name 'load' (first declared at "
             "t.yaml:8:5) names must be unique\n"
             "t.yaml:13:11: nodes[1].type: unknown node type 'pinned_stagin' (did you mean "
-            "'pinned_staging'? known types: checksum, cuda_upload, device_checksum, "
-            "device_discard, discard, host_staging, host_upload, pinned_staging, sleep, "
-            "synthetic)\n"
+            "'pinned_staging'? known types: ") +
+                known_types() + ")\n"
             "t.yaml:14:13: nodes[2].type: only the last node may be a train node (the chain is "
             "load → transform* → staging → upload → transform* → train)\n"
             "t.yaml:15:5: nodes[3].concurrency: a train node runs serially (concurrency must be "
