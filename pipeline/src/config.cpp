@@ -13,6 +13,7 @@
 
 #include "detail/text.hpp"
 #include "flowfeed/registry.hpp"
+#include "flowfeed/sampler.hpp"
 
 namespace flowfeed {
 
@@ -48,8 +49,10 @@ Schema sampler_schema() {
   s.add_bool("shuffle", "a new permutation every epoch, from (seed, epoch) alone", false);
   s.add_int("seed", "shuffle seed", 0).range(0, 9.2e18);
   s.add_bool("drop_last", "drop the last partial batch of each epoch", false);
-  s.add_int("rank", "this shard (0..world-1)", 0).range(0, 1e6);
-  s.add_int("world", "number of shards", 1).range(1, 1e6);
+  s.add_int("rank", "this shard, 0..world-1 (default: from the launcher's environment, else 0)")
+      .range(0, 1e6);
+  s.add_int("world", "number of shards (default: from the launcher's environment, else 1)")
+      .range(1, 1e6);
   return s;
 }
 
@@ -286,8 +289,9 @@ void validate_map(const YAML::Node& map, const Schema& schema, const std::string
       if (!spec) {
         std::string hint = closest(key, known);
         problems.add(key_path, it->first.Mark(),
-                     "unknown key" + (hint.empty() ? " (known keys: " + join(known) + ")"
-                                                   : " (did you mean '" + hint + "'?)"));
+                     "unknown key" + (!hint.empty() ? " (did you mean '" + hint + "'?)"
+                                      : known.empty() ? std::string(" (this takes no keys)")
+                                                      : " (known keys: " + join(known) + ")"));
         continue;
       }
       seen.insert(key);
@@ -416,7 +420,7 @@ int role_rank(Role role) {
 /// params. `where_of(i)` names node i's position for messages.
 void check_config(PipelineConfig& config, const Registry& registry, Problems& problems,
                   const std::string& device_where, const std::vector<std::string>& type_where,
-                  const std::vector<bool>& yaml_checked) {
+                  const std::vector<bool>& yaml_checked, const std::string& rank_where) {
   const bool cuda_built = registry.cuda_built();
   switch (config.pipeline.device) {
     case DeviceChoice::host: config.backend = Backend::host; break;
@@ -448,7 +452,7 @@ void check_config(PipelineConfig& config, const Registry& registry, Problems& pr
   }
 
   if (config.nodes.empty()) {
-    problems.add_at(device_where.empty() ? config.file : device_where, "nodes",
+    problems.add_at(config.file, "nodes",
                     "the pipeline has no nodes (a pipeline needs at least a load and a train "
                     "node) add a `nodes:` list");
     return;
@@ -471,6 +475,7 @@ void check_config(PipelineConfig& config, const Registry& registry, Problems& pr
                             config.nodes[it->second].loc.str() + ") names must be unique");
       }
     }
+    if (node.declared_type.empty()) continue;  // reported as a missing key
     const NodeType* type = registry.find(node.declared_type);
     if (!type) {
       std::string hint = closest(node.declared_type, known_types);
@@ -532,6 +537,7 @@ void check_config(PipelineConfig& config, const Registry& registry, Problems& pr
     // Chain order: load first, train last, staging before upload, transforms anywhere between.
     const std::string desc = "'" + node.name + "' (" + role_name(node.role) + ")";
     int rank = role_rank(node.role);
+    bool misplaced = true;
     if (i == 0 && node.role != Role::load) {
       problems.add_at(twhere, path + ".type",
                       "the first node must be a load node, '" + node.name + "' is a " +
@@ -550,19 +556,21 @@ void check_config(PipelineConfig& config, const Registry& registry, Problems& pr
       problems.add_at(twhere, path + ".type",
                       "only the last node may be a train node (the chain is load → "
                       "transform* → staging → upload → transform* → train)");
-    } else if (rank >= 0 && rank <= last_rank && i > 0) {
+    } else if (rank >= 0 && rank <= last_rank && i > 0 && node.role != Role::train) {
       problems.add_at(twhere, path + ".type",
                       desc + " cannot come after " + last_desc +
                           " (the chain is load → transform* → staging → upload → transform* → "
                           "train)");
+    } else {
+      misplaced = false;
     }
-    if (rank >= 0) {
+    if (rank >= 0 && !misplaced) {
       last_rank = std::max(last_rank, rank);
       last_desc = desc;
     }
   }
   if (config.sampler.rank >= config.sampler.world) {
-    problems.add_at(config.file, "sampler.rank",
+    problems.add_at(rank_where.empty() ? config.file : rank_where, "sampler.rank",
                     std::to_string(config.sampler.rank) + " is out of range (rank must be below "
                     "world = " + std::to_string(config.sampler.world) + ")");
   }
@@ -721,6 +729,13 @@ PipelineConfig parse(const YAML::Node& root_in, const std::string& file, const R
   if (sp.has("shuffle")) s.shuffle = sp.get_bool("shuffle");
   if (sp.has("seed")) s.seed = static_cast<std::uint64_t>(sp.get_int("seed"));
   if (sp.has("drop_last")) s.drop_last = sp.get_bool("drop_last");
+  if (!sp.has("rank") || !sp.has("world")) {
+    // mpirun, srun and torchrun say which shard this process is.
+    LaunchEnvironment env = launch_environment();
+    s.rank = env.rank;
+    s.world = env.world;
+    config.launch_source = env.source;
+  }
   if (sp.has("rank")) s.rank = static_cast<int>(sp.get_int("rank"));
   if (sp.has("world")) s.world = static_cast<int>(sp.get_int("world"));
 
@@ -768,16 +783,16 @@ PipelineConfig parse(const YAML::Node& root_in, const std::string& file, const R
         validate_map(params, type->schema, path + ".params",
                      "'" + spec.type + "' requires it", spec.params, problems);
       }
-      if (spec.name.empty() || spec.type.empty()) {
-        nodes_ok = false;
-        continue;
-      }
+      // A node without name or type was reported; keep its place so later paths stay right.
       yaml_checked.push_back(type != nullptr);
       config.nodes.push_back(std::move(spec));
     }
   }
   if (nodes_ok) {
-    check_config(config, registry, problems, device_where, type_where, yaml_checked);
+    std::string rank_where = sampler.IsDefined() && sampler["rank"].IsDefined()
+                                 ? problems.where("sampler.rank", sampler["rank"].Mark())
+                                 : "";
+    check_config(config, registry, problems, device_where, type_where, yaml_checked, rank_where);
   }
   problems.throw_if_any();
   return config;
@@ -815,7 +830,7 @@ void validate_config(PipelineConfig& config, const Registry& registry) {
   for (auto& node : config.nodes) {
     if (node.loc.file.empty()) node.loc.file = config.file;
   }
-  check_config(config, registry, problems, config.file, {}, {});
+  check_config(config, registry, problems, config.file, {}, {}, "");
   problems.throw_if_any();
 }
 

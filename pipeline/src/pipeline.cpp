@@ -324,7 +324,10 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
     ~Running() { flag = false; }
   } running_guard{running_};
 
-  for (auto& s : stages_) s->clear();
+  for (auto& s : stages_) {
+    s->clear();
+    s->node->begin_run();
+  }
   for (auto& p : pools_) p->reset_counters();
   in_flight_ = 0;
   max_in_flight_ = 0;
@@ -551,6 +554,9 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
                       ? "cuda:" + std::to_string(config_.pipeline.device_id)
                       : "host";
   report.epochs = config_.pipeline.epochs;
+  report.rank = config_.sampler.rank;
+  report.world = config_.sampler.world;
+  report.rank_source = config_.launch_source;
   report.batches = consumed;
   report.samples = samples_.load();
   report.skipped_batches = skipped_.load();

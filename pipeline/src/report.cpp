@@ -17,6 +17,9 @@ std::string RunReport::to_json() const {
   j["device"] = device;
   j["device_reason"] = device_reason;
   j["epochs"] = epochs;
+  j["rank"] = rank;
+  j["world"] = world;
+  j["rank_source"] = rank_source;
   j["batches"] = batches;
   j["samples"] = samples;
   j["skipped_batches"] = skipped_batches;

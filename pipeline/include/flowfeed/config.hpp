@@ -49,6 +49,8 @@ struct PipelineConfig {
   std::vector<NodeSpec> nodes;  ///< in chain order
   Backend backend = Backend::host;  ///< resolved from pipeline.device
   SourceLoc pipeline_loc;           ///< where `pipeline:` was written
+  /// The launcher whose environment set sampler.rank/world ("" when none or set in the file).
+  std::string launch_source;
 };
 
 /// Loads and validates a YAML file. `overrides` are `key.path=value` strings (`--set`), applied

@@ -47,6 +47,10 @@ struct RunReport {
   std::string device;  ///< "host" or "cuda:N (name)"
   std::string device_reason;  ///< why that device was picked
   int epochs = 0;
+  int rank = 0;   ///< this process's shard
+  int world = 1;  ///< number of shards
+  std::string rank_source;  ///< the launcher whose environment gave rank/world, or ""
+
   std::uint64_t batches = 0;
   std::uint64_t samples = 0;
   std::uint64_t skipped_batches = 0;
