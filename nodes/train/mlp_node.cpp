@@ -208,6 +208,15 @@ void MlpNode::setup(BuildContext& context) {
   }
 }
 
+void MlpNode::begin_run() {
+  epochs_report_.clear();
+  steps_ = epoch_steps_ = 0;
+  t_epoch_ns_ = 0;
+  eval_seconds_ = 0;
+  last_loss_ = last_accuracy_ = test_loss_ = test_accuracy_ = -1;
+  if (backend_) backend_->begin_run();
+}
+
 void MlpNode::process(Batch& batch) {
   if (epoch_steps_ == 0 && t_epoch_ns_ == 0) t_epoch_ns_ = now_ns();
   backend_->step(batch);
@@ -260,11 +269,6 @@ void MlpNode::finish(RunReport& report) {
   report.train.epochs = epochs_report_;
   report.extra["train_eval_seconds"] = eval_seconds_;
   if (backend_) backend_->finish(report);
-  // The next run starts fresh.
-  epochs_report_.clear();
-  steps_ = epoch_steps_ = 0;
-  t_epoch_ns_ = 0;
-  eval_seconds_ = 0;
 }
 
 MlpParams MlpNode::params() const {

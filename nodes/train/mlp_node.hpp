@@ -69,6 +69,8 @@ class MlpBackend {
   virtual MlpParams params() const = 0;
   /// Waits for every step enqueued so far.
   virtual void quiesce() noexcept {}
+  /// Start of a run: reset per-run figures (the model keeps training from where it is).
+  virtual void begin_run() {}
   /// Backend figures for the report (e.g. how long the host waited for the device).
   virtual void finish(RunReport& /*report*/) {}
 };
@@ -92,6 +94,7 @@ class MlpNode final : public Node {
   static MlpNodeOptions options_from(const NodeSpec& spec);
 
   void setup(BuildContext& context) override;
+  void begin_run() override;
   void process(Batch& batch) override;
   void end_epoch(std::uint32_t epoch) override;
   void quiesce() noexcept override;

@@ -130,12 +130,14 @@ class MlpCudaBackend final : public MlpBackend {
     if (stream_) cudaStreamSynchronize(stream_);
   }
 
+  void begin_run() override {
+    wait_seconds_ = 0;
+    epoch_ = kNoEpoch;
+  }
+
   void finish(RunReport& report) override {
     report.extra["train_device_wait_seconds"] = wait_seconds_;
     report.extra["train_steps_ahead"] = static_cast<double>(ring_.size());
-    wait_seconds_ = 0;
-    steps_ = 0;
-    epoch_ = kNoEpoch;
   }
 
  private:
