@@ -47,7 +47,8 @@ IdxLoaderOptions IdxLoader::options_from(const Params& params) {
 }
 
 std::vector<TensorSpec> IdxLoader::sample_tensors() const {
-  return {TensorSpec{"x", options_.dtype,
+  return {TensorSpec{"x",
+                     options_.dtype,
                      {static_cast<std::int64_t>(rows_), static_cast<std::int64_t>(cols_)}},
           TensorSpec{"y", DType::int32, {}}};
 }
@@ -69,8 +70,7 @@ void IdxLoader::process(Batch& batch) {
   auto* ys = reinterpret_cast<std::int32_t*>(batch.tensor(Tier::host, 1));
   for (std::size_t r = 0; r < batch.rows(); ++r) {
     const std::size_t sample = batch.samples[r];
-    convert_pixels(images_.data() + sample * pixels, pixels, options_.dtype,
-                   xs + r * sample_bytes);
+    convert_pixels(images_.data() + sample * pixels, pixels, options_.dtype, xs + r * sample_bytes);
     ys[r] = labels_[sample];
   }
 }
@@ -91,17 +91,23 @@ void register_idx(Registry& registry) {
   NodeType t;
   t.name = "idx";
   t.role = Role::load;
-  t.doc = "MNIST / Fashion-MNIST IDX image and label files (plain or .gz), read once at build; "
-          "x [rows, cols], y int32";
+  t.doc =
+      "MNIST / Fashion-MNIST IDX image and label files (plain or .gz), read once at build; "
+      "x [rows, cols], y int32";
   t.schema.add_string("images", "IDX image file (type 0x08, count x rows x cols), plain or gzip")
       .make_required();
   t.schema.add_string("labels", "IDX label file (type 0x08, count), plain or gzip").make_required();
-  t.schema.add_string("dtype", "x as float32 (pixel / 255) or uint8 (the bytes; the train node "
-                      "converts)", std::string("float32"))
+  t.schema
+      .add_string("dtype",
+                  "x as float32 (pixel / 255) or uint8 (the bytes; the train node "
+                  "converts)",
+                  std::string("float32"))
       .one_of({"float32", "uint8"});
   t.schema.add_int("num_classes", "labels must be below this", 10).range(1, 256);
-  t.schema.add_bool("resident", "batches carry sample indices only; the train node (mlp) takes "
-                    "the whole set at build (pipeline load -> train)", false);
+  t.schema.add_bool("resident",
+                    "batches carry sample indices only; the train node (mlp) takes "
+                    "the whole set at build (pipeline load -> train)",
+                    false);
   t.create = [](const NodeSpec& spec) {
     return std::make_unique<IdxLoader>(IdxLoader::options_from(spec.params));
   };

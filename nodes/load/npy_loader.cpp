@@ -50,9 +50,10 @@ NpyLoader::NpyLoader(NpyLoaderOptions options) : options_(std::move(options)) {
   labels_ = std::make_unique<NpyFile>(options_.labels);
   const auto& fshape = features_->shape();
   if (fshape.size() < 2) {
-    throw DataError(options_.features + ": features must have a sample dimension and at least one "
-                    "feature dimension, but the shape is " + shape_text(fshape) +
-                    " (save an [N, ...] array)");
+    throw DataError(options_.features +
+                    ": features must have a sample dimension and at least one "
+                    "feature dimension, but the shape is " +
+                    shape_text(fshape) + " (save an [N, ...] array)");
   }
   if (features_->rows() == 0) {
     throw DataError(options_.features + ": holds no samples (shape " + shape_text(fshape) + ")");
@@ -60,8 +61,10 @@ NpyLoader::NpyLoader(NpyLoaderOptions options) : options_(std::move(options)) {
   const auto& lshape = labels_->shape();
   const NpyDtype ld = labels_->dtype();
   if (ld != NpyDtype::uint8 && ld != NpyDtype::int32 && ld != NpyDtype::int64) {
-    throw DataError(options_.labels + ": labels must be integers (uint8, int32 or int64), but the "
-                    "dtype is " + std::string(npy_dtype_descr(ld)));
+    throw DataError(options_.labels +
+                    ": labels must be integers (uint8, int32 or int64), but the "
+                    "dtype is " +
+                    std::string(npy_dtype_descr(ld)));
   }
   if (lshape.size() != 1) {
     throw DataError(options_.labels + ": labels must be one-dimensional, but the shape is " +
@@ -90,7 +93,9 @@ NpyLoaderOptions NpyLoader::options_from(const Params& params) {
   return o;
 }
 
-std::size_t NpyLoader::size() const { return features_->rows(); }
+std::size_t NpyLoader::size() const {
+  return features_->rows();
+}
 
 std::vector<TensorSpec> NpyLoader::sample_tensors() const {
   return {x_, TensorSpec{"y", DType::int32, {}}};
@@ -144,10 +149,10 @@ void NpyLoader::read_labels(const Batch& batch, std::int32_t* dst) const {
         } else {
           std::memcpy(&v, raw + i * item, sizeof v);
         }
-        const bool out_of_range =
-            options_.num_classes > 0 ? (v < 0 || v >= options_.num_classes)
-                                     : (v < std::numeric_limits<std::int32_t>::min() ||
-                                        v > std::numeric_limits<std::int32_t>::max());
+        const bool out_of_range = options_.num_classes > 0
+                                      ? (v < 0 || v >= options_.num_classes)
+                                      : (v < std::numeric_limits<std::int32_t>::min() ||
+                                         v > std::numeric_limits<std::int32_t>::max());
         if (out_of_range) label_error(v, first + done + i);
         dst[row + done + i] = static_cast<std::int32_t>(v);
       }
@@ -160,8 +165,9 @@ void register_npy(Registry& registry) {
   NodeType t;
   t.name = "npy";
   t.role = Role::load;
-  t.doc = "NumPy .npy features [N, ...] and labels [N], rows read with pread into pool buffers "
-          "(for data sets larger than memory); x keeps the file's dtype, y int32";
+  t.doc =
+      "NumPy .npy features [N, ...] and labels [N], rows read with pread into pool buffers "
+      "(for data sets larger than memory); x keeps the file's dtype, y int32";
   t.schema.add_string("features", ".npy features, C order, shape [N, ...]: <f4 <f2 |u1 <i4 <i8")
       .make_required();
   t.schema.add_string("labels", ".npy labels, shape [N]: |u1 <i4 <i8 (converted to int32)")

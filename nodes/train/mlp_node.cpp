@@ -149,12 +149,15 @@ void MlpNode::setup(BuildContext& context) {
   const TensorSpec& y = layout.tensors()[static_cast<std::size_t>(yi)];
   if (x.dtype != DType::float32 && x.dtype != DType::uint8) {
     throw ConfigError({where + ".type: mlp takes x as float32 or uint8, the loader gives " +
-                       std::string(dtype_name(x.dtype)) + " (convert the data, or set the "
+                       std::string(dtype_name(x.dtype)) +
+                       " (convert the data, or set the "
                        "loader's dtype)"});
   }
   if (y.dtype != DType::int32 || y.sample_elements() != 1) {
-    throw ConfigError({where + ".type: mlp takes y as one int32 label per sample, the loader "
-                       "gives " + std::string(dtype_name(y.dtype)) + " with " +
+    throw ConfigError({where +
+                       ".type: mlp takes y as one int32 label per sample, the loader "
+                       "gives " +
+                       std::string(dtype_name(y.dtype)) + " with " +
                        std::to_string(y.sample_elements()) + " elements"});
   }
 
@@ -185,13 +188,13 @@ void MlpNode::setup(BuildContext& context) {
   if (data && data->resident()) {
     if (!context.ordered()) {
       throw ConfigError({where + ".type: resident training takes batches in the sampler's order "
-                         "(pipeline.ordered is false) set pipeline.ordered: true"});
+                                 "(pipeline.ordered is false) set pipeline.ordered: true"});
     }
     resident_ = true;
     s.resident = data;
     s.dataset_size = context.loader().size();
-    s.sampler = std::make_unique<Sampler>(context.sampler_options(), s.dataset_size,
-                                          context.batch_size());
+    s.sampler =
+        std::make_unique<Sampler>(context.sampler_options(), s.dataset_size, context.batch_size());
   }
   epochs_ = context.epochs();
   if (context.backend() == Backend::cuda) {
@@ -200,7 +203,7 @@ void MlpNode::setup(BuildContext& context) {
     backend_name_ = "cuda";
 #else
     throw ConfigError({where + ".type: the cuda backend is unavailable in this build "
-                       "(reconfigure with -DFLOWFEED_CUDA=ON)"});
+                               "(reconfigure with -DFLOWFEED_CUDA=ON)"});
 #endif
   } else {
     backend_ = make_mlp_cpu_backend(std::move(s));
@@ -280,22 +283,28 @@ void register_mlp(Registry& registry) {
   NodeType t;
   t.name = "mlp";
   t.role = Role::train;
-  t.doc = "multilayer perceptron (ReLU, softmax cross-entropy, SGD with momentum): the CPU "
-          "reference on the host backend, cuBLAS on cuda";
-  t.schema.add_int_list("hidden", "widths of the ReLU hidden layers", std::vector<std::int64_t>{256})
+  t.doc =
+      "multilayer perceptron (ReLU, softmax cross-entropy, SGD with momentum): the CPU "
+      "reference on the host backend, cuBLAS on cuda";
+  t.schema
+      .add_int_list("hidden", "widths of the ReLU hidden layers", std::vector<std::int64_t>{256})
       .range(1, 1 << 20);
   t.schema.add_int("classes", "output classes; labels must be below this", 10).range(1, 1 << 20);
   t.schema.add_number("lr", "SGD learning rate", 0.05).range(1e-12, 1e6);
   t.schema.add_number("momentum", "heavy-ball momentum in [0, 1)", 0.0).range(0, 0.999999);
   t.schema.add_int("seed", "weight initialisation seed (the same weights on CPU and GPU)", 1)
       .range(0, 9.2e18);
-  t.schema.add_string("eval_images", "IDX test images, evaluated every eval_every epochs and at "
+  t.schema.add_string("eval_images",
+                      "IDX test images, evaluated every eval_every epochs and at "
                       "the end");
   t.schema.add_string("eval_labels", "IDX test labels (with eval_images)");
   t.schema.add_int("eval_every", "evaluate after every N-th epoch (and after the last)", 1)
       .range(1, 1e9);
-  t.schema.add_int("steps_ahead", "cuda: most steps the host enqueues before it waits for the "
-                   "device (bounds run-ahead so stall_fraction reflects device time)", 2)
+  t.schema
+      .add_int("steps_ahead",
+               "cuda: most steps the host enqueues before it waits for the "
+               "device (bounds run-ahead so stall_fraction reflects device time)",
+               2)
       .range(1, 1024);
   t.create = [](const NodeSpec& spec) {
     return std::make_unique<MlpNode>(MlpNode::options_from(spec), spec.name, spec.loc);

@@ -87,8 +87,7 @@ std::unique_ptr<MlpBackend> make_mlp_cuda_backend(MlpSetup setup);
 class MlpNode final : public Node {
  public:
   /// Reads the evaluation set, if any (DataError naming the file).
-  explicit MlpNode(MlpNodeOptions options, std::string node_name = "train",
-                   SourceLoc loc = {});
+  explicit MlpNode(MlpNodeOptions options, std::string node_name = "train", SourceLoc loc = {});
   ~MlpNode() override;
   /// Options from validated params; ConfigError when only one of eval_images/eval_labels is set.
   static MlpNodeOptions options_from(const NodeSpec& spec);

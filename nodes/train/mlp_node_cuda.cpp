@@ -25,9 +25,9 @@ void check(cudaError_t e, const char* call) {
                       e == cudaErrorIllegalInstruction || e == cudaErrorMisalignedAddress ||
                       e == cudaErrorAssert || e == cudaErrorECCUncorrectable;
   cudaGetLastError();
-  throw CudaError(std::string(call) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) +
-                      ")",
-                  static_cast<int>(e), sticky);
+  throw CudaError(
+      std::string(call) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")",
+      static_cast<int>(e), sticky);
 }
 
 template <typename T>
@@ -51,8 +51,8 @@ class MlpCudaBackend final : public MlpBackend {
     check(cudaSetDevice(s_.device_id), "cudaSetDevice");
     try {
       ring_.assign(static_cast<std::size_t>(s_.steps_ahead), nullptr);
-      for (auto& e : ring_) check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming),
-                                  "cudaEventCreateWithFlags");
+      for (auto& e : ring_)
+        check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags");
       if (s_.eval) upload_eval();
       if (s_.resident) upload_resident();
     } catch (...) {
@@ -86,14 +86,17 @@ class MlpCudaBackend final : public MlpBackend {
       slot = static_cast<int>(batch.index_in_epoch);
     } else {
       if (!batch.ready_event || !batch.device) {
-        throw Error("mlp (cuda): the batch is not on the device (no ready event) put a "
-                    "cuda_upload node before the train node");
+        throw Error(
+            "mlp (cuda): the batch is not on the device (no ready event) put a "
+            "cuda_upload node before the train node");
       }
       check(cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(batch.ready_event), 0),
             "cudaStreamWaitEvent");
       x = batch.tensor(Tier::device, s_.x_index);
       y = reinterpret_cast<const std::int32_t*>(batch.tensor(Tier::device, s_.y_index));
-      slot = static_cast<int>(batch.device.index());
+      // One cached graph per device buffer, and another for the epoch's partial last batch, so
+      // that neither is re-captured when the other lands in the same buffer.
+      slot = static_cast<int>(batch.device.index()) * 2 + (batch.rows() < s_.batch_size ? 1 : 0);
     }
     model_.train_step_async(x, s_.x_u8, y, n, slot);
     if (!s_.resident && batch.reuse_event) {
@@ -190,9 +193,9 @@ class MlpCudaBackend final : public MlpBackend {
                           cudaMemcpyHostToDevice, stream_),
           "cudaMemcpyAsync");
     check(cudaEventRecord(order_copied_, stream_), "cudaEventRecord");
-    check(launch_gather_rows(all_x_, order_dev_, epoch_x_, s_.x_sample_bytes, order_.size(),
-                             stream_),
-          "gather_rows_kernel launch");
+    check(
+        launch_gather_rows(all_x_, order_dev_, epoch_x_, s_.x_sample_bytes, order_.size(), stream_),
+        "gather_rows_kernel launch");
     check(launch_gather_rows(all_y_, order_dev_, epoch_y_, sizeof(std::int32_t), order_.size(),
                              stream_),
           "gather_rows_kernel launch");

@@ -11,13 +11,16 @@ PipelineConfig resident_config(const PipelineConfig& streamed, const Registry& r
   const NodeType* load_type = registry.find(load.type);
   std::vector<std::string> problems;
   if (!load_type || !load_type->schema.find("resident")) {
-    problems.push_back(load.loc.str() + ": nodes." + load.name + ".type: resident mode needs a "
-                       "loader that holds the data set in memory ('" + load.type +
-                       "' does not) use the idx loader");
+    problems.push_back(load.loc.str() + ": nodes." + load.name +
+                       ".type: resident mode needs a "
+                       "loader that holds the data set in memory ('" +
+                       load.type + "' does not) use the idx loader");
   }
   if (train.type != "mlp") {
-    problems.push_back(train.loc.str() + ": nodes." + train.name + ".type: resident mode trains "
-                       "with mlp ('" + train.type + "' cannot take a resident data set)");
+    problems.push_back(train.loc.str() + ": nodes." + train.name +
+                       ".type: resident mode trains "
+                       "with mlp ('" +
+                       train.type + "' cannot take a resident data set)");
   }
   if (!problems.empty()) throw ConfigError(problems);
   PipelineConfig resident = streamed;

@@ -22,8 +22,8 @@ int visible_devices() {
   return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
 }
 
-#define FLOWFEED_NEED_GPU()                                                        \
-  do {                                                                             \
+#define FLOWFEED_NEED_GPU()                                                                    \
+  do {                                                                                         \
     if (visible_devices() == 0) GTEST_SKIP() << "no CUDA device visible (cudaGetDeviceCount)"; \
   } while (0)
 
@@ -52,20 +52,21 @@ bool cuda_upload_available(const Registry& r) {
   return t && !t->unavailable;
 }
 
-std::string chain(const std::string& device, const std::string& images,
-                  const std::string& labels, const std::string& dtype) {
+std::string chain(const std::string& device, const std::string& images, const std::string& labels,
+                  const std::string& dtype) {
   return "pipeline: { epochs: 2, batch_size: 64, prefetch_depth: 4, device: " + device +
          " }\n"
          "sampler: { shuffle: true, seed: 42 }\n"
          "nodes:\n"
-         "  - { name: load, type: idx, concurrency: 2, params: { images: " + images +
-         ", labels: " + labels + ", dtype: " + dtype + " } }\n"
+         "  - { name: load, type: idx, concurrency: 2, params: { images: " +
+         images + ", labels: " + labels + ", dtype: " + dtype +
+         " } }\n"
          "  - { name: stage, type: host_staging }\n"
          "  - { name: upload, type: host_upload }\n"
          "  - name: train\n"
          "    type: mlp\n"
-         "    params: { hidden: [32], lr: 0.01, momentum: 0.9, seed: 3, eval_images: " + images +
-         ", eval_labels: " + labels + " }\n";
+         "    params: { hidden: [32], lr: 0.01, momentum: 0.9, seed: 3, eval_images: " +
+         images + ", eval_labels: " + labels + " }\n";
 }
 
 /// ||a - b|| / ||a|| over every parameter.
@@ -168,7 +169,8 @@ TEST(MlpNodeCudaErrors, StreamedBatchNotOnTheDevice) {
   const std::string yaml =
       "pipeline: { device: cuda }\n"
       "nodes:\n"
-      "  - { name: load, type: idx, params: { images: " + images + ", labels: " + labels +
+      "  - { name: load, type: idx, params: { images: " +
+      images + ", labels: " + labels +
       " } }\n"
       "  - { name: train, type: mlp, params: { hidden: [8] } }\n";
   Pipeline p(load_config_string(yaml, r), r);

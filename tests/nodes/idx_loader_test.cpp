@@ -25,7 +25,9 @@ std::string idx_chain(const std::string& images, const std::string& labels,
          "  - name: load\n"
          "    type: idx\n"
          "    concurrency: 3\n"
-         "    params: { images: " + images + ", labels: " + labels + extra + " }\n"
+         "    params: { images: " +
+         images + ", labels: " + labels + extra +
+         " }\n"
          "  - { name: stage, type: host_staging, concurrency: 2 }\n"
          "  - { name: upload, type: host_upload }\n"
          "  - { name: train, type: capture }\n";
@@ -132,10 +134,9 @@ TEST_F(IdxBadFiles, CountMismatchNamesTheNodeAndTheLabelFile) {
   const auto [images, labels] = write_idx_pair(dir_, data, "a", false);
   data.labels.pop_back();
   write_bytes(labels, idx_bytes(0x08, {9}, data.labels), false);
-  EXPECT_EQ(build_error(images, labels),
-            "node 'load' (idx, <string>:4): " + labels +
-                ": 10 images but 9 labels (images: " + images +
-                ") use the label file that belongs to these images");
+  EXPECT_EQ(build_error(images, labels), "node 'load' (idx, <string>:4): " + labels +
+                                             ": 10 images but 9 labels (images: " + images +
+                                             ") use the label file that belongs to these images");
 }
 
 TEST_F(IdxBadFiles, LabelOutOfRange) {
@@ -169,9 +170,8 @@ TEST_F(IdxBadFiles, NotGzipThoughNamedGz) {
 TEST_F(IdxBadFiles, MissingFile) {
   const auto [images, labels] = write_idx_pair(dir_, make_idx_pair(10, 2, 2, 10), "a", false);
   const std::string missing = dir_.file("nope");
-  EXPECT_EQ(build_error(missing, labels),
-            "node 'load' (idx, <string>:4): " + missing +
-                ": cannot open (No such file or directory)");
+  EXPECT_EQ(build_error(missing, labels), "node 'load' (idx, <string>:4): " + missing +
+                                              ": cannot open (No such file or directory)");
 }
 
 TEST(IdxConfig, ImagesAndLabelsAreRequired) {

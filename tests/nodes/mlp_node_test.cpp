@@ -1,12 +1,14 @@
 // The mlp train node wired into the graph on the host backend: it learns Fashion-MNIST, reports
 // per-epoch figures, trains resident exactly as streamed, and fails with full messages.
+#include "nodes/train/mlp_node.hpp"
+
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <array>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 
 #include "flowfeed/config.hpp"
 #include "flowfeed/nodes/builtin.hpp"
@@ -14,7 +16,6 @@
 #include "flowfeed/nodes/synthetic.hpp"
 #include "flowfeed/pipeline.hpp"
 #include "nodes/load/idx_file.hpp"
-#include "nodes/train/mlp_node.hpp"
 #include "tests/nodes/test_files.hpp"
 
 namespace flowfeed {
@@ -53,12 +54,15 @@ std::string train_chain(const std::string& images, const std::string& labels,
          "  - name: load\n"
          "    type: idx\n"
          "    concurrency: 2\n"
-         "    params: { images: " + images + ", labels: " + labels + load_params + " }\n"
+         "    params: { images: " +
+         images + ", labels: " + labels + load_params +
+         " }\n"
          "  - { name: stage, type: host_staging }\n"
          "  - { name: upload, type: host_upload }\n"
          "  - name: train\n"
          "    type: mlp\n"
-         "    params: { " + train_params + " }\n";
+         "    params: { " +
+         train_params + " }\n";
 }
 
 /// The built-in registry, with `mlp` wrapped so that the test can reach the nodes it creates.
@@ -84,8 +88,8 @@ TEST(MlpNode, LearnsAFashionMnistSubset) {
   Registry r;
   register_builtin_nodes(r);
   Pipeline p(load_config_string(train_chain(images, labels,
-                                            "lr: 0.01, momentum: 0.9, eval_images: " +
-                                                test_images + ", eval_labels: " + test_labels,
+                                            "lr: 0.01, momentum: 0.9, eval_images: " + test_images +
+                                                ", eval_labels: " + test_labels,
                                             3, ", dtype: uint8"),
                                 r),
              r);
@@ -222,7 +226,8 @@ TEST(MlpNode, ResidentNeedsOrderedBatches) {
   const std::string yaml =
       "pipeline: { device: host, ordered: false }\n"
       "nodes:\n"
-      "  - { name: load, type: idx, params: { images: " + images + ", labels: " + labels +
+      "  - { name: load, type: idx, params: { images: " +
+      images + ", labels: " + labels +
       ", resident: true } }\n"
       "  - { name: train, type: mlp }\n";
   EXPECT_EQ(config_error(yaml),
@@ -262,9 +267,8 @@ TEST(MlpNode, LabelOutsideTheClassesFailsItsBatch) {
   Pipeline p(load_config_string(yaml, r), r);
   EXPECT_EQ(error_of<NodeError>([&] { p.run(); }),
             "node 'train' (mlp, <string>:4) batch " + std::to_string(first_bad / 16) +
-                " (epoch 0): MlpCpu: label " +
-                std::to_string(synthetic_label(3, first_bad, 12)) + " at row " +
-                std::to_string(first_bad % 16) + " is out of range [0, 10)");
+                " (epoch 0): MlpCpu: label " + std::to_string(synthetic_label(3, first_bad, 12)) +
+                " at row " + std::to_string(first_bad % 16) + " is out of range [0, 10)");
   EXPECT_EQ(p.free_buffers(), p.total_buffers());
 }
 
@@ -276,9 +280,9 @@ TEST(MlpNode, BadEvalFileNamesTheNodeAndTheFile) {
   register_builtin_nodes(r);
   const PipelineConfig config = load_config_string(
       train_chain(images, labels, "eval_images: " + images + ", eval_labels: " + missing, 1), r);
-  EXPECT_EQ(error_of<DataError>([&] { Pipeline p(config, r); }),
-            "node 'train' (mlp, <string>:10): " + missing +
-                ": cannot open (No such file or directory)");
+  EXPECT_EQ(
+      error_of<DataError>([&] { Pipeline p(config, r); }),
+      "node 'train' (mlp, <string>:10): " + missing + ": cannot open (No such file or directory)");
 }
 
 TEST(MlpNode, EvalImagesOfAnotherShape) {
@@ -315,12 +319,14 @@ TEST(MlpNode, RunnerPrintsEpochsAndTheResidentRatio) {
   TempDir dir;
   const auto [images, labels] = write_idx_pair(dir, make_idx_pair(200, 4, 4, 10), "a", false);
   const std::string path = dir.file("train.yaml");
-  write_bytes(path, [&] {
-    const std::string yaml = train_chain(images, labels,
-                                         "hidden: [8], eval_images: " + images +
-                                             ", eval_labels: " + labels, 2);
-    return Bytes(yaml.begin(), yaml.end());
-  }(), false);
+  write_bytes(
+      path,
+      [&] {
+        const std::string yaml = train_chain(
+            images, labels, "hidden: [8], eval_images: " + images + ", eval_labels: " + labels, 2);
+        return Bytes(yaml.begin(), yaml.end());
+      }(),
+      false);
   const std::string report = dir.file("report.json");
   const RunnerResult r = run_runner(path + " --compare-resident --report " + report);
   ASSERT_EQ(r.code, 0) << r.output;

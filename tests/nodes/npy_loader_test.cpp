@@ -18,16 +18,19 @@ using namespace testing_files;
 
 std::string npy_chain(const std::string& features, const std::string& labels,
                       const std::string& extra = "", bool shuffle = true) {
-  return std::string("pipeline: { epochs: 2, batch_size: 8, prefetch_depth: 3, device: host, "
-                     "threads: 4 }\n"
-                     "sampler: { shuffle: ") +
+  return std::string(
+             "pipeline: { epochs: 2, batch_size: 8, prefetch_depth: 3, device: host, "
+             "threads: 4 }\n"
+             "sampler: { shuffle: ") +
          (shuffle ? "true" : "false") +
          ", seed: 11 }\n"
          "nodes:\n"
          "  - name: load\n"
          "    type: npy\n"
          "    concurrency: 3\n"
-         "    params: { features: " + features + ", labels: " + labels + extra + " }\n"
+         "    params: { features: " +
+         features + ", labels: " + labels + extra +
+         " }\n"
          "  - { name: stage, type: host_staging }\n"
          "  - { name: upload, type: host_upload }\n"
          "  - { name: train, type: capture }\n";
@@ -170,18 +173,17 @@ TEST_F(NpyLoaderTest, ShortFileAtBuild) {
   const std::string x = write_features();
   std::filesystem::resize_file(x, std::filesystem::file_size(x) - 5);
   const std::string message = build_error(npy_chain(x, write_labels(NpyDtype::int64)));
-  EXPECT_EQ(message.rfind("node 'load' (npy, <string>:4): " + x + ": truncated: header promises ",
-                          0),
-            0u)
+  EXPECT_EQ(
+      message.rfind("node 'load' (npy, <string>:4): " + x + ": truncated: header promises ", 0), 0u)
       << message;
 }
 
 TEST_F(NpyLoaderTest, BadMagic) {
   const std::string x = dir_.file("bad.npy");
   write_bytes(x, Bytes(200, 0x41), false);
-  EXPECT_EQ(build_error(npy_chain(x, write_labels(NpyDtype::int64))),
-            "node 'load' (npy, <string>:4): " + x +
-                ": not a .npy file (magic bytes are not \\x93NUMPY)");
+  EXPECT_EQ(
+      build_error(npy_chain(x, write_labels(NpyDtype::int64))),
+      "node 'load' (npy, <string>:4): " + x + ": not a .npy file (magic bytes are not \\x93NUMPY)");
 }
 
 TEST_F(NpyLoaderTest, LabelOutOfRangeFailsItsBatch) {

@@ -27,8 +27,7 @@ using Bytes = std::vector<std::uint8_t>;
 class TempDir {
  public:
   TempDir() {
-    std::string tmpl =
-        (std::filesystem::temp_directory_path() / "flowfeed_loader_XXXXXX").string();
+    std::string tmpl = (std::filesystem::temp_directory_path() / "flowfeed_loader_XXXXXX").string();
     if (mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
     path_ = tmpl;
   }
@@ -86,7 +85,8 @@ inline IdxPair make_idx_pair(std::size_t count, std::size_t rows, std::size_t co
   for (std::size_t i = 0; i < count * rows * cols; ++i) {
     p.images.push_back(static_cast<std::uint8_t>((i * 7 + i / 13) & 0xFF));
   }
-  for (std::size_t i = 0; i < count; ++i) p.labels.push_back(static_cast<std::uint8_t>(i % classes));
+  for (std::size_t i = 0; i < count; ++i)
+    p.labels.push_back(static_cast<std::uint8_t>(i % classes));
   return p;
 }
 

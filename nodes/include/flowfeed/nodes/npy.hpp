@@ -1,7 +1,8 @@
 #pragma once
 /// \file
 /// The `npy` loader: a features .npy file and a labels .npy file, read row by row with pread into
-/// pool buffers, so a data set larger than memory streams with resident memory bounded by the pools.
+/// pool buffers, so a data set larger than memory streams with resident memory bounded by the
+/// pools.
 
 #include <memory>
 #include <string>
