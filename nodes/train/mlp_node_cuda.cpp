@@ -119,10 +119,19 @@ class MlpCudaBackend final : public MlpBackend {
 
   StepStats evaluate() override {
     check(cudaSetDevice(s_.device_id), "cudaSetDevice");
-    const int chunk = static_cast<int>(s_.batch_size);
-    for (std::size_t first = 0; first < s_.eval->count; first += static_cast<std::size_t>(chunk)) {
-      const int n = static_cast<int>(std::min<std::size_t>(chunk, s_.eval->count - first));
-      model_.evaluate_async(eval_x_ + first * s_.eval->features, true, eval_y_ + first, n);
+    const EvalSet& e = *s_.eval;
+    const std::size_t chunk = s_.batch_size;
+    // Chunks go through one batch-sized device buffer: on the compute stream each copy follows
+    // the evaluation that read the buffer before, so device memory holds one chunk, not the set.
+    for (std::size_t first = 0; first < e.count; first += chunk) {
+      const std::size_t n = std::min(chunk, e.count - first);
+      check(cudaMemcpyAsync(eval_x_, eval_host_x_ + first * e.features, n * e.features,
+                            cudaMemcpyHostToDevice, stream_),
+            "cudaMemcpyAsync");
+      check(cudaMemcpyAsync(eval_y_, eval_host_y_ + first, n * sizeof(std::int32_t),
+                            cudaMemcpyHostToDevice, stream_),
+            "cudaMemcpyAsync");
+      model_.evaluate_async(eval_x_, true, eval_y_, static_cast<int>(n));
     }
     return model_.take_eval_stats();
   }
@@ -146,15 +155,20 @@ class MlpCudaBackend final : public MlpBackend {
  private:
   static constexpr std::uint32_t kNoEpoch = 0xFFFFFFFFu;
 
+  /// The evaluation set stays in pinned host memory; the device holds one batch-sized chunk.
   void upload_eval() {
     const EvalSet& e = *s_.eval;
-    eval_x_ = device_alloc<std::uint8_t>(e.images.size());
-    eval_y_ = device_alloc<std::int32_t>(e.labels.size() * sizeof(std::int32_t));
-    check(cudaMemcpy(eval_x_, e.images.data(), e.images.size(), cudaMemcpyHostToDevice),
-          "cudaMemcpy");
-    check(cudaMemcpy(eval_y_, e.labels.data(), e.labels.size() * sizeof(std::int32_t),
-                     cudaMemcpyHostToDevice),
-          "cudaMemcpy");
+    check(cudaMallocHost(reinterpret_cast<void**>(&eval_host_x_), e.images.size()),
+          "cudaMallocHost");
+    note_allocation();
+    check(cudaMallocHost(reinterpret_cast<void**>(&eval_host_y_),
+                         e.labels.size() * sizeof(std::int32_t)),
+          "cudaMallocHost");
+    note_allocation();
+    std::memcpy(eval_host_x_, e.images.data(), e.images.size());
+    std::memcpy(eval_host_y_, e.labels.data(), e.labels.size() * sizeof(std::int32_t));
+    eval_x_ = device_alloc<std::uint8_t>(s_.batch_size * e.features);
+    eval_y_ = device_alloc<std::int32_t>(s_.batch_size * sizeof(std::int32_t));
   }
 
   /// The whole set goes to the device once; each epoch is gathered into its visiting order there.
@@ -214,7 +228,12 @@ class MlpCudaBackend final : public MlpBackend {
                     static_cast<void*>(order_dev_)}) {
       if (p) cudaFree(p);
     }
-    if (order_host_) cudaFreeHost(order_host_);
+    for (void* p : {static_cast<void*>(order_host_), static_cast<void*>(eval_host_x_),
+                    static_cast<void*>(eval_host_y_)}) {
+      if (p) cudaFreeHost(p);
+    }
+    eval_host_x_ = nullptr;
+    eval_host_y_ = nullptr;
     order_copied_ = nullptr;
     eval_x_ = nullptr;
     eval_y_ = nullptr;
@@ -230,7 +249,9 @@ class MlpCudaBackend final : public MlpBackend {
   std::uint64_t steps_ = 0;
   double wait_seconds_ = 0;
 
-  std::uint8_t* eval_x_ = nullptr;
+  std::uint8_t* eval_host_x_ = nullptr;  ///< pinned: the whole evaluation set
+  std::int32_t* eval_host_y_ = nullptr;
+  std::uint8_t* eval_x_ = nullptr;  ///< device: one chunk
   std::int32_t* eval_y_ = nullptr;
 
   void* all_x_ = nullptr;
