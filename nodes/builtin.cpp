@@ -15,8 +15,12 @@ void register_load_nodes(Registry& registry) {
   register_idx(registry);
   register_npy(registry);
 }
-void register_staging_nodes(Registry& registry) { register_host_staging(registry); }
-void register_upload_nodes(Registry& registry) { register_host_upload(registry); }
+void register_staging_nodes(Registry& registry) {
+  register_host_staging(registry);
+}
+void register_upload_nodes(Registry& registry) {
+  register_host_upload(registry);
+}
 void register_train_nodes(Registry& registry) {
   register_sinks(registry);
   register_mlp(registry);

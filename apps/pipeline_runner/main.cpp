@@ -1,15 +1,15 @@
 // pipeline_runner CONFIG [--set key.path=value]... [--epochs N] [--report FILE.json] [--quiet]
 //                 [--resident | --compare-resident]
 // Exit codes: 0 done, 1 run-time failure, 2 config error, 130/143 stopped by SIGINT/SIGTERM.
-#include <CLI/CLI.hpp>
+#include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <map>
 #include <optional>
-#include <unistd.h>
 
 #include "flowfeed/flowfeed.hpp"
 #include "flowfeed/nodes/builtin.hpp"
@@ -142,13 +142,14 @@ int main(int argc, char** argv) {
       flowfeed::RunReport base = run(std::move(*resident_run), "resident: ");
       const double streamed_sps = steady_steps_per_second(report);
       const double resident_sps = steady_steps_per_second(base);
-      std::printf("streamed / resident training throughput: %.0f / %.0f steps/s = %.3f "
-                  "(whole runs: %.0f / %.0f = %.3f)\n",
-                  streamed_sps, resident_sps, resident_sps > 0 ? streamed_sps / resident_sps : 0.0,
-                  report.train.steps_per_second, base.train.steps_per_second,
-                  base.train.steps_per_second > 0
-                      ? report.train.steps_per_second / base.train.steps_per_second
-                      : 0.0);
+      std::printf(
+          "streamed / resident training throughput: %.0f / %.0f steps/s = %.3f "
+          "(whole runs: %.0f / %.0f = %.3f)\n",
+          streamed_sps, resident_sps, resident_sps > 0 ? streamed_sps / resident_sps : 0.0,
+          report.train.steps_per_second, base.train.steps_per_second,
+          base.train.steps_per_second > 0
+              ? report.train.steps_per_second / base.train.steps_per_second
+              : 0.0);
       report.extra["resident_steps_per_second"] = resident_sps;
       report.extra["streamed_steps_per_second"] = streamed_sps;
       report.extra["streamed_over_resident"] = resident_sps > 0 ? streamed_sps / resident_sps : 0.0;

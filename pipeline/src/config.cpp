@@ -38,8 +38,7 @@ Schema pipeline_schema() {
   s.add_string("on_error", "what a data error does: fail the run or skip the batch",
                std::string("fail"))
       .one_of({"fail", "skip"});
-  s.add_int("max_skipped", "under on_error: skip, fail once more batches than this were skipped",
-            0)
+  s.add_int("max_skipped", "under on_error: skip, fail once more batches than this were skipped", 0)
       .range(0, 1e12);
   return s;
 }
@@ -176,8 +175,7 @@ ParamValue convert(const YAML::Node& value, const ParamSpec& spec, const std::st
   }
   auto check_range = [&](double v) {
     if ((spec.min && v < *spec.min) || (spec.max && v > *spec.max)) {
-      problems.add(path, mark,
-                   format_number(v) + " is out of range (" + range_text(spec) + ")");
+      problems.add(path, mark, format_number(v) + " is out of range (" + range_text(spec) + ")");
       return false;
     }
     return true;
@@ -243,7 +241,8 @@ ParamValue convert(const YAML::Node& value, const ParamSpec& spec, const std::st
         std::string why;
         std::string item_path = path + "[" + std::to_string(i) + "]";
         if (!item.IsScalar() || !parse_int_text(item.Scalar(), &v, &why)) {
-          problems.add(item_path, item.Mark(), "expected an int, got " + describe_scalar(item) + why);
+          problems.add(item_path, item.Mark(),
+                       "expected an int, got " + describe_scalar(item) + why);
           ok = false;
           continue;
         }
@@ -289,7 +288,7 @@ void validate_map(const YAML::Node& map, const Schema& schema, const std::string
       if (!spec) {
         std::string hint = closest(key, known);
         problems.add(key_path, it->first.Mark(),
-                     "unknown key" + (!hint.empty() ? " (did you mean '" + hint + "'?)"
+                     "unknown key" + (!hint.empty()   ? " (did you mean '" + hint + "'?)"
                                       : known.empty() ? std::string(" (this takes no keys)")
                                                       : " (known keys: " + join(known) + ")"));
         continue;
@@ -329,8 +328,8 @@ void check_value(const ParamValue& v, const ParamSpec& spec, const std::string& 
       if (!std::holds_alternative<std::int64_t>(v)) {
         bad("expected an int");
       } else if (!in_range(static_cast<double>(std::get<std::int64_t>(v)))) {
-        bad(format_number(static_cast<double>(std::get<std::int64_t>(v))) +
-            " is out of range (" + range_text(spec) + ")");
+        bad(format_number(static_cast<double>(std::get<std::int64_t>(v))) + " is out of range (" +
+            range_text(spec) + ")");
       }
       break;
     case ParamType::number: {
@@ -383,11 +382,11 @@ void check_params(NodeSpec& node, const Schema& schema, const std::string& path,
     const ParamSpec* spec = schema.find(key);
     if (!spec) {
       std::string hint = closest(key, known);
-      problems.add_at(where, key_path,
-                      "unknown key" + (hint.empty() ? " (" + node.type + " has params: " +
-                                                          (known.empty() ? "none" : join(known)) +
-                                                          ")"
-                                                    : " (did you mean '" + hint + "'?)"));
+      problems.add_at(
+          where, key_path,
+          "unknown key" + (hint.empty() ? " (" + node.type + " has params: " +
+                                              (known.empty() ? "none" : join(known)) + ")"
+                                        : " (did you mean '" + hint + "'?)"));
       continue;
     }
     check_value(value, *spec, key_path, where, problems);
@@ -486,18 +485,22 @@ void check_config(PipelineConfig& config, const Registry& registry, Problems& pr
       continue;
     }
     // Swap to the counterpart that fits the backend.
-    if (config.backend == Backend::host && (type->backend == TypeBackend::cuda || type->unavailable)) {
-      const NodeType* other = type->counterpart.empty() ? nullptr : registry.find(type->counterpart);
+    if (config.backend == Backend::host &&
+        (type->backend == TypeBackend::cuda || type->unavailable)) {
+      const NodeType* other =
+          type->counterpart.empty() ? nullptr : registry.find(type->counterpart);
       if (other && !other->unavailable) {
         type = other;
       } else if (type->unavailable) {
         problems.add_at(twhere, path + ".type",
-                        "'" + type->name + "' is unavailable in this build (it needs CUDA) "
-                        "reconfigure with -DFLOWFEED_CUDA=ON");
+                        "'" + type->name +
+                            "' is unavailable in this build (it needs CUDA) "
+                            "reconfigure with -DFLOWFEED_CUDA=ON");
         continue;
       } else {
         problems.add_at(twhere, path + ".type",
-                        "'" + type->name + "' needs a CUDA device (the pipeline runs on the host: " +
+                        "'" + type->name +
+                            "' needs a CUDA device (the pipeline runs on the host: " +
                             (config.pipeline.device == DeviceChoice::host
                                  ? std::string("device: host")
                                  : std::string("no CUDA device is visible")) +
@@ -511,8 +514,9 @@ void check_config(PipelineConfig& config, const Registry& registry, Problems& pr
     }
     if (type->unavailable) {
       problems.add_at(twhere, path + ".type",
-                      "'" + type->name + "' is unavailable in this build (it needs CUDA) "
-                      "reconfigure with -DFLOWFEED_CUDA=ON");
+                      "'" + type->name +
+                          "' is unavailable in this build (it needs CUDA) "
+                          "reconfigure with -DFLOWFEED_CUDA=ON");
       continue;
     }
     const bool swapped = type->name != node.declared_type;
@@ -541,7 +545,8 @@ void check_config(PipelineConfig& config, const Registry& registry, Problems& pr
     if (i == 0 && node.role != Role::load) {
       problems.add_at(twhere, path + ".type",
                       "the first node must be a load node, '" + node.name + "' is a " +
-                          role_name(node.role) + " node (the chain is load → transform* → "
+                          role_name(node.role) +
+                          " node (the chain is load → transform* → "
                           "staging → upload → transform* → train)");
     } else if (i > 0 && node.role == Role::load) {
       problems.add_at(twhere, path + ".type",
@@ -550,7 +555,8 @@ void check_config(PipelineConfig& config, const Registry& registry, Problems& pr
     } else if (i + 1 == config.nodes.size() && node.role != Role::train) {
       problems.add_at(twhere, path + ".type",
                       "the last node must be a train node, '" + node.name + "' is a " +
-                          role_name(node.role) + " node (add a train-role node such as "
+                          role_name(node.role) +
+                          " node (add a train-role node such as "
                           "checksum, sleep or mlp)");
     } else if (i + 1 < config.nodes.size() && node.role == Role::train) {
       problems.add_at(twhere, path + ".type",
@@ -571,8 +577,10 @@ void check_config(PipelineConfig& config, const Registry& registry, Problems& pr
   }
   if (config.sampler.rank >= config.sampler.world) {
     problems.add_at(rank_where.empty() ? config.file : rank_where, "sampler.rank",
-                    std::to_string(config.sampler.rank) + " is out of range (rank must be below "
-                    "world = " + std::to_string(config.sampler.world) + ")");
+                    std::to_string(config.sampler.rank) +
+                        " is out of range (rank must be below "
+                        "world = " +
+                        std::to_string(config.sampler.world) + ")");
   }
 }
 
@@ -586,7 +594,8 @@ struct Override {
 };
 
 void apply_overrides(YAML::Node& root, const std::vector<std::string>& overrides,
-                     std::map<std::string, std::string>& canonical, std::vector<std::string>& errors) {
+                     std::map<std::string, std::string>& canonical,
+                     std::vector<std::string>& errors) {
   for (const auto& text : overrides) {
     auto eq = text.find('=');
     if (eq == std::string::npos || eq == 0) {
@@ -637,9 +646,9 @@ void apply_overrides(YAML::Node& root, const std::vector<std::string>& overrides
       }
       if (!found) {
         std::string hint = closest(keys[1], names);
-        errors.push_back("--set " + text + ": no node named '" + keys[1] + "'" +
-                         (hint.empty() ? " (nodes: " + join(names) + ")"
-                                       : " (did you mean '" + hint + "'?)"));
+        errors.push_back(
+            "--set " + text + ": no node named '" + keys[1] + "'" +
+            (hint.empty() ? " (nodes: " + join(names) + ")" : " (did you mean '" + hint + "'?)"));
         continue;
       }
       first_key = 2;
@@ -717,13 +726,15 @@ PipelineConfig parse(const YAML::Node& root_in, const std::string& file, const R
   if (pp.has("ordered")) o.ordered = pp.get_bool("ordered");
   if (pp.has("device")) {
     const auto& d = pp.get_string("device");
-    o.device = d == "cuda" ? DeviceChoice::cuda
-                           : d == "host" ? DeviceChoice::host : DeviceChoice::automatic;
+    o.device = d == "cuda"   ? DeviceChoice::cuda
+               : d == "host" ? DeviceChoice::host
+                             : DeviceChoice::automatic;
   }
   if (pp.has("device_id")) o.device_id = static_cast<int>(pp.get_int("device_id"));
   if (pp.has("threads")) o.threads = static_cast<int>(pp.get_int("threads"));
   if (pp.has("stall_timeout_s")) o.stall_timeout_s = pp.get_number("stall_timeout_s");
-  if (pp.has("on_error")) o.on_error = pp.get_string("on_error") == "skip" ? OnError::skip : OnError::fail;
+  if (pp.has("on_error"))
+    o.on_error = pp.get_string("on_error") == "skip" ? OnError::skip : OnError::fail;
   if (pp.has("max_skipped")) o.max_skipped = static_cast<int>(pp.get_int("max_skipped"));
   auto& s = config.sampler;
   if (sp.has("shuffle")) s.shuffle = sp.get_bool("shuffle");
@@ -739,11 +750,11 @@ PipelineConfig parse(const YAML::Node& root_in, const std::string& file, const R
   if (sp.has("rank")) s.rank = static_cast<int>(sp.get_int("rank"));
   if (sp.has("world")) s.world = static_cast<int>(sp.get_int("world"));
 
-  std::string device_where = pipeline.IsDefined() && pipeline["device"].IsDefined()
-                                 ? problems.where("pipeline.device", pipeline["device"].Mark())
-                                 : problems.where("pipeline", pipeline.IsDefined()
-                                                                  ? pipeline.Mark()
-                                                                  : YAML::Mark::null_mark());
+  std::string device_where =
+      pipeline.IsDefined() && pipeline["device"].IsDefined()
+          ? problems.where("pipeline.device", pipeline["device"].Mark())
+          : problems.where("pipeline",
+                           pipeline.IsDefined() ? pipeline.Mark() : YAML::Mark::null_mark());
   if (pipeline.IsDefined()) config.pipeline_loc = problems.loc(pipeline.Mark());
 
   const YAML::Node nodes = root["nodes"];
@@ -760,7 +771,8 @@ PipelineConfig parse(const YAML::Node& root_in, const std::string& file, const R
       const YAML::Node n = nodes[i];
       const std::string path = "nodes[" + std::to_string(i) + "]";
       if (!n.IsMap()) {
-        problems.add(path, n.Mark(), "expected a map with name and type, got " + describe_scalar(n));
+        problems.add(path, n.Mark(),
+                     "expected a map with name and type, got " + describe_scalar(n));
         nodes_ok = false;
         continue;
       }
@@ -777,11 +789,12 @@ PipelineConfig parse(const YAML::Node& root_in, const std::string& file, const R
       const YAML::Node params = n["params"];
       const NodeType* type = spec.type.empty() ? nullptr : registry.find(spec.type);
       if (params.IsDefined() && !params.IsNull() && !params.IsMap()) {
-        problems.add(path + ".params", params.Mark(), "expected a map, got " + describe_scalar(params));
+        problems.add(path + ".params", params.Mark(),
+                     "expected a map, got " + describe_scalar(params));
       } else if (type) {
         // Parse against the declared type's schema with YAML positions; a swap re-checks them.
-        validate_map(params, type->schema, path + ".params",
-                     "'" + spec.type + "' requires it", spec.params, problems);
+        validate_map(params, type->schema, path + ".params", "'" + spec.type + "' requires it",
+                     spec.params, problems);
       }
       // A node without name or type was reported; keep its place so later paths stay right.
       yaml_checked.push_back(type != nullptr);
@@ -840,10 +853,13 @@ std::string describe_schema(const Registry& registry) {
     for (const auto& p : schema.params()) {
       os << indent << p.name << " (" << param_type_name(p.type);
       if (p.required) os << ", required";
-      if (const auto* b = std::get_if<bool>(&p.default_value)) os << ", default " << (*b ? "true" : "false");
+      if (const auto* b = std::get_if<bool>(&p.default_value))
+        os << ", default " << (*b ? "true" : "false");
       if (const auto* i = std::get_if<std::int64_t>(&p.default_value)) os << ", default " << *i;
-      if (const auto* d = std::get_if<double>(&p.default_value)) os << ", default " << format_number(*d);
-      if (const auto* s = std::get_if<std::string>(&p.default_value)) os << ", default '" << *s << "'";
+      if (const auto* d = std::get_if<double>(&p.default_value))
+        os << ", default " << format_number(*d);
+      if (const auto* s = std::get_if<std::string>(&p.default_value))
+        os << ", default '" << *s << "'";
       if (const auto* l = std::get_if<std::vector<std::int64_t>>(&p.default_value)) {
         os << ", default [";
         for (std::size_t i = 0; i < l->size(); ++i) os << (i ? ", " : "") << (*l)[i];

@@ -32,11 +32,10 @@ LaunchEnvironment launch_environment() {
     const char* local;
     const char* source;
   };
-  for (const Launcher& l :
-       {Launcher{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-                 "OMPI_COMM_WORLD_*"},
-        Launcher{"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_*"},
-        Launcher{"RANK", "WORLD_SIZE", "LOCAL_RANK", "RANK/WORLD_SIZE"}}) {
+  for (const Launcher& l : {Launcher{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                                     "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_*"},
+                            Launcher{"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_*"},
+                            Launcher{"RANK", "WORLD_SIZE", "LOCAL_RANK", "RANK/WORLD_SIZE"}}) {
     LaunchEnvironment env;
     const bool has_rank = read_int(l.rank, &env.rank);
     const bool has_world = read_int(l.world, &env.world);

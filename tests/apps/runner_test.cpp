@@ -1,12 +1,12 @@
 // pipeline_runner as a user runs it: exit codes, messages, and the JSON report.
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
+#include <sys/wait.h>
 
 #include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <sys/wait.h>
+#include <nlohmann/json.hpp>
 
 #include "flowfeed/nodes/builtin.hpp"
 
@@ -50,14 +50,13 @@ TEST(Runner, ConfigErrorExitsTwoWithEveryProblem) {
                                 "  - { name: t, type: slep }\n");
   Result r = run(path);
   EXPECT_EQ(r.code, 2);
-  EXPECT_EQ(r.output,
-            path + ":1:21: pipeline.epochs: 0 is out of range (must be between 1 and 1000000)\n" +
-                path +
-                ":1:24: pipeline.prefetch_depht: unknown key (did you mean 'prefetch_depth'?)\n" +
-                path +
-                ":4:22: nodes[1].type: unknown node type 'slep' (did you mean 'sleep'? known "
-                "types: " +
-                known_types() + ")\n");
+  EXPECT_EQ(
+      r.output,
+      path + ":1:21: pipeline.epochs: 0 is out of range (must be between 1 and 1000000)\n" + path +
+          ":1:24: pipeline.prefetch_depht: unknown key (did you mean 'prefetch_depth'?)\n" + path +
+          ":4:22: nodes[1].type: unknown node type 'slep' (did you mean 'sleep'? known "
+          "types: " +
+          known_types() + ")\n");
 }
 
 TEST(Runner, DataSetWithoutABatchExitsTwo) {
@@ -67,22 +66,25 @@ TEST(Runner, DataSetWithoutABatchExitsTwo) {
                                 "  - { name: t, type: discard }\n");
   Result r = run(path);
   EXPECT_EQ(r.code, 2);
-  EXPECT_EQ(r.output, path + ": pipeline.batch_size: the data set gives no batch (3 samples in "
-                             "this shard, batch 8, drop_last) use a smaller batch or keep the "
-                             "last partial batch\n");
+  EXPECT_EQ(r.output, path +
+                          ": pipeline.batch_size: the data set gives no batch (3 samples in "
+                          "this shard, batch 8, drop_last) use a smaller batch or keep the "
+                          "last partial batch\n");
 }
 
 TEST(Runner, UnknownParamOfATypeWithoutParams) {
   Result r = run(kConfigs + "seed_prefetch.yaml --set nodes.train.type=checksum");
   EXPECT_EQ(r.code, 2);
-  EXPECT_EQ(r.output, kConfigs + "seed_prefetch.yaml:24:15: nodes[3].params.ms: unknown key (this "
-                                 "takes no keys)\n");
+  EXPECT_EQ(r.output, kConfigs +
+                          "seed_prefetch.yaml:24:15: nodes[3].params.ms: unknown key (this "
+                          "takes no keys)\n");
 }
 
 TEST(Runner, ReportHasTheDocumentedFields) {
   auto report = std::filesystem::temp_directory_path() / "runner_report.json";
-  Result r = run(kConfigs + "seed_prefetch.yaml -q --set nodes.load.params.delay_ms=0 "
-                            "--set nodes.train.params.ms=0 --report " +
+  Result r = run(kConfigs +
+                 "seed_prefetch.yaml -q --set nodes.load.params.delay_ms=0 "
+                 "--set nodes.train.params.ms=0 --report " +
                  report.string());
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_EQ(r.output, "");  // --quiet prints nothing

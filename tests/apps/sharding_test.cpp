@@ -1,6 +1,7 @@
 // Several runner processes, each told its rank by a launcher's environment variables, read
 // disjoint shards that together cover the data set, in an order fixed by (seed, epoch).
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
 #include <array>
 #include <cstdio>
@@ -9,7 +10,6 @@
 #include <map>
 #include <set>
 #include <sstream>
-#include <sys/wait.h>
 
 namespace {
 
@@ -113,8 +113,10 @@ TEST(Sharding, ExplicitRankInTheFileWins) {
   auto record = (fs::temp_directory_path() / "shard_explicit.txt").string();
   std::string output;
   EXPECT_EQ(run("RANK=1 WORLD_SIZE=3",
-                config_path() + " --set sampler.rank=0 --set sampler.world=1 --set "
-                                "nodes.train.params.path=" + record,
+                config_path() +
+                    " --set sampler.rank=0 --set sampler.world=1 --set "
+                    "nodes.train.params.path=" +
+                    record,
                 &output),
             0)
       << output;

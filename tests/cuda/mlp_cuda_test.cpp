@@ -21,7 +21,8 @@ template <typename T>
 class DeviceVector {
  public:
   explicit DeviceVector(const std::vector<T>& host) : size_(host.size()) {
-    if (cudaMalloc(&data_, sizeof(T) * size_) != cudaSuccess) throw std::runtime_error("cudaMalloc");
+    if (cudaMalloc(&data_, sizeof(T) * size_) != cudaSuccess)
+      throw std::runtime_error("cudaMalloc");
     if (cudaMemcpy(data_, host.data(), sizeof(T) * size_, cudaMemcpyHostToDevice) != cudaSuccess) {
       throw std::runtime_error("cudaMemcpy");
     }
@@ -117,6 +118,16 @@ std::vector<Case> cases() {
   three.classes = 10;
   three.momentum = 0.5f;
   c.push_back({"70-48-33-20-10", three, 37, 40});
+  MlpOptions mixed;  // a middle layer's weight gradients through cuBLAS, the others fused
+  mixed.inputs = 64;
+  mixed.hidden = {256, 256};
+  mixed.classes = 10;
+  mixed.momentum = 0.9f;
+  c.push_back({"64-256-256-10", mixed, 50, 64});
+  MlpOptions narrow;  // first-layer weight gradients (784 inputs) fused into the update kernel
+  narrow.hidden = {32};
+  narrow.lr = 0.1f;
+  c.push_back({"784-32-10", narrow, 64, 64});
   MlpOptions linear;
   linear.inputs = 20;
   linear.hidden = {};
@@ -295,8 +306,7 @@ TEST(MlpCuda, OutOfRangeLabelThrowsFromTakeStats) {
     gpu.take_train_stats();
     ADD_FAILURE() << "no exception";
   } catch (const std::out_of_range& e) {
-    EXPECT_STREQ(e.what(),
-                 "MlpCuda: label 4 at row 4 of a training batch is out of range [0, 4)");
+    EXPECT_STREQ(e.what(), "MlpCuda: label 4 at row 4 of a training batch is out of range [0, 4)");
   }
   // The flag is cleared with the counters.
   gpu.train_step_async(dx.get(), false, good.get(), rows, 0);

@@ -1,5 +1,3 @@
-#include "nodes/train/mlp_model.hpp"
-
 #include <gtest/gtest.h>
 #include <oneapi/tbb/task_arena.h>
 
@@ -9,6 +7,8 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "nodes/train/mlp_model.hpp"
 
 namespace flowfeed {
 namespace {

@@ -64,8 +64,8 @@ TEST(Config, ParsesValuesAndFillsDefaults) {
 TEST(Config, OverridesAddressNodesByName) {
   Registry r = builtins();
   PipelineConfig c = load_config_string(
-      kGood, r, {"nodes.load.concurrency=8", "pipeline.prefetch_depth=3",
-                 "nodes.load.params.delay_ms=2.5"},
+      kGood, r,
+      {"nodes.load.concurrency=8", "pipeline.prefetch_depth=3", "nodes.load.params.delay_ms=2.5"},
       "t.yaml");
   EXPECT_EQ(c.nodes[0].concurrency, 8);
   EXPECT_EQ(c.pipeline.prefetch_depth, 3);
@@ -106,30 +106,33 @@ nodes:
     type: sleep
     concurrency: 2
 )";
-  EXPECT_EQ(error_of(yaml),
-            std::string("t.yaml:2:11: pipeline.epochs: expected an int, got 'three'\n"
-            "t.yaml:3:19: pipeline.prefetch_depth: 0 is out of range (must be between 1 and "
-            "4096)\n"
-            "t.yaml:4:11: pipeline.device: 'gpu' is not one of auto, cuda, host\n"
-            "t.yaml:5:12: pipeline.ordered: expected true or false, got 'maybe'\n"
-            "t.yaml:10:18: nodes[0].concurrency: expected an int, got '010' (a leading zero "
-            "would make YAML read it as octal) write it without the zero\n"
-            "t.yaml:11:33: nodes[0].params.sample_shape[1]: -1 is out of range (must be between "
-            "1 and 1000000000)\n"
-            "t.yaml:11:45: nodes[0].params.dtype: 'float64' is not one of float32, float16, "
-            "uint8, int32, int64 (did you mean 'float32'?)\n"
-            "t.yaml:14:5: nodes[2].name: missing required key (unique node name)\n"
-            "t.yaml:14:34: nodes[2].params.ms: expected a number, got 'fast'\n"
-            "t.yaml:12:5: nodes[1].name: duplicate node name 'load' (first declared at "
-            "t.yaml:8:5) names must be unique\n"
-            "t.yaml:13:11: nodes[1].type: unknown node type 'pinned_stagin' (did you mean "
-            "'pinned_staging'? known types: ") +
-                known_types() + ")\n"
-            "t.yaml:14:13: nodes[2].type: only the last node may be a train node (the chain is "
-            "load → transform* → staging → upload → transform* → train)\n"
-            "t.yaml:15:5: nodes[3].concurrency: a train node runs serially (concurrency must be "
-            "1, got 2)\n"
-            "t.yaml:6:28: sampler.rank: 2 is out of range (rank must be below world = 2)");
+  EXPECT_EQ(
+      error_of(yaml),
+      std::string(
+          "t.yaml:2:11: pipeline.epochs: expected an int, got 'three'\n"
+          "t.yaml:3:19: pipeline.prefetch_depth: 0 is out of range (must be between 1 and "
+          "4096)\n"
+          "t.yaml:4:11: pipeline.device: 'gpu' is not one of auto, cuda, host\n"
+          "t.yaml:5:12: pipeline.ordered: expected true or false, got 'maybe'\n"
+          "t.yaml:10:18: nodes[0].concurrency: expected an int, got '010' (a leading zero "
+          "would make YAML read it as octal) write it without the zero\n"
+          "t.yaml:11:33: nodes[0].params.sample_shape[1]: -1 is out of range (must be between "
+          "1 and 1000000000)\n"
+          "t.yaml:11:45: nodes[0].params.dtype: 'float64' is not one of float32, float16, "
+          "uint8, int32, int64 (did you mean 'float32'?)\n"
+          "t.yaml:14:5: nodes[2].name: missing required key (unique node name)\n"
+          "t.yaml:14:34: nodes[2].params.ms: expected a number, got 'fast'\n"
+          "t.yaml:12:5: nodes[1].name: duplicate node name 'load' (first declared at "
+          "t.yaml:8:5) names must be unique\n"
+          "t.yaml:13:11: nodes[1].type: unknown node type 'pinned_stagin' (did you mean "
+          "'pinned_staging'? known types: ") +
+          known_types() +
+          ")\n"
+          "t.yaml:14:13: nodes[2].type: only the last node may be a train node (the chain is "
+          "load → transform* → staging → upload → transform* → train)\n"
+          "t.yaml:15:5: nodes[3].concurrency: a train node runs serially (concurrency must be "
+          "1, got 2)\n"
+          "t.yaml:6:28: sampler.rank: 2 is out of range (rank must be below world = 2)");
 }
 
 TEST(Config, DuplicateKeysAreErrors) {
@@ -173,9 +176,10 @@ TEST(Config, DeviceChoiceWithoutCudaOrWithoutDevice) {
   if (r.cuda_built()) {
     r.set_device_probe([] { return 0; });
     try {
-      load_config_string("pipeline: { device: cuda }\nnodes:\n  - { name: l, type: synthetic }\n"
-                         "  - { name: t, type: discard }\n",
-                         r, {}, "t.yaml");
+      load_config_string(
+          "pipeline: { device: cuda }\nnodes:\n  - { name: l, type: synthetic }\n"
+          "  - { name: t, type: discard }\n",
+          r, {}, "t.yaml");
       FAIL();
     } catch (const ConfigError& e) {
       EXPECT_STREQ(e.what(),

@@ -129,7 +129,8 @@ TEST_P(FailureIn, AnyNodeEndsTheRunWithItsNameAndNothingLeaks) {
     FAIL() << "the run must fail";
   } catch (const NodeError& e) {
     const std::string type = position == 0 ? "fail_transform" : "fail_train";
-    EXPECT_EQ(std::string(e.what()), "node 'bad' (" + type + ", f.yaml:" + (position == 0 ? "4" : "5") + ") batch " +
+    EXPECT_EQ(std::string(e.what()), "node 'bad' (" + type +
+                                         ", f.yaml:" + (position == 0 ? "4" : "5") + ") batch " +
                                          std::to_string(at) + " (epoch 0): boom");
     EXPECT_EQ(e.node(), "bad");
     EXPECT_EQ(e.batch(), at);

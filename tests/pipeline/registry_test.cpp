@@ -39,8 +39,8 @@ TEST(Registry, UnknownTypeListsKnownOnes) {
   r.add(noop_type("alpha", Role::load));
   r.add(noop_type("beta", Role::train));
   try {
-    load_config_string("nodes:\n  - { name: a, type: alpah }\n  - { name: b, type: beta }\n", r,
-                       {}, "x.yaml");
+    load_config_string("nodes:\n  - { name: a, type: alpah }\n  - { name: b, type: beta }\n", r, {},
+                       "x.yaml");
     FAIL();
   } catch (const ConfigError& e) {
     EXPECT_STREQ(e.what(),
