@@ -12,3 +12,4 @@
 #include "flowfeed/sampler.hpp"
 #include "flowfeed/schema.hpp"
 #include "flowfeed/stats.hpp"
+#include "flowfeed/trace.hpp"

@@ -36,6 +36,7 @@ struct NodeSpec {
 
 class LoaderNode;
 class BufferPool;
+class Gauge;
 struct RunReport;
 
 /// What a node may use while the pipeline is built. Pools created here live as long as the
@@ -61,6 +62,10 @@ class BuildContext {
   /// True when the train node sees batches in sequence order (`pipeline.ordered`).
   virtual bool ordered() const = 0;
   virtual int epochs() const = 0;
+  /// A live figure called `name` (e.g. "loss") that the progress display shows while the pipeline
+  /// runs; the same name gives the same gauge. It lives as long as the pipeline. The default
+  /// implementation returns a gauge nobody reads.
+  virtual Gauge& gauge(const std::string& name);
 };
 
 /// Completion handle passed to an AsynchronousNode: call it exactly once per batch, from any thread
