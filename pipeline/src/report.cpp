@@ -195,7 +195,8 @@ std::string RunReport::to_table() const {
                 prefetch_depth);
   os << line;
   if (sampled) {
-    std::snprintf(line, sizeof line, " (all in flight %.0f%% of the time)", full_fraction * 100);
+    std::snprintf(line, sizeof line, " (all %d admitted %.0f%% of the time)", prefetch_depth,
+                  full_fraction * 100);
     os << line;
   }
   std::snprintf(line, sizeof line, "; threads %d; allocations after build: %llu; uploaded %.3f GB\n",
