@@ -18,6 +18,7 @@ struct Variant {
   const char* name;
   const char* nodes;
   bool ordered;
+  int load_concurrency;
 };
 
 std::string yaml_of(const Variant& v, long long batches) {
@@ -25,7 +26,8 @@ std::string yaml_of(const Variant& v, long long batches) {
          (v.ordered ? "true" : "false") +
          ", device: host }\n"
          "nodes:\n"
-         "  - { name: load, type: synthetic, params: { batches: " +
+         "  - { name: load, type: synthetic, concurrency: " +
+         std::to_string(v.load_concurrency) + ", params: { batches: " +
          std::to_string(batches) + ", sample_shape: [1] } }\n" + v.nodes +
          "  - { name: train, type: \"null\" }\n";
 }
@@ -41,17 +43,21 @@ int main(int argc, char** argv) {
   app.add_option("--batches", batches, "batches per run")->check(CLI::PositiveNumber);
   app.add_option("--repeats", repeats, "runs per variant (the median is printed)")
       ->check(CLI::PositiveNumber);
-  app.add_option("--variant", only_variant, "run only this pipeline (0, 1, 2)");
+  app.add_option("--variant", only_variant, "run only this pipeline (0 to 3)");
   app.add_option("--mode", only_mode, "run only this recording mode (0 off, 1 stats, 2 trace)");
   CLI11_PARSE(app, argc, argv);
 
   flowfeed::Registry registry;
   flowfeed::register_builtin_nodes(registry);
   const std::vector<Variant> variants = {
-      {"load -> null, unordered", "", false},
-      {"load -> null, ordered", "", true},
+      {"load -> null, unordered", "", false, 1},
+      {"load -> null, ordered", "", true, 1},
       {"load -> staging -> upload -> null, ordered",
-       "  - { name: stage, type: host_staging }\n  - { name: upload, type: host_upload }\n", true},
+       "  - { name: stage, type: host_staging }\n  - { name: upload, type: host_upload }\n", true, 1},
+      {"load x2 -> staging x2 -> upload -> null, unordered",
+       "  - { name: stage, type: host_staging, concurrency: 2 }\n"
+       "  - { name: upload, type: host_upload }\n",
+       false, 2},
   };
   struct Mode {
     const char* name;

@@ -211,7 +211,7 @@ void Recorder::print_progress(std::uint64_t t, bool last) {
                   "\r\033[Kepoch %d/%d [%s] %3.0f%% %llu/%llu batches, %.0f batches/s, ETA %s%s%s",
                   epoch, setup_.epochs, bar, fraction * 100, static_cast<unsigned long long>(done),
                   static_cast<unsigned long long>(expected), rate,
-                  last ? "0.0 s" : format_eta(eta).c_str(), gauges.c_str(), last ? "\n" : "");
+                  format_eta(eta).c_str(), gauges.c_str(), last ? "\n" : "");
     bar_drawn_ = true;
   } else {
     std::snprintf(line, sizeof line,
