@@ -1,9 +1,8 @@
 // overhead_bench [--batches N] [--repeats R]: the framework's own cost per batch. Zero-work
-// pipelines (1-sample batches of one float, no delay, a null sink) run with recording off, with
+// pipelines (1-sample batches of one float, no delay, a discard sink) run with recording off, with
 // stats (the default) and with tracing; prints batches/s and microseconds per batch (median of R).
 // --variant/--mode pick one combination (e.g. for valgrind --tool=callgrind).
 #include <CLI/CLI.hpp>
-
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -27,9 +26,8 @@ std::string yaml_of(const Variant& v, long long batches) {
          ", device: host }\n"
          "nodes:\n"
          "  - { name: load, type: synthetic, concurrency: " +
-         std::to_string(v.load_concurrency) + ", params: { batches: " +
-         std::to_string(batches) + ", sample_shape: [1] } }\n" + v.nodes +
-         "  - { name: train, type: \"null\" }\n";
+         std::to_string(v.load_concurrency) + ", params: { batches: " + std::to_string(batches) +
+         ", sample_shape: [1] } }\n" + v.nodes + "  - { name: train, type: discard }\n";
 }
 
 }  // namespace
@@ -50,11 +48,12 @@ int main(int argc, char** argv) {
   flowfeed::Registry registry;
   flowfeed::register_builtin_nodes(registry);
   const std::vector<Variant> variants = {
-      {"load -> null, unordered", "", false, 1},
-      {"load -> null, ordered", "", true, 1},
-      {"load -> staging -> upload -> null, ordered",
-       "  - { name: stage, type: host_staging }\n  - { name: upload, type: host_upload }\n", true, 1},
-      {"load x2 -> staging x2 -> upload -> null, unordered",
+      {"load -> discard, unordered", "", false, 1},
+      {"load -> discard, ordered", "", true, 1},
+      {"load -> staging -> upload -> discard, ordered",
+       "  - { name: stage, type: host_staging }\n  - { name: upload, type: host_upload }\n", true,
+       1},
+      {"load x2 -> staging x2 -> upload -> discard, unordered",
        "  - { name: stage, type: host_staging, concurrency: 2 }\n"
        "  - { name: upload, type: host_upload }\n",
        false, 2},
@@ -64,8 +63,8 @@ int main(int argc, char** argv) {
     bool stats;
     bool trace;
   };
-  const Mode modes[] = {{"stats off", false, false}, {"stats on", true, false},
-                        {"stats + trace", true, true}};
+  const Mode modes[] = {
+      {"stats off", false, false}, {"stats on", true, false}, {"stats + trace", true, true}};
   std::printf("| pipeline | recording | batches/s | us per batch |\n|---|---|---:|---:|\n");
   for (std::size_t vi = 0; vi < variants.size(); ++vi) {
     if (only_variant >= 0 && static_cast<std::size_t>(only_variant) != vi) continue;

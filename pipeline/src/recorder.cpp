@@ -28,7 +28,9 @@ std::string format_eta(double seconds) {
 
 }  // namespace
 
-Recorder::~Recorder() { stop_monitor(); }
+Recorder::~Recorder() {
+  stop_monitor();
+}
 
 void Recorder::configure(std::vector<TraceNode> nodes, int prefetch_depth, bool ordered,
                          RangeHooks hooks, const std::vector<std::unique_ptr<Batch>>& batches) {
@@ -189,8 +191,8 @@ void Recorder::print_progress(std::uint64_t t, bool last) {
   }
   const double fraction =
       expected > 0 ? std::min(1.0, static_cast<double>(done) / static_cast<double>(expected)) : 0;
-  const double eta = rate > 0 ? static_cast<double>(expected - std::min(done, expected)) / rate
-                              : std::nan("");
+  const double eta =
+      rate > 0 ? static_cast<double>(expected - std::min(done, expected)) / rate : std::nan("");
   std::string gauges;
   for (const auto& g : setup_.gauges) {
     const double v = g.second->get();
@@ -210,8 +212,8 @@ void Recorder::print_progress(std::uint64_t t, bool last) {
     std::snprintf(line, sizeof line,
                   "\r\033[Kepoch %d/%d [%s] %3.0f%% %llu/%llu batches, %.0f batches/s, ETA %s%s%s",
                   epoch, setup_.epochs, bar, fraction * 100, static_cast<unsigned long long>(done),
-                  static_cast<unsigned long long>(expected), rate,
-                  format_eta(eta).c_str(), gauges.c_str(), last ? "\n" : "");
+                  static_cast<unsigned long long>(expected), rate, format_eta(eta).c_str(),
+                  gauges.c_str(), last ? "\n" : "");
     bar_drawn_ = true;
   } else {
     std::snprintf(line, sizeof line,

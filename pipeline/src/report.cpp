@@ -1,7 +1,6 @@
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "flowfeed/stats.hpp"
@@ -10,7 +9,9 @@ namespace flowfeed {
 
 namespace {
 
-nlohmann::json optional_number(double v) { return v < 0 ? nlohmann::json() : nlohmann::json(v); }
+nlohmann::json optional_number(double v) {
+  return v < 0 ? nlohmann::json() : nlohmann::json(v);
+}
 
 std::string percent(double fraction) {
   char buf[16];
@@ -19,11 +20,11 @@ std::string percent(double fraction) {
 }
 
 // Thresholds of the diagnosis (docs/REPORT.md lists them).
-constexpr double kTrainBoundStall = 0.10;  // the train node waits at most this share of the run
-constexpr double kSaturated = 0.80;        // a node this busy limits the run
-constexpr double kThreadsSaturated = 0.90; // share of all worker threads busy in node bodies
-constexpr double kThreadWait = 0.20;       // share of a node's slot time spent waiting for a thread
-constexpr double kFull = 0.80;             // share of the run with every prefetch slot in flight
+constexpr double kTrainBoundStall = 0.10;   // the train node waits at most this share of the run
+constexpr double kSaturated = 0.80;         // a node this busy limits the run
+constexpr double kThreadsSaturated = 0.90;  // share of all worker threads busy in node bodies
+constexpr double kThreadWait = 0.20;  // share of a node's slot time spent waiting for a thread
+constexpr double kFull = 0.80;        // share of the run with every prefetch slot in flight
 constexpr double kOverheadPerBatch = 20e-6;  // seconds per batch below which overhead dominates
 
 // How loaded a node is: its utilization, or for an asynchronous node the share of the run with
@@ -40,8 +41,7 @@ Verdict diagnose(const RunReport& r) {
   if (r.nodes.empty()) return {"", "no nodes ran"};
   if (r.batches == 0 || r.seconds <= 0) return {"", "no batch finished: nothing to diagnose"};
   const NodeReport& train = r.nodes.back();
-  const double stall =
-      r.train.stall_fraction >= 0 ? r.train.stall_fraction : 1 - train.utilization;
+  const double stall = r.train.stall_fraction >= 0 ? r.train.stall_fraction : 1 - train.utilization;
   if (stall <= kTrainBoundStall) {
     return {train.name, "train-bound: " + train.name + " busy " + percent(1 - stall)};
   }
@@ -62,8 +62,8 @@ Verdict diagnose(const RunReport& r) {
   const std::string waits = " (train waits " + percent(stall) + ")";
   if (top && top_load >= kSaturated) {
     if (top->asynchronous) {
-      return {top->name, top->name + "-bound: work in flight " + percent(top_load) +
-                             " of the time" + waits};
+      return {top->name,
+              top->name + "-bound: work in flight " + percent(top_load) + " of the time" + waits};
     }
     if (threads_busy >= kThreadsSaturated) {
       return {top->name, "threads-bound: " + top->name + " busy " + percent(top_load) + " at " +
@@ -99,9 +99,9 @@ Verdict diagnose(const RunReport& r) {
     }
   }
   const double per_batch = r.seconds / static_cast<double>(r.batches);
-  const std::string busiest =
-      "no node saturated (busiest: " +
-      (top ? top->name + " " + percent(top_load) : std::string("none")) + ")";
+  const std::string busiest = "no node saturated (busiest: " +
+                              (top ? top->name + " " + percent(top_load) : std::string("none")) +
+                              ")";
   if (per_batch < kOverheadPerBatch) {
     char cost[32];
     std::snprintf(cost, sizeof cost, "%.2f us", per_batch * 1e6);
@@ -118,6 +118,9 @@ std::string RunReport::to_json() const {
   j["device"] = device;
   j["device_reason"] = device_reason;
   j["epochs"] = epochs;
+  j["rank"] = rank;
+  j["world"] = world;
+  j["rank_source"] = rank_source;
   j["batches"] = batches;
   j["samples"] = samples;
   j["skipped_batches"] = skipped_batches;
@@ -137,9 +140,7 @@ std::string RunReport::to_json() const {
   j["bottleneck"] = bottleneck.empty() ? nlohmann::json() : nlohmann::json(bottleneck);
   j["verdict"] = verdict;
   j["nodes"] = nlohmann::json::array();
-  auto sampled_number = [this](double v) {
-    return sampled ? nlohmann::json(v) : nlohmann::json();
-  };
+  auto sampled_number = [this](double v) { return sampled ? nlohmann::json(v) : nlohmann::json(); };
   for (const auto& n : nodes) {
     j["nodes"].push_back(
         {{"name", n.name},
@@ -199,8 +200,9 @@ std::string RunReport::to_table() const {
                   full_fraction * 100);
     os << line;
   }
-  std::snprintf(line, sizeof line, "; threads %d; allocations after build: %llu; uploaded %.3f GB\n",
-                threads, static_cast<unsigned long long>(allocations_after_build),
+  std::snprintf(line, sizeof line,
+                "; threads %d; allocations after build: %llu; uploaded %.3f GB\n", threads,
+                static_cast<unsigned long long>(allocations_after_build),
                 static_cast<double>(bytes_uploaded) * 1e-9);
   os << line;
   std::snprintf(line, sizeof line, "%-14s %-14s %-9s %4s %9s %9s %5s %9s %9s %9s %6s\n", "node",
@@ -226,7 +228,8 @@ std::string RunReport::to_table() const {
     std::snprintf(line, sizeof line,
                   "%s is asynchronous: busy counts submit() only; work in flight %.3f s (%.0f%% of "
                   "the run)\n",
-                  n.name.c_str(), n.pending_seconds, seconds > 0 ? n.pending_seconds / seconds * 100 : 0);
+                  n.name.c_str(), n.pending_seconds,
+                  seconds > 0 ? n.pending_seconds / seconds * 100 : 0);
     os << line;
   }
   for (const auto& p : pools) {

@@ -72,7 +72,8 @@ void assign_rows(Track& t, int max_rows) {
   for (std::size_t i = 0; i < t.spans.size(); ++i) {
     const TraceSpan& s = *t.spans[i];
     int r = 0;
-    while (r < static_cast<int>(last_end.size()) && last_end[static_cast<std::size_t>(r)] > s.start) {
+    while (r < static_cast<int>(last_end.size()) &&
+           last_end[static_cast<std::size_t>(r)] > s.start) {
       ++r;
     }
     if (r == static_cast<int>(last_end.size())) {
@@ -276,8 +277,7 @@ void Trace::write_timeline_svg(std::ostream& out, const TimelineOptions& options
   const double height = y + 30;
 
   const std::size_t kept = nodes_.empty() ? 0 : spans_.size() / nodes_.size();
-  const std::string title =
-      options.title.empty() ? "flowfeed timeline: " + config_ : options.title;
+  const std::string title = options.title.empty() ? "flowfeed timeline: " + config_ : options.title;
   char buf[512];
   out << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
   std::snprintf(buf, sizeof buf,
@@ -299,7 +299,8 @@ void Trace::write_timeline_svg(std::ostream& out, const TimelineOptions& options
     subtitle += s;
   }
   if (stride_ > 1) {
-    subtitle += ", every " + std::to_string(stride_) + "th batch kept (" + std::to_string(kept) + ")";
+    subtitle +=
+        ", every " + std::to_string(stride_) + "th batch kept (" + std::to_string(kept) + ")";
   }
   subtitle += bars ? "; one bar per batch and node (asynchronous nodes: submit to completion), "
                      "colour follows the batch"
@@ -312,8 +313,9 @@ void Trace::write_timeline_svg(std::ostream& out, const TimelineOptions& options
     const TraceNode& node = nodes_[lane.node];
     std::string label = track_name(node, lane, 0);
     if (!node.asynchronous) {
-      label += " (" + node.type + (node.concurrency > 1 ? " x" + std::to_string(node.concurrency)
-                                                        : std::string()) + ")";
+      label += " (" + node.type +
+               (node.concurrency > 1 ? " x" + std::to_string(node.concurrency) : std::string()) +
+               ")";
     }
     std::snprintf(buf, sizeof buf,
                   "<rect class=\"lane\" x=\"%.0f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\"/>\n",
@@ -361,7 +363,8 @@ void Trace::write_timeline_svg(std::ostream& out, const TimelineOptions& options
         for (int c = c0; c <= c1; ++c) {
           const double lo = std::max(s->start, c * col_t);
           const double hi = std::min(s->end, (c + 1) * col_t);
-          if (hi > lo) busy[static_cast<std::size_t>(c)] += (hi - lo) * static_cast<double>(stride_);
+          if (hi > lo)
+            busy[static_cast<std::size_t>(c)] += (hi - lo) * static_cast<double>(stride_);
         }
       }
       double capacity = node.asynchronous ? 0 : node.concurrency * col_t;

@@ -28,8 +28,9 @@ struct TraceNode {
 struct TraceSpan {
   std::uint64_t seq = 0;
   std::uint32_t epoch = 0;
-  std::uint16_t node = 0;    ///< index into Trace::nodes()
-  std::int16_t stream = -1;  ///< Batch::stream_index after the node (a CUDA upload sets it), else -1
+  std::uint16_t node = 0;  ///< index into Trace::nodes()
+  std::int16_t stream =
+      -1;  ///< Batch::stream_index after the node (a CUDA upload sets it), else -1
   std::uint32_t thread = 0;  ///< the thread that ran the body (asynchronous: that called submit())
   double start = 0;          ///< body entered (asynchronous: submit() called)
   double end = 0;            ///< body returned (asynchronous: the completion was called)
@@ -102,8 +103,8 @@ struct RangeHooks {
 };
 
 /// A live figure a node publishes while the pipeline runs (e.g. the training loss), shown by the
-/// progress display. Get one from BuildContext::gauge() in setup(); set() is a relaxed atomic store,
-/// cheap enough to call from process() for every batch.
+/// progress display. Get one from BuildContext::gauge() in setup(); set() is a relaxed atomic
+/// store, cheap enough to call from process() for every batch.
 class Gauge {
  public:
   void set(double value) noexcept { value_.store(value, std::memory_order_relaxed); }

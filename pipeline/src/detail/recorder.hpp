@@ -151,7 +151,7 @@ class Recorder {
   std::vector<TraceNode> nodes_;
   std::vector<std::string> names_;
   std::unique_ptr<NodeProbe[]> probes_;
-  std::size_t count_ = 0;  // nodes
+  std::size_t count_ = 0;          // nodes
   std::vector<StageTimes> times_;  // one row of nodes_.size() per batch object
   std::uint64_t depth_ = 1;
   bool ordered_ = false;
