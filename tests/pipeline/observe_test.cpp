@@ -4,8 +4,6 @@
 #include <expat.h>
 #include <gtest/gtest.h>
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -16,6 +14,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <string>
@@ -534,8 +533,8 @@ TEST(ObserveHooks, RangeHooksSeeEveryNodeBody) {
   run_yaml(yaml, registry);
   EXPECT_EQ(counts.begins.load(), 40);
   EXPECT_EQ(counts.ends.load(), 40);
-  EXPECT_EQ(counts.per_node, (std::map<std::string, int>{
-                                 {"load", 10}, {"stage", 10}, {"up", 10}, {"train", 10}}));
+  EXPECT_EQ(counts.per_node,
+            (std::map<std::string, int>{{"load", 10}, {"stage", 10}, {"up", 10}, {"train", 10}}));
 }
 
 // A train node that publishes a loss gauge.
@@ -657,8 +656,9 @@ TEST(ObserveVerdict, NamesTheLimitingStage) {
   waiting.nodes[0].wait_cpu_seconds = 8;  // 40% of its 20 slot-seconds
   v = diagnose(waiting);
   EXPECT_EQ(v.bottleneck, "reader");
-  EXPECT_EQ(v.text, "threads-bound: batches waited for a worker thread at reader 40% of the time; "
-                    "raise pipeline.threads (now 8)");
+  EXPECT_EQ(v.text,
+            "threads-bound: batches waited for a worker thread at reader 40% of the time; "
+            "raise pipeline.threads (now 8)");
 
   RunReport tiny = made_up(0.3, 0.3, 1);
   tiny.seconds = 0.001;  // 1 us per batch
