@@ -76,6 +76,16 @@ Verdict diagnose(const RunReport& r) {
     return {top->name, top->name + "-bound: raise nodes." + top->name + ".concurrency (busy " +
                            percent(top_load) + " at " + std::to_string(top->concurrency) + ")"};
   }
+  const double per_batch = r.seconds / static_cast<double>(r.batches);
+  const std::string busiest = "no node saturated (busiest: " +
+                              (top ? top->name + " " + percent(top_load) : std::string("none")) +
+                              ")";
+  if (per_batch < kOverheadPerBatch) {
+    char cost[32];
+    std::snprintf(cost, sizeof cost, "%.2f us", per_batch * 1e6);
+    return {"", "overhead-bound: " + busiest + ", the framework's per-batch cost dominates (" +
+                    cost + " per batch); use larger batches" + waits};
+  }
   if (r.sampled) {
     const NodeReport* waiting = nullptr;
     double most = 0;
@@ -97,16 +107,6 @@ Verdict diagnose(const RunReport& r) {
                       " prefetch slots in flight " + percent(r.full_fraction) +
                       " of the time and no node saturated; raise pipeline.prefetch_depth" + waits};
     }
-  }
-  const double per_batch = r.seconds / static_cast<double>(r.batches);
-  const std::string busiest = "no node saturated (busiest: " +
-                              (top ? top->name + " " + percent(top_load) : std::string("none")) +
-                              ")";
-  if (per_batch < kOverheadPerBatch) {
-    char cost[32];
-    std::snprintf(cost, sizeof cost, "%.2f us", per_batch * 1e6);
-    return {"", "overhead-bound: " + busiest + ", the framework's per-batch cost dominates (" +
-                    cost + " per batch); use larger batches" + waits};
   }
   return {"", "unclear: " + busiest + waits + "; a run of " + std::to_string(r.batches) +
                   " batches may be too short to fill the pipeline"};
