@@ -1,6 +1,7 @@
 // overhead_bench [--batches N] [--repeats R]: the framework's own cost per batch. Zero-work
 // pipelines (1-sample batches of one float, no delay, a discard sink) run with recording off, with
-// stats (the default) and with tracing; prints batches/s and microseconds per batch (median of R).
+// stats (the default) and with tracing; prints batches/s and microseconds per batch (median of R
+// runs per mode, modes interleaved) and the range.
 // --variant/--mode pick one combination (e.g. for valgrind --tool=callgrind).
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -65,27 +66,33 @@ int main(int argc, char** argv) {
   };
   const Mode modes[] = {
       {"stats off", false, false}, {"stats on", true, false}, {"stats + trace", true, true}};
-  std::printf("| pipeline | recording | batches/s | us per batch |\n|---|---|---:|---:|\n");
+  std::printf(
+      "| pipeline | recording | batches/s (median) | us per batch | range over runs |\n"
+      "|---|---|---:|---:|---:|\n");
   for (std::size_t vi = 0; vi < variants.size(); ++vi) {
     if (only_variant >= 0 && static_cast<std::size_t>(only_variant) != vi) continue;
     const Variant& v = variants[vi];
     flowfeed::Pipeline pipeline(flowfeed::load_config_string(yaml_of(v, batches), registry),
                                 registry);
-    for (int mi = 0; mi < 3; ++mi) {
-      if (only_mode >= 0 && only_mode != mi) continue;
-      const Mode& m = modes[mi];
-      std::vector<double> rates;
-      for (int r = 0; r < repeats; ++r) {
+    // Modes alternate run by run, so a change in the machine's load hits them alike.
+    std::vector<std::vector<double>> rates(3);
+    for (int r = 0; r < repeats; ++r) {
+      for (int mi = 0; mi < 3; ++mi) {
+        if (only_mode >= 0 && only_mode != mi) continue;
         flowfeed::Trace trace;
         flowfeed::RunOptions options;
-        options.stats = m.stats;
-        options.trace = m.trace ? &trace : nullptr;
-        const flowfeed::RunReport report = pipeline.run(options);
-        rates.push_back(report.batches_per_second);
+        options.stats = modes[mi].stats;
+        options.trace = modes[mi].trace ? &trace : nullptr;
+        rates[static_cast<std::size_t>(mi)].push_back(pipeline.run(options).batches_per_second);
       }
-      std::sort(rates.begin(), rates.end());
-      const double median = rates[rates.size() / 2];
-      std::printf("| %s | %s | %.0f | %.2f |\n", v.name, m.name, median, 1e6 / median);
+    }
+    for (int mi = 0; mi < 3; ++mi) {
+      auto& v_rates = rates[static_cast<std::size_t>(mi)];
+      if (v_rates.empty()) continue;
+      std::sort(v_rates.begin(), v_rates.end());
+      const double median = v_rates[v_rates.size() / 2];
+      std::printf("| %s | %s | %.0f | %.2f | %.0f-%.0f |\n", v.name, modes[mi].name, median,
+                  1e6 / median, v_rates.front(), v_rates.back());
       std::fflush(stdout);
     }
   }
