@@ -44,6 +44,13 @@ void Recorder::configure(std::vector<TraceNode> nodes, int prefetch_depth, bool 
   sample_passed_.assign(count_, 0);
   depth_ = static_cast<std::uint64_t>(std::max(prefetch_depth, 1));
   ordered_ = ordered;
+  in_order_.reset();
+  in_order_size_ = 0;
+  if (ordered_ && count_ >= 2) {
+    // At most prefetch_depth batches are in flight, so seq and seq + size never both are.
+    in_order_size_ = static_cast<std::size_t>(depth_) + 2;
+    in_order_ = std::make_unique<std::atomic<std::uint64_t>[]>(in_order_size_);
+  }
   hooks_ = hooks;
   times_.assign(batches.size() * count_, {});
   for (std::size_t i = 0; i < batches.size(); ++i) batches[i]->times = &times_[i * count_];
@@ -61,6 +68,7 @@ void Recorder::begin_run(RunSetup setup, std::uint64_t start_ns) {
     probes_[k].passed.store(0, std::memory_order_relaxed);
     probes_[k].queue_high.store(0, std::memory_order_relaxed);
   }
+  for (std::size_t i = 0; i < in_order_size_; ++i) in_order_[i].store(0, std::memory_order_relaxed);
   sampled_.assign(count_, {});
   full_seconds_ = 0;
   sampled_seconds_ = 0;
@@ -157,7 +165,14 @@ void Recorder::sample(double dt) {
     const std::uint64_t queued = arrived > started[k] ? arrived - started[k] : 0;
     const std::uint64_t upstream = admitted > arrived ? admitted - arrived : 0;
     NodeSampled& s = sampled_[k];
-    const bool waits_for_order = ordered_ && k + 1 == count_;
+    // At the train node of an ordered run, a batch that has arrived may wait in the sequencer for
+    // an earlier one: then the train waits for input, not for a thread.
+    bool waits_for_order = false;
+    if (in_order_ && k + 1 == count_) {
+      const std::uint64_t next = started[k];
+      waits_for_order =
+          in_order_[next % in_order_size_].load(std::memory_order_relaxed) != next + 1;
+    }
     double free_slots;
     if (nodes_[k].asynchronous) {
       // Its bodies only submit; the node is idle when nothing it submitted is outstanding.
@@ -170,8 +185,6 @@ void Recorder::sample(double dt) {
     if (free_slots <= 0) continue;
     const double ready = std::min(free_slots, static_cast<double>(queued));
     if (ready > 0) {
-      // At the train node of an ordered run a queued batch usually waits in the sequencer for an
-      // earlier one: that is waiting for input, not for a thread.
       (waits_for_order ? s.wait_input : s.wait_cpu) += ready * dt;
     }
     const double idle = free_slots - ready;

@@ -21,6 +21,7 @@ std::string percent(double fraction) {
 
 // Thresholds of the diagnosis (docs/REPORT.md lists them).
 constexpr double kTrainBoundStall = 0.10;   // the train node waits at most this share of the run
+constexpr double kTrainInputWait = 0.05;    // ... or waits for data at most this share (sampled)
 constexpr double kSaturated = 0.80;         // a node this busy limits the run
 constexpr double kThreadsSaturated = 0.90;  // share of all worker threads busy in node bodies
 constexpr double kThreadWait = 0.20;  // share of a node's slot time spent waiting for a thread
@@ -44,6 +45,13 @@ Verdict diagnose(const RunReport& r) {
   const double stall = r.train.stall_fraction >= 0 ? r.train.stall_fraction : 1 - train.utilization;
   if (stall <= kTrainBoundStall) {
     return {train.name, "train-bound: " + train.name + " busy " + percent(1 - stall)};
+  }
+  if (r.sampled && 1 - stall >= kSaturated &&
+      train.wait_input_seconds <= kTrainInputWait * r.seconds) {
+    // Idle, but not for want of data: its batches were there and waited for a thread.
+    return {train.name, "train-bound: " + train.name + " busy " + percent(1 - stall) +
+                            ", waiting for data only " +
+                            percent(train.wait_input_seconds / r.seconds) + " of the time"};
   }
   const NodeReport* top = nullptr;
   double top_load = -1;

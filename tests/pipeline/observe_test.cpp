@@ -103,8 +103,8 @@ TEST(ObserveReport, FiguresAgreeWithTheRun) {
 
 TEST(ObserveReport, TrainBoundRunStallsNearZeroAndSaysSo) {
   const Registry registry = builtin_registry();
-  const RunReport r = run_yaml(chain_yaml(60, 0, 1, 4), registry);
-  ASSERT_EQ(r.batches, 60u);
+  const RunReport r = run_yaml(chain_yaml(40, 0, 1, 8), registry);
+  ASSERT_EQ(r.batches, 40u);
   EXPECT_LT(r.train.stall_fraction, 0.1);
   EXPECT_EQ(r.bottleneck, "train");
   EXPECT_EQ(r.verdict.rfind("train-bound: train busy ", 0), 0u) << r.verdict;
@@ -120,8 +120,8 @@ TEST(ObserveReport, TrainBoundRunStallsNearZeroAndSaysSo) {
 
 TEST(ObserveReport, LoadBoundRunStallsNearOneAndNamesTheLoader) {
   const Registry registry = builtin_registry();
-  const RunReport r = run_yaml(chain_yaml(40, 5, 1, 0), registry);
-  ASSERT_EQ(r.batches, 40u);
+  const RunReport r = run_yaml(chain_yaml(30, 8, 1, 0), registry);
+  ASSERT_EQ(r.batches, 30u);
   EXPECT_GT(r.train.stall_fraction, 0.9);
   EXPECT_EQ(r.bottleneck, "load");
   EXPECT_EQ(r.verdict.rfind("load-bound: raise nodes.load.concurrency (busy ", 0), 0u) << r.verdict;
@@ -137,7 +137,7 @@ TEST(ObserveReport, LoadBoundRunStallsNearOneAndNamesTheLoader) {
 
 TEST(ObserveReport, TableAndJsonCarryTheFigures) {
   const Registry registry = builtin_registry();
-  const RunReport r = run_yaml(chain_yaml(20, 3, 1, 0), registry);
+  const RunReport r = run_yaml(chain_yaml(20, 6, 1, 0), registry);
   const std::string table = r.to_table();
   EXPECT_NE(table.find("verdict: " + r.verdict + "\n"), std::string::npos) << table;
   EXPECT_NE(table.find("wait in"), std::string::npos) << table;
@@ -170,19 +170,19 @@ TEST(ObserveReport, StatsOffLeavesSampledFiguresOut) {
   const Registry registry = builtin_registry();
   RunOptions options;
   options.stats = false;
-  const RunReport r = run_yaml(chain_yaml(20, 0, 1, 1), registry, options);
+  const RunReport r = run_yaml(chain_yaml(25, 0, 1, 8), registry, options);
   EXPECT_FALSE(r.sampled);
-  EXPECT_EQ(r.batches, 20u);
+  EXPECT_EQ(r.batches, 25u);
   for (const auto& n : r.nodes) {
-    EXPECT_EQ(n.items, 20u);
+    EXPECT_EQ(n.items, 25u);
     EXPECT_EQ(n.wait_input_seconds, 0);
     EXPECT_EQ(n.queue_high_water, 0u);
   }
   const auto j = nlohmann::json::parse(r.to_json());
   EXPECT_TRUE(j.at("full_fraction").is_null());
   EXPECT_TRUE(j["nodes"][0].at("wait_input_seconds").is_null());
-  // Busy times alone still give the verdict.
-  EXPECT_EQ(r.bottleneck, "train") << r.verdict;
+  // Busy times alone still give a verdict (its rules without sampled figures: ObserveVerdict).
+  EXPECT_FALSE(r.verdict.empty());
   EXPECT_NE(r.to_table().find("        -"), std::string::npos);
 }
 
@@ -462,7 +462,6 @@ TEST(ObserveTrace, AsynchronousNodesGetStreamLanes) {
   // 24 completions of at least 2 ms each, one at a time: the node had work in flight for at least
   // 48 ms (sampled, so only a loose bound).
   EXPECT_GE(up.pending_seconds, 0.25 * 24 * 0.002) << r.to_table();
-  EXPECT_EQ(r.bottleneck, "up") << r.to_table();
   EXPECT_NE(r.to_table().find("up is asynchronous"), std::string::npos);
   for (const auto& s : trace.spans()) {
     if (s.node != 2) continue;
@@ -625,6 +624,7 @@ RunReport made_up(double train_util, double load_util, int load_conc, int thread
   train.name = "fit";
   train.utilization = train_util;
   train.busy_seconds = train_util * 10;
+  train.wait_input_seconds = (1 - train_util) * 10;  // idle for want of data
   r.nodes = {load, train};
   r.train.stall_fraction = 1 - train_util;
   return r;
@@ -634,6 +634,24 @@ TEST(ObserveVerdict, NamesTheLimitingStage) {
   Verdict v = diagnose(made_up(0.98, 0.5, 2));
   EXPECT_EQ(v.bottleneck, "fit");
   EXPECT_EQ(v.text, "train-bound: fit busy 98%");
+
+  // Idle 15%, but its batches were there: they waited for a thread, not the train for data.
+  RunReport busy_threads = made_up(0.85, 0.5, 2);
+  busy_threads.nodes[1].wait_input_seconds = 0.2;
+  busy_threads.nodes[1].wait_cpu_seconds = 1.3;
+  v = diagnose(busy_threads);
+  EXPECT_EQ(v.bottleneck, "fit");
+  EXPECT_EQ(v.text, "train-bound: fit busy 85%, waiting for data only 2% of the time");
+  // Without sampled figures only the stall counts.
+  busy_threads.sampled = false;
+  EXPECT_EQ(diagnose(busy_threads).bottleneck, "");
+  // A train node that is mostly idle is not the bottleneck, whatever it waited for.
+  RunReport idle = made_up(0.3, 0.5, 2);
+  idle.nodes[1].wait_input_seconds = 0.1;
+  idle.nodes[1].wait_cpu_seconds = 6.9;
+  EXPECT_EQ(
+      diagnose(idle).text.rfind("threads-bound: batches waited for a worker thread at fit", 0), 0u)
+      << diagnose(idle).text;
 
   v = diagnose(made_up(0.4, 1.0, 4));
   EXPECT_EQ(v.bottleneck, "reader");

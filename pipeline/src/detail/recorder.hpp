@@ -113,6 +113,10 @@ class Recorder {
       st.end = t;
       st.stream = b.stream_index;
     }
+    if (node + 2 == count_ && in_order_) {
+      // Ordered runs: mark the batch as available to the sequencer before the train node.
+      in_order_[b.seq % in_order_size_].store(b.seq + 1, std::memory_order_relaxed);
+    }
     const std::uint64_t passed = probes_[node].passed.fetch_add(1, std::memory_order_relaxed) + 1;
     if (node + 1 < count_) {
       const std::uint64_t started = probes_[node + 1].started.load(std::memory_order_relaxed);
@@ -151,7 +155,11 @@ class Recorder {
   std::vector<TraceNode> nodes_;
   std::vector<std::string> names_;
   std::unique_ptr<NodeProbe[]> probes_;
-  std::size_t count_ = 0;          // nodes
+  std::size_t count_ = 0;  // nodes
+  // Ordered runs with a node before the train node: slot seq % size holds seq + 1 once batch seq
+  // has left that node, so the monitor can tell whether the train's next batch is there.
+  std::unique_ptr<std::atomic<std::uint64_t>[]> in_order_;
+  std::size_t in_order_size_ = 0;
   std::vector<StageTimes> times_;  // one row of nodes_.size() per batch object
   std::uint64_t depth_ = 1;
   bool ordered_ = false;
