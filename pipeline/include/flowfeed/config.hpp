@@ -3,6 +3,7 @@
 /// Pipeline configuration: the YAML schema, parsed once into plain validated structs.
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,9 @@ struct PipelineConfig {
   std::vector<NodeSpec> nodes;  ///< in chain order
   Backend backend = Backend::host;  ///< resolved from pipeline.device
   SourceLoc pipeline_loc;           ///< where `pipeline:` was written
+  /// Where C++ code set `pipeline.*` and `sampler.*` keys (PipelineBuilder records its calls);
+  /// validate_config names these places in its messages. Empty for YAML.
+  std::map<std::string, SourceLoc> option_locs;
 };
 
 /// Loads and validates a YAML file. `overrides` are `key.path=value` strings (`--set`), applied

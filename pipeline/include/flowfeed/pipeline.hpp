@@ -8,6 +8,7 @@
 
 #include "flowfeed/config.hpp"
 #include "flowfeed/registry.hpp"
+#include "flowfeed/session.hpp"
 #include "flowfeed/stats.hpp"
 
 namespace flowfeed {
@@ -30,11 +31,22 @@ class Pipeline {
   ~Pipeline();
   Pipeline(const Pipeline&) = delete;
   Pipeline& operator=(const Pipeline&) = delete;
+  /// Moves the built pipeline (nodes, pools); not while it runs.
+  Pipeline(Pipeline&& other) noexcept;
+  /// Moves the built pipeline (nodes, pools); not while either runs.
+  Pipeline& operator=(Pipeline&& other) noexcept;
 
   /// Runs every epoch and returns the report. Throws NodeError for the first node failure (the run
   /// is cancelled, every buffer returned), or Error when the run stalled or lost batches. After
-  /// request_stop() it returns early with `report.interrupted` set.
+  /// request_stop() it returns early with `report.interrupted` set. Throws ConfigError when the
+  /// config has no train node (such a pipeline is stepped with start()).
   RunReport run(const RunOptions& options = {});
+
+  /// Starts a run in pull mode and returns at once: the caller's loop takes batches with
+  /// Session::next() and gives them back with Session::release() (see session.hpp). The config
+  /// must have no train node: the caller is the train step. Throws ConfigError when it has one,
+  /// std::logic_error while a run or another session is active.
+  Session start();
 
   /// Asks the running pipeline to stop admitting batches and drain the ones in flight. Safe to call
   /// from any thread and from a signal handler (it only stores to an atomic).
@@ -51,6 +63,7 @@ class Pipeline {
   class Impl;
 
  private:
+  void end_session() noexcept;
   std::unique_ptr<Impl> impl_;
 };
 
