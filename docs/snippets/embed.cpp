@@ -10,14 +10,14 @@ int main() {
 
   // Or flowfeed::load_config_file("my.yaml", registry), or flowfeed::PipelineBuilder in C++.
   flowfeed::Pipeline pipeline(flowfeed::load_config_string(R"(
-pipeline: { epochs: 2, batch_size: 64, prefetch_depth: 8, device: auto }
+pipeline: { mode: pull, epochs: 2, batch_size: 64, prefetch_depth: 8, device: auto }
 nodes:
   - { name: load, type: synthetic, concurrency: 2, params: { samples: 6400 } }
   - { name: stage, type: host_staging }
   - { name: upload, type: host_upload }
 )", registry), registry);
 
-  // No train node in the config: this loop is the train step (pull mode).
+  // mode: pull, no train node: this loop is the train step.
   flowfeed::Session session = pipeline.start();
   std::size_t samples = 0;
   while (flowfeed::Batch* batch = session.next()) {

@@ -135,8 +135,15 @@ PipelineBuilder& PipelineBuilder::shard(int rank, int world, std::source_locatio
   note("sampler.world", where);
   return *this;
 }
+PipelineBuilder& PipelineBuilder::mode(RunMode mode, std::source_location where) {
+  config_.pipeline.mode = mode;
+  mode_set_ = true;
+  note("pipeline.mode", where);
+  return *this;
+}
 PipelineBuilder& PipelineBuilder::options(const PipelineOptions& options) {
   config_.pipeline = options;
+  mode_set_ = true;
   return *this;
 }
 PipelineBuilder& PipelineBuilder::sampler(const SamplerOptions& options) {
@@ -221,6 +228,16 @@ PipelineBuilder& PipelineBuilder::streams(int streams) {
   return *this;
 }
 
+PipelineConfig PipelineBuilder::prepared() const {
+  PipelineConfig config = config_;
+  if (!mode_set_) {
+    bool train = false;
+    for (const auto& n : config.nodes) train = train || n.role == Role::train;
+    config.pipeline.mode = train ? RunMode::run : RunMode::pull;
+  }
+  return config;
+}
+
 PipelineConfig PipelineBuilder::config(const Registry& registry) const {
   for (std::size_t i = 0; i < objects_.size(); ++i) {
     if (objects_[i]) {
@@ -229,7 +246,7 @@ PipelineConfig PipelineBuilder::config(const Registry& registry) const {
                              "built with this registry alone (use PipelineBuilder::build)");
     }
   }
-  PipelineConfig config = config_;
+  PipelineConfig config = prepared();
   validate_config(config, registry);
   return config;
 }
@@ -247,7 +264,7 @@ Pipeline PipelineBuilder::build(const Registry& registry) {
   // Each object becomes a one-shot type in a copy of the registry: the pipeline creates nodes
   // from types, and the factory hands over the object.
   Registry types = registry;
-  PipelineConfig config = config_;
+  PipelineConfig config = prepared();
   for (std::size_t i = 0; i < objects_.size(); ++i) {
     if (!objects_[i]) continue;
     NodeSpec& spec = config.nodes[i];

@@ -130,13 +130,13 @@ class Context final : public BuildContext {
   const LoaderNode& loader() const override { return *impl_.loader_; }
   BufferPool& make_pool(const std::string& name, MemoryKind kind, std::size_t count,
                         std::size_t bytes, Allocator allocator) override {
-    impl_.pools_.push_back(
-        std::make_unique<BufferPool>(stage_.spec.name + "." + name, kind, count, bytes,
-                                     std::move(allocator)));
+    impl_.pools_.push_back(std::make_unique<BufferPool>(stage_.spec.name + "." + name, kind, count,
+                                                        bytes, std::move(allocator)));
     return *impl_.pools_.back();
   }
   std::uint64_t batches_per_epoch() const override {
-    if (!impl_.sampler_) throw std::logic_error("batches_per_epoch is not known in the loader's setup");
+    if (!impl_.sampler_)
+      throw std::logic_error("batches_per_epoch is not known in the loader's setup");
     return impl_.sampler_->batches_per_epoch();
   }
   bool ordered() const override { return impl_.config_.pipeline.ordered; }
@@ -148,13 +148,15 @@ class Context final : public BuildContext {
 };
 
 std::string where_declared(const NodeSpec& spec) {
-  return spec.type + (spec.loc.file.empty() ? "" : ", " + SourceLoc{spec.loc.file, spec.loc.line, 0}.str());
+  return spec.type +
+         (spec.loc.file.empty() ? "" : ", " + SourceLoc{spec.loc.file, spec.loc.line, 0}.str());
 }
 
 }  // namespace
 
 Pipeline::Impl::Impl(PipelineConfig config, const Registry& registry) : config_(std::move(config)) {
-  if (config_.nodes.empty()) throw ConfigError({config_.file + ": nodes: the pipeline has no nodes"});
+  if (config_.nodes.empty())
+    throw ConfigError({config_.file + ": nodes: the pipeline has no nodes"});
   for (const auto& spec : config_.nodes) {
     const NodeType* type = registry.find(spec.type);
     if (!type || !type->create) {
@@ -330,7 +332,10 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
     ~Running() { flag = false; }
   } running_guard{running_};
 
-  for (auto& s : stages_) s->clear();
+  for (auto& s : stages_) {
+    s->clear();
+    s->node->begin_run();
+  }
   for (auto& p : pools_) p->reset_counters();
   in_flight_ = 0;
   max_in_flight_ = 0;
@@ -343,8 +348,8 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
   stop_ = false;
   abort_ = false;
 
-  const int threads = config_.pipeline.threads > 0 ? config_.pipeline.threads
-                                                   : tbb::info::default_concurrency();
+  const int threads =
+      config_.pipeline.threads > 0 ? config_.pipeline.threads : tbb::info::default_concurrency();
   tbb::global_control parallelism(tbb::global_control::max_allowed_parallelism,
                                   static_cast<std::size_t>(std::max(threads, 1)) + 1);
   tbb::task_arena arena(threads);
@@ -424,8 +429,8 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
         auto ctx = std::make_unique<AsyncContext>();
         ctx->stage = st;
         AsyncContext* c = ctx.get();
-        auto node = std::make_unique<AsyncNode>(
-            g, conc, [this, c](Batch* b, AsyncNode::gateway_type& gw) {
+        auto node =
+            std::make_unique<AsyncNode>(g, conc, [this, c](Batch* b, AsyncNode::gateway_type& gw) {
               if (b->skipped) {
                 gw.try_put(b);
                 return;
@@ -453,8 +458,8 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
             });
         make_edge(*tail, *node);
         // Completions only flag failures; this node rethrows them on a TBB thread, in the graph.
-        auto check = std::make_unique<function_node<Batch*, Batch*>>(
-            g, unlimited, [this, st](Batch* b) {
+        auto check =
+            std::make_unique<function_node<Batch*, Batch*>>(g, unlimited, [this, st](Batch* b) {
               if (b->error) {
                 std::exception_ptr e = std::move(b->error);
                 b->error = nullptr;
@@ -469,8 +474,8 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
         async_contexts.push_back(std::move(ctx));
       } else {
         const bool first = i == 0;
-        auto node = std::make_unique<function_node<Batch*, Batch*>>(
-            g, conc, [this, st, first](Batch* b) {
+        auto node =
+            std::make_unique<function_node<Batch*, Batch*>>(g, conc, [this, st, first](Batch* b) {
               if (first) {
                 int n = in_flight_.fetch_add(1, std::memory_order_relaxed) + 1;
                 int m = max_in_flight_.load(std::memory_order_relaxed);
@@ -557,6 +562,9 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
                       ? "cuda:" + std::to_string(config_.pipeline.device_id)
                       : "host";
   report.epochs = config_.pipeline.epochs;
+  report.rank = config_.sampler.rank;
+  report.world = config_.sampler.world;
+  report.rank_source = config_.launch_source;
   report.batches = consumed;
   report.samples = samples_.load();
   report.skipped_batches = skipped_.load();
@@ -601,13 +609,19 @@ Pipeline& Pipeline::operator=(Pipeline&& other) noexcept {
   impl_ = std::move(other.impl_);
   return *this;
 }
-RunReport Pipeline::run(const RunOptions& options) { return impl_->run(options); }
-void Pipeline::request_stop() noexcept { impl_->stop_.store(true); }
+RunReport Pipeline::run(const RunOptions& options) {
+  return impl_->run(options);
+}
+void Pipeline::request_stop() noexcept {
+  impl_->stop_.store(true);
+}
 void Pipeline::request_abort() noexcept {
   impl_->stop_.store(true);
   impl_->abort_.store(true);
 }
-const PipelineConfig& Pipeline::config() const noexcept { return impl_->config_; }
+const PipelineConfig& Pipeline::config() const noexcept {
+  return impl_->config_;
+}
 std::size_t Pipeline::free_buffers() const {
   std::size_t n = 0;
   for (const auto& p : impl_->pools_) n += p->available();
@@ -1061,19 +1075,38 @@ RunReport Session::report() const {
 }
 
 void Pipeline::Impl::check_run_mode(bool pull) const {
-  const Stage& last = *stages_.back();
-  const std::string where = last.spec.loc.str() + ": nodes[" + std::to_string(stages_.size() - 1) +
-                            "].type: ";
-  if (pull && last.spec.role == Role::train) {
-    throw ConfigError({where + "'" + last.spec.name + "' is a train node, and a pipeline stepped "
-                       "with Pipeline::start() has none (the caller's loop is the train step) "
-                       "remove it from the config, or call Pipeline::run()"});
+  const bool config_pull = config_.pipeline.mode == RunMode::pull;
+  auto set_at = config_.option_locs.find("pipeline.mode");
+  const std::string where = set_at != config_.option_locs.end() ? set_at->second.str()
+                            : !config_.pipeline_loc.file.empty() ? config_.pipeline_loc.str()
+                                                                 : config_.file;
+  if (pull && !config_pull) {
+    throw ConfigError({where + ": pipeline.mode: Pipeline::start() hands batches to the caller's "
+                       "loop, and this pipeline has mode: run (its train node '" +
+                       stages_.back()->spec.name + "' takes them) set pipeline.mode: pull and "
+                       "remove the train node, or call Pipeline::run()"});
   }
-  if (!pull && last.spec.role != Role::train) {
-    throw ConfigError({where + "the last node must be a train node to run the pipeline, '" +
-                       last.spec.name + "' is a " + role_name(last.spec.role) +
-                       " node (add a train-role node such as checksum, sleep or mlp, or step "
-                       "the pipeline from your own loop with Pipeline::start())"});
+  if (!pull && config_pull) {
+    throw ConfigError({where + ": pipeline.mode: this pipeline has mode: pull (no train node; a "
+                       "C++ loop takes its batches) step it with Pipeline::start(), or set "
+                       "pipeline.mode: run and add a train node"});
+  }
+  // A config assembled in C++ without validate_config may still break the chain's end.
+  const Stage& last = *stages_.back();
+  for (std::size_t i = 0; i < stages_.size(); ++i) {
+    const NodeSpec& spec = stages_[i]->spec;
+    const std::string node_where =
+        spec.loc.str() + ": nodes[" + std::to_string(i) + "].type: ";
+    if (pull && spec.role == Role::train) {
+      throw ConfigError({node_where + "'" + spec.name + "' is a train node, and a pipeline with "
+                         "mode: pull has none (the caller's loop is the train step) remove it, "
+                         "or set pipeline.mode: run"});
+    }
+    if (!pull && &spec == &last.spec && spec.role != Role::train) {
+      throw ConfigError({node_where + "the last node must be a train node, '" + spec.name +
+                         "' is a " + role_name(spec.role) +
+                         " node (add a train-role node such as checksum, sleep or mlp)"});
+    }
   }
 }
 
@@ -1084,7 +1117,10 @@ Session Pipeline::start() {
                            "at a time)");
   }
   p.check_run_mode(true);
-  for (auto& s : p.stages_) s->clear();
+  for (auto& s : p.stages_) {
+    s->clear();
+    s->node->begin_run();
+  }
   for (auto& pool : p.pools_) pool->reset_counters();
   p.in_flight_ = 0;
   p.max_in_flight_ = 0;

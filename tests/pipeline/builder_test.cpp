@@ -82,7 +82,7 @@ TEST(PipelineBuilder, TypedOptionsReachTheConfig) {
                          .load("synthetic", {{"batches", 10}})
                          .named("reader")
                          .concurrency(3)
-                         .train("null")
+                         .train("discard")
                          .config(registry);
   EXPECT_EQ(c.file, "trainer");
   EXPECT_EQ(c.pipeline.epochs, 3);
@@ -218,7 +218,7 @@ TEST(PipelineBuilder, TwoObjectsOfOneClassGetDistinctTypeNames) {
                           .load("synthetic", {{"batches", 2}})
                           .transform(make_node([](Batch&) {}))
                           .transform(make_node([](Batch&) {}))
-                          .train("null")
+                          .train("discard")
                           .build(registry);
   EXPECT_EQ(pipeline.config().nodes[1].name, "transform");
   EXPECT_EQ(pipeline.config().nodes[2].name, "transform_2");
@@ -323,7 +323,7 @@ TEST(PipelineBuilder, ABuilderWithObjectsBuildsOnePipeline) {
 TEST(PipelineBuilder, ABuilderOfRegisteredTypesBuildsAgain) {
   Registry registry = builtins();
   PipelineBuilder b;
-  b.load("synthetic", {{"batches", 3}}).train("null");
+  b.load("synthetic", {{"batches", 3}}).train("discard");
   Pipeline one = b.build(registry);
   Pipeline two = b.build(registry);
   EXPECT_EQ(one.run().batches, 3u);
@@ -350,10 +350,10 @@ TEST(PipelineBuilder, ParamArgConvertsLikeYaml) {
 
 TEST(PipelineBuilder, PipelinesMove) {
   Registry registry = builtins();
-  Pipeline a = PipelineBuilder().load("synthetic", {{"batches", 4}}).train("null").build(registry);
+  Pipeline a = PipelineBuilder().load("synthetic", {{"batches", 4}}).train("discard").build(registry);
   Pipeline b = std::move(a);
   EXPECT_EQ(b.run().batches, 4u);
-  Pipeline c = PipelineBuilder().load("synthetic", {{"batches", 2}}).train("null").build(registry);
+  Pipeline c = PipelineBuilder().load("synthetic", {{"batches", 2}}).train("discard").build(registry);
   c = std::move(b);
   EXPECT_EQ(c.run().batches, 4u);
 }

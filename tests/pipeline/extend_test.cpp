@@ -84,7 +84,7 @@ Registry with_custom_types(Seen* seen) {
   register_builtin_nodes(r);
   r.add(node_type<TripleLoader>("triple", Role::load, TripleLoader::schema(), "x = s, 2s, 3s"));
   NodeType recorder;
-  recorder.name = "recorder";
+  recorder.name = "tally";
   recorder.role = Role::train;
   recorder.create = [seen](const NodeSpec&) { return std::make_unique<Recorder>(seen); };
   r.add(std::move(recorder));
@@ -110,7 +110,7 @@ nodes:
   - { name: load, type: triple, concurrency: 2, params: { samples: 10, scale: 3 } }
   - { name: stage, type: host_staging }
   - { name: upload, type: host_upload }
-  - { name: train, type: recorder }
+  - { name: train, type: tally }
 )",
                                              registry);
   EXPECT_EQ(config.nodes[0].role, Role::load);
@@ -133,7 +133,7 @@ TEST(CustomTypes, ACustomSchemaReportsLikeABuiltIn) {
       scale: 500
       ordr: reversed
       verbose: maybe
-  - { name: train, type: recorder, params: { depth: 2 } }
+  - { name: train, type: tally, params: { depth: 2 } }
 )",
                                            registry);
   std::vector<std::string> expected = {
@@ -141,12 +141,12 @@ TEST(CustomTypes, ACustomSchemaReportsLikeABuiltIn) {
       "custom.yaml:6:7: nodes[0].params.ordr: unknown key (did you mean 'order'?)",
       "custom.yaml:7:16: nodes[0].params.verbose: expected true or false, got 'maybe'",
       "custom.yaml:5:7: nodes[0].params.samples: missing required key (data set size)",
-      "custom.yaml:8:46: nodes[1].params.depth: unknown key (nothing is accepted here) remove it",
+      "custom.yaml:8:43: nodes[1].params.depth: unknown key (this takes no keys)",
   };
   EXPECT_EQ(p, expected);
   p = problems_of(R"(nodes:
   - { name: load, type: triple, params: { samples: 3, order: reversd } }
-  - { name: train, type: recordr }
+  - { name: train, type: tallly }
 )",
                   registry);
   ASSERT_EQ(p.size(), 2u);
@@ -156,8 +156,8 @@ TEST(CustomTypes, ACustomSchemaReportsLikeABuiltIn) {
   std::string known;
   for (const auto& name : registry.names()) known += (known.empty() ? "" : ", ") + name;
   EXPECT_EQ(p[1],
-            "custom.yaml:3:26: nodes[1].type: unknown node type 'recordr' (did you mean "
-            "'recorder'? known types: " + known + ")");
+            "custom.yaml:3:26: nodes[1].type: unknown node type 'tallly' (did you mean "
+            "'tally'? known types: " + known + ")");
 }
 
 TEST(CustomTypes, ReplaceABuiltInByName) {

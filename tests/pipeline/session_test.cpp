@@ -325,7 +325,7 @@ TEST(Session, AStalledGraphFailsNextAfterTheTimeout) {
   }
 }
 
-TEST(Session, StartNeedsAPipelineWithoutATrainNode) {
+TEST(Session, StartNeedsModePull) {
   Registry registry = builtins();
   PipelineConfig config = load_config_string(R"(
 pipeline: { epochs: 1 }
@@ -333,23 +333,24 @@ nodes:
   - { name: load, type: synthetic, params: { batches: 3 } }
   - { name: train, type: sleep }
 )",
-                                             registry, {}, "pull.yaml");
+                                             registry, {}, "run.yaml");
   Pipeline pipeline(std::move(config), registry);
   try {
     pipeline.start();
     FAIL() << "start() did not throw";
   } catch (const ConfigError& e) {
     EXPECT_STREQ(e.what(),
-                 "pull.yaml:5:5: nodes[1].type: 'train' is a train node, and a pipeline stepped "
-                 "with Pipeline::start() has none (the caller's loop is the train step) remove it "
-                 "from the config, or call Pipeline::run()");
+                 "run.yaml:2:11: pipeline.mode: Pipeline::start() hands batches to the caller's "
+                 "loop, and this pipeline has mode: run (its train node 'train' takes them) set "
+                 "pipeline.mode: pull and remove the train node, or call Pipeline::run()");
   }
   EXPECT_EQ(pipeline.run().batches, 3u);  // the pipeline itself is fine
 }
 
-TEST(Session, RunNeedsATrainNode) {
+TEST(Session, RunRefusesModePull) {
   Registry registry = builtins();
   PipelineConfig config = load_config_string(R"(
+pipeline: { mode: pull }
 nodes:
   - { name: load, type: synthetic, params: { batches: 3 } }
   - { name: stage, type: host_staging }
@@ -361,9 +362,9 @@ nodes:
     FAIL() << "run() did not throw";
   } catch (const ConfigError& e) {
     EXPECT_STREQ(e.what(),
-                 "feed.yaml:4:5: nodes[1].type: the last node must be a train node to run the "
-                 "pipeline, 'stage' is a staging node (add a train-role node such as checksum, "
-                 "sleep or mlp, or step the pipeline from your own loop with Pipeline::start())");
+                 "feed.yaml:2:11: pipeline.mode: this pipeline has mode: pull (no train node; a "
+                 "C++ loop takes its batches) step it with Pipeline::start(), or set "
+                 "pipeline.mode: run and add a train node");
   }
   Session session = pipeline.start();
   int n = 0;
@@ -373,6 +374,45 @@ nodes:
     session.release(b);
   }
   EXPECT_EQ(n, 3);
+}
+
+TEST(Session, ModePullMeansNoTrainNode) {
+  Registry registry = builtins();
+  try {
+    load_config_string(R"(
+pipeline: { mode: pull }
+nodes:
+  - { name: load, type: synthetic }
+  - { name: train, type: sleep }
+)",
+                       registry, {}, "pull.yaml");
+    FAIL() << "no ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(e.what(),
+                 "pull.yaml:5:26: nodes[1].type: 'train' is a train node, and a pipeline with "
+                 "mode: pull has none (the caller's loop is the train step) remove it, or set "
+                 "pipeline.mode: run");
+  }
+}
+
+TEST(Session, TheBuilderPicksModePullWithoutATrainNode) {
+  Registry registry = builtins();
+  PipelineConfig pull = feeder(64, 64, 2).config(registry);
+  EXPECT_EQ(pull.pipeline.mode, RunMode::pull);
+  PipelineBuilder b = feeder(64, 64, 2);
+  b.train("discard");
+  EXPECT_EQ(b.config(registry).pipeline.mode, RunMode::run);
+  PipelineBuilder forced = feeder(64, 64, 2);
+  forced.mode(RunMode::run);
+  try {
+    forced.config(registry);
+    FAIL() << "no ConfigError";
+  } catch (const ConfigError& e) {
+    ASSERT_EQ(e.problems().size(), 1u);
+    EXPECT_NE(e.problems()[0].find("nodes[2].type: the last node must be a train node"),
+              std::string::npos)
+        << e.problems()[0];
+  }
 }
 
 TEST(Session, OneRunOrSessionAtATime) {

@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
   try {
     flowfeed::PipelineConfig config = flowfeed::load_config_string(
         R"(
-pipeline: { epochs: 6, batch_size: 32, prefetch_depth: 8, device: host }
+pipeline: { mode: pull, epochs: 6, batch_size: 32, prefetch_depth: 8, device: host }
 sampler: { shuffle: true, seed: 11 }
 nodes:
   - { name: load, type: synthetic, concurrency: 2,

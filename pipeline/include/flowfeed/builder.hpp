@@ -120,7 +120,11 @@ class PipelineBuilder {
   /// `sampler.rank` and `sampler.world`: this process reads shard `rank` of `world`.
   PipelineBuilder& shard(int rank, int world,
                          std::source_location where = std::source_location::current());
-  /// Replaces the whole `pipeline:` section.
+  /// `pipeline.mode`. When not set it follows the nodes: `pull` (step the pipeline with
+  /// Pipeline::start()) when no train node was added, else `run`.
+  PipelineBuilder& mode(RunMode mode,
+                        std::source_location where = std::source_location::current());
+  /// Replaces the whole `pipeline:` section (its mode too).
   PipelineBuilder& options(const PipelineOptions& options);
   /// Replaces the whole `sampler:` section.
   PipelineBuilder& sampler(const SamplerOptions& options);
@@ -158,7 +162,8 @@ class PipelineBuilder {
   /// Adds the upload node: your own object.
   PipelineBuilder& upload(std::unique_ptr<Node> node,
                           std::source_location where = std::source_location::current());
-  /// Adds the train node (last). Leave it out to step the pipeline with Pipeline::start().
+  /// Adds the train node (last). Leave it out to step the pipeline with Pipeline::start() (the
+  /// builder then sets `pipeline.mode: pull`).
   PipelineBuilder& train(std::string type, ParamList params = {},
                          std::source_location where = std::source_location::current());
   /// Adds the train node: your own object.
@@ -178,11 +183,13 @@ class PipelineBuilder {
   PipelineBuilder& add(Role role, std::string type, ParamList params, std::unique_ptr<Node> object,
                        const std::source_location& where);
   NodeSpec& last(const char* setter);
+  PipelineConfig prepared() const;
   void note(const std::string& path, const std::source_location& where);
 
   PipelineConfig config_;
   std::vector<std::unique_ptr<Node>> objects_;  ///< parallel to config_.nodes; null: by type
   bool objects_used_ = false;
+  bool mode_set_ = false;
 };
 
 }  // namespace flowfeed

@@ -18,6 +18,11 @@ class Registry;
 enum class DeviceChoice { automatic, cuda, host };
 /// `pipeline.on_error`.
 enum class OnError { fail, skip };
+/// `pipeline.mode`: who takes the batches at the end of the chain.
+enum class RunMode {
+  run,   ///< a train node, inside the graph (Pipeline::run)
+  pull,  ///< the caller's own loop; the chain has no train node (Pipeline::start)
+};
 
 /// The `pipeline:` section.
 struct PipelineOptions {
@@ -27,10 +32,11 @@ struct PipelineOptions {
   bool ordered = true;         ///< train sees batches in sequence order
   DeviceChoice device = DeviceChoice::automatic;
   int device_id = 0;
-  int threads = 0;                ///< TBB arena size; 0 = the core count
-  double stall_timeout_s = 0;     ///< end a run that makes no progress for this long; 0 = never
+  int threads = 0;             ///< TBB arena size; 0 = the core count
+  double stall_timeout_s = 0;  ///< end a run that makes no progress for this long; 0 = never
   OnError on_error = OnError::fail;
-  int max_skipped = 0;            ///< under `skip`, the run fails once more batches were skipped
+  int max_skipped = 0;  ///< under `skip`, the run fails once more batches were skipped
+  RunMode mode = RunMode::run;  ///< run(): ends in a train node; pull: start() and a C++ loop
 };
 
 /// The `sampler:` section: which samples form each batch.
@@ -47,9 +53,11 @@ struct PipelineConfig {
   std::string file;  ///< file name or "<string>"
   PipelineOptions pipeline;
   SamplerOptions sampler;
-  std::vector<NodeSpec> nodes;  ///< in chain order
+  std::vector<NodeSpec> nodes;      ///< in chain order
   Backend backend = Backend::host;  ///< resolved from pipeline.device
   SourceLoc pipeline_loc;           ///< where `pipeline:` was written
+  /// The launcher whose environment set sampler.rank/world ("" when none or set in the file).
+  std::string launch_source;
   /// Where C++ code set `pipeline.*` and `sampler.*` keys (PipelineBuilder records its calls);
   /// validate_config names these places in its messages. Empty for YAML.
   std::map<std::string, SourceLoc> option_locs;

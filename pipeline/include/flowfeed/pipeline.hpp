@@ -39,13 +39,13 @@ class Pipeline {
   /// Runs every epoch and returns the report. Throws NodeError for the first node failure (the run
   /// is cancelled, every buffer returned), or Error when the run stalled or lost batches. After
   /// request_stop() it returns early with `report.interrupted` set. Throws ConfigError when the
-  /// config has no train node (such a pipeline is stepped with start()).
+  /// config has `mode: pull` (such a pipeline is stepped with start()).
   RunReport run(const RunOptions& options = {});
 
   /// Starts a run in pull mode and returns at once: the caller's loop takes batches with
   /// Session::next() and gives them back with Session::release() (see session.hpp). The config
-  /// must have no train node: the caller is the train step. Throws ConfigError when it has one,
-  /// std::logic_error while a run or another session is active.
+  /// must have `pipeline.mode: pull` and so no train node: the caller is the train step. Throws
+  /// ConfigError otherwise, std::logic_error while a run or another session is active.
   Session start();
 
   /// Asks the running pipeline to stop admitting batches and drain the ones in flight. Safe to call

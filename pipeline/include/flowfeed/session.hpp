@@ -23,8 +23,8 @@ class Pipeline;
 /// own TBB worker threads; the caller's thread only takes finished batches (next()) and gives
 /// them back (release()). It never runs a node.
 ///
-/// The pipeline must end before the train role (load → … → upload → transform*): the caller's
-/// loop is the train step. The in-flight bound holds as in run(): at most `prefetch_depth`
+/// The config says `pipeline.mode: pull` and ends before the train role (load → … → upload →
+/// transform*): the caller's loop is the train step. The in-flight bound holds as in run(): at most `prefetch_depth`
 /// batches are between the source and release(), the ones the caller holds included, so a
 /// caller may hold several batches at once (e.g. to overlap steps) but never all of them while it
 /// asks for another.
