@@ -578,9 +578,10 @@ void check_config(PipelineConfig& config, const Registry& registry, Problems& pr
                       "transform* → staging → upload → transform* → train)");
     } else if (pull && node.role == Role::train) {
       problems.add_at(twhere, path + ".type",
-                      "'" + node.name + "' is a train node, and a pipeline with mode: pull has "
-                      "none (the caller's loop is the train step) remove it, or set "
-                      "pipeline.mode: run");
+                      "'" + node.name +
+                          "' is a train node, and a pipeline with mode: pull has "
+                          "none (the caller's loop is the train step) remove it, or set "
+                          "pipeline.mode: run");
     } else if (!pull && i + 1 == config.nodes.size() && node.role != Role::train) {
       problems.add_at(twhere, path + ".type",
                       "the last node must be a train node, '" + node.name + "' is a " +
@@ -606,7 +607,7 @@ void check_config(PipelineConfig& config, const Registry& registry, Problems& pr
   }
   if (config.sampler.rank >= config.sampler.world) {
     auto set_at = config.option_locs.find("sampler.rank");
-    const std::string where = !rank_where.empty() ? rank_where
+    const std::string where = !rank_where.empty()                  ? rank_where
                               : set_at != config.option_locs.end() ? set_at->second.str()
                                                                    : config.file;
     problems.add_at(where, "sampler.rank",

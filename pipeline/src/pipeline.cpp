@@ -602,7 +602,9 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
 
 Pipeline::Pipeline(PipelineConfig config, const Registry& registry)
     : impl_(std::make_unique<Impl>(std::move(config), registry)) {}
-Pipeline::~Pipeline() { end_session(); }
+Pipeline::~Pipeline() {
+  end_session();
+}
 Pipeline::Pipeline(Pipeline&& other) noexcept = default;
 Pipeline& Pipeline::operator=(Pipeline&& other) noexcept {
   end_session();
@@ -707,7 +709,8 @@ void run_pull_graph(Pipeline::Impl& impl, PullShared& s) {
       throw;
     }
   });
-  limiter_node<Batch*, int> limiter(g, static_cast<std::size_t>(impl.config_.pipeline.prefetch_depth));
+  limiter_node<Batch*, int> limiter(g,
+                                    static_cast<std::size_t>(impl.config_.pipeline.prefetch_depth));
   make_edge(source, limiter);
 
   sender<Batch*>* tail = &limiter;
@@ -755,8 +758,8 @@ void run_pull_graph(Pipeline::Impl& impl, PullShared& s) {
             c->stage->busy_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
           });
       make_edge(*tail, *node);
-      auto check = std::make_unique<function_node<Batch*, Batch*>>(
-          g, unlimited, [&impl, &s, st](Batch* b) {
+      auto check =
+          std::make_unique<function_node<Batch*, Batch*>>(g, unlimited, [&impl, &s, st](Batch* b) {
             if (b->error) {
               std::exception_ptr e = std::move(b->error);
               b->error = nullptr;
@@ -800,24 +803,25 @@ void run_pull_graph(Pipeline::Impl& impl, PullShared& s) {
   }
   // Serial, so that batches enter the ring in the order the sequencer emits them. The body only
   // takes a short lock; the caller's release() completes the async work (the limiter decrement).
-  PullShared::Deliver deliver(g, serial, [&impl, &s](Batch* b, PullShared::Deliver::gateway_type& gw) {
-    if (b->skipped) {
-      impl.finish_batch(b);
-      {
-        std::lock_guard<std::mutex> lock(s.mutex);
-        ++s.arrived;
-        s.cv.notify_all();
-      }
-      gw.try_put(1);
-      return;
-    }
-    gw.reserve_wait();
-    std::lock_guard<std::mutex> lock(s.mutex);
-    s.gateway = &gw;
-    s.push(b);
-    ++s.arrived;
-    s.cv.notify_all();
-  });
+  PullShared::Deliver deliver(g, serial,
+                              [&impl, &s](Batch* b, PullShared::Deliver::gateway_type& gw) {
+                                if (b->skipped) {
+                                  impl.finish_batch(b);
+                                  {
+                                    std::lock_guard<std::mutex> lock(s.mutex);
+                                    ++s.arrived;
+                                    s.cv.notify_all();
+                                  }
+                                  gw.try_put(1);
+                                  return;
+                                }
+                                gw.reserve_wait();
+                                std::lock_guard<std::mutex> lock(s.mutex);
+                                s.gateway = &gw;
+                                s.push(b);
+                                ++s.arrived;
+                                s.cv.notify_all();
+                              });
   make_edge(*tail, deliver);
   make_edge(deliver, limiter.decrementer());
 
@@ -952,9 +956,9 @@ void Session::State::close() noexcept {
   const std::uint64_t consumed = p.consumed_.load();
   if (!error && !interrupted && (consumed != expected || produced != expected)) {
     error = std::make_exception_ptr(
-        Error("run lost batches: " + std::to_string(consumed) + " of " +
-              std::to_string(expected) + " reached the end of the pipeline (" +
-              std::to_string(produced) + " left the source) — a node dropped or held a batch"));
+        Error("run lost batches: " + std::to_string(consumed) + " of " + std::to_string(expected) +
+              " reached the end of the pipeline (" + std::to_string(produced) +
+              " left the source) — a node dropped or held a batch"));
   }
   try {
     final_report = make_report(seconds, !error && !interrupted, interrupted);
@@ -1023,9 +1027,9 @@ Batch* Session::next() {
       if (timeout > 0 && std::chrono::duration<double>(now - t0).count() > timeout) {
         char buf[64];
         std::snprintf(buf, sizeof buf, "%g", timeout);
-        s.error = std::make_exception_ptr(
-            Error("run stalled: no batch for " + std::string(buf) +
-                  " s (pipeline.stall_timeout_s): " + p.stuck_stage()));
+        s.error =
+            std::make_exception_ptr(Error("run stalled: no batch for " + std::string(buf) +
+                                          " s (pipeline.stall_timeout_s): " + p.stuck_stage()));
         if (s.graph) s.graph->cancel();
         continue;
       }
@@ -1062,43 +1066,48 @@ void Session::release(Batch* batch) {
   if (st.ended && st.held.empty()) st.close();
 }
 
-std::size_t Session::held() const noexcept { return state_ ? state_->held.size() : 0; }
-bool Session::finished() const noexcept { return !state_ || state_->ended || state_->closed; }
+std::size_t Session::held() const noexcept {
+  return state_ ? state_->held.size() : 0;
+}
+bool Session::finished() const noexcept {
+  return !state_ || state_->ended || state_->closed;
+}
 
 RunReport Session::report() const {
   if (!state_) throw std::logic_error("Session::report on a moved-from session");
   if (state_->closed) return state_->final_report;
   const Pipeline::Impl& p = *state_->impl;
-  return state_->make_report(
-      std::chrono::duration<double>(Clock::now() - state_->started).count(), false,
-      p.stop_.load() || p.abort_.load());
+  return state_->make_report(std::chrono::duration<double>(Clock::now() - state_->started).count(),
+                             false, p.stop_.load() || p.abort_.load());
 }
 
 void Pipeline::Impl::check_run_mode(bool pull) const {
   const bool config_pull = config_.pipeline.mode == RunMode::pull;
   auto set_at = config_.option_locs.find("pipeline.mode");
-  const std::string where = set_at != config_.option_locs.end() ? set_at->second.str()
+  const std::string where = set_at != config_.option_locs.end()  ? set_at->second.str()
                             : !config_.pipeline_loc.file.empty() ? config_.pipeline_loc.str()
                                                                  : config_.file;
   if (pull && !config_pull) {
-    throw ConfigError({where + ": pipeline.mode: Pipeline::start() hands batches to the caller's "
+    throw ConfigError({where +
+                       ": pipeline.mode: Pipeline::start() hands batches to the caller's "
                        "loop, and this pipeline has mode: run (its train node '" +
-                       stages_.back()->spec.name + "' takes them) set pipeline.mode: pull and "
+                       stages_.back()->spec.name +
+                       "' takes them) set pipeline.mode: pull and "
                        "remove the train node, or call Pipeline::run()"});
   }
   if (!pull && config_pull) {
     throw ConfigError({where + ": pipeline.mode: this pipeline has mode: pull (no train node; a "
-                       "C++ loop takes its batches) step it with Pipeline::start(), or set "
-                       "pipeline.mode: run and add a train node"});
+                               "C++ loop takes its batches) step it with Pipeline::start(), or set "
+                               "pipeline.mode: run and add a train node"});
   }
   // A config assembled in C++ without validate_config may still break the chain's end.
   const Stage& last = *stages_.back();
   for (std::size_t i = 0; i < stages_.size(); ++i) {
     const NodeSpec& spec = stages_[i]->spec;
-    const std::string node_where =
-        spec.loc.str() + ": nodes[" + std::to_string(i) + "].type: ";
+    const std::string node_where = spec.loc.str() + ": nodes[" + std::to_string(i) + "].type: ";
     if (pull && spec.role == Role::train) {
-      throw ConfigError({node_where + "'" + spec.name + "' is a train node, and a pipeline with "
+      throw ConfigError({node_where + "'" + spec.name +
+                         "' is a train node, and a pipeline with "
                          "mode: pull has none (the caller's loop is the train step) remove it, "
                          "or set pipeline.mode: run"});
     }
@@ -1113,8 +1122,9 @@ void Pipeline::Impl::check_run_mode(bool pull) const {
 Session Pipeline::start() {
   Impl& p = *impl_;
   if (p.running_) {
-    throw std::logic_error("Pipeline::start: the pipeline is already running (one run or session "
-                           "at a time)");
+    throw std::logic_error(
+        "Pipeline::start: the pipeline is already running (one run or session "
+        "at a time)");
   }
   p.check_run_mode(true);
   for (auto& s : p.stages_) {

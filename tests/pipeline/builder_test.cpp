@@ -350,10 +350,12 @@ TEST(PipelineBuilder, ParamArgConvertsLikeYaml) {
 
 TEST(PipelineBuilder, PipelinesMove) {
   Registry registry = builtins();
-  Pipeline a = PipelineBuilder().load("synthetic", {{"batches", 4}}).train("discard").build(registry);
+  Pipeline a =
+      PipelineBuilder().load("synthetic", {{"batches", 4}}).train("discard").build(registry);
   Pipeline b = std::move(a);
   EXPECT_EQ(b.run().batches, 4u);
-  Pipeline c = PipelineBuilder().load("synthetic", {{"batches", 2}}).train("discard").build(registry);
+  Pipeline c =
+      PipelineBuilder().load("synthetic", {{"batches", 2}}).train("discard").build(registry);
   c = std::move(b);
   EXPECT_EQ(c.run().batches, 4u);
 }

@@ -157,7 +157,8 @@ TEST(CustomTypes, ACustomSchemaReportsLikeABuiltIn) {
   for (const auto& name : registry.names()) known += (known.empty() ? "" : ", ") + name;
   EXPECT_EQ(p[1],
             "custom.yaml:3:26: nodes[1].type: unknown node type 'tallly' (did you mean "
-            "'tally'? known types: " + known + ")");
+            "'tally'? known types: " +
+                known + ")");
 }
 
 TEST(CustomTypes, ReplaceABuiltInByName) {

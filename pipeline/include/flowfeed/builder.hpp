@@ -122,8 +122,7 @@ class PipelineBuilder {
                          std::source_location where = std::source_location::current());
   /// `pipeline.mode`. When not set it follows the nodes: `pull` (step the pipeline with
   /// Pipeline::start()) when no train node was added, else `run`.
-  PipelineBuilder& mode(RunMode mode,
-                        std::source_location where = std::source_location::current());
+  PipelineBuilder& mode(RunMode mode, std::source_location where = std::source_location::current());
   /// Replaces the whole `pipeline:` section (its mode too).
   PipelineBuilder& options(const PipelineOptions& options);
   /// Replaces the whole `sampler:` section.

@@ -35,7 +35,7 @@ struct PipelineOptions {
   int threads = 0;             ///< TBB arena size; 0 = the core count
   double stall_timeout_s = 0;  ///< end a run that makes no progress for this long; 0 = never
   OnError on_error = OnError::fail;
-  int max_skipped = 0;  ///< under `skip`, the run fails once more batches were skipped
+  int max_skipped = 0;          ///< under `skip`, the run fails once more batches were skipped
   RunMode mode = RunMode::run;  ///< run(): ends in a train node; pull: start() and a C++ loop
 };
 

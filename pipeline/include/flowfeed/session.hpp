@@ -24,10 +24,10 @@ class Pipeline;
 /// them back (release()). It never runs a node.
 ///
 /// The config says `pipeline.mode: pull` and ends before the train role (load → … → upload →
-/// transform*): the caller's loop is the train step. The in-flight bound holds as in run(): at most `prefetch_depth`
-/// batches are between the source and release(), the ones the caller holds included, so a
-/// caller may hold several batches at once (e.g. to overlap steps) but never all of them while it
-/// asks for another.
+/// transform*): the caller's loop is the train step. The in-flight bound holds as in run(): at most
+/// `prefetch_depth` batches are between the source and release(), the ones the caller holds
+/// included, so a caller may hold several batches at once (e.g. to overlap steps) but never all of
+/// them while it asks for another.
 ///
 /// Ending: next() returns null once every batch of every epoch was handed out (or after
 /// Pipeline::request_stop(), once the batches in flight were). Destroying the session before
