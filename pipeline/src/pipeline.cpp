@@ -107,6 +107,8 @@ class Pipeline::Impl {
   /// Throws ConfigError when the chain does not fit the mode (run() needs a train node last,
   /// start() none).
   void check_run_mode(bool pull) const;
+  /// The figures run() and a session share: totals, nodes, pools (not the train figures).
+  RunReport base_report(double seconds, bool interrupted) const;
 
   void on_failure(Stage& stage, Batch& batch, std::exception_ptr error);
   void run_stage(Stage& stage, Batch& batch);
@@ -321,6 +323,47 @@ std::string Pipeline::Impl::stuck_stage() const {
     }
   }
   return stages_.front()->label + " is not producing batches";
+}
+
+RunReport Pipeline::Impl::base_report(double seconds, bool interrupted) const {
+  RunReport report;
+  report.config = config_.file;
+  report.device = config_.backend == Backend::cuda
+                      ? "cuda:" + std::to_string(config_.pipeline.device_id)
+                      : "host";
+  report.epochs = config_.pipeline.epochs;
+  report.rank = config_.sampler.rank;
+  report.world = config_.sampler.world;
+  report.rank_source = config_.launch_source;
+  report.batches = consumed_.load();
+  report.samples = samples_.load();
+  report.skipped_batches = skipped_.load();
+  report.bytes_uploaded = bytes_.load();
+  report.seconds = seconds;
+  report.batches_per_second = seconds > 0 ? static_cast<double>(report.batches) / seconds : 0;
+  report.samples_per_second = seconds > 0 ? static_cast<double>(report.samples) / seconds : 0;
+  report.prefetch_depth = config_.pipeline.prefetch_depth;
+  report.max_in_flight = max_in_flight_.load();
+  report.allocations_after_build = allocation_count() - allocations_at_build_;
+  report.interrupted = interrupted;
+  for (const auto& s : stages_) {
+    NodeReport n;
+    n.name = s->spec.name;
+    n.type = s->spec.type;
+    n.role = role_name(s->spec.role);
+    n.concurrency = s->spec.concurrency;
+    n.items = s->items.load();
+    n.busy_seconds = static_cast<double>(s->busy_ns.load()) * 1e-9;
+    n.utilization = seconds > 0 ? n.busy_seconds / (seconds * n.concurrency) : 0;
+    n.failures = s->failures.load();
+    report.nodes.push_back(n);
+  }
+  for (const auto& p : pools_) {
+    report.pools.push_back({p->name(), memory_kind_name(p->kind()), p->count(),
+                            p->count() * p->buffer_bytes(), p->high_water(), p->acquisitions()});
+    if (p->kind() == MemoryKind::device) report.device_pool_bytes += p->count() * p->buffer_bytes();
+  }
+  return report;
 }
 
 RunReport Pipeline::Impl::run(const RunOptions& options) {
@@ -556,43 +599,7 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
                 " left the source) — a node dropped or held a batch");
   }
 
-  RunReport report;
-  report.config = config_.file;
-  report.device = config_.backend == Backend::cuda
-                      ? "cuda:" + std::to_string(config_.pipeline.device_id)
-                      : "host";
-  report.epochs = config_.pipeline.epochs;
-  report.rank = config_.sampler.rank;
-  report.world = config_.sampler.world;
-  report.rank_source = config_.launch_source;
-  report.batches = consumed;
-  report.samples = samples_.load();
-  report.skipped_batches = skipped_.load();
-  report.bytes_uploaded = bytes_.load();
-  report.seconds = seconds;
-  report.batches_per_second = seconds > 0 ? static_cast<double>(consumed) / seconds : 0;
-  report.samples_per_second = seconds > 0 ? static_cast<double>(report.samples) / seconds : 0;
-  report.prefetch_depth = config_.pipeline.prefetch_depth;
-  report.max_in_flight = max_in_flight_.load();
-  report.allocations_after_build = allocation_count() - allocations_at_build_;
-  report.interrupted = interrupted;
-  for (const auto& s : stages_) {
-    NodeReport n;
-    n.name = s->spec.name;
-    n.type = s->spec.type;
-    n.role = role_name(s->spec.role);
-    n.concurrency = s->spec.concurrency;
-    n.items = s->items.load();
-    n.busy_seconds = static_cast<double>(s->busy_ns.load()) * 1e-9;
-    n.utilization = seconds > 0 ? n.busy_seconds / (seconds * n.concurrency) : 0;
-    n.failures = s->failures.load();
-    report.nodes.push_back(n);
-  }
-  for (const auto& p : pools_) {
-    report.pools.push_back({p->name(), memory_kind_name(p->kind()), p->count(),
-                            p->count() * p->buffer_bytes(), p->high_water(), p->acquisitions()});
-    if (p->kind() == MemoryKind::device) report.device_pool_bytes += p->count() * p->buffer_bytes();
-  }
+  RunReport report = base_report(seconds, interrupted);
   const double train_busy = report.nodes.back().busy_seconds;
   report.train.stall_fraction = seconds > 0 ? std::max(0.0, 1.0 - train_busy / seconds) : 0;
   for (auto& s : stages_) s->node->finish(report);
@@ -874,43 +881,7 @@ class Session::State {
 
 RunReport Session::State::make_report(double seconds, bool complete, bool interrupted) const {
   const Pipeline::Impl& p = *impl;
-  RunReport report;
-  report.config = p.config_.file;
-  report.device = p.config_.backend == Backend::cuda
-                      ? "cuda:" + std::to_string(p.config_.pipeline.device_id)
-                      : "host";
-  report.epochs = p.config_.pipeline.epochs;
-  report.batches = p.consumed_.load();
-  report.samples = p.samples_.load();
-  report.skipped_batches = p.skipped_.load();
-  report.bytes_uploaded = p.bytes_.load();
-  report.seconds = seconds;
-  report.batches_per_second = seconds > 0 ? static_cast<double>(report.batches) / seconds : 0;
-  report.samples_per_second = seconds > 0 ? static_cast<double>(report.samples) / seconds : 0;
-  report.prefetch_depth = p.config_.pipeline.prefetch_depth;
-  report.max_in_flight = p.max_in_flight_.load();
-  report.allocations_after_build = allocation_count() - p.allocations_at_build_;
-  report.interrupted = interrupted;
-  for (const auto& s : p.stages_) {
-    NodeReport n;
-    n.name = s->spec.name;
-    n.type = s->spec.type;
-    n.role = role_name(s->spec.role);
-    n.concurrency = s->spec.concurrency;
-    n.items = s->items.load();
-    n.busy_seconds = static_cast<double>(s->busy_ns.load()) * 1e-9;
-    n.utilization = seconds > 0 ? n.busy_seconds / (seconds * n.concurrency) : 0;
-    n.failures = s->failures.load();
-    report.nodes.push_back(n);
-  }
-  for (const auto& pool : p.pools_) {
-    report.pools.push_back({pool->name(), memory_kind_name(pool->kind()), pool->count(),
-                            pool->count() * pool->buffer_bytes(), pool->high_water(),
-                            pool->acquisitions()});
-    if (pool->kind() == MemoryKind::device) {
-      report.device_pool_bytes += pool->count() * pool->buffer_bytes();
-    }
-  }
+  RunReport report = p.base_report(seconds, interrupted);
   // The caller's loop is the train step: it stalls while it waits inside next().
   const double waited = static_cast<double>(wait_ns) * 1e-9;
   report.train.stall_fraction = seconds > 0 ? std::min(1.0, waited / seconds) : 0;
@@ -1154,6 +1125,18 @@ Session Pipeline::start() {
   // slots go to workers.
   state->parallelism = std::make_unique<tbb::global_control>(
       tbb::global_control::max_allowed_parallelism, static_cast<std::size_t>(threads) + 1);
+  // The caller's thread never joins the arena, so without a worker nothing would ever run (an
+  // application's own global_control may hold parallelism to 1; the smallest limit wins).
+  const std::size_t allowed =
+      tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism);
+  if (allowed < 2) {
+    throw Error(
+        "Pipeline::start: pull mode needs at least one TBB worker thread, and a "
+        "tbb::global_control limits parallelism to " +
+        std::to_string(allowed) +
+        " (the caller's thread does not run nodes in pull mode) raise the limit, or use "
+        "Pipeline::run()");
+  }
   state->arena = std::make_unique<tbb::task_arena>(threads, 0);
   state->started = Clock::now();
   p.running_ = true;

@@ -2,6 +2,7 @@
 #include "flowfeed/session.hpp"
 
 #include <gtest/gtest.h>
+#include <oneapi/tbb/global_control.h>
 
 #include <atomic>
 #include <chrono>
@@ -455,6 +456,32 @@ TEST(Session, UnorderedDeliveryGivesEachBatchOnce) {
   }
   EXPECT_EQ(seen.size(), 300u);
   EXPECT_EQ(*seen.rbegin(), 299u);
+}
+
+TEST(Session, RefusesToStartWithoutAWorkerThread) {
+  Registry registry = builtins();
+  Pipeline pipeline = feeder(64 * 4, 64, 2).build(registry);
+  {
+    // An application that holds TBB to one thread: the caller's thread runs no node in pull
+    // mode, so nothing would run. start() says so instead of hanging in next().
+    tbb::global_control one(tbb::global_control::max_allowed_parallelism, 1);
+    try {
+      pipeline.start();
+      FAIL() << "start() did not throw";
+    } catch (const Error& e) {
+      EXPECT_STREQ(e.what(),
+                   "Pipeline::start: pull mode needs at least one TBB worker thread, and a "
+                   "tbb::global_control limits parallelism to 1 (the caller's thread does not run "
+                   "nodes in pull mode) raise the limit, or use Pipeline::run()");
+    }
+  }
+  Session session = pipeline.start();  // and nothing was left half-started
+  int n = 0;
+  while (Batch* b = session.next()) {
+    ++n;
+    session.release(b);
+  }
+  EXPECT_EQ(n, 4);
 }
 
 TEST(Session, AMovedSessionKeepsRunning) {

@@ -83,8 +83,11 @@ class PipelineBuilder {
  public:
   /// An empty builder; messages and the report call the config `<c++>` (see name()).
   PipelineBuilder();
+  /// Destroys Node objects that no pipeline took.
   ~PipelineBuilder();
+  /// Moves the builder, its Node objects included.
   PipelineBuilder(PipelineBuilder&&) noexcept;
+  /// Moves the builder, its Node objects included.
   PipelineBuilder& operator=(PipelineBuilder&&) noexcept;
 
   /// The config's name in messages and in RunReport::config (default `<c++>`).

@@ -12,7 +12,7 @@
 
 namespace flowfeed {
 
-class Registry;
+class Registry;  ///< registry.hpp
 
 /// `pipeline.device`.
 enum class DeviceChoice { automatic, cuda, host };
@@ -26,13 +26,13 @@ enum class RunMode {
 
 /// The `pipeline:` section.
 struct PipelineOptions {
-  int epochs = 1;
+  int epochs = 1;              ///< passes over the data set
   std::size_t batch_size = 0;  ///< 0: take the loader's preferred size, else 64
   int prefetch_depth = 8;      ///< most batches in flight between source and end of train
   bool ordered = true;         ///< train sees batches in sequence order
-  DeviceChoice device = DeviceChoice::automatic;
-  int device_id = 0;
-  int threads = 0;             ///< TBB arena size; 0 = the core count
+  DeviceChoice device = DeviceChoice::automatic;  ///< which backend the types resolve to
+  int device_id = 0;                              ///< CUDA device ordinal
+  int threads = 0;                                ///< TBB arena size; 0 = the core count
   double stall_timeout_s = 0;  ///< end a run that makes no progress for this long; 0 = never
   OnError on_error = OnError::fail;
   int max_skipped = 0;          ///< under `skip`, the run fails once more batches were skipped
@@ -41,18 +41,18 @@ struct PipelineOptions {
 
 /// The `sampler:` section: which samples form each batch.
 struct SamplerOptions {
-  bool shuffle = false;
-  std::uint64_t seed = 0;
-  bool drop_last = false;
-  int rank = 0;   ///< this shard, 0..world-1
-  int world = 1;  ///< number of shards
+  bool shuffle = false;    ///< a new permutation every epoch, from (seed, epoch) alone
+  std::uint64_t seed = 0;  ///< shuffle seed
+  bool drop_last = false;  ///< drop the last partial batch of each epoch
+  int rank = 0;            ///< this shard, 0..world-1
+  int world = 1;           ///< number of shards
 };
 
 /// A whole validated config.
 struct PipelineConfig {
-  std::string file;  ///< file name or "<string>"
-  PipelineOptions pipeline;
-  SamplerOptions sampler;
+  std::string file;                 ///< file name or "<string>"
+  PipelineOptions pipeline;         ///< the `pipeline:` section
+  SamplerOptions sampler;           ///< the `sampler:` section
   std::vector<NodeSpec> nodes;      ///< in chain order
   Backend backend = Backend::host;  ///< resolved from pipeline.device
   SourceLoc pipeline_loc;           ///< where `pipeline:` was written

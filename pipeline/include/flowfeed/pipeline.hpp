@@ -28,6 +28,8 @@ class Pipeline {
  public:
   /// Builds the nodes and pools. Throws ConfigError, DataError (a data file is bad) or CudaError.
   Pipeline(PipelineConfig config, const Registry& registry);
+  /// Ends an active session first (see Session), then frees every node and pool. Not while run()
+  /// is running.
   ~Pipeline();
   Pipeline(const Pipeline&) = delete;
   Pipeline& operator=(const Pipeline&) = delete;
@@ -54,9 +56,11 @@ class Pipeline {
   /// Asks the running pipeline to cancel at once. Safe from any thread and from a signal handler.
   void request_abort() noexcept;
 
+  /// The validated config the pipeline was built from (batch size resolved).
   const PipelineConfig& config() const noexcept;
   /// Pools' free buffers right now; after a run every pool is full (tests check it).
   std::size_t free_buffers() const;
+  /// Buffers in all pools.
   std::size_t total_buffers() const;
 
   /// Implementation detail (declared public so the implementation's helpers can name it).

@@ -17,7 +17,7 @@
 
 namespace flowfeed {
 
-class Pipeline;
+class Pipeline;  ///< pipeline.hpp
 
 /// A pipeline running in pull mode, made by Pipeline::start(). The graph runs on the pipeline's
 /// own TBB worker threads; the caller's thread only takes finished batches (next()) and gives
@@ -39,7 +39,9 @@ class Pipeline;
 /// request_abort() may be called from any thread or a signal handler.
 class Session {
  public:
+  /// Takes over `other`'s run; `other` may then only be destroyed or assigned to.
   Session(Session&& other) noexcept;
+  /// Ends this session's run (as the destructor does), then takes over `other`'s.
   Session& operator=(Session&& other) noexcept;
   /// Stops and drains the pipeline if it is still running (see the class comment). Never throws.
   ~Session();
