@@ -972,6 +972,8 @@ Batch* Session::next() {
   const double timeout = p.config_.pipeline.stall_timeout_s;
   const auto t0 = Clock::now();
   Batch* out = nullptr;
+  constexpr int kSpins = 64;
+  int spins = 0;
   {
     std::unique_lock<std::mutex> lock(s.mutex);
     for (;;) {
@@ -1002,6 +1004,15 @@ Batch* Session::next() {
             std::make_exception_ptr(Error("run stalled: no batch for " + std::string(buf) +
                                           " s (pipeline.stall_timeout_s): " + p.stuck_stage()));
         if (s.graph) s.graph->cancel();
+        continue;
+      }
+      if (spins < kSpins) {
+        // A batch is usually microseconds away: yielding first (to the workers that make it)
+        // avoids a sleep and a wake-up per batch.
+        ++spins;
+        lock.unlock();
+        std::this_thread::yield();
+        lock.lock();
         continue;
       }
       // Short slices: request_abort() from a signal handler cannot notify.
