@@ -35,6 +35,12 @@ class Pipeline;  ///< pipeline.hpp
 /// caller still holds become invalid. The pipeline must outlive the session (if it does not, its
 /// destructor ends the session first).
 ///
+/// Threads: the session's TBB arena has `pipeline.threads` workers (default: one per core) that
+/// run every node body; one of them waits on the graph inside a task enqueued in that arena and
+/// runs node tasks while it waits. CUDA's threads (or an upload node's completion thread) finish
+/// device copies. The caller's thread only waits in next() (yielding briefly, then sleeping) and
+/// puts the limiter's decrement back into the graph in release(). No other thread is started.
+///
 /// Thread-safety: use a session from one thread at a time. Pipeline::request_stop() and
 /// request_abort() may be called from any thread or a signal handler.
 class Session {
