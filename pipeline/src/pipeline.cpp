@@ -981,18 +981,19 @@ Batch* Session::next() {
         st.error = s.error;
         break;
       }
+      if (p.abort_.load()) {
+        // Cancel at once: what is in flight never arrives, and what did is not handed out any
+        // more; close() gives it back.
+        if (s.graph) s.graph->cancel();
+        st.aborted = true;
+        st.ended = true;
+        break;
+      }
       if (s.count > 0) {
         out = s.pop();
         break;
       }
       if (s.finished || (s.source_done && s.arrived == p.produced_.load())) {
-        st.ended = true;
-        break;
-      }
-      if (p.abort_.load()) {
-        // Cancelled work never arrives: the session ends here, close() drains what did.
-        if (s.graph) s.graph->cancel();
-        st.aborted = true;
         st.ended = true;
         break;
       }

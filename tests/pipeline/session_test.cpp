@@ -278,6 +278,22 @@ TEST(Session, RequestStopEndsAfterTheBatchesInFlight) {
   EXPECT_EQ(pipeline.free_buffers(), pipeline.total_buffers());
 }
 
+TEST(Session, RequestAbortEndsAtOnce) {
+  Registry registry = builtins();
+  Pipeline pipeline = feeder(64 * 100000, 64, 8).build(registry);
+  Session session = pipeline.start();
+  std::uint64_t n = 0;
+  while (Batch* b = session.next()) {
+    if (++n == 3) pipeline.request_abort();
+    session.release(b);
+  }
+  // Not even the batches already delivered come out: the graph is cancelled at once.
+  EXPECT_EQ(n, 3u);
+  EXPECT_TRUE(session.finished());
+  EXPECT_TRUE(session.report().interrupted);
+  EXPECT_EQ(pipeline.free_buffers(), pipeline.total_buffers());
+}
+
 TEST(Session, SkippedBatchesNeverReachTheCaller) {
   Registry registry = builtins();
   PipelineBuilder b;
