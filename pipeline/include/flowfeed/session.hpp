@@ -30,7 +30,8 @@ class Pipeline;  ///< pipeline.hpp
 /// them while it asks for another.
 ///
 /// Ending: next() returns null once every batch of every epoch was handed out (or after
-/// Pipeline::request_stop(), once the batches in flight were). Destroying the session before
+/// Pipeline::request_stop(), once the batches in flight were; after request_abort(), at once).
+/// Destroying the session before
 /// that stops admitting batches, drains the ones in flight and returns every buffer; batches the
 /// caller still holds become invalid. The pipeline must outlive the session (if it does not, its
 /// destructor ends the session first).
