@@ -31,10 +31,9 @@ class Pipeline;  ///< pipeline.hpp
 ///
 /// Ending: next() returns null once every batch of every epoch was handed out (or after
 /// Pipeline::request_stop(), once the batches in flight were; after request_abort(), at once).
-/// Destroying the session before
-/// that stops admitting batches, drains the ones in flight and returns every buffer; batches the
-/// caller still holds become invalid. The pipeline must outlive the session (if it does not, its
-/// destructor ends the session first).
+/// Destroying the session before that stops admitting batches, drains the ones in flight and
+/// returns every buffer; batches the caller still holds become invalid. The pipeline must outlive
+/// the session (if it does not, its destructor ends the session first).
 ///
 /// Threads: the session's TBB arena has `pipeline.threads` workers (default: one per core) that
 /// run every node body; one of them waits on the graph inside a task enqueued in that arena and
