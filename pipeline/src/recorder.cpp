@@ -63,6 +63,7 @@ void Recorder::begin_run(RunSetup setup, std::uint64_t start_ns) {
   start_ns_ = start_ns;
   tracing_ = setup_.trace != nullptr;
   counting_ = setup_.stats || tracing_;
+  counted_ = counting_;
   for (std::size_t k = 0; k < count_; ++k) {
     probes_[k].started.store(0, std::memory_order_relaxed);
     probes_[k].passed.store(0, std::memory_order_relaxed);
@@ -93,6 +94,8 @@ void Recorder::stop_monitor() {
 
 void Recorder::end_run(std::uint64_t end_ns) {
   stop_monitor();
+  // Until the next begin_run (e.g. while a pull-mode session uses the same nodes) count nothing.
+  counting_ = false;
   if (tracing_) {
     if (end_ns >= start_ns_) setup_.trace->end(static_cast<double>(end_ns - start_ns_) * 1e-9);
     tracing_ = false;
@@ -245,7 +248,7 @@ void Recorder::fill(RunReport& report) const {
   for (std::size_t k = 0; k < count_ && k < report.nodes.size(); ++k) {
     NodeReport& n = report.nodes[k];
     n.asynchronous = nodes_[k].asynchronous;
-    if (!counting_) continue;
+    if (!counted_) continue;
     n.queue_high_water = probes_[k].queue_high.load(std::memory_order_relaxed);
     if (!setup_.stats) continue;
     n.wait_input_seconds = sampled_[k].wait_input;

@@ -166,6 +166,7 @@ class Recorder {
   RangeHooks hooks_;
 
   bool counting_ = false;
+  bool counted_ = false;  // counting_ during the last run (for fill())
   bool tracing_ = false;
   RunSetup setup_;
   std::uint64_t start_ns_ = 0;
