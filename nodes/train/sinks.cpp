@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <string>
@@ -18,18 +19,18 @@ namespace {
 class Checksum final : public Node {
  public:
   void setup(BuildContext& context) override {
-    loader_ = dynamic_cast<const SyntheticLoader*>(&context.loader());
-    if (!loader_) {
+    content_ = dynamic_cast<const SyntheticContent*>(&context.loader());
+    if (!content_) {
       throw ConfigError({context.spec().loc.str() + ": nodes." + context.spec().name +
                          ".type: checksum verifies synthetic data (the first node is not a "
-                         "synthetic loader) use a synthetic loader, or another sink"});
+                         "synthetic or memory loader) use one of those loaders, or another sink"});
     }
     if (context.backend() != Backend::host) {
       throw ConfigError({context.spec().loc.str() + ": nodes." + context.spec().name +
                          ".type: checksum reads host memory (use device_checksum on CUDA)"});
     }
     ordered_ = context.ordered();
-    seen_.assign(loader_->size(), 0);
+    seen_.assign(context.loader().size(), 0);
     expected_.resize(context.layout().capacity());
   }
 
@@ -39,7 +40,7 @@ class Checksum final : public Node {
                   std::to_string(next_seq_) + " (pipeline.ordered is true)");
     }
     next_seq_ = batch.seq + 1;
-    const auto& opts = loader_->options();
+    const auto& opts = content_->synthetic_options();
     const auto& x = batch.layout->tensors()[0];
     const std::size_t elements = x.sample_elements();
     const std::size_t sample_bytes = x.sample_bytes();
@@ -74,18 +75,28 @@ class Checksum final : public Node {
 
   void end_epoch(std::uint32_t) override { epoch_samples_ = 0; }
 
+  void quiesce() noexcept override {
+    // Ready for another run of the same pipeline: order and visits start afresh.
+    next_seq_ = 0;
+    std::fill(seen_.begin(), seen_.end(), 0u);
+    epoch_samples_ = 0;
+    last_bytes_verified_ = bytes_verified_;
+    bytes_verified_ = 0;
+  }
+
   void finish(RunReport& report) override {
-    report.extra["checksum_bytes_verified"] = static_cast<double>(bytes_verified_);
+    report.extra["checksum_bytes_verified"] = static_cast<double>(last_bytes_verified_);
   }
 
  private:
-  const SyntheticLoader* loader_ = nullptr;
+  const SyntheticContent* content_ = nullptr;
   bool ordered_ = true;
   std::uint64_t next_seq_ = 0;
   std::vector<std::uint32_t> seen_;
   std::vector<std::byte> expected_;
   std::uint64_t epoch_samples_ = 0;
   std::uint64_t bytes_verified_ = 0;
+  std::uint64_t last_bytes_verified_ = 0;  // of the run that ended last
 };
 
 /// Simulates a train step of fixed cost.
