@@ -548,6 +548,7 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
   report.device = config_.backend == Backend::cuda
                       ? "cuda:" + std::to_string(config_.pipeline.device_id)
                       : "host";
+  report.device_reason = config_.device_reason;
   report.epochs = config_.pipeline.epochs;
   report.batches = consumed;
   report.samples = samples_.load();
