@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include "flowfeed/flowfeed.hpp"
 #include "flowfeed/nodes/builtin.hpp"
@@ -74,6 +75,7 @@ int bandwidth(const flowfeed::Registry& registry, const std::string& config_path
 }
 
 int small_batches(const flowfeed::Registry& registry, int depth, int streams, int epochs,
+                  const std::string& sink, const std::vector<std::string>& overrides,
                   double raw_seconds) {
   // 64 x 784 float32 (200,704 bytes), labels at the next 256-byte boundary: 200,960 bytes, one copy.
   const std::string yaml =
@@ -87,24 +89,27 @@ int small_batches(const flowfeed::Registry& registry, int depth, int streams, in
       "  - { name: upload, type: cuda_upload, streams: " +
       std::to_string(streams) +
       " }\n"
-      "  - { name: train, type: device_checksum }\n";
+      "  - { name: train, type: " + sink + " }\n";
   const flowfeed::PipelineConfig config =
-      flowfeed::load_config_string(yaml, registry, {}, "small_batches");
+      flowfeed::load_config_string(yaml, registry, overrides, "small_batches");
   const auto raw =
       flowfeed::bench::raw_pinned_copies(200960, raw_seconds, config.pipeline.device_id);
   std::printf("small_batches: raw pinned cudaMemcpyAsync, 200,960-byte copies, one stream: %.0f "
               "copies/s (%.2f GB/s)\n",
               raw.copies_per_second, raw.gbps);
   const RunReport r = run_pipeline(config, registry);
-  print_run(("graph, memory (pinned) -> cuda_upload -> device_checksum, prefetch_depth " +
+  print_run(("graph, memory (pinned) -> cuda_upload -> " + sink + ", prefetch_depth " +
              std::to_string(depth) + ", streams " + std::to_string(streams))
                 .c_str(),
             r);
+  std::printf("%s", r.to_table().c_str());
   std::printf("  device_checksum verified %.3f GB on the GPU\n",
               r.extra.count("train.bytes_verified") ? r.extra.at("train.bytes_verified") * 1e-9
                                                     : 0.0);
-  result("small_batches_checksummed", r.batches_per_second, "batches/s", raw.copies_per_second);
-  result("small_batches_vs_target", r.batches_per_second, "batches/s", 100000);
+  const std::string name = "small_batches_" + sink + "_depth" + std::to_string(depth) + "_streams" +
+                           std::to_string(streams);
+  result(name, r.batches_per_second, "batches/s", raw.copies_per_second);
+  result(name + "_vs_target", r.batches_per_second, "batches/s", 100000);
   return 0;
 }
 
@@ -116,6 +121,7 @@ int main(int argc, char** argv) {
   std::string config = std::string(FLOWFEED_SOURCE_DIR) + "/configs/bandwidth.yaml";
   int pageable_epochs = 100;
   int depth = 16, streams = 1, epochs = 300;
+  std::string sink = "device_checksum";
   double raw_seconds = 1.0;
   auto* bw = app.add_subcommand("bandwidth", "32 MiB batches: graph vs raw pinned copies");
   bw->add_option("--config", config, "the bandwidth config");
@@ -124,6 +130,9 @@ int main(int argc, char** argv) {
   small->add_option("--depth", depth, "prefetch_depth");
   small->add_option("--streams", streams, "cuda_upload streams");
   small->add_option("--epochs", epochs, "epochs over the 1024-batch data set");
+  small->add_option("--sink", sink, "train node: device_checksum or device_discard");
+  std::vector<std::string> overrides;
+  small->add_option("--set", overrides, "override a config value, e.g. nodes.upload.concurrency=2");
   app.add_option("--raw-seconds", raw_seconds, "length of each raw copy loop");
   CLI11_PARSE(app, argc, argv);
 
@@ -132,7 +141,7 @@ int main(int argc, char** argv) {
   int rc = 0;
   try {
     if (*bw) rc = bandwidth(registry, config, pageable_epochs, raw_seconds);
-    if (*small) rc = small_batches(registry, depth, streams, epochs, raw_seconds);
+    if (*small) rc = small_batches(registry, depth, streams, epochs, sink, overrides, raw_seconds);
   } catch (const std::exception& e) {
     std::cerr << "pipeline_bench: " << e.what() << "\n";
     return 1;

@@ -1,4 +1,4 @@
-// device_checksum and device_null: train-role sinks that keep to the CUDA contract (wait on the
+// device_checksum and device_discard: train-role sinks that keep to the CUDA contract (wait on the
 // batch's ready event on their own stream, record its reuse event after their last kernel).
 #include <algorithm>
 #include <cstdio>
@@ -49,7 +49,6 @@ class DeviceSink : public Node {
       throw Error(type_ + ": the batch has no device buffer and ready event (the upload node must "
                           "be cuda_upload)");
     }
-    cuda::set_device(device_);
     checked([&] {
       FLOWFEED_CUDA_CHECK(
           cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(batch.ready_event), 0));
@@ -82,10 +81,11 @@ class DeviceSink : public Node {
   bool sticky_ = false;
 };
 
-class DeviceNull final : public DeviceSink {
+class DeviceDiscard final : public DeviceSink {
  public:
   void process(Batch& batch) override {
     cuda::NvtxRange range(nvtx_, batch.seq);
+    cuda::set_device(device_);
     wait_ready(batch);
     record_reuse(batch);
   }
@@ -108,7 +108,7 @@ class DeviceChecksum final : public DeviceSink {
     if (!content_) {
       throw ConfigError({context.spec().loc.str() + ": nodes." + context.spec().name +
                          ".type: device_checksum verifies synthetic data (the first node is not a "
-                         "synthetic or memory loader) use one of those loaders, or device_null"});
+                         "synthetic or memory loader) use one of those loaders, or device_discard"});
     }
     DeviceSink::setup(context);
     ordered_ = context.ordered();
@@ -184,21 +184,21 @@ class DeviceChecksum final : public DeviceSink {
 
   void finish(RunReport& report) override {
     DeviceSink::finish(report);
-    report.extra[name_ + ".bytes_verified"] = static_cast<double>(last_bytes_verified_);
+    report.extra[name_ + ".bytes_verified"] = static_cast<double>(bytes_verified_);
   }
 
-  void quiesce() noexcept override {
-    DeviceSink::quiesce();
-    // Ready for another run: order, visits and a flagged mismatch start afresh.
+  void begin_run() override {
+    // Order, visits and a mismatch flagged by an earlier run start afresh.
     next_seq_ = 0;
     std::fill(seen_.begin(), seen_.end(), 0u);
-    last_bytes_verified_ = bytes_verified_;
     bytes_verified_ = 0;
-    if (*static_cast<volatile unsigned int*>(host_flag_) != 0 && !sticky_) {
-      if (cudaMemset(record_, 0, sizeof(cuda::ChecksumRecord)) != cudaSuccess) cudaGetLastError();
+    if (*static_cast<volatile unsigned int*>(host_flag_) != 0) {
+      cuda::set_device(device_);
+      checked([&] { FLOWFEED_CUDA_CHECK(cudaMemset(record_, 0, sizeof(cuda::ChecksumRecord))); });
       *host_flag_ = 0;
     }
   }
+
 
  private:
   void check_order(const Batch& batch) {
@@ -262,13 +262,12 @@ class DeviceChecksum final : public DeviceSink {
   std::vector<cudaEvent_t> slot_events_;
   std::size_t next_slot_ = 0;
   std::uint64_t bytes_verified_ = 0;
-  std::uint64_t last_bytes_verified_ = 0;  // of the run that ended last
 };
 
 }  // namespace
 
 std::unique_ptr<Node> make_device_checksum() { return std::make_unique<DeviceChecksum>(); }
-std::unique_ptr<Node> make_device_null() { return std::make_unique<DeviceNull>(); }
+std::unique_ptr<Node> make_device_discard() { return std::make_unique<DeviceDiscard>(); }
 
 void register_device_sinks(Registry& registry) {
   {
@@ -284,13 +283,13 @@ void register_device_sinks(Registry& registry) {
   }
   {
     NodeType t;
-    t.name = "device_null";
+    t.name = "device_discard";
     t.role = Role::train;
     t.doc = "waits on each batch's ready event and frees its device buffer (measures the pipeline "
             "and the copies alone)";
     t.backend = TypeBackend::cuda;
-    t.counterpart = "null";
-    t.create = [](const NodeSpec&) { return make_device_null(); };
+    t.counterpart = "discard";
+    t.create = [](const NodeSpec&) { return make_device_discard(); };
     registry.set(std::move(t));
   }
 }

@@ -82,7 +82,7 @@ SyntheticOptions synthetic_content_from(const Params& params) {
   return o;
 }
 
-void add_synthetic_content_params(Schema& schema) {
+void add_synthetic_content_params(Schema& schema, bool delay) {
   schema.add_int("batches", "data set size in batches (when samples is 0)", 100).range(1, 1e12);
   schema.add_int("samples", "data set size in samples (0: batches x batch size)", 0)
       .range(0, 4e9);
@@ -91,6 +91,10 @@ void add_synthetic_content_params(Schema& schema) {
       .range(1, 1e9);
   schema.add_string("dtype", "element type of x", std::string("float32"))
       .one_of({"float32", "float16", "uint8", "int32", "int64"});
+  if (delay) {
+    schema.add_number("delay_ms", "simulated load cost per batch, in milliseconds", 0.0)
+        .range(0, 1e7);
+  }
   schema.add_int("seed", "content seed", 0).range(0, 9.2e18);
   schema.add_int("classes", "labels y are in [0, classes)", 10).range(1, 1e9);
 }
@@ -107,9 +111,8 @@ std::vector<TensorSpec> SyntheticLoader::sample_tensors() const {
 }
 
 void SyntheticLoader::setup(BuildContext& context) {
-  size_ = options_.samples > 0
-              ? static_cast<std::size_t>(options_.samples)
-              : static_cast<std::size_t>(options_.batches) * context.batch_size();
+  size_ = options_.samples > 0 ? static_cast<std::size_t>(options_.samples)
+                               : static_cast<std::size_t>(options_.batches) * context.batch_size();
   pool_ = &context.make_pool("host", MemoryKind::pageable,
                              static_cast<std::size_t>(context.prefetch_depth()),
                              context.layout().capacity(), Allocator::host());
@@ -137,9 +140,7 @@ void register_synthetic(Registry& registry) {
   t.name = "synthetic";
   t.role = Role::load;
   t.doc = "deterministic generated samples: x = f(seed, sample, element), y = label(seed, sample)";
-  add_synthetic_content_params(t.schema);
-  t.schema.add_number("delay_ms", "simulated load cost per batch, in milliseconds", 0.0)
-      .range(0, 1e7);
+  add_synthetic_content_params(t.schema, /*delay=*/true);
   t.create = [](const NodeSpec& spec) {
     return std::make_unique<SyntheticLoader>(SyntheticLoader::options_from(spec.params));
   };

@@ -296,7 +296,7 @@ TEST(CudaConfigs, BandwidthConfigRunsFromThePinnedDataSetWithoutHostCopies) {
     EXPECT_EQ(report.extra.at("stage.copied_bytes"), 0.0);
     EXPECT_EQ(report.allocations_after_build, 0u);
     EXPECT_GT(report.upload_gbps, 0.0);
-    EXPECT_EQ(report.nodes.back().type, "device_null");
+    EXPECT_EQ(report.nodes.back().type, "device_discard");
   });
 }
 

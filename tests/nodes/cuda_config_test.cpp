@@ -87,7 +87,7 @@ TEST(CudaConfig, PlaceholderTypesAreMarkedUnavailable) {
   const Registry r = host_only_registry();
   EXPECT_FALSE(r.cuda_built());
   EXPECT_EQ(r.device_count(), 0);
-  for (const char* name : {"pinned_staging", "cuda_upload", "device_checksum", "device_null"}) {
+  for (const char* name : {"pinned_staging", "cuda_upload", "device_checksum", "device_discard"}) {
     const NodeType* t = r.find(name);
     ASSERT_NE(t, nullptr) << name;
     EXPECT_TRUE(t->unavailable) << name;
@@ -189,7 +189,7 @@ TEST(CudaConfig, CudaNodeParamsAreValidated) {
       "  - { name: load, type: synthetic }\n"
       "  - { name: stage, type: pinned_staging, params: { chunk_bytes: -1 } }\n"
       "  - { name: upload, type: cuda_upload, streams: 65 }\n"
-      "  - { name: train, type: device_null }\n";
+      "  - { name: train, type: device_discard }\n";
   EXPECT_EQ(config_error(yaml, cuda_registry(1)),
             "x.yaml:4:65: nodes[1].params.chunk_bytes: -1 is out of range (must be between 0 and "
             "1000000000000)\n"
@@ -204,7 +204,7 @@ TEST(CudaConfig, WrittenCudaParamsAreCheckedAgainstTheHostCounterpart) {
       "  - { name: load, type: synthetic }\n"
       "  - { name: stage, type: pinned_staging, params: { chunk_bytes: 4096 } }\n"
       "  - { name: upload, type: cuda_upload }\n"
-      "  - { name: train, type: device_null }\n";
+      "  - { name: train, type: device_discard }\n";
   EXPECT_EQ(config_error(yaml, cuda_registry(0)),
             "x.yaml:4:65: nodes[1].params.chunk_bytes: unknown key (host_staging has params: "
             "none)");

@@ -17,9 +17,9 @@ void register_load_nodes(Registry& registry);
 void register_staging_nodes(Registry& registry);
 /// `host_upload`.
 void register_upload_nodes(Registry& registry);
-/// `checksum`, `sleep`, `null`, `mlp`.
+/// `checksum`, `sleep`, `discard`, `mlp`.
 void register_train_nodes(Registry& registry);
-/// `pinned_staging`, `cuda_upload`, `device_checksum`, `device_null`, the device probe, and a
+/// `pinned_staging`, `cuda_upload`, `device_checksum`, `device_discard`, the device probe, and a
 /// `memory` loader that page-locks its data set; in a build without CUDA, the placeholders below.
 void register_cuda_nodes(Registry& registry);
 /// Placeholders for the CUDA types (in every build): the names exist and fail validation with

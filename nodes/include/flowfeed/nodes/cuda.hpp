@@ -44,8 +44,8 @@ std::unique_ptr<AsynchronousNode> make_cuda_upload(CudaUploadOptions options = {
 /// and on the host that batches arrive in order and each sample once per epoch.
 std::unique_ptr<Node> make_device_checksum();
 
-/// `device_null`: waits on the batch's ready event and records its reuse event; nothing else.
-std::unique_ptr<Node> make_device_null();
+/// `device_discard`: waits on the batch's ready event and records its reuse event; nothing else.
+std::unique_ptr<Node> make_device_discard();
 
 /// Visible CUDA devices; 0 when there is no driver or no device (the registry's device probe).
 int cuda_device_count() noexcept;
