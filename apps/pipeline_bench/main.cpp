@@ -4,7 +4,6 @@
 //   small_batches  200 KB batches (64x784 float32 + labels) through cuda_upload + device_checksum
 // The last lines are `RESULT <name> <figure> <unit> baseline <baseline> ratio <ratio>`.
 #include <CLI/CLI.hpp>
-
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -37,12 +36,13 @@ RunReport run_pipeline(const flowfeed::PipelineConfig& config, const flowfeed::R
 }
 
 void print_run(const char* what, const RunReport& r) {
-  std::printf("  %s: %llu batches, %.3f GB in %.3f s = %.2f GB/s, %.0f batches/s; allocations after "
-              "build %llu; device pools %.1f MiB; stream copies",
-              what, static_cast<unsigned long long>(r.batches),
-              static_cast<double>(r.bytes_uploaded) * 1e-9, r.seconds, r.upload_gbps,
-              r.batches_per_second, static_cast<unsigned long long>(r.allocations_after_build),
-              static_cast<double>(r.device_pool_bytes) / (1 << 20));
+  std::printf(
+      "  %s: %llu batches, %.3f GB in %.3f s = %.2f GB/s, %.0f batches/s; allocations after "
+      "build %llu; device pools %.1f MiB; stream copies",
+      what, static_cast<unsigned long long>(r.batches),
+      static_cast<double>(r.bytes_uploaded) * 1e-9, r.seconds, r.upload_gbps, r.batches_per_second,
+      static_cast<unsigned long long>(r.allocations_after_build),
+      static_cast<double>(r.device_pool_bytes) / (1 << 20));
   for (auto c : r.stream_copies) std::printf(" %llu", static_cast<unsigned long long>(c));
   std::printf("\n");
 }
@@ -55,11 +55,12 @@ int bandwidth(const flowfeed::Registry& registry, const std::string& config_path
     return 1;
   }
   const std::size_t batch_bytes = 33554688;  // 64 x 131072 float32 + 64 labels at a 256 B boundary
-  const auto raw = flowfeed::bench::raw_pinned_copies(batch_bytes, raw_seconds,
-                                                      pinned.pipeline.device_id);
-  std::printf("bandwidth: raw pinned cudaMemcpyAsync, 32 MiB copies, one stream: %.2f GB/s "
-              "(%zu copies in %.3f s)\n",
-              raw.gbps, raw.copies, raw.seconds);
+  const auto raw =
+      flowfeed::bench::raw_pinned_copies(batch_bytes, raw_seconds, pinned.pipeline.device_id);
+  std::printf(
+      "bandwidth: raw pinned cudaMemcpyAsync, 32 MiB copies, one stream: %.2f GB/s "
+      "(%zu copies in %.3f s)\n",
+      raw.gbps, raw.copies, raw.seconds);
   const RunReport a = run_pipeline(pinned, registry);
   print_run("graph, data set pinned in place (cudaHostRegister)", a);
   std::printf("  device: %s (%s)\n", a.device.c_str(), a.device_reason.c_str());
@@ -77,7 +78,8 @@ int bandwidth(const flowfeed::Registry& registry, const std::string& config_path
 int small_batches(const flowfeed::Registry& registry, int depth, int streams, int epochs,
                   const std::string& sink, const std::vector<std::string>& overrides,
                   double raw_seconds) {
-  // 64 x 784 float32 (200,704 bytes), labels at the next 256-byte boundary: 200,960 bytes, one copy.
+  // 64 x 784 float32 (200,704 bytes), labels at the next 256-byte boundary: 200,960 bytes, one
+  // copy.
   const std::string yaml =
       "pipeline: { epochs: " + std::to_string(epochs) +
       ", batch_size: 64, prefetch_depth: " + std::to_string(depth) +
@@ -89,23 +91,25 @@ int small_batches(const flowfeed::Registry& registry, int depth, int streams, in
       "  - { name: upload, type: cuda_upload, streams: " +
       std::to_string(streams) +
       " }\n"
-      "  - { name: train, type: " + sink + " }\n";
+      "  - { name: train, type: " +
+      sink + " }\n";
   const flowfeed::PipelineConfig config =
       flowfeed::load_config_string(yaml, registry, overrides, "small_batches");
   const auto raw =
       flowfeed::bench::raw_pinned_copies(200960, raw_seconds, config.pipeline.device_id);
-  std::printf("small_batches: raw pinned cudaMemcpyAsync, 200,960-byte copies, one stream: %.0f "
-              "copies/s (%.2f GB/s)\n",
-              raw.copies_per_second, raw.gbps);
+  std::printf(
+      "small_batches: raw pinned cudaMemcpyAsync, 200,960-byte copies, one stream: %.0f "
+      "copies/s (%.2f GB/s)\n",
+      raw.copies_per_second, raw.gbps);
   const RunReport r = run_pipeline(config, registry);
   print_run(("graph, memory (pinned) -> cuda_upload -> " + sink + ", prefetch_depth " +
              std::to_string(depth) + ", streams " + std::to_string(streams))
                 .c_str(),
             r);
   std::printf("%s", r.to_table().c_str());
-  std::printf("  device_checksum verified %.3f GB on the GPU\n",
-              r.extra.count("train.bytes_verified") ? r.extra.at("train.bytes_verified") * 1e-9
-                                                    : 0.0);
+  std::printf(
+      "  device_checksum verified %.3f GB on the GPU\n",
+      r.extra.count("train.bytes_verified") ? r.extra.at("train.bytes_verified") * 1e-9 : 0.0);
   const std::string name = "small_batches_" + sink + "_depth" + std::to_string(depth) + "_streams" +
                            std::to_string(streams);
   result(name, r.batches_per_second, "batches/s", raw.copies_per_second);

@@ -8,7 +8,7 @@ namespace flowfeed::bench {
 
 /// Result of a raw copy loop.
 struct RawCopies {
-  double gbps = 0;             ///< bytes / seconds / 1e9
+  double gbps = 0;  ///< bytes / seconds / 1e9
   double copies_per_second = 0;
   std::size_t copies = 0;
   double seconds = 0;

@@ -13,12 +13,12 @@ namespace flowfeed::cuda {
 /// of one stream run in order, so it is a mismatching byte of the first bad batch.
 struct ChecksumRecord {
   unsigned int claimed;
-  unsigned int tensor;  ///< 0: x, 1: y
+  unsigned int tensor;            ///< 0: x, 1: y
   unsigned long long mismatches;  ///< mismatching elements in all
   unsigned long long seq;
   unsigned long long row;
   unsigned long long sample;
-  unsigned long long byte;  ///< first differing byte within the sample's tensor
+  unsigned long long byte;      ///< first differing byte within the sample's tensor
   unsigned long long expected;  ///< the element's bits
   unsigned long long actual;
 };

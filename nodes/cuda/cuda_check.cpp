@@ -37,7 +37,9 @@ CudaError make_error(cudaError_t error, const char* call) {
                    static_cast<int>(error), sticky);
 }
 
-void throw_error(cudaError_t error, const char* call) { throw make_error(error, call); }
+void throw_error(cudaError_t error, const char* call) {
+  throw make_error(error, call);
+}
 
 int device_count() noexcept {
   int n = 0;
@@ -57,7 +59,9 @@ std::string device_description(int device) {
   return "cuda:" + std::to_string(device) + " (" + prop.name + ")";
 }
 
-void set_device(int device) { FLOWFEED_CUDA_CHECK(cudaSetDevice(device)); }
+void set_device(int device) {
+  FLOWFEED_CUDA_CHECK(cudaSetDevice(device));
+}
 
 void* device_alloc(std::size_t bytes) {
   void* p = nullptr;

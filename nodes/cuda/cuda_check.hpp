@@ -20,8 +20,8 @@ namespace flowfeed::cuda {
 /// later call returns the same error, so the process must report and exit, never retry.
 bool is_sticky(cudaError_t error) noexcept;
 
-/// The CudaError for `error` returned by `call` (the call's text; only the name before '(' is kept):
-/// "cudaMemcpyAsync: invalid argument (cudaErrorInvalidValue = 1, not sticky)". Clears the
+/// The CudaError for `error` returned by `call` (the call's text; only the name before '(' is
+/// kept): "cudaMemcpyAsync: invalid argument (cudaErrorInvalidValue = 1, not sticky)". Clears the
 /// thread's last error when the error is not sticky.
 CudaError make_error(cudaError_t error, const char* call);
 [[noreturn]] void throw_error(cudaError_t error, const char* call);

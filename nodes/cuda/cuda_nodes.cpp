@@ -10,8 +10,12 @@ void register_pinned_staging(Registry& registry);
 void register_cuda_upload(Registry& registry);
 void register_device_sinks(Registry& registry);
 
-int cuda_device_count() noexcept { return cuda::device_count(); }
-std::string cuda_device_description(int device) { return cuda::device_description(device); }
+int cuda_device_count() noexcept {
+  return cuda::device_count();
+}
+std::string cuda_device_description(int device) {
+  return cuda::device_description(device);
+}
 
 namespace {
 

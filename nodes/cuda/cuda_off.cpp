@@ -3,6 +3,8 @@
 
 namespace flowfeed {
 
-void register_cuda_nodes(Registry& registry) { register_cuda_placeholders(registry); }
+void register_cuda_nodes(Registry& registry) {
+  register_cuda_placeholders(registry);
+}
 
 }  // namespace flowfeed

@@ -6,6 +6,8 @@
 // cudaLaunchHostFunc never runs after a sticky error. Polling cudaEventQuery costs ~0.7 µs, sees
 // every error, and lets completions of one stream be taken in groups (events of one stream
 // complete in order, so when the newest is done all are).
+#include "flowfeed/nodes/cuda.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -15,7 +17,6 @@
 #include <vector>
 
 #include "cuda/cuda_check.hpp"
-#include "flowfeed/nodes/cuda.hpp"
 #include "flowfeed/registry.hpp"
 #include "flowfeed/stats.hpp"
 
@@ -96,8 +97,8 @@ class CudaUpload final : public AsynchronousNode {
       }
       // Do not overwrite the buffer before the last kernel that read it (stream-ordered).
       FLOWFEED_CUDA_CHECK(cudaStreamWaitEvent(lane.stream, reuse_[buffer], 0));
-      FLOWFEED_CUDA_CHECK(cudaMemcpyAsync(device.data(), src, bytes, cudaMemcpyHostToDevice,
-                                          lane.stream));
+      FLOWFEED_CUDA_CHECK(
+          cudaMemcpyAsync(device.data(), src, bytes, cudaMemcpyHostToDevice, lane.stream));
       FLOWFEED_CUDA_CHECK(cudaEventRecord(ready_[buffer], lane.stream));
       batch.device = std::move(device);
       batch.ready_event = ready_[buffer];
@@ -105,8 +106,8 @@ class CudaUpload final : public AsynchronousNode {
       batch.upload_stream = lane.stream;
       batch.stream_index = static_cast<int>(index);
       nvtxEventAttributes_t a = cuda::nvtx_attributes(nvtx_, batch.seq);
-      lane.ring[(lane.head + lane.count) % lane.ring.size()] =
-          Pending{&batch, done, ready_[buffer], bytes, nvtxDomainRangeStartEx(cuda::nvtx_domain(), &a)};
+      lane.ring[(lane.head + lane.count) % lane.ring.size()] = Pending{
+          &batch, done, ready_[buffer], bytes, nvtxDomainRangeStartEx(cuda::nvtx_domain(), &a)};
       ++lane.count;
       wake = outstanding_.fetch_add(1, std::memory_order_release) == 0;
     }
@@ -129,7 +130,8 @@ class CudaUpload final : public AsynchronousNode {
     report.device = description_;
     const std::uint64_t bytes = bytes_.load();
     report.bytes_uploaded = bytes;
-    report.upload_gbps = report.seconds > 0 ? static_cast<double>(bytes) / report.seconds * 1e-9 : 0;
+    report.upload_gbps =
+        report.seconds > 0 ? static_cast<double>(bytes) / report.seconds * 1e-9 : 0;
     for (auto& lane : lanes_) report.stream_copies.push_back(lane->copies.load());
   }
 
@@ -291,9 +293,10 @@ void register_cuda_upload(Registry& registry) {
   NodeType t;
   t.name = "cuda_upload";
   t.role = Role::upload;
-  t.doc = "copies staging -> a device pool buffer on the node's own non-blocking streams "
-          "(`streams: K`, batch seq % K), records a ready event per batch, completes batches from "
-          "one event-polling thread";
+  t.doc =
+      "copies staging -> a device pool buffer on the node's own non-blocking streams "
+      "(`streams: K`, batch seq % K), records a ready event per batch, completes batches from "
+      "one event-polling thread";
   t.backend = TypeBackend::cuda;
   t.counterpart = "host_upload";
   t.create = [](const NodeSpec& spec) {

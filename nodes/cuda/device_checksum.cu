@@ -54,11 +54,11 @@ __global__ void checksum_kernel(ChecksumArgs a) {
       }
     }
     if (blockIdx.x == 0 && threadIdx.x == 0) {
-      const auto expected =
-          static_cast<std::uint32_t>(formula::label(hash, a.classes));
+      const auto expected = static_cast<std::uint32_t>(formula::label(hash, a.classes));
       const std::uint32_t actual =
           *reinterpret_cast<const std::uint32_t*>(a.batch + a.y_offset + row * 4);
-      if (actual != expected) report(a, 1, row, sample, first_byte(expected, actual), expected, actual);
+      if (actual != expected)
+        report(a, 1, row, sample, first_byte(expected, actual), expected, actual);
     }
   }
 }

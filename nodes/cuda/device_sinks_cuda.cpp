@@ -46,8 +46,9 @@ class DeviceSink : public Node {
   /// Makes this node's stream wait until the batch's bytes are on the device.
   void wait_ready(Batch& batch) {
     if (!batch.ready_event || !batch.device) {
-      throw Error(type_ + ": the batch has no device buffer and ready event (the upload node must "
-                          "be cuda_upload)");
+      throw Error(type_ +
+                  ": the batch has no device buffer and ready event (the upload node must "
+                  "be cuda_upload)");
     }
     checked([&] {
       FLOWFEED_CUDA_CHECK(
@@ -106,9 +107,10 @@ class DeviceChecksum final : public DeviceSink {
   void setup(BuildContext& context) override {
     content_ = dynamic_cast<const SyntheticContent*>(&context.loader());
     if (!content_) {
-      throw ConfigError({context.spec().loc.str() + ": nodes." + context.spec().name +
-                         ".type: device_checksum verifies synthetic data (the first node is not a "
-                         "synthetic or memory loader) use one of those loaders, or device_discard"});
+      throw ConfigError(
+          {context.spec().loc.str() + ": nodes." + context.spec().name +
+           ".type: device_checksum verifies synthetic data (the first node is not a "
+           "synthetic or memory loader) use one of those loaders, or device_discard"});
     }
     DeviceSink::setup(context);
     ordered_ = context.ordered();
@@ -120,14 +122,15 @@ class DeviceChecksum final : public DeviceSink {
     host_flag_ = static_cast<unsigned int*>(
         cuda::pinned_alloc(sizeof(unsigned int), cudaHostAllocMapped | cudaHostAllocPortable));
     *host_flag_ = 0;
-    FLOWFEED_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&device_flag_),
-                                                 host_flag_, 0));
+    FLOWFEED_CUDA_CHECK(
+        cudaHostGetDevicePointer(reinterpret_cast<void**>(&device_flag_), host_flag_, 0));
     // Sample indices of shuffled batches: a few slots of mapped pinned memory the kernel reads
     // directly; a slot is rewritten only after the kernel that read it has finished.
-    indices_ = static_cast<std::uint32_t*>(cuda::pinned_alloc(
-        kIndexSlots * batch_size_ * sizeof(std::uint32_t), cudaHostAllocMapped | cudaHostAllocPortable));
-    FLOWFEED_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&device_indices_),
-                                                 indices_, 0));
+    indices_ = static_cast<std::uint32_t*>(
+        cuda::pinned_alloc(kIndexSlots * batch_size_ * sizeof(std::uint32_t),
+                           cudaHostAllocMapped | cudaHostAllocPortable));
+    FLOWFEED_CUDA_CHECK(
+        cudaHostGetDevicePointer(reinterpret_cast<void**>(&device_indices_), indices_, 0));
     for (std::size_t i = 0; i < kIndexSlots; ++i) {
       cudaEvent_t e = nullptr;
       FLOWFEED_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
@@ -199,7 +202,6 @@ class DeviceChecksum final : public DeviceSink {
     }
   }
 
-
  private:
   void check_order(const Batch& batch) {
     if (ordered_ && batch.seq != next_seq_) {
@@ -266,16 +268,21 @@ class DeviceChecksum final : public DeviceSink {
 
 }  // namespace
 
-std::unique_ptr<Node> make_device_checksum() { return std::make_unique<DeviceChecksum>(); }
-std::unique_ptr<Node> make_device_discard() { return std::make_unique<DeviceDiscard>(); }
+std::unique_ptr<Node> make_device_checksum() {
+  return std::make_unique<DeviceChecksum>();
+}
+std::unique_ptr<Node> make_device_discard() {
+  return std::make_unique<DeviceDiscard>();
+}
 
 void register_device_sinks(Registry& registry) {
   {
     NodeType t;
     t.name = "device_checksum";
     t.role = Role::train;
-    t.doc = "verifies on the GPU that every byte of synthetic batches arrived intact (a kernel per "
-            "batch), and on the host their order; fails naming batch, row and byte";
+    t.doc =
+        "verifies on the GPU that every byte of synthetic batches arrived intact (a kernel per "
+        "batch), and on the host their order; fails naming batch, row and byte";
     t.backend = TypeBackend::cuda;
     t.counterpart = "checksum";
     t.create = [](const NodeSpec&) { return make_device_checksum(); };
@@ -285,8 +292,9 @@ void register_device_sinks(Registry& registry) {
     NodeType t;
     t.name = "device_discard";
     t.role = Role::train;
-    t.doc = "waits on each batch's ready event and frees its device buffer (measures the pipeline "
-            "and the copies alone)";
+    t.doc =
+        "waits on each batch's ready event and frees its device buffer (measures the pipeline "
+        "and the copies alone)";
     t.backend = TypeBackend::cuda;
     t.counterpart = "discard";
     t.create = [](const NodeSpec&) { return make_device_discard(); };

@@ -66,9 +66,10 @@ class PinnedStaging final : public Node {
       return;
     }
     if (!pool_) {
-      throw Error("pinned_staging: a pageable batch arrived, but the loader's data set is "
-                  "page-locked, so no staging pool was allocated (a node between the loader and "
-                  "staging replaced the host buffer)");
+      throw Error(
+          "pinned_staging: a pageable batch arrived, but the loader's data set is "
+          "page-locked, so no staging pool was allocated (a node between the loader and "
+          "staging replaced the host buffer)");
     }
     Lease staging = pool_->acquire();
     parallel_copy(staging.data(), batch.host.data(), batch.bytes(), options_.chunk_bytes);
@@ -102,8 +103,9 @@ void register_pinned_staging(Registry& registry) {
   NodeType t;
   t.name = "pinned_staging";
   t.role = Role::staging;
-  t.doc = "copies each batch into a pool of page-locked buffers (cudaHostAlloc, prefetch_depth of "
-          "them); passes already page-locked batches through";
+  t.doc =
+      "copies each batch into a pool of page-locked buffers (cudaHostAlloc, prefetch_depth of "
+      "them); passes already page-locked batches through";
   t.backend = TypeBackend::cuda;
   t.counterpart = "host_staging";
   t.schema

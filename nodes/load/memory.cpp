@@ -44,9 +44,8 @@ void MemoryLoader::setup(BuildContext& context) {
   size_ = c.samples > 0 ? static_cast<std::size_t>(c.samples)
                         : static_cast<std::size_t>(c.batches) * batch_size_;
   slices_ = (size_ + batch_size_ - 1) / batch_size_;
-  const std::size_t stride =
-      (layout.capacity() + BatchLayout::kAlignment - 1) / BatchLayout::kAlignment *
-      BatchLayout::kAlignment;
+  const std::size_t stride = (layout.capacity() + BatchLayout::kAlignment - 1) /
+                             BatchLayout::kAlignment * BatchLayout::kAlignment;
   bytes_ = slices_ * stride;
   data_ = static_cast<std::byte*>(::operator new(bytes_, kPageAlignment));
 
@@ -89,7 +88,8 @@ void MemoryLoader::process(Batch& batch) {
   for (std::size_t r = 1; slice && r < batch.rows(); ++r) slice = batch.samples[r] == first + r;
   if (!slice) {
     throw Error("memory: batch " + std::to_string(batch.seq) + " (samples " +
-                std::to_string(first) + ", ...) is not a slice of the pre-batched data set (the "
+                std::to_string(first) +
+                ", ...) is not a slice of the pre-batched data set (the "
                 "memory loader serves batch k as samples [k*batch_size, (k+1)*batch_size)) set "
                 "sampler.shuffle: false and sampler.world: 1, or use the synthetic loader");
   }
@@ -100,8 +100,9 @@ NodeType memory_node_type(HostPinning pinning) {
   NodeType t;
   t.name = "memory";
   t.role = Role::load;
-  t.doc = "a synthetic data set built in memory once, pre-batched; serves each batch as a slice "
-          "without a copy (page-locked in place on CUDA); needs a sequential, unsharded sampler";
+  t.doc =
+      "a synthetic data set built in memory once, pre-batched; serves each batch as a slice "
+      "without a copy (page-locked in place on CUDA); needs a sequential, unsharded sampler";
   add_synthetic_content_params(t.schema);
   t.schema.add_bool("pin",
                     "on CUDA, page-lock the data set once (cudaHostRegister) so uploads read it in "
@@ -113,6 +114,8 @@ NodeType memory_node_type(HostPinning pinning) {
   return t;
 }
 
-void register_memory(Registry& registry) { registry.set(memory_node_type({})); }
+void register_memory(Registry& registry) {
+  registry.set(memory_node_type({}));
+}
 
 }  // namespace flowfeed

@@ -101,7 +101,8 @@ class CorruptOneByte final : public Node {
     content_ = dynamic_cast<const SyntheticContent*>(&context.loader());
     FLOWFEED_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     events_.resize(static_cast<std::size_t>(context.prefetch_depth()));
-    for (auto& e : events_) FLOWFEED_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    for (auto& e : events_)
+      FLOWFEED_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   }
   void process(Batch& batch) override {
     if (batch.seq != at_) return;
@@ -174,8 +175,7 @@ TEST(CudaFailure, ACorruptedByteOfXIsFoundOnTheDeviceWithBatchRowAndByte) {
 TEST(CudaFailure, ACorruptedLabelIsFoundOnTheDevice) {
   FLOWFEED_REQUIRE_GPU();
   const std::string what = corrupted_run(true);
-  EXPECT_NE(what.find("device_checksum: batch 5 row 3 (sample 83): label y is "),
-            std::string::npos)
+  EXPECT_NE(what.find("device_checksum: batch 5 row 3 (sample 83): label y is "), std::string::npos)
       << what;
   EXPECT_NE(what.find(" (byte 1 of 4 differs); 1 mismatching element in all"), std::string::npos)
       << what;

@@ -15,8 +15,8 @@
 #include "flowfeed/nodes/cuda.hpp"
 
 /// Skips the test, with the reason in the output, when no CUDA device is visible.
-#define FLOWFEED_REQUIRE_GPU()                                                      \
-  if (::flowfeed::cuda_device_count() == 0)                                          \
+#define FLOWFEED_REQUIRE_GPU()                                                        \
+  if (::flowfeed::cuda_device_count() == 0)                                           \
   GTEST_SKIP() << "no CUDA device visible (cudaGetDeviceCount found none): this GPU " \
                   "test needs one"
 

@@ -4,7 +4,9 @@
 namespace flowfeed::test {
 
 namespace {
-__global__ void write_through(int* p) { p[threadIdx.x] = 1; }
+__global__ void write_through(int* p) {
+  p[threadIdx.x] = 1;
+}
 }  // namespace
 
 cudaError_t launch_fault(int* bad_pointer, cudaStream_t stream) {

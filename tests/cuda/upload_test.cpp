@@ -39,7 +39,9 @@ struct Case {
 };
 
 /// Names the case in test output (instead of its bytes).
-void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.name;
+}
 
 std::string list(const std::vector<std::int64_t>& v) {
   std::string s = "[";
@@ -48,18 +50,17 @@ std::string list(const std::vector<std::int64_t>& v) {
 }
 
 std::string yaml_of(const Case& c) {
-  std::string y = "pipeline: { epochs: " + std::to_string(c.epochs) +
-                  ", batch_size: " + std::to_string(c.batch) +
-                  ", prefetch_depth: " + std::to_string(c.depth) +
-                  ", ordered: " + (c.ordered ? "true" : "false") +
-                  ", device: cuda, stall_timeout_s: 30 }\n";
+  std::string y =
+      "pipeline: { epochs: " + std::to_string(c.epochs) +
+      ", batch_size: " + std::to_string(c.batch) + ", prefetch_depth: " + std::to_string(c.depth) +
+      ", ordered: " + (c.ordered ? "true" : "false") + ", device: cuda, stall_timeout_s: 30 }\n";
   y += std::string("sampler: { shuffle: ") + (c.shuffle ? "true" : "false") + ", seed: 5 }\n";
   y += "nodes:\n";
-  y += "  - { name: load, type: " + c.loader + ", concurrency: " +
-       std::to_string(c.load_concurrency) + ", params: { samples: " + std::to_string(c.samples) +
-       ", sample_shape: " + list(c.shape) + ", dtype: " + c.dtype + ", seed: 11" +
-       (c.loader == "memory" ? std::string(", pin: ") + (c.pin ? "true" : "false") : "") +
-       " } }\n";
+  y += "  - { name: load, type: " + c.loader +
+       ", concurrency: " + std::to_string(c.load_concurrency) +
+       ", params: { samples: " + std::to_string(c.samples) + ", sample_shape: " + list(c.shape) +
+       ", dtype: " + c.dtype + ", seed: 11" +
+       (c.loader == "memory" ? std::string(", pin: ") + (c.pin ? "true" : "false") : "") + " } }\n";
   y += "  - { name: stage, type: pinned_staging, concurrency: " +
        std::to_string(c.stage_concurrency) +
        (c.chunk_bytes >= 0 ? ", params: { chunk_bytes: " + std::to_string(c.chunk_bytes) + " }"
@@ -72,8 +73,9 @@ std::string yaml_of(const Case& c) {
 }
 
 BatchLayout layout_of(const Case& c) {
-  return BatchLayout({TensorSpec{"x", *parse_dtype(c.dtype), c.shape}, TensorSpec{"y", DType::int32, {}}},
-                     static_cast<std::size_t>(c.batch));
+  return BatchLayout(
+      {TensorSpec{"x", *parse_dtype(c.dtype), c.shape}, TensorSpec{"y", DType::int32, {}}},
+      static_cast<std::size_t>(c.batch));
 }
 
 /// Bytes of one epoch: full batches and the last partial one.
@@ -105,7 +107,8 @@ TEST_P(DeviceBytes, EveryByteArrivesInOrderWithNoAllocationAfterBuild) {
   FLOWFEED_REQUIRE_GPU();
   const Case& c = GetParam();
   const Registry r = builtin();
-  const std::uint64_t batches_per_epoch = static_cast<std::uint64_t>((c.samples + c.batch - 1) / c.batch);
+  const std::uint64_t batches_per_epoch =
+      static_cast<std::uint64_t>((c.samples + c.batch - 1) / c.batch);
   const std::uint64_t batches = batches_per_epoch * static_cast<std::uint64_t>(c.epochs);
   test::within(120, c.name, [&] {
     Pipeline p(load_config_string(yaml_of(c), r, {}, c.name + ".yaml"), r);
@@ -126,7 +129,8 @@ TEST_P(DeviceBytes, EveryByteArrivesInOrderWithNoAllocationAfterBuild) {
       for (int s = 0; s < c.streams; ++s) {
         const std::uint64_t expected =
             batches / static_cast<std::uint64_t>(c.streams) +
-            (static_cast<std::uint64_t>(s) < batches % static_cast<std::uint64_t>(c.streams) ? 1 : 0);
+            (static_cast<std::uint64_t>(s) < batches % static_cast<std::uint64_t>(c.streams) ? 1
+                                                                                             : 0);
         EXPECT_EQ(report.stream_copies[static_cast<std::size_t>(s)], expected) << "stream " << s;
       }
       const bool pinned_source = c.loader == "memory" && c.pin;
@@ -238,7 +242,9 @@ std::vector<Case> cases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cuda, DeviceBytes, ::testing::ValuesIn(cases()),
-                         [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return info.param.name;
+                         });
 
 TEST(CudaMemory, DeviceMemoryForDataIsThePoolsNotTheDataSet) {
   FLOWFEED_REQUIRE_GPU();
@@ -287,8 +293,7 @@ TEST(CudaConfigs, BandwidthConfigRunsFromThePinnedDataSetWithoutHostCopies) {
   FLOWFEED_REQUIRE_GPU();
   const Registry r = builtin();
   test::within(120, "configs/bandwidth.yaml", [&] {
-    Pipeline p(load_config_file(source_dir() + "/configs/bandwidth.yaml", r,
-                                {"pipeline.epochs=1"}),
+    Pipeline p(load_config_file(source_dir() + "/configs/bandwidth.yaml", r, {"pipeline.epochs=1"}),
                r);
     const RunReport report = p.run();
     EXPECT_EQ(report.batches, 16u);
@@ -304,8 +309,7 @@ TEST(CudaConfigs, MnistLikeConfigRunsOnTheCudaTypes) {
   FLOWFEED_REQUIRE_GPU();
   const Registry r = builtin();
   test::within(120, "configs/mnist_like.yaml", [&] {
-    const PipelineConfig config =
-        load_config_file(source_dir() + "/configs/mnist_like.yaml", r);
+    const PipelineConfig config = load_config_file(source_dir() + "/configs/mnist_like.yaml", r);
     EXPECT_EQ(config.backend, Backend::cuda);
     Pipeline p(config, r);
     const RunReport report = p.run();

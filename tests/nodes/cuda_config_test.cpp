@@ -14,7 +14,8 @@ namespace {
 std::string config_text(const std::string& device, const std::string& extra = "") {
   return "pipeline:\n"
          "  batch_size: 8\n"
-         "  device: " + device + "\n" + extra +
+         "  device: " +
+         device + "\n" + extra +
          "nodes:\n"
          "  - { name: load, type: synthetic, params: { batches: 3, sample_shape: [5] } }\n"
          "  - { name: stage, type: pinned_staging }\n"

@@ -21,7 +21,9 @@ Registry builtin() {
 std::string memory_config(const std::string& sampler, const std::string& params) {
   return "pipeline: { batch_size: 16, prefetch_depth: 4, epochs: 2, device: host }\n" + sampler +
          "nodes:\n"
-         "  - { name: load, type: memory, concurrency: 2, params: { " + params + " } }\n"
+         "  - { name: load, type: memory, concurrency: 2, params: { " +
+         params +
+         " } }\n"
          "  - { name: stage, type: host_staging }\n"
          "  - { name: upload, type: host_upload }\n"
          "  - { name: train, type: checksum }\n";
@@ -70,7 +72,10 @@ TEST(MemoryLoader, AShuffledSamplerFailsWithAMessageThatSaysWhatToDo) {
   } catch (const NodeError& e) {
     const std::string what = e.what();
     EXPECT_EQ(e.node(), "load");
-    EXPECT_NE(what.find("node 'load' (memory, m.yaml:4) batch 0 (epoch 0): memory: batch 0 (samples "), std::string::npos) << what;
+    EXPECT_NE(
+        what.find("node 'load' (memory, m.yaml:4) batch 0 (epoch 0): memory: batch 0 (samples "),
+        std::string::npos)
+        << what;
     EXPECT_NE(what.find("is not a slice of the pre-batched data set (the memory loader serves "
                         "batch k as samples [k*batch_size, (k+1)*batch_size)) set "
                         "sampler.shuffle: false and sampler.world: 1, or use the synthetic "

@@ -1,8 +1,9 @@
 #pragma once
 /// \file
-/// The CUDA node family for C++ users who build nodes without YAML. Includes no CUDA header: streams
-/// and events stay inside the nodes, and batches carry them as opaque handles (Batch::ready_event,
-/// Batch::reuse_event). These functions exist only in builds with CUDA (Registry::cuda_built()).
+/// The CUDA node family for C++ users who build nodes without YAML. Includes no CUDA header:
+/// streams and events stay inside the nodes, and batches carry them as opaque handles
+/// (Batch::ready_event, Batch::reuse_event). These functions exist only in builds with CUDA
+/// (Registry::cuda_built()).
 
 #include <cstddef>
 #include <memory>
