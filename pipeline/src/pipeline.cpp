@@ -361,6 +361,7 @@ RunReport Pipeline::Impl::base_report(double seconds, bool interrupted) const {
   report.device = config_.backend == Backend::cuda
                       ? "cuda:" + std::to_string(config_.pipeline.device_id)
                       : "host";
+  report.device_reason = config_.device_reason;
   report.epochs = config_.pipeline.epochs;
   report.rank = config_.sampler.rank;
   report.world = config_.sampler.world;
