@@ -4,6 +4,7 @@ namespace flowfeed {
 
 void register_synthetic(Registry& registry);
 void register_idx(Registry& registry);
+void register_memory(Registry& registry);
 void register_npy(Registry& registry);
 void register_host_staging(Registry& registry);
 void register_host_upload(Registry& registry);
@@ -13,6 +14,7 @@ void register_mlp(Registry& registry);
 void register_load_nodes(Registry& registry) {
   register_synthetic(registry);
   register_idx(registry);
+  register_memory(registry);
   register_npy(registry);
 }
 void register_staging_nodes(Registry& registry) {

@@ -1,5 +1,6 @@
-// pipeline_runner CONFIG [--set key.path=value]... [--epochs N] [--report FILE.json] [--quiet]
-//                 [--resident | --compare-resident]
+// pipeline_runner CONFIG [--set key.path=value]... [--epochs N] [--report FILE.json]
+//                 [--timeline FILE.svg] [--trace FILE.json] [--trace-limit N] [--no-stats]
+//                 [--resident | --compare-resident] [--quiet]
 // Exit codes: 0 done, 1 run-time failure, 2 config error, 130/143 stopped by SIGINT/SIGTERM.
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <optional>
 
 #include "flowfeed/flowfeed.hpp"
@@ -80,6 +82,10 @@ int main(int argc, char** argv) {
   std::vector<std::string> overrides;
   int epochs = 0;
   std::string report_path;
+  std::string timeline_path;
+  std::string trace_path;
+  std::size_t trace_limit = 32768;
+  bool no_stats = false;
   bool quiet = false;
   bool list_types = false;
   bool resident = false;
@@ -88,6 +94,15 @@ int main(int argc, char** argv) {
   app.add_option("--set", overrides, "override a config value: key.path=value (nodes by name)");
   app.add_option("--epochs", epochs, "override pipeline.epochs")->check(CLI::PositiveNumber);
   app.add_option("--report", report_path, "write the run report as JSON to this file");
+  app.add_option("--timeline", timeline_path,
+                 "write an SVG timeline of the run (a lane per node and stream, a bar per batch)");
+  app.add_option("--trace", trace_path,
+                 "write a Chrome trace-event JSON file (open in Perfetto or chrome://tracing)");
+  app.add_option("--trace-limit", trace_limit,
+                 "batches kept for --timeline/--trace; longer runs keep an even sample")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--no-stats", no_stats,
+               "skip the sampled wait figures, queue high-water marks and the verdict");
   app.add_flag("--quiet,-q", quiet, "print nothing but errors");
   app.add_flag("--list-types", list_types, "list the config schema and every node type, then exit");
   auto* resident_flag = app.add_flag(
@@ -121,15 +136,39 @@ int main(int argc, char** argv) {
     if (compare_resident) resident_run = flowfeed::resident_config(config, registry);
     flowfeed::RunOptions options;
     options.progress = !quiet;
+    options.progress_bar = isatty(STDERR_FILENO) != 0;
+    options.stats = !no_stats;
     std::signal(SIGINT, on_signal);
     std::signal(SIGTERM, on_signal);
+    std::unique_ptr<flowfeed::Trace> trace;
+    if (!timeline_path.empty() || !trace_path.empty()) {
+      trace = std::make_unique<flowfeed::Trace>(trace_limit);
+      options.trace = trace.get();
+    }
+    // The pictures (of the first run) are written even when it fails: they show where it stopped.
+    auto write_pictures = [&] {
+      if (!trace) return;
+      if (!timeline_path.empty()) trace->save(timeline_path, true);
+      if (!trace_path.empty()) trace->save(trace_path, false);
+    };
     auto run = [&](flowfeed::PipelineConfig c, const char* label) {
       flowfeed::Pipeline pipeline(std::move(c), registry);
       struct Unpublish {
         ~Unpublish() { g_pipeline = nullptr; }
       } unpublish;  // destroyed before the pipeline, on every path
       g_pipeline = &pipeline;
-      flowfeed::RunReport r = pipeline.run(options);
+      flowfeed::RunReport r;
+      try {
+        r = pipeline.run(options);
+      } catch (...) {
+        try {
+          write_pictures();
+        } catch (const std::exception& e) {
+          std::cerr << "pipeline_runner: " << e.what() << "\n";
+        }
+        throw;
+      }
+      write_pictures();
       if (!quiet) {
         std::cout << r.to_table() << std::flush;
         print_training(r, label);
@@ -139,6 +178,8 @@ int main(int argc, char** argv) {
     };
     flowfeed::RunReport report = run(std::move(config), compare_resident ? "streamed: " : "");
     if (resident_run && !report.interrupted) {
+      trace.reset();
+      options.trace = nullptr;
       flowfeed::RunReport base = run(std::move(*resident_run), "resident: ");
       const double streamed_sps = steady_steps_per_second(report);
       const double resident_sps = steady_steps_per_second(base);

@@ -7,6 +7,7 @@
 
 #include "flowfeed/nodes/dataset.hpp"
 #include "flowfeed/registry.hpp"
+#include "flowfeed/trace.hpp"
 #include "load/idx_file.hpp"
 
 namespace flowfeed {
@@ -197,6 +198,8 @@ void MlpNode::setup(BuildContext& context) {
         std::make_unique<Sampler>(context.sampler_options(), s.dataset_size, context.batch_size());
   }
   epochs_ = context.epochs();
+  loss_gauge_ = &context.gauge("loss");
+  if (eval_.count > 0) accuracy_gauge_ = &context.gauge("test_accuracy");
   if (context.backend() == Backend::cuda) {
 #if FLOWFEED_WITH_CUDA
     backend_ = make_mlp_cuda_backend(std::move(s));
@@ -241,6 +244,7 @@ void MlpNode::end_epoch(std::uint32_t epoch) {
     last_accuracy_ = static_cast<double>(train.correct) / static_cast<double>(train.samples);
     row["loss"] = last_loss_;
     row["accuracy"] = last_accuracy_;
+    if (loss_gauge_) loss_gauge_->set(last_loss_);
   }
   const bool last = static_cast<int>(epoch) + 1 == epochs_;
   if (eval_.count > 0 && (last || (options_.eval_every > 0 &&
@@ -252,6 +256,7 @@ void MlpNode::end_epoch(std::uint32_t epoch) {
     test_accuracy_ = static_cast<double>(test.correct) / static_cast<double>(test.samples);
     row["test_loss"] = test_loss_;
     row["test_accuracy"] = test_accuracy_;
+    if (accuracy_gauge_) accuracy_gauge_->set(test_accuracy_);
   }
   epochs_report_.push_back(std::move(row));
   epoch_steps_ = 0;

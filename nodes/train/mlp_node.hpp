@@ -121,6 +121,8 @@ class MlpNode final : public Node {
   double eval_seconds_ = 0;
   std::vector<std::map<std::string, double>> epochs_report_;
   double last_loss_ = -1, last_accuracy_ = -1, test_loss_ = -1, test_accuracy_ = -1;
+  Gauge* loss_gauge_ = nullptr;      ///< the last epoch's training loss, on the progress line
+  Gauge* accuracy_gauge_ = nullptr;  ///< the last test accuracy
 };
 
 }  // namespace flowfeed

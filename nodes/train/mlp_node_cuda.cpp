@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/cuda_check.hpp"
 #include "flowfeed/error.hpp"
 #include "flowfeed/nodes/dataset.hpp"
 #include "flowfeed/pool.hpp"
@@ -19,23 +20,12 @@ namespace flowfeed {
 
 namespace {
 
-void check(cudaError_t e, const char* call) {
-  if (e == cudaSuccess) return;
-  const bool sticky = e == cudaErrorIllegalAddress || e == cudaErrorLaunchFailure ||
-                      e == cudaErrorIllegalInstruction || e == cudaErrorMisalignedAddress ||
-                      e == cudaErrorAssert || e == cudaErrorECCUncorrectable;
-  cudaGetLastError();
-  throw CudaError(
-      std::string(call) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")",
-      static_cast<int>(e), sticky);
-}
+using cuda::check;
 
+/// A counted device allocation on the current device (at least one byte).
 template <typename T>
 T* device_alloc(std::size_t bytes) {
-  void* p = nullptr;
-  check(cudaMalloc(&p, std::max<std::size_t>(bytes, 1)), "cudaMalloc");
-  note_allocation();
-  return static_cast<T*>(p);
+  return static_cast<T*>(cuda::device_alloc(std::max<std::size_t>(bytes, 1)));
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {

@@ -2,6 +2,7 @@
 // disjoint shards that together cover the data set, in an order fixed by (seed, epoch).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -15,8 +16,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
+/// Files of this test process (ctest runs tests in parallel processes).
+fs::path temp_file(const std::string& name) {
+  return fs::temp_directory_path() / ("flowfeed_sharding_" + std::to_string(getpid()) + "_" + name);
+}
+
 std::string config_path() {
-  auto path = fs::temp_directory_path() / "sharding.yaml";
+  auto path = temp_file("config.yaml");
   std::ofstream(path) << "pipeline: { epochs: 2, batch_size: 7, prefetch_depth: 4, device: host }\n"
                          "sampler: { shuffle: true, seed: 11 }\n"
                          "nodes:\n"
@@ -52,7 +58,7 @@ std::map<int, std::vector<unsigned>> read_record(const std::string& path) {
 }
 
 std::map<int, std::vector<unsigned>> run_rank(const std::string& env, const std::string& tag) {
-  auto record = (fs::temp_directory_path() / ("shard_" + tag + ".txt")).string();
+  auto record = temp_file("shard_" + tag + ".txt").string();
   std::string output;
   EXPECT_EQ(run(env, config_path() + " --set nodes.train.params.path=" + record, &output), 0)
       << output;
@@ -110,7 +116,7 @@ TEST(Sharding, BadLauncherVariablesAreConfigErrors) {
 }
 
 TEST(Sharding, ExplicitRankInTheFileWins) {
-  auto record = (fs::temp_directory_path() / "shard_explicit.txt").string();
+  auto record = temp_file("shard_explicit.txt").string();
   std::string output;
   EXPECT_EQ(run("RANK=1 WORLD_SIZE=3",
                 config_path() +

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 
 #include "flowfeed/config.hpp"
 #include "flowfeed/nodes/builtin.hpp"
@@ -31,11 +32,6 @@ int visible_devices() {
 Registry registry_keeping(std::vector<MlpNode*>* nodes) {
   Registry r;
   register_builtin_nodes(r);
-  if (!r.cuda_built()) {
-    // Until the CUDA node family registers its probe: the mlp node itself is CUDA-built here.
-    r.set_cuda_built(true);
-    r.set_device_probe(visible_devices);
-  }
   NodeType mlp = *r.find("mlp");
   auto create = mlp.create;
   mlp.create = [create, nodes](const NodeSpec& spec) {
@@ -45,11 +41,6 @@ Registry registry_keeping(std::vector<MlpNode*>* nodes) {
   };
   r.set(std::move(mlp));
   return r;
-}
-
-bool cuda_upload_available(const Registry& r) {
-  const NodeType* t = r.find("cuda_upload");
-  return t && !t->unavailable;
 }
 
 std::string chain(const std::string& device, const std::string& images, const std::string& labels,
@@ -129,7 +120,6 @@ TEST_P(MlpNodeCuda, StreamedThroughCudaUploadEqualsResident) {
   FLOWFEED_NEED_GPU();
   std::vector<MlpNode*> nodes;
   Registry r = registry_keeping(&nodes);
-  if (!cuda_upload_available(r)) GTEST_SKIP() << "cuda_upload is not in this build";
   TempDir dir;
   const auto [images, labels] = write_idx_pair(dir, make_idx_pair(1232, 6, 6, 10), "a", true);
   // device: cuda swaps host_staging/host_upload for pinned_staging/cuda_upload.
@@ -178,6 +168,29 @@ TEST(MlpNodeCudaErrors, StreamedBatchNotOnTheDevice) {
   EXPECT_EQ(error_of<NodeError>([&] { p.run(); }),
             "node 'train' (mlp, <string>:4) batch 0 (epoch 0): mlp (cuda): the batch is not on "
             "the device (no ready event) put a cuda_upload node before the train node");
+}
+
+TEST(MlpNodeCudaConfigs, MnistLikeTrainsFashionMnistOnTheGpu) {
+  FLOWFEED_NEED_GPU();
+  const std::string data = "/usr/share/datasets/fashion-mnist/";
+  if (!std::ifstream(data + "train-images-idx3-ubyte.gz")) {
+    GTEST_SKIP() << "Fashion-MNIST not installed at " << data;
+  }
+  Registry r;
+  register_builtin_nodes(r);
+  const PipelineConfig config =
+      load_config_file(std::string(FLOWFEED_SOURCE_DIR) + "/configs/mnist_like.yaml", r);
+  ASSERT_EQ(config.backend, Backend::cuda);
+  Pipeline p(config, r);
+  const RunReport report = p.run();
+  EXPECT_EQ(report.nodes.back().type, "mlp");
+  EXPECT_EQ(report.nodes[2].type, "cuda_upload");
+  EXPECT_GE(report.train.accuracy, 0.85);
+  EXPECT_EQ(report.train.epochs.size(), 10u);
+  EXPECT_EQ(report.allocations_after_build, 0u);
+  // Streamed: the device holds the upload pool's prefetch_depth batches, not the data set.
+  // 8 buffers of x (64 x 784 float32 = 200,704 bytes) and y (64 int32, padded to 256).
+  EXPECT_EQ(report.device_pool_bytes, 8u * 200960u);
 }
 
 }  // namespace

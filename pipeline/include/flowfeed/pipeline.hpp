@@ -8,14 +8,27 @@
 
 #include "flowfeed/config.hpp"
 #include "flowfeed/registry.hpp"
+#include "flowfeed/session.hpp"
 #include "flowfeed/stats.hpp"
+#include "flowfeed/trace.hpp"
 
 namespace flowfeed {
 
 /// Options for one run.
 struct RunOptions {
-  /// Print progress to stderr every so often (a bar on a terminal, lines otherwise).
+  /// Print progress to stderr every so often: epoch, batches, rate, ETA and the nodes' gauges
+  /// (e.g. loss).
   bool progress = false;
+  /// With progress: redraw one status line in place (for a terminal) instead of printing lines.
+  bool progress_bar = false;
+  /// Seconds between progress updates; 0: 0.1 for the bar, 1 for lines.
+  double progress_interval_s = 0;
+  /// Sample each node's state (every 1 ms, on a monitor thread) for the wait figures, count queue
+  /// high-water marks and diagnose the bottleneck. Off: the report has items, busy time,
+  /// utilization and train stall only, and each batch skips a few atomic counter updates.
+  bool stats = true;
+  /// Record per-batch spans into this trace (cleared first) for --timeline / --trace; null: off.
+  Trace* trace = nullptr;
   /// Called after each epoch with the report so far (from the supervising thread).
   std::function<void(const RunReport&, std::uint32_t epoch)> on_epoch;
 };
@@ -27,14 +40,27 @@ class Pipeline {
  public:
   /// Builds the nodes and pools. Throws ConfigError, DataError (a data file is bad) or CudaError.
   Pipeline(PipelineConfig config, const Registry& registry);
+  /// Ends an active session first (see Session), then frees every node and pool. Not while run()
+  /// is running.
   ~Pipeline();
   Pipeline(const Pipeline&) = delete;
   Pipeline& operator=(const Pipeline&) = delete;
+  /// Moves the built pipeline (nodes, pools); not while it runs.
+  Pipeline(Pipeline&& other) noexcept;
+  /// Moves the built pipeline (nodes, pools); not while either runs.
+  Pipeline& operator=(Pipeline&& other) noexcept;
 
   /// Runs every epoch and returns the report. Throws NodeError for the first node failure (the run
   /// is cancelled, every buffer returned), or Error when the run stalled or lost batches. After
-  /// request_stop() it returns early with `report.interrupted` set.
+  /// request_stop() it returns early with `report.interrupted` set. Throws ConfigError when the
+  /// config has `mode: pull` (such a pipeline is stepped with start()).
   RunReport run(const RunOptions& options = {});
+
+  /// Starts a run in pull mode and returns at once: the caller's loop takes batches with
+  /// Session::next() and gives them back with Session::release() (see session.hpp). The config
+  /// must have `pipeline.mode: pull` and so no train node: the caller is the train step. Throws
+  /// ConfigError otherwise, std::logic_error while a run or another session is active.
+  Session start();
 
   /// Asks the running pipeline to stop admitting batches and drain the ones in flight. Safe to call
   /// from any thread and from a signal handler (it only stores to an atomic).
@@ -42,15 +68,18 @@ class Pipeline {
   /// Asks the running pipeline to cancel at once. Safe from any thread and from a signal handler.
   void request_abort() noexcept;
 
+  /// The validated config the pipeline was built from (batch size resolved).
   const PipelineConfig& config() const noexcept;
   /// Pools' free buffers right now; after a run every pool is full (tests check it).
   std::size_t free_buffers() const;
+  /// Buffers in all pools.
   std::size_t total_buffers() const;
 
   /// Implementation detail (declared public so the implementation's helpers can name it).
   class Impl;
 
  private:
+  void end_session() noexcept;
   std::unique_ptr<Impl> impl_;
 };
 
