@@ -1,31 +1,61 @@
 // pipeline_runner CONFIG [--set key.path=value]... [--epochs N] [--report FILE.json] [--quiet]
 // Exit codes: 0 done, 1 run-time failure, 2 config error, 130/143 stopped by SIGINT/SIGTERM.
+// The first SIGINT/SIGTERM stops the source and drains the batches in flight, then prints the
+// summary so far; a second one cancels the graph; if the run still has not ended
+// kAbortGraceSeconds later (a node stuck in a call that never returns), the process exits anyway.
 #include <CLI/CLI.hpp>
 
+#include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <unistd.h>
 
 #include "flowfeed/flowfeed.hpp"
 #include "flowfeed/nodes/builtin.hpp"
+#include "testing/fault_nodes.hpp"
 
 namespace {
 
-flowfeed::Pipeline* g_pipeline = nullptr;
-volatile std::sig_atomic_t g_signal = 0;
+constexpr unsigned kAbortGraceSeconds = 2;
+
+std::atomic<flowfeed::Pipeline*> g_pipeline{nullptr};
+volatile std::sig_atomic_t g_first_signal = 0;
 volatile std::sig_atomic_t g_signals = 0;
 
+// Only async-signal-safe calls here: atomic stores (request_stop/abort), alarm, write, _exit.
 void on_signal(int sig) {
-  g_signal = sig;
+  if (g_signals == 0) g_first_signal = sig;
   g_signals = g_signals + 1;
-  if (!g_pipeline) return;
+  flowfeed::Pipeline* pipeline = g_pipeline.load();
   if (g_signals == 1) {
-    g_pipeline->request_stop();
+    if (pipeline) pipeline->request_stop();
   } else {
-    g_pipeline->request_abort();
+    if (pipeline) pipeline->request_abort();
+    alarm(kAbortGraceSeconds);
   }
+}
+
+void on_alarm(int) {
+  static const char message[] =
+      "pipeline_runner: the run did not end within 2 s of the abort (a node is stuck in a call "
+      "that does not return); exiting\n";
+  ssize_t ignored = write(STDERR_FILENO, message, sizeof message - 1);
+  (void)ignored;
+  _exit(128 + (g_first_signal ? static_cast<int>(g_first_signal) : SIGINT));
+}
+
+void install_signal_handlers() {
+  struct sigaction action;
+  std::memset(&action, 0, sizeof action);
+  sigemptyset(&action.sa_mask);
+  action.sa_handler = on_signal;
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+  action.sa_handler = on_alarm;
+  sigaction(SIGALRM, &action, nullptr);
 }
 
 }  // namespace
@@ -38,12 +68,15 @@ int main(int argc, char** argv) {
   std::string report_path;
   bool quiet = false;
   bool list_types = false;
+  bool fault_nodes = false;
   app.add_option("config", config_path, "pipeline YAML file");
   app.add_option("--set", overrides, "override a config value: key.path=value (nodes by name)");
   app.add_option("--epochs", epochs, "override pipeline.epochs")->check(CLI::PositiveNumber);
   app.add_option("--report", report_path, "write the run report as JSON to this file");
   app.add_flag("--quiet,-q", quiet, "print nothing but errors");
   app.add_flag("--list-types", list_types, "list the config schema and every node type, then exit");
+  app.add_flag("--enable-fault-nodes", fault_nodes,
+               "also register the test-only fault_* node types (fault injection for tests)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -52,6 +85,7 @@ int main(int argc, char** argv) {
 
   flowfeed::Registry registry;
   flowfeed::register_builtin_nodes(registry);
+  if (fault_nodes) flowfeed::register_fault_nodes(registry);
   if (list_types) {
     std::cout << flowfeed::describe_schema(registry);
     return 0;
@@ -62,15 +96,21 @@ int main(int argc, char** argv) {
   }
   if (epochs > 0) overrides.push_back("pipeline.epochs=" + std::to_string(epochs));
 
+  // Installed before the pipeline is built, so that a signal during a long build is not lost: the
+  // run then stops at once.
+  install_signal_handlers();
   try {
     flowfeed::PipelineConfig config = flowfeed::load_config_file(config_path, registry, overrides);
     flowfeed::Pipeline pipeline(std::move(config), registry);
     g_pipeline = &pipeline;
-    std::signal(SIGINT, on_signal);
-    std::signal(SIGTERM, on_signal);
+    struct Unpublish {  // before `pipeline` is destroyed, also when run() throws
+      ~Unpublish() { g_pipeline = nullptr; }
+    } unpublish;
+    if (g_signals > 0) pipeline.request_stop();  // a signal came while the pipeline was built
     flowfeed::RunOptions options;
     options.progress = !quiet;
     flowfeed::RunReport report = pipeline.run(options);
+    alarm(0);  // the run ended: an abort's deadline no longer applies
     g_pipeline = nullptr;
     if (!quiet) std::cout << report.to_table() << std::flush;
     if (!report_path.empty()) {
@@ -81,14 +121,15 @@ int main(int argc, char** argv) {
         return 1;
       }
     }
-    if (report.interrupted) return 128 + (g_signal ? static_cast<int>(g_signal) : SIGINT);
+    if (report.interrupted) {
+      return 128 + (g_first_signal ? static_cast<int>(g_first_signal) : SIGINT);
+    }
     return 0;
   } catch (const flowfeed::ConfigError& e) {
-    g_pipeline = nullptr;
     std::cerr << e.what() << "\n";
     return 2;
   } catch (const std::exception& e) {
-    g_pipeline = nullptr;
+    alarm(0);
     std::cerr << "error: " << e.what() << "\n";
     return 1;
   }

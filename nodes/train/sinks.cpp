@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <string>
@@ -33,10 +34,19 @@ class Checksum final : public Node {
     expected_.resize(context.layout().capacity());
   }
 
+  void start_run() override {
+    next_seq_ = 0;
+    std::fill(seen_.begin(), seen_.end(), 0u);
+    epoch_samples_ = 0;
+    bytes_verified_ = 0;
+  }
+
   void process(Batch& batch) override {
-    if (ordered_ && batch.seq != next_seq_) {
-      throw Error("checksum: batch " + std::to_string(batch.seq) + " arrived, expected batch " +
-                  std::to_string(next_seq_) + " (pipeline.ordered is true)");
+    // Gaps are allowed: a batch skipped under `on_error: skip` never reaches the train node (the
+    // pipeline itself counts that every batch arrived).
+    if (ordered_ && batch.seq < next_seq_) {
+      throw Error("checksum: batch " + std::to_string(batch.seq) + " arrived after batch " +
+                  std::to_string(next_seq_ - 1) + " (pipeline.ordered is true)");
     }
     next_seq_ = batch.seq + 1;
     const auto& opts = loader_->options();

@@ -47,9 +47,10 @@ struct RunReport {
   std::string device;  ///< "host" or "cuda:N (name)"
   std::string device_reason;  ///< why that device was picked
   int epochs = 0;
-  std::uint64_t batches = 0;
-  std::uint64_t samples = 0;
-  std::uint64_t skipped_batches = 0;
+  std::uint64_t batches = 0;  ///< batches the train node took (skipped ones not counted)
+  std::uint64_t samples = 0;  ///< samples in those batches
+  std::uint64_t skipped_batches = 0;  ///< batches skipped under `on_error: skip`
+  std::uint64_t skipped_samples = 0;  ///< samples in the skipped batches
   std::uint64_t bytes_uploaded = 0;
   double seconds = 0;
   double batches_per_second = 0;

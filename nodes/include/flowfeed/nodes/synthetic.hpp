@@ -35,8 +35,9 @@ void synthetic_fill(std::uint64_t seed, std::uint64_t sample, DType dtype, std::
 /// The label of a sample.
 std::int32_t synthetic_label(std::uint64_t seed, std::uint64_t sample, std::int64_t classes) noexcept;
 
-/// The `synthetic` loader node.
-class SyntheticLoader final : public LoaderNode {
+/// The `synthetic` loader node. Not final: a test loader may derive from it to inject faults
+/// while sinks still recognise its data.
+class SyntheticLoader : public LoaderNode {
  public:
   explicit SyntheticLoader(SyntheticOptions options);
   static SyntheticOptions options_from(const Params& params);
