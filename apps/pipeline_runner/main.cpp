@@ -3,15 +3,15 @@
 // The first SIGINT/SIGTERM stops the source and drains the batches in flight, then prints the
 // summary so far; a second one cancels the graph; if the run still has not ended
 // kAbortGraceSeconds later (a node stuck in a call that never returns), the process exits anyway.
-#include <CLI/CLI.hpp>
+#include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iostream>
-#include <unistd.h>
 
 #include "flowfeed/flowfeed.hpp"
 #include "flowfeed/nodes/builtin.hpp"

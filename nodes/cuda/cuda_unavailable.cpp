@@ -13,7 +13,7 @@ void register_cuda_nodes(Registry& registry) {
   for (const Placeholder& p : {Placeholder{"pinned_staging", Role::staging, "host_staging"},
                                Placeholder{"cuda_upload", Role::upload, "host_upload"},
                                Placeholder{"device_checksum", Role::train, "checksum"},
-                               Placeholder{"device_null", Role::train, "null"}}) {
+                               Placeholder{"device_discard", Role::train, "discard"}}) {
     NodeType t;
     t.name = p.name;
     t.role = p.role;

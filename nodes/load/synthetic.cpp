@@ -83,9 +83,8 @@ std::vector<TensorSpec> SyntheticLoader::sample_tensors() const {
 }
 
 void SyntheticLoader::setup(BuildContext& context) {
-  size_ = options_.samples > 0
-              ? static_cast<std::size_t>(options_.samples)
-              : static_cast<std::size_t>(options_.batches) * context.batch_size();
+  size_ = options_.samples > 0 ? static_cast<std::size_t>(options_.samples)
+                               : static_cast<std::size_t>(options_.batches) * context.batch_size();
   pool_ = &context.make_pool("host", MemoryKind::pageable,
                              static_cast<std::size_t>(context.prefetch_depth()),
                              context.layout().capacity(), Allocator::host());
@@ -117,8 +116,8 @@ void register_synthetic(Registry& registry) {
   t.schema.add_int("samples", "data set size in samples (0: batches x batch size)", 0)
       .range(0, 4e9);
   t.schema.add_int("batch_size", "samples per batch (0: pipeline.batch_size)", 0).range(0, 1e8);
-  t.schema.add_int_list("sample_shape", "shape of one sample's x",
-                        std::vector<std::int64_t>{28, 28})
+  t.schema
+      .add_int_list("sample_shape", "shape of one sample's x", std::vector<std::int64_t>{28, 28})
       .range(1, 1e9);
   t.schema.add_string("dtype", "element type of x", std::string("float32"))
       .one_of({"float32", "float16", "uint8", "int32", "int64"});

@@ -1,5 +1,7 @@
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -34,11 +36,11 @@ class Checksum final : public Node {
     expected_.resize(context.layout().capacity());
   }
 
-  void start_run() override {
+  void begin_run() override {
     next_seq_ = 0;
-    std::fill(seen_.begin(), seen_.end(), 0u);
     epoch_samples_ = 0;
     bytes_verified_ = 0;
+    std::fill(seen_.begin(), seen_.end(), 0u);
   }
 
   void process(Batch& batch) override {
@@ -110,6 +112,38 @@ class Sleep final : public Node {
   double ms_;
 };
 
+/// Writes each batch's epoch, sequence number and sample indices to a text file, one line per
+/// batch: `epoch seq i0 i1 ...` (for checking sampling and sharding from outside the process).
+class Record final : public Node {
+ public:
+  explicit Record(std::string path) : path_(std::move(path)) {}
+  ~Record() override {
+    if (file_) std::fclose(file_);
+  }
+  void setup(BuildContext&) override {
+    file_ = std::fopen(path_.c_str(), "w");
+    if (!file_) {
+      throw DataError(path_ + ": cannot open for writing (" + std::strerror(errno) + ")");
+    }
+  }
+  void begin_run() override {
+    if (file_) file_ = std::freopen(path_.c_str(), "w", file_);
+  }
+  void process(Batch& batch) override {
+    std::fprintf(file_, "%u %llu", batch.epoch, static_cast<unsigned long long>(batch.seq));
+    for (auto s : batch.samples) std::fprintf(file_, " %u", s);
+    std::fputc('\n', file_);
+  }
+  void finish(RunReport&) override { std::fflush(file_); }
+  void quiesce() noexcept override {
+    if (file_) std::fflush(file_);
+  }
+
+ private:
+  std::string path_;
+  std::FILE* file_ = nullptr;
+};
+
 /// Takes batches and does nothing with them.
 class Null final : public Node {
  public:
@@ -142,7 +176,18 @@ void register_sinks(Registry& registry) {
   }
   {
     NodeType t;
-    t.name = "null";
+    t.name = "record";
+    t.role = Role::train;
+    t.doc = "writes `epoch seq sample...` per batch to a text file (to check sampling)";
+    t.schema.add_string("path", "file to write").make_required();
+    t.create = [](const NodeSpec& spec) {
+      return std::make_unique<Record>(spec.params.get_string("path"));
+    };
+    registry.set(std::move(t));
+  }
+  {
+    NodeType t;
+    t.name = "discard";
     t.role = Role::train;
     t.doc = "takes every batch and does nothing (measures the pipeline alone)";
     t.create = [](const NodeSpec&) { return std::make_unique<Null>(); };

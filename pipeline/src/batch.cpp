@@ -38,7 +38,9 @@ std::size_t TensorSpec::sample_elements() const noexcept {
 }
 
 namespace {
-std::size_t align_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
+std::size_t align_up(std::size_t n, std::size_t a) {
+  return (n + a - 1) / a * a;
+}
 }  // namespace
 
 BatchLayout::BatchLayout(std::vector<TensorSpec> tensors, std::size_t batch_size)
@@ -77,7 +79,9 @@ const Lease& Batch::lease(Tier tier) const noexcept {
   return const_cast<Batch*>(this)->lease(tier);
 }
 
-std::byte* Batch::data(Tier tier) const noexcept { return lease(tier).data(); }
+std::byte* Batch::data(Tier tier) const noexcept {
+  return lease(tier).data();
+}
 
 std::byte* Batch::tensor(Tier tier, std::size_t index) const noexcept {
   std::byte* base = data(tier);

@@ -13,6 +13,7 @@
 
 #include "detail/text.hpp"
 #include "flowfeed/registry.hpp"
+#include "flowfeed/sampler.hpp"
 
 namespace flowfeed {
 
@@ -37,8 +38,7 @@ Schema pipeline_schema() {
   s.add_string("on_error", "what a data error does: fail the run or skip the batch",
                std::string("fail"))
       .one_of({"fail", "skip"});
-  s.add_int("max_skipped", "under on_error: skip, fail once more batches than this were skipped",
-            0)
+  s.add_int("max_skipped", "under on_error: skip, fail once more batches than this were skipped", 0)
       .range(0, 1e12);
   return s;
 }
@@ -48,8 +48,10 @@ Schema sampler_schema() {
   s.add_bool("shuffle", "a new permutation every epoch, from (seed, epoch) alone", false);
   s.add_int("seed", "shuffle seed", 0).range(0, 9.2e18);
   s.add_bool("drop_last", "drop the last partial batch of each epoch", false);
-  s.add_int("rank", "this shard (0..world-1)", 0).range(0, 1e6);
-  s.add_int("world", "number of shards", 1).range(1, 1e6);
+  s.add_int("rank", "this shard, 0..world-1 (default: from the launcher's environment, else 0)")
+      .range(0, 1e6);
+  s.add_int("world", "number of shards (default: from the launcher's environment, else 1)")
+      .range(1, 1e6);
   return s;
 }
 
@@ -173,8 +175,7 @@ ParamValue convert(const YAML::Node& value, const ParamSpec& spec, const std::st
   }
   auto check_range = [&](double v) {
     if ((spec.min && v < *spec.min) || (spec.max && v > *spec.max)) {
-      problems.add(path, mark,
-                   format_number(v) + " is out of range (" + range_text(spec) + ")");
+      problems.add(path, mark, format_number(v) + " is out of range (" + range_text(spec) + ")");
       return false;
     }
     return true;
@@ -240,7 +241,8 @@ ParamValue convert(const YAML::Node& value, const ParamSpec& spec, const std::st
         std::string why;
         std::string item_path = path + "[" + std::to_string(i) + "]";
         if (!item.IsScalar() || !parse_int_text(item.Scalar(), &v, &why)) {
-          problems.add(item_path, item.Mark(), "expected an int, got " + describe_scalar(item) + why);
+          problems.add(item_path, item.Mark(),
+                       "expected an int, got " + describe_scalar(item) + why);
           ok = false;
           continue;
         }
@@ -286,8 +288,9 @@ void validate_map(const YAML::Node& map, const Schema& schema, const std::string
       if (!spec) {
         std::string hint = closest(key, known);
         problems.add(key_path, it->first.Mark(),
-                     "unknown key" + (hint.empty() ? " (known keys: " + join(known) + ")"
-                                                   : " (did you mean '" + hint + "'?)"));
+                     "unknown key" + (!hint.empty()   ? " (did you mean '" + hint + "'?)"
+                                      : known.empty() ? std::string(" (this takes no keys)")
+                                                      : " (known keys: " + join(known) + ")"));
         continue;
       }
       seen.insert(key);
@@ -325,8 +328,8 @@ void check_value(const ParamValue& v, const ParamSpec& spec, const std::string& 
       if (!std::holds_alternative<std::int64_t>(v)) {
         bad("expected an int");
       } else if (!in_range(static_cast<double>(std::get<std::int64_t>(v)))) {
-        bad(format_number(static_cast<double>(std::get<std::int64_t>(v))) +
-            " is out of range (" + range_text(spec) + ")");
+        bad(format_number(static_cast<double>(std::get<std::int64_t>(v))) + " is out of range (" +
+            range_text(spec) + ")");
       }
       break;
     case ParamType::number: {
@@ -379,11 +382,11 @@ void check_params(NodeSpec& node, const Schema& schema, const std::string& path,
     const ParamSpec* spec = schema.find(key);
     if (!spec) {
       std::string hint = closest(key, known);
-      problems.add_at(where, key_path,
-                      "unknown key" + (hint.empty() ? " (" + node.type + " has params: " +
-                                                          (known.empty() ? "none" : join(known)) +
-                                                          ")"
-                                                    : " (did you mean '" + hint + "'?)"));
+      problems.add_at(
+          where, key_path,
+          "unknown key" + (hint.empty() ? " (" + node.type + " has params: " +
+                                              (known.empty() ? "none" : join(known)) + ")"
+                                        : " (did you mean '" + hint + "'?)"));
       continue;
     }
     check_value(value, *spec, key_path, where, problems);
@@ -416,7 +419,7 @@ int role_rank(Role role) {
 /// params. `where_of(i)` names node i's position for messages.
 void check_config(PipelineConfig& config, const Registry& registry, Problems& problems,
                   const std::string& device_where, const std::vector<std::string>& type_where,
-                  const std::vector<bool>& yaml_checked) {
+                  const std::vector<bool>& yaml_checked, const std::string& rank_where) {
   const bool cuda_built = registry.cuda_built();
   switch (config.pipeline.device) {
     case DeviceChoice::host: config.backend = Backend::host; break;
@@ -448,7 +451,7 @@ void check_config(PipelineConfig& config, const Registry& registry, Problems& pr
   }
 
   if (config.nodes.empty()) {
-    problems.add_at(device_where.empty() ? config.file : device_where, "nodes",
+    problems.add_at(config.file, "nodes",
                     "the pipeline has no nodes (a pipeline needs at least a load and a train "
                     "node) add a `nodes:` list");
     return;
@@ -471,6 +474,7 @@ void check_config(PipelineConfig& config, const Registry& registry, Problems& pr
                             config.nodes[it->second].loc.str() + ") names must be unique");
       }
     }
+    if (node.declared_type.empty()) continue;  // reported as a missing key
     const NodeType* type = registry.find(node.declared_type);
     if (!type) {
       std::string hint = closest(node.declared_type, known_types);
@@ -481,18 +485,22 @@ void check_config(PipelineConfig& config, const Registry& registry, Problems& pr
       continue;
     }
     // Swap to the counterpart that fits the backend.
-    if (config.backend == Backend::host && (type->backend == TypeBackend::cuda || type->unavailable)) {
-      const NodeType* other = type->counterpart.empty() ? nullptr : registry.find(type->counterpart);
+    if (config.backend == Backend::host &&
+        (type->backend == TypeBackend::cuda || type->unavailable)) {
+      const NodeType* other =
+          type->counterpart.empty() ? nullptr : registry.find(type->counterpart);
       if (other && !other->unavailable) {
         type = other;
       } else if (type->unavailable) {
         problems.add_at(twhere, path + ".type",
-                        "'" + type->name + "' is unavailable in this build (it needs CUDA) "
-                        "reconfigure with -DFLOWFEED_CUDA=ON");
+                        "'" + type->name +
+                            "' is unavailable in this build (it needs CUDA) "
+                            "reconfigure with -DFLOWFEED_CUDA=ON");
         continue;
       } else {
         problems.add_at(twhere, path + ".type",
-                        "'" + type->name + "' needs a CUDA device (the pipeline runs on the host: " +
+                        "'" + type->name +
+                            "' needs a CUDA device (the pipeline runs on the host: " +
                             (config.pipeline.device == DeviceChoice::host
                                  ? std::string("device: host")
                                  : std::string("no CUDA device is visible")) +
@@ -506,8 +514,9 @@ void check_config(PipelineConfig& config, const Registry& registry, Problems& pr
     }
     if (type->unavailable) {
       problems.add_at(twhere, path + ".type",
-                      "'" + type->name + "' is unavailable in this build (it needs CUDA) "
-                      "reconfigure with -DFLOWFEED_CUDA=ON");
+                      "'" + type->name +
+                          "' is unavailable in this build (it needs CUDA) "
+                          "reconfigure with -DFLOWFEED_CUDA=ON");
       continue;
     }
     const bool swapped = type->name != node.declared_type;
@@ -532,10 +541,12 @@ void check_config(PipelineConfig& config, const Registry& registry, Problems& pr
     // Chain order: load first, train last, staging before upload, transforms anywhere between.
     const std::string desc = "'" + node.name + "' (" + role_name(node.role) + ")";
     int rank = role_rank(node.role);
+    bool misplaced = true;
     if (i == 0 && node.role != Role::load) {
       problems.add_at(twhere, path + ".type",
                       "the first node must be a load node, '" + node.name + "' is a " +
-                          role_name(node.role) + " node (the chain is load → transform* → "
+                          role_name(node.role) +
+                          " node (the chain is load → transform* → "
                           "staging → upload → transform* → train)");
     } else if (i > 0 && node.role == Role::load) {
       problems.add_at(twhere, path + ".type",
@@ -544,27 +555,32 @@ void check_config(PipelineConfig& config, const Registry& registry, Problems& pr
     } else if (i + 1 == config.nodes.size() && node.role != Role::train) {
       problems.add_at(twhere, path + ".type",
                       "the last node must be a train node, '" + node.name + "' is a " +
-                          role_name(node.role) + " node (add a train-role node such as "
+                          role_name(node.role) +
+                          " node (add a train-role node such as "
                           "checksum, sleep or mlp)");
     } else if (i + 1 < config.nodes.size() && node.role == Role::train) {
       problems.add_at(twhere, path + ".type",
                       "only the last node may be a train node (the chain is load → "
                       "transform* → staging → upload → transform* → train)");
-    } else if (rank >= 0 && rank <= last_rank && i > 0) {
+    } else if (rank >= 0 && rank <= last_rank && i > 0 && node.role != Role::train) {
       problems.add_at(twhere, path + ".type",
                       desc + " cannot come after " + last_desc +
                           " (the chain is load → transform* → staging → upload → transform* → "
                           "train)");
+    } else {
+      misplaced = false;
     }
-    if (rank >= 0) {
+    if (rank >= 0 && !misplaced) {
       last_rank = std::max(last_rank, rank);
       last_desc = desc;
     }
   }
   if (config.sampler.rank >= config.sampler.world) {
-    problems.add_at(config.file, "sampler.rank",
-                    std::to_string(config.sampler.rank) + " is out of range (rank must be below "
-                    "world = " + std::to_string(config.sampler.world) + ")");
+    problems.add_at(rank_where.empty() ? config.file : rank_where, "sampler.rank",
+                    std::to_string(config.sampler.rank) +
+                        " is out of range (rank must be below "
+                        "world = " +
+                        std::to_string(config.sampler.world) + ")");
   }
 }
 
@@ -578,7 +594,8 @@ struct Override {
 };
 
 void apply_overrides(YAML::Node& root, const std::vector<std::string>& overrides,
-                     std::map<std::string, std::string>& canonical, std::vector<std::string>& errors) {
+                     std::map<std::string, std::string>& canonical,
+                     std::vector<std::string>& errors) {
   for (const auto& text : overrides) {
     auto eq = text.find('=');
     if (eq == std::string::npos || eq == 0) {
@@ -629,9 +646,9 @@ void apply_overrides(YAML::Node& root, const std::vector<std::string>& overrides
       }
       if (!found) {
         std::string hint = closest(keys[1], names);
-        errors.push_back("--set " + text + ": no node named '" + keys[1] + "'" +
-                         (hint.empty() ? " (nodes: " + join(names) + ")"
-                                       : " (did you mean '" + hint + "'?)"));
+        errors.push_back(
+            "--set " + text + ": no node named '" + keys[1] + "'" +
+            (hint.empty() ? " (nodes: " + join(names) + ")" : " (did you mean '" + hint + "'?)"));
         continue;
       }
       first_key = 2;
@@ -709,26 +726,35 @@ PipelineConfig parse(const YAML::Node& root_in, const std::string& file, const R
   if (pp.has("ordered")) o.ordered = pp.get_bool("ordered");
   if (pp.has("device")) {
     const auto& d = pp.get_string("device");
-    o.device = d == "cuda" ? DeviceChoice::cuda
-                           : d == "host" ? DeviceChoice::host : DeviceChoice::automatic;
+    o.device = d == "cuda"   ? DeviceChoice::cuda
+               : d == "host" ? DeviceChoice::host
+                             : DeviceChoice::automatic;
   }
   if (pp.has("device_id")) o.device_id = static_cast<int>(pp.get_int("device_id"));
   if (pp.has("threads")) o.threads = static_cast<int>(pp.get_int("threads"));
   if (pp.has("stall_timeout_s")) o.stall_timeout_s = pp.get_number("stall_timeout_s");
-  if (pp.has("on_error")) o.on_error = pp.get_string("on_error") == "skip" ? OnError::skip : OnError::fail;
+  if (pp.has("on_error"))
+    o.on_error = pp.get_string("on_error") == "skip" ? OnError::skip : OnError::fail;
   if (pp.has("max_skipped")) o.max_skipped = static_cast<int>(pp.get_int("max_skipped"));
   auto& s = config.sampler;
   if (sp.has("shuffle")) s.shuffle = sp.get_bool("shuffle");
   if (sp.has("seed")) s.seed = static_cast<std::uint64_t>(sp.get_int("seed"));
   if (sp.has("drop_last")) s.drop_last = sp.get_bool("drop_last");
+  if (!sp.has("rank") || !sp.has("world")) {
+    // mpirun, srun and torchrun say which shard this process is.
+    LaunchEnvironment env = launch_environment();
+    s.rank = env.rank;
+    s.world = env.world;
+    config.launch_source = env.source;
+  }
   if (sp.has("rank")) s.rank = static_cast<int>(sp.get_int("rank"));
   if (sp.has("world")) s.world = static_cast<int>(sp.get_int("world"));
 
-  std::string device_where = pipeline.IsDefined() && pipeline["device"].IsDefined()
-                                 ? problems.where("pipeline.device", pipeline["device"].Mark())
-                                 : problems.where("pipeline", pipeline.IsDefined()
-                                                                  ? pipeline.Mark()
-                                                                  : YAML::Mark::null_mark());
+  std::string device_where =
+      pipeline.IsDefined() && pipeline["device"].IsDefined()
+          ? problems.where("pipeline.device", pipeline["device"].Mark())
+          : problems.where("pipeline",
+                           pipeline.IsDefined() ? pipeline.Mark() : YAML::Mark::null_mark());
   if (pipeline.IsDefined()) config.pipeline_loc = problems.loc(pipeline.Mark());
 
   const YAML::Node nodes = root["nodes"];
@@ -745,7 +771,8 @@ PipelineConfig parse(const YAML::Node& root_in, const std::string& file, const R
       const YAML::Node n = nodes[i];
       const std::string path = "nodes[" + std::to_string(i) + "]";
       if (!n.IsMap()) {
-        problems.add(path, n.Mark(), "expected a map with name and type, got " + describe_scalar(n));
+        problems.add(path, n.Mark(),
+                     "expected a map with name and type, got " + describe_scalar(n));
         nodes_ok = false;
         continue;
       }
@@ -762,22 +789,23 @@ PipelineConfig parse(const YAML::Node& root_in, const std::string& file, const R
       const YAML::Node params = n["params"];
       const NodeType* type = spec.type.empty() ? nullptr : registry.find(spec.type);
       if (params.IsDefined() && !params.IsNull() && !params.IsMap()) {
-        problems.add(path + ".params", params.Mark(), "expected a map, got " + describe_scalar(params));
+        problems.add(path + ".params", params.Mark(),
+                     "expected a map, got " + describe_scalar(params));
       } else if (type) {
         // Parse against the declared type's schema with YAML positions; a swap re-checks them.
-        validate_map(params, type->schema, path + ".params",
-                     "'" + spec.type + "' requires it", spec.params, problems);
+        validate_map(params, type->schema, path + ".params", "'" + spec.type + "' requires it",
+                     spec.params, problems);
       }
-      if (spec.name.empty() || spec.type.empty()) {
-        nodes_ok = false;
-        continue;
-      }
+      // A node without name or type was reported; keep its place so later paths stay right.
       yaml_checked.push_back(type != nullptr);
       config.nodes.push_back(std::move(spec));
     }
   }
   if (nodes_ok) {
-    check_config(config, registry, problems, device_where, type_where, yaml_checked);
+    std::string rank_where = sampler.IsDefined() && sampler["rank"].IsDefined()
+                                 ? problems.where("sampler.rank", sampler["rank"].Mark())
+                                 : "";
+    check_config(config, registry, problems, device_where, type_where, yaml_checked, rank_where);
   }
   problems.throw_if_any();
   return config;
@@ -815,7 +843,7 @@ void validate_config(PipelineConfig& config, const Registry& registry) {
   for (auto& node : config.nodes) {
     if (node.loc.file.empty()) node.loc.file = config.file;
   }
-  check_config(config, registry, problems, config.file, {}, {});
+  check_config(config, registry, problems, config.file, {}, {}, "");
   problems.throw_if_any();
 }
 
@@ -825,10 +853,13 @@ std::string describe_schema(const Registry& registry) {
     for (const auto& p : schema.params()) {
       os << indent << p.name << " (" << param_type_name(p.type);
       if (p.required) os << ", required";
-      if (const auto* b = std::get_if<bool>(&p.default_value)) os << ", default " << (*b ? "true" : "false");
+      if (const auto* b = std::get_if<bool>(&p.default_value))
+        os << ", default " << (*b ? "true" : "false");
       if (const auto* i = std::get_if<std::int64_t>(&p.default_value)) os << ", default " << *i;
-      if (const auto* d = std::get_if<double>(&p.default_value)) os << ", default " << format_number(*d);
-      if (const auto* s = std::get_if<std::string>(&p.default_value)) os << ", default '" << *s << "'";
+      if (const auto* d = std::get_if<double>(&p.default_value))
+        os << ", default " << format_number(*d);
+      if (const auto* s = std::get_if<std::string>(&p.default_value))
+        os << ", default '" << *s << "'";
       if (const auto* l = std::get_if<std::vector<std::int64_t>>(&p.default_value)) {
         os << ", default [";
         for (std::size_t i = 0; i < l->size(); ++i) os << (i ? ", " : "") << (*l)[i];

@@ -139,13 +139,13 @@ class Context final : public BuildContext {
   const LoaderNode& loader() const override { return *impl_.loader_; }
   BufferPool& make_pool(const std::string& name, MemoryKind kind, std::size_t count,
                         std::size_t bytes, Allocator allocator) override {
-    impl_.pools_.push_back(
-        std::make_unique<BufferPool>(stage_.spec.name + "." + name, kind, count, bytes,
-                                     std::move(allocator)));
+    impl_.pools_.push_back(std::make_unique<BufferPool>(stage_.spec.name + "." + name, kind, count,
+                                                        bytes, std::move(allocator)));
     return *impl_.pools_.back();
   }
   std::uint64_t batches_per_epoch() const override {
-    if (!impl_.sampler_) throw std::logic_error("batches_per_epoch is not known in the loader's setup");
+    if (!impl_.sampler_)
+      throw std::logic_error("batches_per_epoch is not known in the loader's setup");
     return impl_.sampler_->batches_per_epoch();
   }
   bool ordered() const override { return impl_.config_.pipeline.ordered; }
@@ -158,13 +158,15 @@ class Context final : public BuildContext {
 };
 
 std::string where_declared(const NodeSpec& spec) {
-  return spec.type + (spec.loc.file.empty() ? "" : ", " + SourceLoc{spec.loc.file, spec.loc.line, 0}.str());
+  return spec.type +
+         (spec.loc.file.empty() ? "" : ", " + SourceLoc{spec.loc.file, spec.loc.line, 0}.str());
 }
 
 }  // namespace
 
 Pipeline::Impl::Impl(PipelineConfig config, const Registry& registry) : config_(std::move(config)) {
-  if (config_.nodes.empty()) throw ConfigError({config_.file + ": nodes: the pipeline has no nodes"});
+  if (config_.nodes.empty())
+    throw ConfigError({config_.file + ": nodes: the pipeline has no nodes"});
   for (const auto& spec : config_.nodes) {
     const NodeType* type = registry.find(spec.type);
     if (!type || !type->create) {
@@ -363,7 +365,10 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
     ~Running() { flag = false; }
   } running_guard{running_};
 
-  for (auto& s : stages_) s->clear();
+  for (auto& s : stages_) {
+    s->clear();
+    s->node->begin_run();
+  }
   for (auto& p : pools_) p->reset_counters();
   in_flight_ = 0;
   max_in_flight_ = 0;
@@ -377,16 +382,9 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
   // signal while the pipeline was being built) must not be lost.
   cancel_ = false;
   for (std::size_t i = 0; i < batches_.size(); ++i) slot_stage_[i] = -1;
-  for (auto& s : stages_) {
-    try {
-      s->node->start_run();
-    } catch (const std::exception& e) {
-      throw NodeError(s->label + " start of run: " + e.what(), s->spec.name, s->spec.type, -1);
-    }
-  }
 
-  const int threads = config_.pipeline.threads > 0 ? config_.pipeline.threads
-                                                   : tbb::info::default_concurrency();
+  const int threads =
+      config_.pipeline.threads > 0 ? config_.pipeline.threads : tbb::info::default_concurrency();
   tbb::global_control parallelism(tbb::global_control::max_allowed_parallelism,
                                   static_cast<std::size_t>(std::max(threads, 1)) + 1);
   tbb::task_arena arena(threads);
@@ -474,8 +472,8 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
         ctx->stage = st;
         ctx->impl = this;
         AsyncContext* c = ctx.get();
-        auto node = std::make_unique<AsyncNode>(
-            g, conc, [this, c](Batch* b, AsyncNode::gateway_type& gw) {
+        auto node =
+            std::make_unique<AsyncNode>(g, conc, [this, c](Batch* b, AsyncNode::gateway_type& gw) {
               if (b->skipped) {
                 gw.try_put(b);
                 return;
@@ -508,8 +506,8 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
             });
         make_edge(*tail, *node);
         // Completions only flag failures; this node rethrows them on a TBB thread, in the graph.
-        auto check = std::make_unique<function_node<Batch*, Batch*>>(
-            g, unlimited, [this, st](Batch* b) {
+        auto check =
+            std::make_unique<function_node<Batch*, Batch*>>(g, unlimited, [this, st](Batch* b) {
               if (b->error) {
                 std::exception_ptr e = std::move(b->error);
                 b->error = nullptr;
@@ -524,8 +522,8 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
         async_contexts.push_back(std::move(ctx));
       } else {
         const bool first = i == 0;
-        auto node = std::make_unique<function_node<Batch*, Batch*>>(
-            g, conc, [this, st, first](Batch* b) {
+        auto node =
+            std::make_unique<function_node<Batch*, Batch*>>(g, conc, [this, st, first](Batch* b) {
               if (first) {
                 int n = in_flight_.fetch_add(1, std::memory_order_relaxed) + 1;
                 int m = max_in_flight_.load(std::memory_order_relaxed);
@@ -617,6 +615,9 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
                       ? "cuda:" + std::to_string(config_.pipeline.device_id)
                       : "host";
   report.epochs = config_.pipeline.epochs;
+  report.rank = config_.sampler.rank;
+  report.world = config_.sampler.world;
+  report.rank_source = config_.launch_source;
   report.skipped_batches = skipped_.load();
   report.skipped_samples = skipped_samples_.load();
   report.batches = consumed - report.skipped_batches;
@@ -657,13 +658,19 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
 Pipeline::Pipeline(PipelineConfig config, const Registry& registry)
     : impl_(std::make_unique<Impl>(std::move(config), registry)) {}
 Pipeline::~Pipeline() = default;
-RunReport Pipeline::run(const RunOptions& options) { return impl_->run(options); }
-void Pipeline::request_stop() noexcept { impl_->stop_.store(true); }
+RunReport Pipeline::run(const RunOptions& options) {
+  return impl_->run(options);
+}
+void Pipeline::request_stop() noexcept {
+  impl_->stop_.store(true);
+}
 void Pipeline::request_abort() noexcept {
   impl_->stop_.store(true);
   impl_->abort_.store(true);
 }
-const PipelineConfig& Pipeline::config() const noexcept { return impl_->config_; }
+const PipelineConfig& Pipeline::config() const noexcept {
+  return impl_->config_;
+}
 std::size_t Pipeline::free_buffers() const {
   std::size_t n = 0;
   for (const auto& p : impl_->pools_) n += p->available();

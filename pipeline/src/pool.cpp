@@ -10,8 +10,12 @@ std::atomic<std::uint64_t> g_allocations{0};
 constexpr std::align_val_t kHostAlignment{4096};
 }  // namespace
 
-std::uint64_t allocation_count() noexcept { return g_allocations.load(std::memory_order_relaxed); }
-void note_allocation() noexcept { g_allocations.fetch_add(1, std::memory_order_relaxed); }
+std::uint64_t allocation_count() noexcept {
+  return g_allocations.load(std::memory_order_relaxed);
+}
+void note_allocation() noexcept {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+}
 
 const char* memory_kind_name(MemoryKind kind) noexcept {
   switch (kind) {

@@ -47,6 +47,8 @@ std::vector<std::string> Registry::names() const {
   return out;
 }
 
-int Registry::device_count() const { return probe_ ? probe_() : 0; }
+int Registry::device_count() const {
+  return probe_ ? probe_() : 0;
+}
 
 }  // namespace flowfeed

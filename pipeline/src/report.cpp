@@ -1,6 +1,5 @@
-#include <nlohmann/json.hpp>
-
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "flowfeed/stats.hpp"
@@ -8,7 +7,9 @@
 namespace flowfeed {
 
 namespace {
-nlohmann::json optional_number(double v) { return v < 0 ? nlohmann::json() : nlohmann::json(v); }
+nlohmann::json optional_number(double v) {
+  return v < 0 ? nlohmann::json() : nlohmann::json(v);
+}
 }  // namespace
 
 std::string RunReport::to_json() const {
@@ -17,6 +18,9 @@ std::string RunReport::to_json() const {
   j["device"] = device;
   j["device_reason"] = device_reason;
   j["epochs"] = epochs;
+  j["rank"] = rank;
+  j["world"] = world;
+  j["rank_source"] = rank_source;
   j["batches"] = batches;
   j["samples"] = samples;
   j["skipped_batches"] = skipped_batches;
@@ -68,11 +72,11 @@ std::string RunReport::to_json() const {
 std::string RunReport::to_table() const {
   std::ostringstream os;
   char line[256];
-  std::snprintf(line, sizeof line,
-                "%s on %s: %llu batches, %llu samples in %.3f s = %.0f batches/s (%.0f samples/s)\n",
-                config.c_str(), device.c_str(), static_cast<unsigned long long>(batches),
-                static_cast<unsigned long long>(samples), seconds, batches_per_second,
-                samples_per_second);
+  std::snprintf(
+      line, sizeof line,
+      "%s on %s: %llu batches, %llu samples in %.3f s = %.0f batches/s (%.0f samples/s)\n",
+      config.c_str(), device.c_str(), static_cast<unsigned long long>(batches),
+      static_cast<unsigned long long>(samples), seconds, batches_per_second, samples_per_second);
   os << line;
   std::snprintf(line, sizeof line,
                 "in flight: max %d of prefetch_depth %d; allocations after build: %llu; "
@@ -85,8 +89,8 @@ std::string RunReport::to_table() const {
                 "conc", "items", "busy s", "util");
   os << line;
   for (const auto& n : nodes) {
-    std::snprintf(line, sizeof line, "%-16s %-16s %-9s %4d %10llu %10.3f %5.0f%%\n",
-                  n.name.c_str(), n.type.c_str(), n.role.c_str(), n.concurrency,
+    std::snprintf(line, sizeof line, "%-16s %-16s %-9s %4d %10llu %10.3f %5.0f%%\n", n.name.c_str(),
+                  n.type.c_str(), n.role.c_str(), n.concurrency,
                   static_cast<unsigned long long>(n.items), n.busy_seconds, n.utilization * 100);
     os << line;
   }

@@ -1,10 +1,60 @@
 #include "flowfeed/sampler.hpp"
 
 #include <algorithm>
+#include <charconv>
+#include <cstdlib>
+#include <cstring>
 #include <numeric>
 #include <stdexcept>
 
 namespace flowfeed {
+
+namespace {
+
+bool read_int(const char* name, int* out) {
+  const char* text = std::getenv(name);
+  if (!text) return false;
+  const char* end = text + std::strlen(text);
+  auto [p, ec] = std::from_chars(text, end, *out);
+  if (ec != std::errc() || p != end || *out < 0) {
+    throw ConfigError({std::string("environment: ") + name + "='" + text +
+                       "' is not a non-negative integer (set by the launcher) fix or unset it"});
+  }
+  return true;
+}
+
+}  // namespace
+
+LaunchEnvironment launch_environment() {
+  struct Launcher {
+    const char* rank;
+    const char* world;
+    const char* local;
+    const char* source;
+  };
+  for (const Launcher& l : {Launcher{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                                     "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_*"},
+                            Launcher{"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_*"},
+                            Launcher{"RANK", "WORLD_SIZE", "LOCAL_RANK", "RANK/WORLD_SIZE"}}) {
+    LaunchEnvironment env;
+    const bool has_rank = read_int(l.rank, &env.rank);
+    const bool has_world = read_int(l.world, &env.world);
+    if (!has_rank && !has_world) continue;
+    if (!has_rank || !has_world) {
+      throw ConfigError({std::string("environment: ") + (has_rank ? l.rank : l.world) +
+                         " is set but " + (has_rank ? l.world : l.rank) +
+                         " is not (a launcher sets both) set both or neither"});
+    }
+    if (env.world < 1 || env.rank >= env.world) {
+      throw ConfigError({std::string("environment: ") + l.rank + "=" + std::to_string(env.rank) +
+                         " is out of range (" + l.world + "=" + std::to_string(env.world) + ")"});
+    }
+    read_int(l.local, &env.local_rank);
+    env.source = l.source;
+    return env;
+  }
+  return {};
+}
 
 std::uint64_t splitmix64(std::uint64_t x) noexcept {
   x += 0x9E3779B97F4A7C15ull;

@@ -17,7 +17,8 @@ const char* param_type_name(ParamType type) noexcept {
 
 ParamSpec& Schema::add(ParamSpec spec) {
   for (const auto& p : params_) {
-    if (p.name == spec.name) throw std::invalid_argument("param '" + spec.name + "' declared twice");
+    if (p.name == spec.name)
+      throw std::invalid_argument("param '" + spec.name + "' declared twice");
   }
   params_.push_back(std::move(spec));
   return params_.back();

@@ -169,6 +169,7 @@ struct Case {
   int batch;
   bool ordered;
 };
+void PrintTo(Family f, std::ostream* os) { *os << family_name(f); }
 void PrintTo(const Case& c, std::ostream* os) {
   *os << family_name(c.family) << " node, batch " << c.batch << (c.ordered ? ", ordered" : "");
 }

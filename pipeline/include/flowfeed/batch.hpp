@@ -69,8 +69,8 @@ enum class Tier : std::uint8_t { host = 0, staging = 1, device = 2 };
 /// in-flight slot) and passed between nodes by pointer; a node owns the batch only while its body
 /// runs. Buffers are leases: releasing one returns the buffer to its pool.
 struct Batch {
-  std::uint64_t seq = 0;          ///< position in the whole run: 0, 1, 2, ...
-  std::uint32_t epoch = 0;        ///< 0-based epoch
+  std::uint64_t seq = 0;    ///< position in the whole run: 0, 1, 2, ...
+  std::uint32_t epoch = 0;  ///< 0-based epoch
   std::uint64_t index_in_epoch = 0;
   std::vector<std::uint32_t> samples;  ///< dataset indices of the rows, in row order
   const BatchLayout* layout = nullptr;

@@ -26,10 +26,10 @@ struct PipelineOptions {
   bool ordered = true;         ///< train sees batches in sequence order
   DeviceChoice device = DeviceChoice::automatic;
   int device_id = 0;
-  int threads = 0;                ///< TBB arena size; 0 = the core count
-  double stall_timeout_s = 0;     ///< end a run that makes no progress for this long; 0 = never
+  int threads = 0;             ///< TBB arena size; 0 = the core count
+  double stall_timeout_s = 0;  ///< end a run that makes no progress for this long; 0 = never
   OnError on_error = OnError::fail;
-  int max_skipped = 0;            ///< under `skip`, the run fails once more batches were skipped
+  int max_skipped = 0;  ///< under `skip`, the run fails once more batches were skipped
 };
 
 /// The `sampler:` section: which samples form each batch.
@@ -46,9 +46,11 @@ struct PipelineConfig {
   std::string file;  ///< file name or "<string>"
   PipelineOptions pipeline;
   SamplerOptions sampler;
-  std::vector<NodeSpec> nodes;  ///< in chain order
+  std::vector<NodeSpec> nodes;      ///< in chain order
   Backend backend = Backend::host;  ///< resolved from pipeline.device
   SourceLoc pipeline_loc;           ///< where `pipeline:` was written
+  /// The launcher whose environment set sampler.rank/world ("" when none or set in the file).
+  std::string launch_source;
 };
 
 /// Loads and validates a YAML file. `overrides` are `key.path=value` strings (`--set`), applied

@@ -24,7 +24,8 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/// A config (file, string, override or C++-built) is invalid. Holds every problem found, one per line.
+/// A config (file, string, override or C++-built) is invalid. Holds every problem found, one per
+/// line.
 class ConfigError : public Error {
  public:
   explicit ConfigError(std::vector<std::string> problems);
@@ -47,7 +48,8 @@ class CudaError : public Error {
   CudaError(const std::string& message, int code, bool sticky)
       : Error(message), code_(code), sticky_(sticky) {}
   int code() const noexcept { return code_; }
-  /// True when the error poisons the CUDA context (e.g. a kernel fault): the process must not retry.
+  /// True when the error poisons the CUDA context (e.g. a kernel fault): the process must not
+  /// retry.
   bool sticky() const noexcept { return sticky_; }
 
  private:

@@ -100,9 +100,9 @@ class Node {
   /// Called once while the pipeline is built, in chain order (the loader first). Allocate every
   /// buffer the node will need here; nothing may be allocated per batch.
   virtual void setup(BuildContext& /*context*/) {}
-  /// Called on every node before each run (a pipeline may run several times, also after a failed
-  /// or interrupted run), from the thread that called Pipeline::run: reset per-run state here.
-  virtual void start_run() {}
+  /// Called on every node at the start of every run, before the first batch (a pipeline may run
+  /// several times, also after a failed or interrupted run): reset per-run state here.
+  virtual void begin_run() {}
   /// Processes one batch. Throw to fail the batch (the run ends, or the batch is skipped under
   /// `on_error: skip`).
   virtual void process(Batch& batch) = 0;

@@ -38,8 +38,8 @@ struct NodeType {
   std::function<std::unique_ptr<Node>(const NodeSpec& spec)> create;
 };
 
-/// Node types by name. A registry is a plain value: build one, add the built-ins and your own types,
-/// and pass it to the pipeline. Not thread-safe for writes; reads are safe once built.
+/// Node types by name. A registry is a plain value: build one, add the built-ins and your own
+/// types, and pass it to the pipeline. Not thread-safe for writes; reads are safe once built.
 class Registry {
  public:
   /// Adds a type; throws std::invalid_argument if the name is taken.

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "flowfeed/config.hpp"
@@ -35,6 +36,21 @@ class Sampler {
   std::size_t batch_size_;
   std::size_t shard_size_;
 };
+
+/// Rank and world size as a launcher set them in the environment.
+struct LaunchEnvironment {
+  int rank = 0;
+  int world = 1;
+  int local_rank = 0;
+  /// Which launcher's variables were read: "OMPI_COMM_WORLD_*" (mpirun), "SLURM_*" (srun),
+  /// "RANK/WORLD_SIZE" (torchrun), or empty when none is set (a single process).
+  std::string source;
+};
+
+/// Reads rank and world size from the standard launchers' variables, first match wins:
+/// OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK, SLURM_PROCID/NTASKS/LOCALID, RANK/WORLD_SIZE/LOCAL_RANK.
+/// Throws ConfigError naming the variable when a value is not a number or the rank is out of range.
+LaunchEnvironment launch_environment();
 
 /// splitmix64: the one mixing function behind seeded choices in flowfeed.
 std::uint64_t splitmix64(std::uint64_t x) noexcept;

@@ -59,7 +59,8 @@ class Schema {
   ParamSpec& add_bool(std::string name, std::string doc, std::optional<bool> def = std::nullopt);
   ParamSpec& add_int(std::string name, std::string doc,
                      std::optional<std::int64_t> def = std::nullopt);
-  ParamSpec& add_number(std::string name, std::string doc, std::optional<double> def = std::nullopt);
+  ParamSpec& add_number(std::string name, std::string doc,
+                        std::optional<double> def = std::nullopt);
   ParamSpec& add_string(std::string name, std::string doc,
                         std::optional<std::string> def = std::nullopt);
   ParamSpec& add_int_list(std::string name, std::string doc,

@@ -16,8 +16,8 @@ struct NodeReport {
   std::string role;
   int concurrency = 1;
   std::uint64_t items = 0;
-  double busy_seconds = 0;         ///< time inside the node's body, summed over threads
-  double utilization = 0;          ///< busy / (wall × concurrency)
+  double busy_seconds = 0;  ///< time inside the node's body, summed over threads
+  double utilization = 0;   ///< busy / (wall × concurrency)
   std::uint64_t failures = 0;
 };
 
@@ -44,11 +44,15 @@ struct TrainReport {
 /// Everything a run measured.
 struct RunReport {
   std::string config;
-  std::string device;  ///< "host" or "cuda:N (name)"
+  std::string device;         ///< "host" or "cuda:N (name)"
   std::string device_reason;  ///< why that device was picked
   int epochs = 0;
-  std::uint64_t batches = 0;  ///< batches the train node took (skipped ones not counted)
-  std::uint64_t samples = 0;  ///< samples in those batches
+  int rank = 0;             ///< this process's shard
+  int world = 1;            ///< number of shards
+  std::string rank_source;  ///< the launcher whose environment gave rank/world, or ""
+
+  std::uint64_t batches = 0;          ///< batches the train node took (skipped ones not counted)
+  std::uint64_t samples = 0;          ///< samples in those batches
   std::uint64_t skipped_batches = 0;  ///< batches skipped under `on_error: skip`
   std::uint64_t skipped_samples = 0;  ///< samples in the skipped batches
   std::uint64_t bytes_uploaded = 0;

@@ -17,9 +17,9 @@ void register_load_nodes(Registry& registry);
 void register_staging_nodes(Registry& registry);
 /// `host_upload`.
 void register_upload_nodes(Registry& registry);
-/// `checksum`, `sleep`, `null`, `mlp`.
+/// `checksum`, `sleep`, `discard`, `mlp`.
 void register_train_nodes(Registry& registry);
-/// `pinned_staging`, `cuda_upload`, `device_checksum`, `device_null`, and the device probe.
+/// `pinned_staging`, `cuda_upload`, `device_checksum`, `device_discard`, and the device probe.
 void register_cuda_nodes(Registry& registry);
 
 }  // namespace flowfeed

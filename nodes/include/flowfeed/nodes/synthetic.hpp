@@ -12,14 +12,14 @@ namespace flowfeed {
 
 /// Options of the `synthetic` loader (the params of its schema).
 struct SyntheticOptions {
-  std::int64_t batches = 100;     ///< data set size in batches (used when `samples` is 0)
-  std::int64_t samples = 0;       ///< data set size in samples; 0 = batches × batch size
-  std::int64_t batch_size = 0;    ///< 0 = the pipeline's
+  std::int64_t batches = 100;   ///< data set size in batches (used when `samples` is 0)
+  std::int64_t samples = 0;     ///< data set size in samples; 0 = batches × batch size
+  std::int64_t batch_size = 0;  ///< 0 = the pipeline's
   std::vector<std::int64_t> sample_shape = {28, 28};
   DType dtype = DType::float32;
-  double delay_ms = 0;            ///< simulated load cost per batch
+  double delay_ms = 0;  ///< simulated load cost per batch
   std::uint64_t seed = 0;
-  std::int64_t classes = 10;      ///< labels y are in [0, classes)
+  std::int64_t classes = 10;  ///< labels y are in [0, classes)
 };
 
 /// The 32-bit word behind element `element` of sample `sample`.
@@ -33,7 +33,8 @@ std::uint64_t synthetic_sample_hash(std::uint64_t seed, std::uint64_t sample) no
 void synthetic_fill(std::uint64_t seed, std::uint64_t sample, DType dtype, std::size_t elements,
                     void* dst) noexcept;
 /// The label of a sample.
-std::int32_t synthetic_label(std::uint64_t seed, std::uint64_t sample, std::int64_t classes) noexcept;
+std::int32_t synthetic_label(std::uint64_t seed, std::uint64_t sample,
+                             std::int64_t classes) noexcept;
 
 /// The `synthetic` loader node. Not final: a test loader may derive from it to inject faults
 /// while sinks still recognise its data.
