@@ -478,7 +478,6 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
                 gw.try_put(b);
                 return;
               }
-              c->gateway = &gw;
               // Outstanding device work counts as processing, so that a stall names a completion
               // that never comes.
               mark(*b, c->stage->index);
@@ -504,6 +503,8 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
               }
               c->stage->busy_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
             });
+        // Set once, before the graph runs: completions read it from other threads.
+        c->gateway = &node->gateway();
         make_edge(*tail, *node);
         // Completions only flag failures; this node rethrows them on a TBB thread, in the graph.
         auto check =
