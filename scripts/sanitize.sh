@@ -62,7 +62,9 @@ EOF
   tar -xf "$src"/onetbb_*.orig.tar.* -C "$src"
   local tree
   tree=$(find "$src" -mindepth 1 -maxdepth 1 -type d | head -1)
-  cmake -S "$tree" -B "$src/build" "${common[@]}" -DTBB_SANITIZE=thread -DTBB_TEST=OFF \
+  # -Wno-tsan: gcc notes that TSan does not model atomic_thread_fence (libtbb uses a few).
+  cmake -S "$tree" -B "$src/build" "${common[@]}" -DCMAKE_CXX_FLAGS=-Wno-tsan \
+    -DTBB_SANITIZE=thread -DTBB_TEST=OFF \
     -DTBB_EXAMPLES=OFF -DTBB_STRICT=OFF -DTBBMALLOC_BUILD=OFF -DTBB_ENABLE_IPO=OFF \
     -DCMAKE_INSTALL_PREFIX="$prefix" >/dev/null
   cmake --build "$src/build" -j"$jobs"
@@ -97,6 +99,7 @@ run_fuzz() {
 }
 
 for step in "${steps[@]}"; do
+  start=$SECONDS
   case $step in
     asan) run_asan ;;
     tsan) run_tsan ;;
@@ -106,4 +109,5 @@ for step in "${steps[@]}"; do
       exit 2
       ;;
   esac
+  echo "== sanitize: $step passed in $((SECONDS - start)) s" >&2
 done

@@ -37,9 +37,13 @@ class Pipeline {
   RunReport run(const RunOptions& options = {});
 
   /// Asks the running pipeline to stop admitting batches and drain the ones in flight. Safe to call
-  /// from any thread and from a signal handler (it only stores to an atomic).
+  /// from any thread and from a signal handler (it only stores to an atomic). A request made while
+  /// no run is in progress applies to the next run, which then stops at once; a run clears it when
+  /// it ends.
   void request_stop() noexcept;
-  /// Asks the running pipeline to cancel at once. Safe from any thread and from a signal handler.
+  /// Asks the running pipeline to cancel at once: the supervisor cancels the graph (within ~20 ms)
+  /// and then sets BuildContext::cancelled() so that a body blocked in a long wait can return;
+  /// run() returns with `report.interrupted` set. Safe from any thread and from a signal handler.
   void request_abort() noexcept;
 
   const PipelineConfig& config() const noexcept;
