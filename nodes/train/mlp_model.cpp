@@ -13,7 +13,9 @@
 namespace flowfeed {
 namespace {
 
-std::string layer_name(std::size_t l) { return "layer " + std::to_string(l); }
+std::string layer_name(std::size_t l) {
+  return "layer " + std::to_string(l);
+}
 
 uint64_t splitmix64(uint64_t& state) {
   uint64_t z = (state += 0x9E3779B97F4A7C15ull);
@@ -115,8 +117,7 @@ void validate_mlp_options(const MlpOptions& o) {
     throw std::invalid_argument("MlpOptions.inputs must be > 0, got " + std::to_string(o.inputs));
   }
   if (o.classes <= 0) {
-    throw std::invalid_argument("MlpOptions.classes must be > 0, got " +
-                                std::to_string(o.classes));
+    throw std::invalid_argument("MlpOptions.classes must be > 0, got " + std::to_string(o.classes));
   }
   for (std::size_t i = 0; i < o.hidden.size(); ++i) {
     if (o.hidden[i] <= 0) {
@@ -163,9 +164,9 @@ void check_mlp_params_shape(const MlpOptions& opts, const MlpParams& p) {
   dims.push_back(opts.classes);
   const std::size_t layers = dims.size() - 1;
   if (p.weights.size() != layers || p.biases.size() != layers) {
-    throw std::invalid_argument("MlpParams: expected " + std::to_string(layers) +
-                                " layers, got " + std::to_string(p.weights.size()) +
-                                " weight and " + std::to_string(p.biases.size()) + " bias arrays");
+    throw std::invalid_argument("MlpParams: expected " + std::to_string(layers) + " layers, got " +
+                                std::to_string(p.weights.size()) + " weight and " +
+                                std::to_string(p.biases.size()) + " bias arrays");
   }
   for (std::size_t l = 0; l < layers; ++l) {
     const std::size_t wn = static_cast<std::size_t>(dims[l + 1]) * dims[l];
@@ -197,8 +198,9 @@ void MlpCpu::set_params(const MlpParams& p) {
 }
 
 void MlpCpu::check_batch(const void* x, const int32_t* y, int n) const {
-  if (n < 1) throw std::invalid_argument("MlpCpu: batch size must be >= 1, got " +
-                                         std::to_string(n));
+  if (n < 1) {
+    throw std::invalid_argument("MlpCpu: batch size must be >= 1, got " + std::to_string(n));
+  }
   if (!x || !y) throw std::invalid_argument("MlpCpu: null batch pointer");
   for (int i = 0; i < n; ++i) {
     if (y[i] < 0 || y[i] >= opts_.classes) {
@@ -223,7 +225,8 @@ void MlpCpu::forward(const float* x, int n) {
   for (std::size_t l = 0; l < layers; ++l) {
     const int out = static_cast<int>(params_.biases[l].size());
     auto& act = act_[l];
-    if (act.size() < static_cast<std::size_t>(n) * out) act.resize(static_cast<std::size_t>(n) * out);
+    const std::size_t count = static_cast<std::size_t>(n) * out;
+    if (act.size() < count) act.resize(count);
     // Z [n, out] = X [n, in] * W^T, W [out, in] row-major: B(q=k, j=o) = W[o * in + k].
     gemm(n, out, in_dim, View{in, in_dim, 1}, View{params_.weights[l].data(), 1, in_dim},
          act.data(), params_.biases[l].data(), l + 1 < layers);

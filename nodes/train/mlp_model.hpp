@@ -10,12 +10,12 @@ namespace flowfeed {
 
 /// Shape and optimiser settings of an MLP.
 struct MlpOptions {
-  int inputs = 784;              ///< features per sample
+  int inputs = 784;                 ///< features per sample
   std::vector<int> hidden = {256};  ///< width of each ReLU hidden layer, input side first
-  int classes = 10;              ///< outputs (softmax classes)
-  float lr = 0.05f;              ///< SGD learning rate
-  float momentum = 0.0f;         ///< heavy-ball momentum in [0, 1): v = momentum * v + g; p -= lr * v
-  uint64_t seed = 1;             ///< initialisation seed
+  int classes = 10;                 ///< outputs (softmax classes)
+  float lr = 0.05f;                 ///< SGD learning rate
+  float momentum = 0.0f;            ///< in [0, 1): v = momentum * v + g; p -= lr * v
+  uint64_t seed = 1;                ///< initialisation seed
 };
 
 /// Layer parameters, row-major: weights[l] is [out_l, in_l], biases[l] is [out_l].
@@ -25,9 +25,9 @@ struct MlpParams {
 
 /// Per-batch sums over samples.
 struct StepStats {
-  double loss_sum = 0;     ///< sum of per-sample cross-entropy losses (natural log)
-  long long correct = 0;   ///< samples whose arg-max logit (first on ties) is the label
-  long long samples = 0;   ///< samples counted
+  double loss_sum = 0;    ///< sum of per-sample cross-entropy losses (natural log)
+  long long correct = 0;  ///< samples whose arg-max logit (first on ties) is the label
+  long long samples = 0;  ///< samples counted
 };
 
 /// Throws std::invalid_argument unless inputs, classes and every hidden width are > 0,

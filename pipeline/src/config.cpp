@@ -2,11 +2,13 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
@@ -40,6 +42,11 @@ Schema pipeline_schema() {
       .one_of({"fail", "skip"});
   s.add_int("max_skipped", "under on_error: skip, fail once more batches than this were skipped", 0)
       .range(0, 1e12);
+  s.add_string("mode",
+               "run: the graph ends in a train node (Pipeline::run); pull: no train node, a C++ "
+               "loop takes the batches (Pipeline::start)",
+               std::string("run"))
+      .one_of({"run", "pull"});
   return s;
 }
 
@@ -313,10 +320,24 @@ void validate_map(const YAML::Node& map, const Schema& schema, const std::string
   }
 }
 
+/// A value set from C++, as a message quotes it.
+std::string describe_value(const ParamValue& v) {
+  if (const auto* b = std::get_if<bool>(&v)) return *b ? "true" : "false";
+  if (const auto* i = std::get_if<std::int64_t>(&v)) return std::to_string(*i);
+  if (const auto* d = std::get_if<double>(&v)) return format_number(*d);
+  if (const auto* s = std::get_if<std::string>(&v)) return "'" + *s + "'";
+  if (std::holds_alternative<std::vector<std::int64_t>>(v)) return "a list";
+  return "nothing";
+}
+
 /// Checks a value set from C++ against its spec (C++-built configs get the same checks).
 void check_value(const ParamValue& v, const ParamSpec& spec, const std::string& path,
                  const std::string& where, Problems& problems) {
-  auto bad = [&](const std::string& what) { problems.add_at(where, path, what); };
+  auto bad = [&](const std::string& what) {
+    // Type mismatches quote what was given, as the YAML messages do.
+    const bool mismatch = what.rfind("expected ", 0) == 0;
+    problems.add_at(where, path, mismatch ? what + ", got " + describe_value(v) : what);
+  };
   auto in_range = [&](double x) {
     return !((spec.min && x < *spec.min) || (spec.max && x > *spec.max));
   };
@@ -351,7 +372,9 @@ void check_value(const ParamValue& v, const ParamSpec& spec, const std::string& 
       } else if (!spec.choices.empty() &&
                  std::find(spec.choices.begin(), spec.choices.end(), std::get<std::string>(v)) ==
                      spec.choices.end()) {
-        bad("'" + std::get<std::string>(v) + "' is not one of " + join(spec.choices, ", "));
+        const std::string hint = closest(std::get<std::string>(v), spec.choices);
+        bad("'" + std::get<std::string>(v) + "' is not one of " + join(spec.choices, ", ") +
+            (hint.empty() ? "" : " (did you mean '" + hint + "'?)"));
       }
       break;
     case ParamType::int_list:
@@ -461,6 +484,7 @@ void check_config(PipelineConfig& config, const Registry& registry, Problems& pr
   std::vector<std::string> known_types = registry.names();
   int last_rank = -1;
   std::string last_desc;
+  const bool pull = config.pipeline.mode == RunMode::pull;
   for (std::size_t i = 0; i < config.nodes.size(); ++i) {
     NodeSpec& node = config.nodes[i];
     const std::string path = "nodes[" + std::to_string(i) + "]";
@@ -552,7 +576,13 @@ void check_config(PipelineConfig& config, const Registry& registry, Problems& pr
       problems.add_at(twhere, path + ".type",
                       "only the first node may be a load node (the chain is load → "
                       "transform* → staging → upload → transform* → train)");
-    } else if (i + 1 == config.nodes.size() && node.role != Role::train) {
+    } else if (pull && node.role == Role::train) {
+      problems.add_at(twhere, path + ".type",
+                      "'" + node.name +
+                          "' is a train node, and a pipeline with mode: pull has "
+                          "none (the caller's loop is the train step) remove it, or set "
+                          "pipeline.mode: run");
+    } else if (!pull && i + 1 == config.nodes.size() && node.role != Role::train) {
       problems.add_at(twhere, path + ".type",
                       "the last node must be a train node, '" + node.name + "' is a " +
                           role_name(node.role) +
@@ -576,7 +606,11 @@ void check_config(PipelineConfig& config, const Registry& registry, Problems& pr
     }
   }
   if (config.sampler.rank >= config.sampler.world) {
-    problems.add_at(rank_where.empty() ? config.file : rank_where, "sampler.rank",
+    auto set_at = config.option_locs.find("sampler.rank");
+    const std::string where = !rank_where.empty()                  ? rank_where
+                              : set_at != config.option_locs.end() ? set_at->second.str()
+                                                                   : config.file;
+    problems.add_at(where, "sampler.rank",
                     std::to_string(config.sampler.rank) +
                         " is out of range (rank must be below "
                         "world = " +
@@ -737,6 +771,7 @@ PipelineConfig parse(const YAML::Node& root_in, const std::string& file, const R
   if (pp.has("on_error"))
     o.on_error = pp.get_string("on_error") == "skip" ? OnError::skip : OnError::fail;
   if (pp.has("max_skipped")) o.max_skipped = static_cast<int>(pp.get_int("max_skipped"));
+  if (pp.has("mode")) o.mode = pp.get_string("mode") == "pull" ? RunMode::pull : RunMode::run;
   auto& s = config.sampler;
   if (sp.has("shuffle")) s.shuffle = sp.get_bool("shuffle");
   if (sp.has("seed")) s.seed = static_cast<std::uint64_t>(sp.get_int("seed"));
@@ -838,12 +873,60 @@ PipelineConfig load_config_file(const std::string& path, const Registry& registr
   return load_config_string(ss.str(), registry, overrides, path);
 }
 
+namespace {
+
+/// Checks `pipeline:` and `sampler:` values set in C++ against the same schemas YAML is read with.
+void check_options(const PipelineConfig& config, Problems& problems) {
+  const Schema pipeline = pipeline_schema();
+  const Schema sampler = sampler_schema();
+  auto check = [&](const Schema& schema, const std::string& section, const std::string& key,
+                   ParamValue value) {
+    const std::string path = section + "." + key;
+    auto it = config.option_locs.find(path);
+    const std::string where =
+        it != config.option_locs.end() && !it->second.file.empty() ? it->second.str() : config.file;
+    check_value(value, *schema.find(key), path, where, problems);
+  };
+  auto i64 = [](auto v) { return ParamValue(static_cast<std::int64_t>(v)); };
+  const PipelineOptions& o = config.pipeline;
+  check(pipeline, "pipeline", "epochs", i64(o.epochs));
+  // 0 means "the loader's size, else 64"; YAML cannot write it, C++ may leave it unset.
+  if (o.batch_size != 0) check(pipeline, "pipeline", "batch_size", i64(o.batch_size));
+  check(pipeline, "pipeline", "prefetch_depth", i64(o.prefetch_depth));
+  check(pipeline, "pipeline", "device_id", i64(o.device_id));
+  check(pipeline, "pipeline", "threads", i64(o.threads));
+  check(pipeline, "pipeline", "stall_timeout_s", ParamValue(o.stall_timeout_s));
+  check(pipeline, "pipeline", "max_skipped", i64(o.max_skipped));
+  const SamplerOptions& s = config.sampler;
+  // A seed above INT64_MAX would wrap negative; clamp it so the range message shows it as large.
+  check(sampler, "sampler", "seed",
+        i64(std::min<std::uint64_t>(s.seed, std::numeric_limits<std::int64_t>::max())));
+  check(sampler, "sampler", "rank", i64(s.rank));
+  check(sampler, "sampler", "world", i64(s.world));
+  // Node settings YAML checks with node_schema(); a C++-built node has not been through it.
+  const Schema node = node_schema();
+  for (std::size_t i = 0; i < config.nodes.size(); ++i) {
+    const NodeSpec& n = config.nodes[i];
+    const std::string path = "nodes[" + std::to_string(i) + "]";
+    if (n.name.empty()) {
+      problems.add_at(n.loc.str(), path + ".name", "missing required key (unique node name)");
+    }
+    check_value(ParamValue(static_cast<std::int64_t>(n.concurrency)), *node.find("concurrency"),
+                path + ".concurrency", n.loc.str(), problems);
+    check_value(ParamValue(static_cast<std::int64_t>(n.streams)), *node.find("streams"),
+                path + ".streams", n.loc.str(), problems);
+  }
+}
+
+}  // namespace
+
 void validate_config(PipelineConfig& config, const Registry& registry) {
   if (config.file.empty()) config.file = "<c++>";
   Problems problems(config.file, {});
   for (auto& node : config.nodes) {
     if (node.loc.file.empty()) node.loc.file = config.file;
   }
+  check_options(config, problems);
   check_config(config, registry, problems, config.file, {}, {}, "");
   problems.throw_if_any();
 }

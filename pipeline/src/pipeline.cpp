@@ -6,6 +6,7 @@
 #include <oneapi/tbb/info.h>
 #include <oneapi/tbb/task_arena.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -116,6 +117,14 @@ class Pipeline::Impl {
     slot_seq_[slot].store(batch.seq, std::memory_order_relaxed);
     slot_stage_[slot].store(stage, std::memory_order_release);
   }
+
+  // Pull mode (Pipeline::start, Session): the session running now, if any. Defined at the end.
+  Session::State* pull_ = nullptr;
+  /// Throws ConfigError when the chain does not fit the mode (run() needs a train node last,
+  /// start() none).
+  void check_run_mode(bool pull) const;
+  /// The figures run() and a session share: totals, nodes, pools (not the train figures).
+  RunReport base_report(double seconds, bool interrupted) const;
 
   void on_failure(Stage& stage, Batch& batch, std::exception_ptr error);
   void run_stage(Stage& stage, Batch& batch);
@@ -357,8 +366,51 @@ std::string Pipeline::Impl::stuck_stage() const {
   return stages_.front()->label + " is not producing batches";
 }
 
+RunReport Pipeline::Impl::base_report(double seconds, bool interrupted) const {
+  RunReport report;
+  report.config = config_.file;
+  report.device = config_.backend == Backend::cuda
+                      ? "cuda:" + std::to_string(config_.pipeline.device_id)
+                      : "host";
+  report.epochs = config_.pipeline.epochs;
+  report.rank = config_.sampler.rank;
+  report.world = config_.sampler.world;
+  report.rank_source = config_.launch_source;
+  report.skipped_batches = skipped_.load();
+  report.skipped_samples = skipped_samples_.load();
+  report.batches = consumed_.load() - report.skipped_batches;
+  report.samples = samples_.load();
+  report.bytes_uploaded = bytes_.load();
+  report.seconds = seconds;
+  report.batches_per_second = seconds > 0 ? static_cast<double>(report.batches) / seconds : 0;
+  report.samples_per_second = seconds > 0 ? static_cast<double>(report.samples) / seconds : 0;
+  report.prefetch_depth = config_.pipeline.prefetch_depth;
+  report.max_in_flight = max_in_flight_.load();
+  report.allocations_after_build = allocation_count() - allocations_at_build_;
+  report.interrupted = interrupted;
+  for (const auto& s : stages_) {
+    NodeReport n;
+    n.name = s->spec.name;
+    n.type = s->spec.type;
+    n.role = role_name(s->spec.role);
+    n.concurrency = s->spec.concurrency;
+    n.items = s->items.load();
+    n.busy_seconds = static_cast<double>(s->busy_ns.load()) * 1e-9;
+    n.utilization = seconds > 0 ? n.busy_seconds / (seconds * n.concurrency) : 0;
+    n.failures = s->failures.load();
+    report.nodes.push_back(n);
+  }
+  for (const auto& p : pools_) {
+    report.pools.push_back({p->name(), memory_kind_name(p->kind()), p->count(),
+                            p->count() * p->buffer_bytes(), p->high_water(), p->acquisitions()});
+    if (p->kind() == MemoryKind::device) report.device_pool_bytes += p->count() * p->buffer_bytes();
+  }
+  return report;
+}
+
 RunReport Pipeline::Impl::run(const RunOptions& options) {
   if (running_) throw std::logic_error("Pipeline::run is already running");
+  check_run_mode(false);
   running_ = true;
   struct Running {
     bool& flag;
@@ -610,45 +662,7 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
                 " left the source) — a node dropped or held a batch");
   }
 
-  RunReport report;
-  report.config = config_.file;
-  report.device = config_.backend == Backend::cuda
-                      ? "cuda:" + std::to_string(config_.pipeline.device_id)
-                      : "host";
-  report.epochs = config_.pipeline.epochs;
-  report.rank = config_.sampler.rank;
-  report.world = config_.sampler.world;
-  report.rank_source = config_.launch_source;
-  report.skipped_batches = skipped_.load();
-  report.skipped_samples = skipped_samples_.load();
-  report.batches = consumed - report.skipped_batches;
-  report.samples = samples_.load();
-  report.bytes_uploaded = bytes_.load();
-  report.seconds = seconds;
-  report.batches_per_second =
-      seconds > 0 ? static_cast<double>(report.batches) / seconds : 0;
-  report.samples_per_second = seconds > 0 ? static_cast<double>(report.samples) / seconds : 0;
-  report.prefetch_depth = config_.pipeline.prefetch_depth;
-  report.max_in_flight = max_in_flight_.load();
-  report.allocations_after_build = allocation_count() - allocations_at_build_;
-  report.interrupted = interrupted;
-  for (const auto& s : stages_) {
-    NodeReport n;
-    n.name = s->spec.name;
-    n.type = s->spec.type;
-    n.role = role_name(s->spec.role);
-    n.concurrency = s->spec.concurrency;
-    n.items = s->items.load();
-    n.busy_seconds = static_cast<double>(s->busy_ns.load()) * 1e-9;
-    n.utilization = seconds > 0 ? n.busy_seconds / (seconds * n.concurrency) : 0;
-    n.failures = s->failures.load();
-    report.nodes.push_back(n);
-  }
-  for (const auto& p : pools_) {
-    report.pools.push_back({p->name(), memory_kind_name(p->kind()), p->count(),
-                            p->count() * p->buffer_bytes(), p->high_water(), p->acquisitions()});
-    if (p->kind() == MemoryKind::device) report.device_pool_bytes += p->count() * p->buffer_bytes();
-  }
+  RunReport report = base_report(seconds, interrupted);
   const double train_busy = report.nodes.back().busy_seconds;
   report.train.stall_fraction = seconds > 0 ? std::max(0.0, 1.0 - train_busy / seconds) : 0;
   for (auto& s : stages_) s->node->finish(report);
@@ -658,7 +672,15 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
 
 Pipeline::Pipeline(PipelineConfig config, const Registry& registry)
     : impl_(std::make_unique<Impl>(std::move(config), registry)) {}
-Pipeline::~Pipeline() = default;
+Pipeline::~Pipeline() {
+  end_session();
+}
+Pipeline::Pipeline(Pipeline&& other) noexcept = default;
+Pipeline& Pipeline::operator=(Pipeline&& other) noexcept {
+  end_session();
+  impl_ = std::move(other.impl_);
+  return *this;
+}
 RunReport Pipeline::run(const RunOptions& options) {
   return impl_->run(options);
 }
@@ -681,6 +703,546 @@ std::size_t Pipeline::total_buffers() const {
   std::size_t n = 0;
   for (const auto& p : impl_->pools_) n += p->count();
   return n;
+}
+
+}  // namespace flowfeed
+
+// ---------------------------------------------------------------------------------------------
+// Pull mode: Pipeline::start() and Session. The graph is the same chain as run()'s without the
+// train node; its last node hands batches to the caller through a small ring under a mutex, and
+// the caller's release() puts the limiter's decrement back into the graph. Threads: the caller's
+// (next/release only), the session's TBB arena workers (every node body; one of them waits on
+// the graph inside an enqueued task, running node tasks meanwhile), and CUDA's callback threads.
+
+namespace flowfeed {
+
+namespace {
+
+/// What the graph task and the caller's thread share. The graph task holds a reference until it
+/// has destroyed the graph, so the caller may drop the session at any time.
+struct PullShared {
+  using Deliver = tbb::flow::async_node<Batch*, int, tbb::flow::queueing>;
+
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::vector<Batch*> ring;  // delivered, not yet taken; never more than prefetch_depth
+  std::size_t head = 0;
+  std::size_t count = 0;
+  Deliver::gateway_type* gateway = nullptr;
+  tbb::flow::graph* graph = nullptr;
+  std::exception_ptr error;
+  bool source_done = false;   // the source has emitted its last batch
+  bool finished = false;      // the graph task is over (graph destroyed)
+  std::uint64_t arrived = 0;  // batches that reached the end of the chain, skipped ones too
+
+  void fail(std::exception_ptr e) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!error) error = std::move(e);
+    cv.notify_all();
+  }
+  void push(Batch* b) {
+    ring[(head + count) % ring.size()] = b;
+    ++count;
+  }
+  Batch* pop() {
+    Batch* b = ring[head];
+    head = (head + 1) % ring.size();
+    --count;
+    return b;
+  }
+};
+
+void note_in_flight(Pipeline::Impl& impl) {
+  int n = impl.in_flight_.fetch_add(1, std::memory_order_relaxed) + 1;
+  int m = impl.max_in_flight_.load(std::memory_order_relaxed);
+  while (n > m && !impl.max_in_flight_.compare_exchange_weak(m, n)) {
+  }
+}
+
+/// Builds the pull graph in the calling thread's arena, runs it to the end and destroys it. Every
+/// body reports its failure to `s` before it rethrows, so next() wakes at once (wait_for_all
+/// returns only after the caller gave back the batches it holds).
+void run_pull_graph(Pipeline::Impl& impl, PullShared& s) {
+  using namespace tbb::flow;
+  graph g;
+  input_node<Batch*> source(g, [&impl, &s](tbb::flow_control& fc) -> Batch* {
+    try {
+      Batch* b = impl.next_batch(fc);
+      if (!b) {
+        std::lock_guard<std::mutex> lock(s.mutex);
+        s.source_done = true;
+        s.cv.notify_all();
+      }
+      return b;
+    } catch (...) {
+      s.fail(std::current_exception());
+      throw;
+    }
+  });
+  limiter_node<Batch*, int> limiter(g,
+                                    static_cast<std::size_t>(impl.config_.pipeline.prefetch_depth));
+  make_edge(source, limiter);
+
+  sender<Batch*>* tail = &limiter;
+  std::vector<std::unique_ptr<graph_node>> owned;
+  using AsyncNode = async_node<Batch*, Batch*, queueing>;
+  struct AsyncContext {
+    AsyncNode::gateway_type* gateway = nullptr;
+    Stage* stage = nullptr;
+    Pipeline::Impl* impl = nullptr;
+  };
+  std::vector<std::unique_ptr<AsyncContext>> async_contexts;
+  for (std::size_t i = 0; i < impl.stages_.size(); ++i) {
+    Stage* st = impl.stages_[i].get();
+    const std::size_t conc = static_cast<std::size_t>(st->spec.concurrency);
+    const bool first = i == 0;
+    if (st->node->asynchronous()) {
+      auto ctx = std::make_unique<AsyncContext>();
+      ctx->stage = st;
+      ctx->impl = &impl;
+      AsyncContext* c = ctx.get();
+      auto node = std::make_unique<AsyncNode>(
+          g, conc, [&impl, c, first](Batch* b, AsyncNode::gateway_type& gw) {
+            if (first) note_in_flight(impl);
+            if (b->skipped) {
+              gw.try_put(b);
+              return;
+            }
+            impl.mark(*b, c->stage->index);
+            gw.reserve_wait();
+            Completion done(
+                [](void* context, Batch* batch, std::exception_ptr error) noexcept {
+                  auto* ac = static_cast<AsyncContext*>(context);
+                  if (error) batch->error = std::move(error);
+                  ac->stage->items.fetch_add(1, std::memory_order_relaxed);
+                  ac->impl->mark(*batch, -1);
+                  ac->gateway->try_put(batch);
+                  ac->gateway->release_wait();
+                },
+                c, b);
+            const std::uint64_t t0 = now_ns();
+            try {
+              static_cast<AsynchronousNode*>(c->stage->node.get())->submit(*b, done);
+            } catch (...) {
+              b->error = std::current_exception();
+              impl.mark(*b, -1);
+              gw.try_put(b);
+              gw.release_wait();
+            }
+            c->stage->busy_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
+          });
+      // Set once, before the graph runs: completions read it from other threads.
+      c->gateway = &node->gateway();
+      make_edge(*tail, *node);
+      auto check =
+          std::make_unique<function_node<Batch*, Batch*>>(g, unlimited, [&impl, &s, st](Batch* b) {
+            if (b->error) {
+              std::exception_ptr e = std::move(b->error);
+              b->error = nullptr;
+              try {
+                impl.on_failure(*st, *b, e);
+              } catch (...) {
+                s.fail(std::current_exception());
+                throw;
+              }
+            }
+            return b;
+          });
+      make_edge(*node, *check);
+      tail = check.get();
+      owned.push_back(std::move(node));
+      owned.push_back(std::move(check));
+      async_contexts.push_back(std::move(ctx));
+    } else {
+      auto node = std::make_unique<function_node<Batch*, Batch*>>(
+          g, conc, [&impl, &s, st, first](Batch* b) {
+            if (first) note_in_flight(impl);
+            try {
+              impl.run_stage(*st, *b);
+            } catch (...) {
+              s.fail(std::current_exception());
+              throw;
+            }
+            return b;
+          });
+      make_edge(*tail, *node);
+      tail = node.get();
+      owned.push_back(std::move(node));
+    }
+  }
+  std::unique_ptr<sequencer_node<Batch*>> sequencer;
+  if (impl.config_.pipeline.ordered) {
+    sequencer = std::make_unique<sequencer_node<Batch*>>(
+        g, [](Batch* b) -> std::size_t { return static_cast<std::size_t>(b->seq); });
+    make_edge(*tail, *sequencer);
+    tail = sequencer.get();
+  }
+  // Serial, so that batches enter the ring in the order the sequencer emits them. The body only
+  // takes a short lock; the caller's release() completes the async work (the limiter decrement).
+  PullShared::Deliver deliver(g, serial,
+                              [&impl, &s](Batch* b, PullShared::Deliver::gateway_type& gw) {
+                                if (b->skipped) {
+                                  impl.finish_batch(b);
+                                  {
+                                    std::lock_guard<std::mutex> lock(s.mutex);
+                                    ++s.arrived;
+                                    s.cv.notify_all();
+                                  }
+                                  gw.try_put(1);
+                                  return;
+                                }
+                                gw.reserve_wait();
+                                std::lock_guard<std::mutex> lock(s.mutex);
+                                s.gateway = &gw;
+                                s.push(b);
+                                ++s.arrived;
+                                s.cv.notify_all();
+                              });
+  make_edge(*tail, deliver);
+  make_edge(deliver, limiter.decrementer());
+
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.graph = &g;
+  }
+  source.activate();
+  try {
+    g.wait_for_all();
+  } catch (...) {
+    s.fail(std::current_exception());
+  }
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.graph = nullptr;
+}
+
+}  // namespace
+
+class Session::State {
+ public:
+  Pipeline::Impl* impl = nullptr;
+  std::shared_ptr<PullShared> shared;
+  std::unique_ptr<tbb::global_control> parallelism;
+  std::unique_ptr<tbb::task_arena> arena;
+  std::vector<Batch*> held;
+  std::exception_ptr error;  // what next() throws, again on every call
+  bool ended = false;        // no more batches will come
+  bool aborted = false;      // request_abort() cancelled the graph
+  bool closed = false;       // drained; the pipeline is free for another run
+  Clock::time_point started;
+  std::uint64_t wait_ns = 0;
+  RunReport final_report;
+
+  /// Returns a batch to the graph: buffers back to their pools, one decrement to the limiter.
+  void give_back(Batch* b) {
+    PullShared::Deliver::gateway_type* gw;
+    {
+      std::lock_guard<std::mutex> lock(shared->mutex);
+      gw = shared->gateway;
+    }
+    impl->finish_batch(b);
+    gw->try_put(1);
+    gw->release_wait();
+  }
+
+  RunReport make_report(double seconds, bool complete, bool interrupted) const;
+  void close() noexcept;
+};
+
+RunReport Session::State::make_report(double seconds, bool complete, bool interrupted) const {
+  const Pipeline::Impl& p = *impl;
+  RunReport report = p.base_report(seconds, interrupted);
+  // The caller's loop is the train step: it stalls while it waits inside next().
+  const double waited = static_cast<double>(wait_ns) * 1e-9;
+  report.train.stall_fraction = seconds > 0 ? std::min(1.0, waited / seconds) : 0;
+  report.extra["caller_wait_seconds"] = waited;
+  if (complete) {
+    for (auto& s : p.stages_) s->node->finish(report);
+  }
+  std::lock_guard<std::mutex> lock(const_cast<Pipeline::Impl&>(p).warn_mutex_);
+  report.warnings = p.warnings_;
+  return report;
+}
+
+void Session::State::close() noexcept {
+  if (closed) return;
+  Pipeline::Impl& p = *impl;
+  const bool interrupted = p.stop_.load() || p.abort_.load() || !ended;
+  p.stop_.store(true);
+  // Batches the caller still holds and ones it never took go back; the graph can only finish
+  // once every delivered batch was given back.
+  for (Batch* b : held) give_back(b);
+  held.clear();
+  {
+    std::unique_lock<std::mutex> lock(shared->mutex);
+    for (;;) {
+      while (shared->count > 0) {
+        Batch* b = shared->pop();
+        lock.unlock();
+        give_back(b);
+        lock.lock();
+      }
+      if (shared->finished) break;
+      shared->cv.wait(lock);
+    }
+    if (shared->error && !error) error = shared->error;
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
+  arena.reset();
+  parallelism.reset();
+  for (auto& s : p.stages_) s->node->quiesce();
+  const std::uint64_t per_epoch = p.sampler_->batches_per_epoch();
+  const std::uint64_t expected = per_epoch * static_cast<std::uint64_t>(p.config_.pipeline.epochs);
+  const std::uint64_t produced = p.produced_.load();
+  const std::uint64_t consumed = p.consumed_.load();
+  if (!error && !interrupted && (consumed != expected || produced != expected)) {
+    error = std::make_exception_ptr(
+        Error("run lost batches: " + std::to_string(consumed) + " of " + std::to_string(expected) +
+              " reached the end of the pipeline (" + std::to_string(produced) +
+              " left the source) — a node dropped or held a batch"));
+  }
+  try {
+    final_report = make_report(seconds, !error && !interrupted, interrupted);
+  } catch (...) {
+    if (!error) error = std::current_exception();
+  }
+  p.reclaim();
+  p.running_ = false;
+  p.pull_ = nullptr;
+  closed = true;
+}
+
+Session::Session(std::unique_ptr<State> state) noexcept : state_(std::move(state)) {}
+Session::Session(Session&& other) noexcept = default;
+Session& Session::operator=(Session&& other) noexcept {
+  if (this != &other) {
+    if (state_) state_->close();
+    state_ = std::move(other.state_);
+  }
+  return *this;
+}
+Session::~Session() {
+  if (state_) state_->close();
+}
+
+Batch* Session::next() {
+  if (!state_) throw std::logic_error("Session::next on a moved-from session");
+  State& st = *state_;
+  if (st.error) std::rethrow_exception(st.error);
+  if (st.ended || st.closed) return nullptr;
+  Pipeline::Impl& p = *st.impl;
+  const std::size_t depth = static_cast<std::size_t>(p.config_.pipeline.prefetch_depth);
+  if (st.held.size() >= depth) {
+    throw std::logic_error(
+        "Session::next: the caller holds all " + std::to_string(depth) +
+        " batches the pipeline may have in flight (pipeline.prefetch_depth), so no other batch can "
+        "come; release() one first");
+  }
+  PullShared& s = *st.shared;
+  const double timeout = p.config_.pipeline.stall_timeout_s;
+  const auto t0 = Clock::now();
+  Batch* out = nullptr;
+  constexpr int kSpins = 64;
+  int spins = 0;
+  {
+    std::unique_lock<std::mutex> lock(s.mutex);
+    for (;;) {
+      if (s.error) {
+        st.error = s.error;
+        break;
+      }
+      if (p.abort_.load()) {
+        // Cancel at once: what is in flight never arrives, and what did is not handed out any
+        // more; close() gives it back.
+        if (s.graph) s.graph->cancel();
+        p.cancel_.store(true);  // after the cancel: lets bodies in a long wait return
+        st.aborted = true;
+        st.ended = true;
+        break;
+      }
+      if (s.count > 0) {
+        out = s.pop();
+        break;
+      }
+      if (s.finished || (s.source_done && s.arrived == p.produced_.load())) {
+        st.ended = true;
+        break;
+      }
+      const auto now = Clock::now();
+      if (timeout > 0 && std::chrono::duration<double>(now - t0).count() > timeout) {
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "%g", timeout);
+        s.error =
+            std::make_exception_ptr(Error("run stalled: no batch for " + std::string(buf) +
+                                          " s (pipeline.stall_timeout_s): " + p.stuck_stage()));
+        if (s.graph) s.graph->cancel();
+        p.cancel_.store(true);
+        continue;
+      }
+      if (spins < kSpins) {
+        // A batch is usually microseconds away: yielding first (to the workers that make it)
+        // avoids a sleep and a wake-up per batch.
+        ++spins;
+        lock.unlock();
+        std::this_thread::yield();
+        lock.lock();
+        continue;
+      }
+      // Short slices: request_abort() from a signal handler cannot notify.
+      s.cv.wait_for(lock, std::chrono::milliseconds(50));
+    }
+  }
+  st.wait_ns += static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
+  if (out) {
+    st.held.push_back(out);
+    return out;
+  }
+  if (st.error) std::rethrow_exception(st.error);
+  if (st.held.empty()) {
+    st.close();
+    if (st.error) std::rethrow_exception(st.error);
+  }
+  return nullptr;
+}
+
+void Session::release(Batch* batch) {
+  if (!state_) throw std::logic_error("Session::release on a moved-from session");
+  State& st = *state_;
+  auto it = std::find(st.held.begin(), st.held.end(), batch);
+  if (it == st.held.end()) {
+    throw std::logic_error(st.closed ? "Session::release: the session is closed (its pipeline was "
+                                       "destroyed or the session ended); its batches are gone"
+                                     : "Session::release: this batch was not handed out by this "
+                                       "session's next(), or was released already");
+  }
+  st.held.erase(it);
+  st.give_back(batch);
+  if (st.ended && st.held.empty()) st.close();
+}
+
+std::size_t Session::held() const noexcept {
+  return state_ ? state_->held.size() : 0;
+}
+bool Session::finished() const noexcept {
+  return !state_ || state_->ended || state_->closed;
+}
+
+RunReport Session::report() const {
+  if (!state_) throw std::logic_error("Session::report on a moved-from session");
+  if (state_->closed) return state_->final_report;
+  const Pipeline::Impl& p = *state_->impl;
+  return state_->make_report(std::chrono::duration<double>(Clock::now() - state_->started).count(),
+                             false, p.stop_.load() || p.abort_.load());
+}
+
+void Pipeline::Impl::check_run_mode(bool pull) const {
+  const bool config_pull = config_.pipeline.mode == RunMode::pull;
+  auto set_at = config_.option_locs.find("pipeline.mode");
+  const std::string where = set_at != config_.option_locs.end()  ? set_at->second.str()
+                            : !config_.pipeline_loc.file.empty() ? config_.pipeline_loc.str()
+                                                                 : config_.file;
+  if (pull && !config_pull) {
+    throw ConfigError({where +
+                       ": pipeline.mode: Pipeline::start() hands batches to the caller's "
+                       "loop, and this pipeline has mode: run (its train node '" +
+                       stages_.back()->spec.name +
+                       "' takes them) set pipeline.mode: pull and "
+                       "remove the train node, or call Pipeline::run()"});
+  }
+  if (!pull && config_pull) {
+    throw ConfigError({where + ": pipeline.mode: this pipeline has mode: pull (no train node; a "
+                               "C++ loop takes its batches) step it with Pipeline::start(), or set "
+                               "pipeline.mode: run and add a train node"});
+  }
+  // A config assembled in C++ without validate_config may still break the chain's end.
+  const Stage& last = *stages_.back();
+  for (std::size_t i = 0; i < stages_.size(); ++i) {
+    const NodeSpec& spec = stages_[i]->spec;
+    const std::string node_where = spec.loc.str() + ": nodes[" + std::to_string(i) + "].type: ";
+    if (pull && spec.role == Role::train) {
+      throw ConfigError({node_where + "'" + spec.name +
+                         "' is a train node, and a pipeline with "
+                         "mode: pull has none (the caller's loop is the train step) remove it, "
+                         "or set pipeline.mode: run"});
+    }
+    if (!pull && &spec == &last.spec && spec.role != Role::train) {
+      throw ConfigError({node_where + "the last node must be a train node, '" + spec.name +
+                         "' is a " + role_name(spec.role) +
+                         " node (add a train-role node such as checksum, sleep or mlp)"});
+    }
+  }
+}
+
+Session Pipeline::start() {
+  Impl& p = *impl_;
+  if (p.running_) {
+    throw std::logic_error(
+        "Pipeline::start: the pipeline is already running (one run or session "
+        "at a time)");
+  }
+  p.check_run_mode(true);
+  for (auto& s : p.stages_) {
+    s->clear();
+    s->node->begin_run();
+  }
+  for (auto& pool : p.pools_) pool->reset_counters();
+  p.in_flight_ = 0;
+  p.max_in_flight_ = 0;
+  p.produced_ = p.consumed_ = p.skipped_ = p.skipped_samples_ = p.bytes_ = p.samples_ = 0;
+  p.source_epoch_ = 0;
+  p.source_index_ = 0;
+  p.source_seq_ = 0;
+  p.epoch_done_.assign(static_cast<std::size_t>(p.config_.pipeline.epochs), 0);
+  p.warnings_.clear();
+  p.stop_ = false;
+  p.abort_ = false;
+  p.cancel_ = false;
+  for (std::size_t i = 0; i < p.batches_.size(); ++i) p.slot_stage_[i] = -1;
+
+  auto state = std::make_unique<Session::State>();
+  state->impl = &p;
+  state->shared = std::make_shared<PullShared>();
+  state->shared->ring.assign(static_cast<std::size_t>(p.config_.pipeline.prefetch_depth), nullptr);
+  const int threads = std::max(p.config_.pipeline.threads > 0 ? p.config_.pipeline.threads
+                                                              : tbb::info::default_concurrency(),
+                               1);
+  // No slot is kept for an external thread: the caller never enters the arena, so all `threads`
+  // slots go to workers.
+  state->parallelism = std::make_unique<tbb::global_control>(
+      tbb::global_control::max_allowed_parallelism, static_cast<std::size_t>(threads) + 1);
+  // The caller's thread never joins the arena, so without a worker nothing would ever run (an
+  // application's own global_control may hold parallelism to 1; the smallest limit wins).
+  const std::size_t allowed =
+      tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism);
+  if (allowed < 2) {
+    throw Error(
+        "Pipeline::start: pull mode needs at least one TBB worker thread, and a "
+        "tbb::global_control limits parallelism to " +
+        std::to_string(allowed) +
+        " (the caller's thread does not run nodes in pull mode) raise the limit, or use "
+        "Pipeline::run()");
+  }
+  state->arena = std::make_unique<tbb::task_arena>(threads, 0);
+  state->started = Clock::now();
+  p.running_ = true;
+  p.pull_ = state.get();
+  // The graph is built, run and destroyed inside this task, so it lives in the session's arena,
+  // and the caller's thread is never inside wait_for_all.
+  state->arena->enqueue([impl = &p, shared = state->shared] {
+    try {
+      run_pull_graph(*impl, *shared);
+    } catch (...) {
+      shared->fail(std::current_exception());
+    }
+    std::lock_guard<std::mutex> lock(shared->mutex);
+    shared->finished = true;
+    shared->cv.notify_all();
+  });
+  return Session(std::move(state));
+}
+
+void Pipeline::end_session() noexcept {
+  if (impl_ && impl_->pull_) impl_->pull_->close();
 }
 
 }  // namespace flowfeed

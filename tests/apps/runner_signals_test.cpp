@@ -116,7 +116,8 @@ class Runner {
 
 /// Writes `yaml` to a file in the test temp dir and returns its path.
 std::string write_config(const std::string& name, const std::string& yaml) {
-  std::string path = testing::TempDir() + "flowfeed_runner_" + name + ".yaml";
+  std::string path =
+      testing::TempDir() + "flowfeed_runner_" + std::to_string(getpid()) + "_" + name + ".yaml";
   std::ofstream(path) << yaml;
   return path;
 }
@@ -214,7 +215,8 @@ TEST(RunnerExit, FaultNodesExistOnlyWhenAskedFor) {
 
 TEST(RunnerSignal, SigintStopsDrainsPrintsTheSummaryAndExits130) {
   const std::string path = write_config("sigint", long_run("{ name: train, type: sleep, params: { ms: 2 } }"));
-  const std::string report = testing::TempDir() + "flowfeed_runner_sigint.json";
+  const std::string report =
+      testing::TempDir() + "flowfeed_runner_" + std::to_string(getpid()) + "_sigint.json";
   std::remove(report.c_str());
   Runner r({path, "--report", report});
   ASSERT_TRUE(r.wait_for_stderr(kProgress, kExitBound)) << r.err();

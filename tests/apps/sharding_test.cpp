@@ -2,6 +2,7 @@
 // disjoint shards that together cover the data set, in an order fixed by (seed, epoch).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -15,15 +16,20 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// Per process: ctest runs tests in parallel processes (and other checkouts may share the temp dir).
+std::string unique(const std::string& name) {
+  return (fs::temp_directory_path() / (std::to_string(getpid()) + "_" + name)).string();
+}
+
 std::string config_path() {
-  auto path = fs::temp_directory_path() / "sharding.yaml";
+  auto path = unique("sharding.yaml");
   std::ofstream(path) << "pipeline: { epochs: 2, batch_size: 7, prefetch_depth: 4, device: host }\n"
                          "sampler: { shuffle: true, seed: 11 }\n"
                          "nodes:\n"
                          "  - { name: load, type: synthetic, concurrency: 3, params: { samples: "
                          "1001, sample_shape: [2] } }\n"
                          "  - { name: train, type: record, params: { path: unset } }\n";
-  return path.string();
+  return path;
 }
 
 int run(const std::string& env, const std::string& args, std::string* output = nullptr) {
@@ -52,7 +58,7 @@ std::map<int, std::vector<unsigned>> read_record(const std::string& path) {
 }
 
 std::map<int, std::vector<unsigned>> run_rank(const std::string& env, const std::string& tag) {
-  auto record = (fs::temp_directory_path() / ("shard_" + tag + ".txt")).string();
+  auto record = unique("shard_" + tag + ".txt");
   std::string output;
   EXPECT_EQ(run(env, config_path() + " --set nodes.train.params.path=" + record, &output), 0)
       << output;
@@ -110,7 +116,7 @@ TEST(Sharding, BadLauncherVariablesAreConfigErrors) {
 }
 
 TEST(Sharding, ExplicitRankInTheFileWins) {
-  auto record = (fs::temp_directory_path() / "shard_explicit.txt").string();
+  auto record = unique("shard_explicit.txt");
   std::string output;
   EXPECT_EQ(run("RANK=1 WORLD_SIZE=3",
                 config_path() +

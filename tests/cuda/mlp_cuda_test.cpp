@@ -124,6 +124,10 @@ std::vector<Case> cases() {
   mixed.classes = 10;
   mixed.momentum = 0.9f;
   c.push_back({"64-256-256-10", mixed, 50, 64});
+  MlpOptions narrow;  // first-layer weight gradients (784 inputs) fused into the update kernel
+  narrow.hidden = {32};
+  narrow.lr = 0.1f;
+  c.push_back({"784-32-10", narrow, 64, 64});
   MlpOptions linear;
   linear.inputs = 20;
   linear.hidden = {};

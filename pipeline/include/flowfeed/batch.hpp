@@ -27,8 +27,8 @@ std::optional<DType> parse_dtype(std::string_view name) noexcept;
 
 /// One named tensor of a sample, e.g. `x` float32 [28, 28] or `y` int32 [].
 struct TensorSpec {
-  std::string name;
-  DType dtype = DType::float32;
+  std::string name;                 ///< e.g. "x"; unique within a layout
+  DType dtype = DType::float32;     ///< element type
   std::vector<std::int64_t> shape;  ///< per-sample shape; empty for a scalar
   /// Elements per sample.
   std::size_t sample_elements() const noexcept;
@@ -41,12 +41,17 @@ struct TensorSpec {
 /// just as tightly, so copying `bytes(rows)` moves all of it.
 class BatchLayout {
  public:
+  /// Every tensor starts on a multiple of this many bytes (enough for any vector load).
   static constexpr std::size_t kAlignment = 256;
 
+  /// An empty layout (no tensors, batch size 0).
   BatchLayout() = default;
+  /// The layout of batches of up to `batch_size` samples with these per-sample tensors.
   BatchLayout(std::vector<TensorSpec> tensors, std::size_t batch_size);
 
+  /// The per-sample tensors, in buffer order.
   const std::vector<TensorSpec>& tensors() const noexcept { return tensors_; }
+  /// Samples in a full batch.
   std::size_t batch_size() const noexcept { return batch_size_; }
   /// Buffer size that holds a full batch.
   std::size_t capacity() const noexcept { return bytes(batch_size_); }
@@ -69,11 +74,11 @@ enum class Tier : std::uint8_t { host = 0, staging = 1, device = 2 };
 /// in-flight slot) and passed between nodes by pointer; a node owns the batch only while its body
 /// runs. Buffers are leases: releasing one returns the buffer to its pool.
 struct Batch {
-  std::uint64_t seq = 0;    ///< position in the whole run: 0, 1, 2, ...
-  std::uint32_t epoch = 0;  ///< 0-based epoch
-  std::uint64_t index_in_epoch = 0;
-  std::vector<std::uint32_t> samples;  ///< dataset indices of the rows, in row order
-  const BatchLayout* layout = nullptr;
+  std::uint64_t seq = 0;                ///< position in the whole run: 0, 1, 2, ...
+  std::uint32_t epoch = 0;              ///< 0-based epoch
+  std::uint64_t index_in_epoch = 0;     ///< position in its epoch: 0, 1, 2, ...
+  std::vector<std::uint32_t> samples;   ///< dataset indices of the rows, in row order
+  const BatchLayout* layout = nullptr;  ///< the pipeline's layout; valid as long as the pipeline
 
   Lease host;     ///< pageable host buffer the loader filled (or a staging buffer it wrote into)
   Lease staging;  ///< pinned (or pooled host) buffer
@@ -81,8 +86,8 @@ struct Batch {
 
   /// Opaque CUDA handles set by a CUDA upload node: the event that marks the batch's bytes ready on
   /// the device and the stream that copied them. Null on the host backend.
-  void* ready_event = nullptr;
-  void* upload_stream = nullptr;
+  void* ready_event = nullptr;    ///< cudaEvent_t: recorded after the copy into `device`
+  void* upload_stream = nullptr;  ///< cudaStream_t: the stream that copied
   /// Event the consumer of the device buffer records after its last kernel reading it; the upload
   /// node waits on it (on its stream, not on the host) before it overwrites the buffer again.
   void* reuse_event = nullptr;
@@ -95,11 +100,13 @@ struct Batch {
   /// True when the batch was skipped under `on_error: skip`; the train node ignores it.
   bool skipped = false;
 
+  /// Samples in this batch (the last of an epoch may have fewer than the batch size).
   std::size_t rows() const noexcept { return samples.size(); }
   /// Bytes of this batch's tensors (its used part of a buffer).
   std::size_t bytes() const noexcept { return layout ? layout->bytes(rows()) : 0; }
   /// The lease of a tier.
   Lease& lease(Tier tier) noexcept;
+  /// The lease of a tier.
   const Lease& lease(Tier tier) const noexcept;
   /// Start of the batch in a tier's buffer; null when that tier holds no buffer.
   std::byte* data(Tier tier) const noexcept;

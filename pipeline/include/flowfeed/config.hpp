@@ -3,6 +3,7 @@
 /// Pipeline configuration: the YAML schema, parsed once into plain validated structs.
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -11,46 +12,55 @@
 
 namespace flowfeed {
 
-class Registry;
+class Registry;  ///< registry.hpp
 
 /// `pipeline.device`.
 enum class DeviceChoice { automatic, cuda, host };
 /// `pipeline.on_error`.
 enum class OnError { fail, skip };
+/// `pipeline.mode`: who takes the batches at the end of the chain.
+enum class RunMode {
+  run,   ///< a train node, inside the graph (Pipeline::run)
+  pull,  ///< the caller's own loop; the chain has no train node (Pipeline::start)
+};
 
 /// The `pipeline:` section.
 struct PipelineOptions {
-  int epochs = 1;
+  int epochs = 1;              ///< passes over the data set
   std::size_t batch_size = 0;  ///< 0: take the loader's preferred size, else 64
   int prefetch_depth = 8;      ///< most batches in flight between source and end of train
   bool ordered = true;         ///< train sees batches in sequence order
-  DeviceChoice device = DeviceChoice::automatic;
-  int device_id = 0;
-  int threads = 0;             ///< TBB arena size; 0 = the core count
+  DeviceChoice device = DeviceChoice::automatic;  ///< which backend the types resolve to
+  int device_id = 0;                              ///< CUDA device ordinal
+  int threads = 0;                                ///< TBB arena size; 0 = the core count
   double stall_timeout_s = 0;  ///< end a run that makes no progress for this long; 0 = never
   OnError on_error = OnError::fail;
-  int max_skipped = 0;  ///< under `skip`, the run fails once more batches were skipped
+  int max_skipped = 0;          ///< under `skip`, the run fails once more batches were skipped
+  RunMode mode = RunMode::run;  ///< run(): ends in a train node; pull: start() and a C++ loop
 };
 
 /// The `sampler:` section: which samples form each batch.
 struct SamplerOptions {
-  bool shuffle = false;
-  std::uint64_t seed = 0;
-  bool drop_last = false;
-  int rank = 0;   ///< this shard, 0..world-1
-  int world = 1;  ///< number of shards
+  bool shuffle = false;    ///< a new permutation every epoch, from (seed, epoch) alone
+  std::uint64_t seed = 0;  ///< shuffle seed
+  bool drop_last = false;  ///< drop the last partial batch of each epoch
+  int rank = 0;            ///< this shard, 0..world-1
+  int world = 1;           ///< number of shards
 };
 
 /// A whole validated config.
 struct PipelineConfig {
-  std::string file;  ///< file name or "<string>"
-  PipelineOptions pipeline;
-  SamplerOptions sampler;
+  std::string file;                 ///< file name or "<string>"
+  PipelineOptions pipeline;         ///< the `pipeline:` section
+  SamplerOptions sampler;           ///< the `sampler:` section
   std::vector<NodeSpec> nodes;      ///< in chain order
   Backend backend = Backend::host;  ///< resolved from pipeline.device
   SourceLoc pipeline_loc;           ///< where `pipeline:` was written
   /// The launcher whose environment set sampler.rank/world ("" when none or set in the file).
   std::string launch_source;
+  /// Where C++ code set `pipeline.*` and `sampler.*` keys (PipelineBuilder records its calls);
+  /// validate_config names these places in its messages. Empty for YAML.
+  std::map<std::string, SourceLoc> option_locs;
 };
 
 /// Loads and validates a YAML file. `overrides` are `key.path=value` strings (`--set`), applied

@@ -21,6 +21,7 @@ struct SourceLoc {
 /// Base of every flowfeed error.
 class Error : public std::runtime_error {
  public:
+  /// An error whose what() is `message`.
   using std::runtime_error::runtime_error;
 };
 
@@ -28,6 +29,7 @@ class Error : public std::runtime_error {
 /// line.
 class ConfigError : public Error {
  public:
+  /// An error listing `problems`; what() joins them with newlines.
   explicit ConfigError(std::vector<std::string> problems);
   /// Each problem as `file:line:col: key.path: problem (why) fix`.
   const std::vector<std::string>& problems() const noexcept { return problems_; }
@@ -39,14 +41,18 @@ class ConfigError : public Error {
 /// A data file is missing, unreadable or malformed. The message names the file and what is wrong.
 class DataError : public Error {
  public:
+  /// A data error whose what() is `message`.
   using Error::Error;
 };
 
 /// A CUDA runtime or library call failed. The message names the call.
 class CudaError : public Error {
  public:
+  /// A CUDA failure: `message` names the call, `code` is its status, `sticky` whether the context
+  /// is lost.
   CudaError(const std::string& message, int code, bool sticky)
       : Error(message), code_(code), sticky_(sticky) {}
+  /// The cudaError_t (or library status) value.
   int code() const noexcept { return code_; }
   /// True when the error poisons the CUDA context (e.g. a kernel fault): the process must not
   /// retry.
@@ -61,9 +67,12 @@ class CudaError : public Error {
 /// `node 'upload' (cuda_upload, configs/x.yaml:21) batch 17 (epoch 0): <cause>`.
 class NodeError : public Error {
  public:
+  /// A failure of node `node` (of type `type`) on batch `batch` (-1: not in a batch).
   NodeError(const std::string& message, std::string node, std::string type, long long batch)
       : Error(message), node_(std::move(node)), type_(std::move(type)), batch_(batch) {}
+  /// The failing node's name (`nodes[].name`).
   const std::string& node() const noexcept { return node_; }
+  /// The failing node's type, as it ran (after `device:` resolution).
   const std::string& type() const noexcept { return type_; }
   /// Sequence number of the batch being processed, or -1 when the failure was not in a batch.
   long long batch() const noexcept { return batch_; }

@@ -25,32 +25,37 @@ enum class Backend { host, cuda };
 
 /// One node as declared in a config (or built in C++).
 struct NodeSpec {
-  std::string name;
+  std::string name;           ///< unique within the pipeline
   std::string type;           ///< the type that runs (after `device:` resolution)
   std::string declared_type;  ///< the type as written; equals `type` unless it was swapped
-  Role role = Role::load;
-  int concurrency = 1;  ///< bodies that may run at once (1 = serial)
-  int streams = 1;      ///< CUDA streams an upload node owns
-  Params params;
+  Role role = Role::load;     ///< the type's role (validation sets it from the registry)
+  int concurrency = 1;        ///< bodies that may run at once (1 = serial)
+  int streams = 1;            ///< CUDA streams an upload node owns
+  Params params;  ///< the type's params, validated against its schema, defaults filled in
   SourceLoc loc;  ///< where the node was declared
 };
 
-class LoaderNode;
-class BufferPool;
-struct RunReport;
+class LoaderNode;  ///< below
+class BufferPool;  ///< pool.hpp
+struct RunReport;  ///< stats.hpp
 
 /// What a node may use while the pipeline is built. Pools created here live as long as the
 /// pipeline and appear in its report.
 class BuildContext {
  public:
+  /// Made by the pipeline for each node's setup(); valid only during that call.
   virtual ~BuildContext() = default;
+  /// The node being set up, as validated (its name, params and declaration position).
   virtual const NodeSpec& spec() const = 0;
+  /// The backend the pipeline resolved to (`pipeline.device`).
   virtual Backend backend() const = 0;
+  /// The CUDA device ordinal (`pipeline.device_id`).
   virtual int device_id() const = 0;
   /// Samples per batch (the last batch of an epoch may have fewer).
   virtual std::size_t batch_size() const = 0;
   /// The most batches that can be in flight at once; size pools from this, never more.
   virtual int prefetch_depth() const = 0;
+  /// Where each tensor sits in a batch buffer; `layout().capacity()` is a full batch's bytes.
   virtual const BatchLayout& layout() const = 0;
   /// The pipeline's loader (e.g. for a checksum sink that knows how the loader fills samples).
   virtual const LoaderNode& loader() const = 0;
@@ -61,6 +66,7 @@ class BuildContext {
   virtual std::uint64_t batches_per_epoch() const = 0;
   /// True when the train node sees batches in sequence order (`pipeline.ordered`).
   virtual bool ordered() const = 0;
+  /// Passes over the data set in one run (`pipeline.epochs`).
   virtual int epochs() const = 0;
   /// A flag that becomes true while a run is being cancelled (request_abort, a stall timeout, or a
   /// failure in another node) and is cleared when the next run starts. It lives as long as the
@@ -76,12 +82,17 @@ class BuildContext {
 /// (including a CUDA callback thread), with null on success or the failure. Cheap to copy.
 class Completion {
  public:
+  /// What the pipeline runs when the completion is called.
   using Fn = void (*)(void* context, Batch* batch, std::exception_ptr error) noexcept;
+  /// An empty handle (calling it is a bug).
   Completion() = default;
+  /// Made by the pipeline for one batch; a node never needs to make one.
   Completion(Fn fn, void* context, Batch* batch) : fn_(fn), context_(context), batch_(batch) {}
+  /// Completes the batch: null on success, else its failure. Once per batch, from any thread.
   void operator()(std::exception_ptr error = nullptr) const noexcept {
     fn_(context_, batch_, std::move(error));
   }
+  /// The batch this handle completes.
   Batch* batch() const noexcept { return batch_; }
 
  private:
@@ -96,6 +107,7 @@ class Completion {
 /// tbb::flow::graph::wait_for_all.
 class Node {
  public:
+  /// Called when the pipeline is destroyed (after its last run; device work already quiesced).
   virtual ~Node() = default;
   /// Called once while the pipeline is built, in chain order (the loader first). Allocate every
   /// buffer the node will need here; nothing may be allocated per batch.
@@ -124,6 +136,7 @@ class Node {
 /// batch, on every path, including after a device error.
 class AsynchronousNode : public Node {
  public:
+  /// Always true: the pipeline calls submit(), not process().
   bool asynchronous() const noexcept final { return true; }
   /// Starts the work for `batch`; `done` is called when it completes.
   virtual void submit(Batch& batch, Completion done) = 0;

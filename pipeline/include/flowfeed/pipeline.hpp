@@ -8,6 +8,7 @@
 
 #include "flowfeed/config.hpp"
 #include "flowfeed/registry.hpp"
+#include "flowfeed/session.hpp"
 #include "flowfeed/stats.hpp"
 
 namespace flowfeed {
@@ -27,34 +28,51 @@ class Pipeline {
  public:
   /// Builds the nodes and pools. Throws ConfigError, DataError (a data file is bad) or CudaError.
   Pipeline(PipelineConfig config, const Registry& registry);
+  /// Ends an active session first (see Session), then frees every node and pool. Not while run()
+  /// is running.
   ~Pipeline();
   Pipeline(const Pipeline&) = delete;
   Pipeline& operator=(const Pipeline&) = delete;
+  /// Moves the built pipeline (nodes, pools); not while it runs.
+  Pipeline(Pipeline&& other) noexcept;
+  /// Moves the built pipeline (nodes, pools); not while either runs.
+  Pipeline& operator=(Pipeline&& other) noexcept;
 
   /// Runs every epoch and returns the report. Throws NodeError for the first node failure (the run
   /// is cancelled, every buffer returned), or Error when the run stalled or lost batches. After
-  /// request_stop() it returns early with `report.interrupted` set.
+  /// request_stop() it returns early with `report.interrupted` set. Throws ConfigError when the
+  /// config has `mode: pull` (such a pipeline is stepped with start()).
   RunReport run(const RunOptions& options = {});
+
+  /// Starts a run in pull mode and returns at once: the caller's loop takes batches with
+  /// Session::next() and gives them back with Session::release() (see session.hpp). The config
+  /// must have `pipeline.mode: pull` and so no train node: the caller is the train step. Throws
+  /// ConfigError otherwise, std::logic_error while a run or another session is active.
+  Session start();
 
   /// Asks the running pipeline to stop admitting batches and drain the ones in flight. Safe to call
   /// from any thread and from a signal handler (it only stores to an atomic). A request made while
-  /// no run is in progress applies to the next run, which then stops at once; a run clears it when
-  /// it ends.
+  /// no run is in progress applies to the next run(), which then stops at once (start() clears
+  /// it); run() clears it when it ends.
   void request_stop() noexcept;
-  /// Asks the running pipeline to cancel at once: the supervisor cancels the graph (within ~20 ms)
-  /// and then sets BuildContext::cancelled() so that a body blocked in a long wait can return;
-  /// run() returns with `report.interrupted` set. Safe from any thread and from a signal handler.
+  /// Asks the running pipeline to cancel at once: the graph is cancelled (within ~20 ms by run()'s
+  /// supervisor, at the next Session::next() in pull mode) and then BuildContext::cancelled() is
+  /// set so that a body blocked in a long wait can return; run() returns with
+  /// `report.interrupted` set. Safe from any thread and from a signal handler.
   void request_abort() noexcept;
 
+  /// The validated config the pipeline was built from (batch size resolved).
   const PipelineConfig& config() const noexcept;
   /// Pools' free buffers right now; after a run every pool is full (tests check it).
   std::size_t free_buffers() const;
+  /// Buffers in all pools.
   std::size_t total_buffers() const;
 
   /// Implementation detail (declared public so the implementation's helpers can name it).
   class Impl;
 
  private:
+  void end_session() noexcept;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -20,7 +20,9 @@ const char* memory_kind_name(MemoryKind kind) noexcept;
 /// How a pool gets and frees its memory. The default uses aligned `operator new`.
 /// CUDA node families supply cudaHostAlloc / cudaMalloc allocators.
 struct Allocator {
+  /// Returns `bytes` of memory or throws; call note_allocation() once per call.
   std::function<void*(std::size_t bytes)> allocate;
+  /// Frees what allocate() returned; called by the pool's destructor only.
   std::function<void(void* data)> deallocate;
   /// Aligned host allocation (4 KiB alignment).
   static Allocator host();
@@ -32,22 +34,29 @@ std::uint64_t allocation_count() noexcept;
 /// Adds one to allocation_count(); called by allocators.
 void note_allocation() noexcept;
 
-class BufferPool;
+class BufferPool;  ///< below
 
 /// A buffer on loan from a BufferPool; move-only. Destroying or reset()ting it returns the buffer.
 class Lease {
  public:
+  /// An empty lease (holds no buffer).
   Lease() noexcept = default;
+  /// Takes over `other`'s buffer; `other` becomes empty.
   Lease(Lease&& other) noexcept;
+  /// Returns this lease's buffer, then takes over `other`'s.
   Lease& operator=(Lease&& other) noexcept;
   Lease(const Lease&) = delete;
   Lease& operator=(const Lease&) = delete;
+  /// Returns the buffer to its pool.
   ~Lease() { reset(); }
 
+  /// True while the lease holds a buffer.
   explicit operator bool() const noexcept { return pool_ != nullptr; }
+  /// Start of the buffer (the pool's `buffer_bytes()` long); null when empty.
   std::byte* data() const noexcept { return data_; }
   /// Index of the buffer in its pool: stable per buffer, 0..count-1 (e.g. for per-buffer events).
   std::size_t index() const noexcept { return index_; }
+  /// The pool the buffer came from; null when empty.
   BufferPool* pool() const noexcept { return pool_; }
   /// Returns the buffer to its pool now.
   void reset() noexcept;
@@ -66,8 +75,10 @@ class Lease {
 /// that acquire() never finds the pool empty. Thread-safe.
 class BufferPool {
  public:
+  /// Allocates `count` buffers of `bytes` each with `allocator`, now. Throws what it throws.
   BufferPool(std::string name, MemoryKind kind, std::size_t count, std::size_t bytes,
              Allocator allocator = Allocator::host());
+  /// Frees every buffer; no lease may be outstanding.
   ~BufferPool();
   BufferPool(const BufferPool&) = delete;
   BufferPool& operator=(const BufferPool&) = delete;
@@ -78,12 +89,19 @@ class BufferPool {
   /// Data pointer of buffer `index` (for registering buffers, e.g. events per buffer).
   std::byte* buffer(std::size_t index) const { return buffers_.at(index); }
 
+  /// "node.name", as the report shows it.
   const std::string& name() const noexcept { return name_; }
+  /// The kind of memory it holds.
   MemoryKind kind() const noexcept { return kind_; }
+  /// Buffers in the pool.
   std::size_t count() const noexcept { return buffers_.size(); }
+  /// Bytes per buffer.
   std::size_t buffer_bytes() const noexcept { return bytes_; }
+  /// Buffers free right now.
   std::size_t available() const;
+  /// The most buffers on loan at once since the last reset_counters().
   std::size_t high_water() const noexcept { return high_water_.load(std::memory_order_relaxed); }
+  /// acquire() calls since the last reset_counters().
   std::uint64_t acquisitions() const noexcept {
     return acquisitions_.load(std::memory_order_relaxed);
   }

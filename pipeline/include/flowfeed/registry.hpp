@@ -22,11 +22,11 @@ enum class TypeBackend {
 
 /// One node type: its name, role, parameter schema and factory.
 struct NodeType {
-  std::string name;
-  Role role = Role::load;
-  std::string doc;
-  Schema schema;
-  TypeBackend backend = TypeBackend::any;
+  std::string name;                        ///< what YAML writes as `type:`
+  Role role = Role::load;                  ///< its place in the chain
+  std::string doc;                         ///< one line for `--list-types`
+  Schema schema;                           ///< the params it accepts
+  TypeBackend backend = TypeBackend::any;  ///< where it can run
   /// For a CUDA type, the host type that replaces it when the pipeline resolves to the host
   /// backend (`device: auto` on a machine with no GPU, or `device: host`); for a host type, the
   /// CUDA type that replaces it under `device: cuda`. Empty: no counterpart.
@@ -54,9 +54,11 @@ class Registry {
   /// How many CUDA devices are visible; the CUDA node family installs the probe. Without one the
   /// answer is 0.
   int device_count() const;
+  /// Installs the function device_count() calls (the CUDA family's cudaGetDeviceCount probe).
   void set_device_probe(std::function<int()> probe) { probe_ = std::move(probe); }
   /// True when the CUDA family was compiled in (FLOWFEED_CUDA on).
   bool cuda_built() const noexcept { return cuda_built_; }
+  /// Set by register_cuda_nodes: whether the real CUDA types (not placeholders) are registered.
   void set_cuda_built(bool built) noexcept { cuda_built_ = built; }
 
  private:

@@ -17,12 +17,15 @@ namespace flowfeed {
 /// shards of one epoch are disjoint and together cover the data set.
 class Sampler {
  public:
+  /// A sampler over `dataset_size` samples in batches of `batch_size` (rank/world from
+  /// `options`, which must be valid: rank < world).
   Sampler(const SamplerOptions& options, std::size_t dataset_size, std::size_t batch_size);
 
   /// Samples in this rank's shard.
   std::size_t shard_size() const noexcept { return shard_size_; }
   /// Batches per epoch for this rank (the last may be partial unless drop_last).
   std::size_t batches_per_epoch() const noexcept;
+  /// Samples in a full batch.
   std::size_t batch_size() const noexcept { return batch_size_; }
   /// Data set indices of this rank's shard for `epoch`, in visiting order.
   std::vector<std::uint32_t> epoch_order(std::uint32_t epoch) const;
@@ -39,9 +42,9 @@ class Sampler {
 
 /// Rank and world size as a launcher set them in the environment.
 struct LaunchEnvironment {
-  int rank = 0;
-  int world = 1;
-  int local_rank = 0;
+  int rank = 0;        ///< this process, 0..world-1
+  int world = 1;       ///< processes in the job
+  int local_rank = 0;  ///< this process among those on its machine (picks its GPU)
   /// Which launcher's variables were read: "OMPI_COMM_WORLD_*" (mpirun), "SLURM_*" (srun),
   /// "RANK/WORLD_SIZE" (torchrun), or empty when none is set (a single process).
   std::string source;

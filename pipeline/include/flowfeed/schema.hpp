@@ -24,28 +24,31 @@ using ParamValue = std::variant<std::monostate, bool, std::int64_t, double, std:
 
 /// The declaration of one parameter: its name, type, default, allowed range or choices and doc.
 struct ParamSpec {
-  std::string name;
-  ParamType type = ParamType::integer;
+  std::string name;                     ///< the key under `params:`
+  ParamType type = ParamType::integer;  ///< what a value must be
   ParamValue default_value;  ///< monostate: no default (the param is optional unless `required`)
-  bool required = false;
+  bool required = false;     ///< a config that leaves it out is an error
   std::optional<double> min, max;    ///< inclusive range for int/number (and for int_list items)
   std::vector<std::string> choices;  ///< allowed values for a string; empty = any
-  std::string doc;
+  std::string doc;  ///< one line for users; also the "why" of a missing required key
 
-  /// Fluent setters, so schemas read as one declaration per line.
+  /// Fluent setters, so schemas read as one declaration per line. Sets an inclusive range.
   ParamSpec& range(double lo, double hi) {
     min = lo;
     max = hi;
     return *this;
   }
+  /// Sets an inclusive lower bound.
   ParamSpec& at_least(double lo) {
     min = lo;
     return *this;
   }
+  /// Restricts a string to these values (messages suggest the closest).
   ParamSpec& one_of(std::vector<std::string> values) {
     choices = std::move(values);
     return *this;
   }
+  /// Makes the param required (it then needs no default).
   ParamSpec& make_required() {
     required = true;
     return *this;
@@ -56,16 +59,23 @@ struct ParamSpec {
 /// out of range and strings outside `choices` are config errors, reported with the key's position.
 class Schema {
  public:
+  /// Declares a bool param (`def`: its default, none when nullopt); returns the spec to refine.
+  /// Every add_ throws std::invalid_argument when `name` is declared twice.
   ParamSpec& add_bool(std::string name, std::string doc, std::optional<bool> def = std::nullopt);
+  /// Declares an int param.
   ParamSpec& add_int(std::string name, std::string doc,
                      std::optional<std::int64_t> def = std::nullopt);
+  /// Declares a number param (an int value is accepted too).
   ParamSpec& add_number(std::string name, std::string doc,
                         std::optional<double> def = std::nullopt);
+  /// Declares a string param.
   ParamSpec& add_string(std::string name, std::string doc,
                         std::optional<std::string> def = std::nullopt);
+  /// Declares a list-of-int param (`range` bounds each item).
   ParamSpec& add_int_list(std::string name, std::string doc,
                           std::optional<std::vector<std::int64_t>> def = std::nullopt);
 
+  /// Every declared param, in declaration order.
   const std::vector<ParamSpec>& params() const noexcept { return params_; }
   /// The spec called `name`, or null.
   const ParamSpec* find(const std::string& name) const noexcept;
@@ -80,16 +90,23 @@ class Schema {
 /// throw std::logic_error (a node asked for a parameter its schema does not declare).
 class Params {
  public:
+  /// Sets a value and where it was written (validation checks it against the schema).
   void set(const std::string& name, ParamValue value, SourceLoc loc = {});
+  /// True when `name` has a value (given, or a default).
   bool has(const std::string& name) const noexcept;
+  /// The bool value of `name`.
   bool get_bool(const std::string& name) const;
+  /// The int value of `name`.
   std::int64_t get_int(const std::string& name) const;
   /// Accepts an integer value too.
   double get_number(const std::string& name) const;
+  /// The string value of `name`.
   const std::string& get_string(const std::string& name) const;
+  /// The list-of-int value of `name`.
   const std::vector<std::int64_t>& get_int_list(const std::string& name) const;
-  /// Where the value was written (empty file when it came from a default or from C++).
+  /// Where the value was written (the PipelineBuilder call for C++; empty file for a default).
   SourceLoc loc(const std::string& name) const;
+  /// Every value by name.
   const std::map<std::string, ParamValue>& values() const noexcept { return values_; }
 
  private:

@@ -15,11 +15,11 @@ struct SyntheticOptions {
   std::int64_t batches = 100;   ///< data set size in batches (used when `samples` is 0)
   std::int64_t samples = 0;     ///< data set size in samples; 0 = batches × batch size
   std::int64_t batch_size = 0;  ///< 0 = the pipeline's
-  std::vector<std::int64_t> sample_shape = {28, 28};
-  DType dtype = DType::float32;
-  double delay_ms = 0;  ///< simulated load cost per batch
-  std::uint64_t seed = 0;
-  std::int64_t classes = 10;  ///< labels y are in [0, classes)
+  std::vector<std::int64_t> sample_shape = {28, 28};  ///< shape of one sample's x
+  DType dtype = DType::float32;                       ///< element type of x
+  double delay_ms = 0;                                ///< simulated load cost per batch
+  std::uint64_t seed = 0;                             ///< content seed
+  std::int64_t classes = 10;                          ///< labels y are in [0, classes)
 };
 
 /// The 32-bit word behind element `element` of sample `sample`.
@@ -40,16 +40,24 @@ std::int32_t synthetic_label(std::uint64_t seed, std::uint64_t sample,
 /// while sinks still recognise its data.
 class SyntheticLoader : public LoaderNode {
  public:
+  /// A loader with these options (no YAML needed).
   explicit SyntheticLoader(SyntheticOptions options);
+  /// The options from the `synthetic` type's validated params.
   static SyntheticOptions options_from(const Params& params);
 
+  /// Sizes the data set and makes the host pool (prefetch_depth buffers).
   void setup(BuildContext& context) override;
+  /// Fills the batch's host buffer with its samples' x and y.
   void process(Batch& batch) override;
+  /// Samples in the data set.
   std::size_t size() const override { return size_; }
+  /// `x` (dtype, sample_shape) and `y` (int32 scalar).
   std::vector<TensorSpec> sample_tensors() const override;
+  /// `batch_size` from the options, or 0.
   std::size_t preferred_batch_size() const override {
     return static_cast<std::size_t>(options_.batch_size);
   }
+  /// The options it was made with.
   const SyntheticOptions& options() const noexcept { return options_; }
 
  private:

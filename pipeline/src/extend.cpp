@@ -1,0 +1,58 @@
+#include "flowfeed/extend.hpp"
+
+namespace flowfeed {
+
+CallableNode::CallableNode(ProcessFn process, SetupFn setup)
+    : process_(std::move(process)), setup_(std::move(setup)) {
+  if (!process_) throw std::invalid_argument("CallableNode: the process callable is empty");
+}
+
+void CallableNode::setup(BuildContext& context) {
+  if (setup_) setup_(context);
+}
+
+void CallableNode::process(Batch& batch) {
+  process_(batch);
+}
+
+std::unique_ptr<Node> make_node(ProcessFn process, SetupFn setup) {
+  return std::make_unique<CallableNode>(std::move(process), std::move(setup));
+}
+
+NodeType callable_type(std::string name, Role role, ProcessFn process, std::string doc) {
+  if (role == Role::load) {
+    throw std::invalid_argument("node type '" + name +
+                                "': a load type needs a LoaderNode (its size and sample "
+                                "tensors), not a callable; use node_type<YourLoader>");
+  }
+  if (!process) throw std::invalid_argument("node type '" + name + "': the callable is empty");
+  NodeType type;
+  type.name = std::move(name);
+  type.role = role;
+  type.doc = std::move(doc);
+  type.create = [process = std::move(process)](const NodeSpec&) -> std::unique_ptr<Node> {
+    return std::make_unique<CallableNode>(process);
+  };
+  return type;
+}
+
+NodeType callable_type(std::string name, Role role, Schema schema,
+                       std::function<ProcessFn(const Params& params)> make, std::string doc) {
+  if (role == Role::load) {
+    throw std::invalid_argument("node type '" + name +
+                                "': a load type needs a LoaderNode (its size and sample "
+                                "tensors), not a callable; use node_type<YourLoader>");
+  }
+  if (!make) throw std::invalid_argument("node type '" + name + "': the factory is empty");
+  NodeType type;
+  type.name = std::move(name);
+  type.role = role;
+  type.schema = std::move(schema);
+  type.doc = std::move(doc);
+  type.create = [make = std::move(make)](const NodeSpec& spec) -> std::unique_ptr<Node> {
+    return std::make_unique<CallableNode>(make(spec.params));
+  };
+  return type;
+}
+
+}  // namespace flowfeed

@@ -1,0 +1,319 @@
+// Custom node types: subclasses and callables registered by name, chosen from YAML, replacing
+// built-ins; their schemas; transforms between staging and upload and after upload.
+#include "flowfeed/extend.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <mutex>
+
+#include "flowfeed/config.hpp"
+#include "flowfeed/nodes/builtin.hpp"
+#include "flowfeed/nodes/synthetic.hpp"
+#include "flowfeed/pipeline.hpp"
+
+namespace flowfeed {
+namespace {
+
+/// Sample s: x = {s, 2s, 3s} as int32 (scaled by `scale`), y = s % 2.
+class TripleLoader final : public LoaderNode {
+ public:
+  explicit TripleLoader(const Params& params)
+      : samples_(static_cast<std::size_t>(params.get_int("samples"))),
+        scale_(static_cast<std::int32_t>(params.get_int("scale"))) {}
+  static Schema schema() {
+    Schema s;
+    s.add_int("samples", "data set size").range(1, 1e6).make_required();
+    s.add_int("scale", "multiplies x", 1).range(1, 100);
+    s.add_string("order", "row order", std::string("plain")).one_of({"plain", "reversed"});
+    s.add_bool("verbose", "say more", false);
+    return s;
+  }
+  void setup(BuildContext& context) override {
+    pool_ = &context.make_pool("host", MemoryKind::pageable,
+                               static_cast<std::size_t>(context.prefetch_depth()),
+                               context.layout().capacity(), Allocator::host());
+  }
+  void process(Batch& batch) override {
+    batch.host = pool_->acquire();
+    auto* x = reinterpret_cast<std::int32_t*>(batch.tensor(Tier::host, 0));
+    auto* y = reinterpret_cast<std::int32_t*>(batch.tensor(Tier::host, 1));
+    for (std::size_t r = 0; r < batch.rows(); ++r) {
+      const auto s = static_cast<std::int32_t>(batch.samples[r]);
+      for (int j = 0; j < 3; ++j) x[r * 3 + j] = scale_ * s * (j + 1);
+      y[r] = s % 2;
+    }
+  }
+  std::size_t size() const override { return samples_; }
+  std::vector<TensorSpec> sample_tensors() const override {
+    return {{"x", DType::int32, {3}}, {"y", DType::int32, {}}};
+  }
+
+ private:
+  std::size_t samples_;
+  std::int32_t scale_;
+  BufferPool* pool_ = nullptr;
+};
+
+/// Records x[r][0] and y[r] of every row it sees, from the newest tier.
+struct Seen {
+  std::mutex mutex;
+  std::vector<std::int64_t> values;
+};
+
+class Recorder final : public Node {
+ public:
+  explicit Recorder(Seen* seen) : seen_(seen) {}
+  void process(Batch& batch) override {
+    const Tier tier = batch.newest_tier();
+    const auto* x = reinterpret_cast<const std::int32_t*>(batch.tensor(tier, 0));
+    const auto* y = reinterpret_cast<const std::int32_t*>(batch.tensor(tier, 1));
+    std::lock_guard<std::mutex> lock(seen_->mutex);
+    for (std::size_t r = 0; r < batch.rows(); ++r) {
+      seen_->values.push_back(x[r * 3] * 10 + y[r]);
+    }
+  }
+
+ private:
+  Seen* seen_;
+};
+
+Registry with_custom_types(Seen* seen) {
+  Registry r;
+  register_builtin_nodes(r);
+  r.add(node_type<TripleLoader>("triple", Role::load, TripleLoader::schema(), "x = s, 2s, 3s"));
+  NodeType recorder;
+  recorder.name = "tally";
+  recorder.role = Role::train;
+  recorder.create = [seen](const NodeSpec&) { return std::make_unique<Recorder>(seen); };
+  r.add(std::move(recorder));
+  return r;
+}
+
+std::vector<std::string> problems_of(const std::string& yaml, const Registry& registry) {
+  try {
+    load_config_string(yaml, registry, {}, "custom.yaml");
+  } catch (const ConfigError& e) {
+    return e.problems();
+  }
+  ADD_FAILURE() << "no ConfigError";
+  return {};
+}
+
+TEST(CustomTypes, AreChosenFromYaml) {
+  Seen seen;
+  Registry registry = with_custom_types(&seen);
+  PipelineConfig config = load_config_string(R"(
+pipeline: { batch_size: 4 }
+nodes:
+  - { name: load, type: triple, concurrency: 2, params: { samples: 10, scale: 3 } }
+  - { name: stage, type: host_staging }
+  - { name: upload, type: host_upload }
+  - { name: train, type: tally }
+)",
+                                             registry);
+  EXPECT_EQ(config.nodes[0].role, Role::load);
+  EXPECT_EQ(config.nodes[0].params.get_string("order"), "plain");  // the custom default
+  Pipeline pipeline(std::move(config), registry);
+  RunReport report = pipeline.run();
+  EXPECT_EQ(report.batches, 3u);
+  std::vector<std::int64_t> expected;
+  for (int s = 0; s < 10; ++s) expected.push_back(3 * s * 10 + s % 2);
+  EXPECT_EQ(seen.values, expected);
+}
+
+TEST(CustomTypes, ACustomSchemaReportsLikeABuiltIn) {
+  Seen seen;
+  Registry registry = with_custom_types(&seen);
+  std::vector<std::string> p = problems_of(R"(nodes:
+  - name: load
+    type: triple
+    params:
+      scale: 500
+      ordr: reversed
+      verbose: maybe
+  - { name: train, type: tally, params: { depth: 2 } }
+)",
+                                           registry);
+  std::vector<std::string> expected = {
+      "custom.yaml:5:14: nodes[0].params.scale: 500 is out of range (must be between 1 and 100)",
+      "custom.yaml:6:7: nodes[0].params.ordr: unknown key (did you mean 'order'?)",
+      "custom.yaml:7:16: nodes[0].params.verbose: expected true or false, got 'maybe'",
+      "custom.yaml:5:7: nodes[0].params.samples: missing required key (data set size)",
+      "custom.yaml:8:43: nodes[1].params.depth: unknown key (this takes no keys)",
+  };
+  EXPECT_EQ(p, expected);
+  p = problems_of(R"(nodes:
+  - { name: load, type: triple, params: { samples: 3, order: reversd } }
+  - { name: train, type: tallly }
+)",
+                  registry);
+  ASSERT_EQ(p.size(), 2u);
+  EXPECT_EQ(p[0],
+            "custom.yaml:2:62: nodes[0].params.order: 'reversd' is not one of plain, reversed "
+            "(did you mean 'reversed'?)");
+  std::string known;
+  for (const auto& name : registry.names()) known += (known.empty() ? "" : ", ") + name;
+  EXPECT_EQ(p[1],
+            "custom.yaml:3:26: nodes[1].type: unknown node type 'tallly' (did you mean "
+            "'tally'? known types: " +
+                known + ")");
+}
+
+TEST(CustomTypes, ReplaceABuiltInByName) {
+  Registry registry;
+  register_builtin_nodes(registry);
+  std::atomic<std::uint64_t> rows{0};
+  // Every config that says `type: checksum` now gets this train step.
+  registry.set(callable_type(
+      "checksum", Role::train, [&rows](Batch& b) { rows += b.rows(); }, "counts rows"));
+  EXPECT_EQ(registry.find("checksum")->doc, "counts rows");
+  PipelineConfig config = load_config_string(R"(
+pipeline: { batch_size: 8, device: host }
+nodes:
+  - { name: load, type: synthetic, params: { samples: 100 } }
+  - { name: train, type: checksum }
+)",
+                                             registry);
+  Pipeline pipeline(std::move(config), registry);
+  EXPECT_EQ(pipeline.run().batches, 13u);
+  EXPECT_EQ(rows.load(), 100u);
+  // add() refuses to replace silently.
+  try {
+    registry.add(callable_type("checksum", Role::train, [](Batch&) {}));
+    FAIL() << "add() replaced a type";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(),
+                 "node type 'checksum' is already registered (use Registry::set to replace it)");
+  }
+}
+
+TEST(CustomTypes, CallableWithParamsIsMadeOncePerPipeline) {
+  Registry registry;
+  register_builtin_nodes(registry);
+  std::atomic<int> made{0};
+  std::atomic<std::int64_t> total{0};
+  Schema schema;
+  schema.add_int("weight", "added per row", 1).range(0, 1000);
+  registry.add(callable_type("weigh", Role::train, schema, [&](const Params& params) -> ProcessFn {
+    ++made;
+    const std::int64_t w = params.get_int("weight");
+    return [&total, w](Batch& b) { total += w * static_cast<std::int64_t>(b.rows()); };
+  }));
+  PipelineConfig config = load_config_string(R"(
+pipeline: { batch_size: 10 }
+nodes:
+  - { name: load, type: synthetic, params: { samples: 25, sample_shape: [2] } }
+  - { name: train, type: weigh, params: { weight: 7 } }
+)",
+                                             registry);
+  Pipeline pipeline(std::move(config), registry);
+  EXPECT_EQ(made.load(), 1);
+  pipeline.run();
+  pipeline.run();
+  EXPECT_EQ(made.load(), 1);
+  EXPECT_EQ(total.load(), 2 * 7 * 25);
+}
+
+class Noop final : public Node {
+ public:
+  void process(Batch&) override {}
+};
+
+TEST(CustomTypes, LoadTypesMustBeLoaders) {
+  try {
+    node_type<Noop>("rec", Role::load);
+    FAIL() << "no exception";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "node type 'rec': a load type must derive from flowfeed::LoaderNode");
+  }
+  EXPECT_THROW(callable_type("fn", Role::load, [](Batch&) {}), std::invalid_argument);
+  EXPECT_THROW(CallableNode(ProcessFn{}), std::invalid_argument);
+}
+
+/// Transforms on either side of the upload, as a user writes them: normalization of the staged
+/// host bytes before the copy, and a second step on the uploaded bytes after it.
+TEST(CustomTypes, TransformsRunBetweenStagingAndUploadAndAfterUpload) {
+  Registry registry;
+  register_builtin_nodes(registry);
+  std::atomic<int> before_tier_ok{0}, after_tier_ok{0};
+  Schema affine;
+  affine.add_number("shift", "subtracted first", 0.0);
+  affine.add_number("scale", "then multiplied", 1.0);
+  registry.add(
+      callable_type("affine", Role::transform, affine, [&](const Params& params) -> ProcessFn {
+        const auto shift = static_cast<float>(params.get_number("shift"));
+        const auto scale = static_cast<float>(params.get_number("scale"));
+        return [&, shift, scale](Batch& b) {
+          // Between staging and upload the batch sits in its staging buffer, nothing newer.
+          if (b.staging && !b.device && !b.host) ++before_tier_ok;
+          auto* x = reinterpret_cast<float*>(b.tensor(Tier::staging, 0));
+          const std::size_t n = b.rows() * b.layout->tensors()[0].sample_elements();
+          for (std::size_t i = 0; i < n; ++i) x[i] = (x[i] - shift) * scale;
+        };
+      }));
+  registry.add(callable_type("negate", Role::transform, [&](Batch& b) {
+    if (b.device && !b.staging && !b.host) ++after_tier_ok;
+    auto* x = reinterpret_cast<float*>(b.tensor(Tier::device, 0));
+    const std::size_t n = b.rows() * b.layout->tensors()[0].sample_elements();
+    for (std::size_t i = 0; i < n; ++i) x[i] = -x[i];
+  }));
+  std::vector<float> got;
+  std::mutex mutex;
+  registry.add(callable_type("collect", Role::train, [&](Batch& b) {
+    const auto* x = reinterpret_cast<const float*>(b.tensor(Tier::device, 0));
+    std::lock_guard<std::mutex> lock(mutex);
+    got.insert(got.end(), x, x + b.rows() * 5);
+  }));
+  PipelineConfig config = load_config_string(R"(
+pipeline: { batch_size: 16, prefetch_depth: 4, device: host }
+nodes:
+  - { name: load, type: synthetic, params: { samples: 40, sample_shape: [5], seed: 9 } }
+  - { name: stage, type: host_staging }
+  - { name: normalize, type: affine, concurrency: 2, params: { shift: 0.5, scale: 4 } }
+  - { name: upload, type: host_upload }
+  - { name: flip, type: negate }
+  - { name: train, type: collect }
+)",
+                                             registry);
+  EXPECT_EQ(config.nodes[2].role, Role::transform);
+  EXPECT_EQ(config.nodes[4].role, Role::transform);
+  Pipeline pipeline(std::move(config), registry);
+  RunReport report = pipeline.run();
+  EXPECT_EQ(report.batches, 3u);
+  EXPECT_EQ(before_tier_ok.load(), 3);
+  EXPECT_EQ(after_tier_ok.load(), 3);
+  ASSERT_EQ(got.size(), 40u * 5);
+  for (std::uint32_t s = 0; s < 40; ++s) {
+    float raw[5];
+    synthetic_fill(9, s, DType::float32, 5, raw);
+    for (int j = 0; j < 5; ++j) {
+      ASSERT_EQ(got[s * 5 + j], -((raw[j] - 0.5f) * 4.0f)) << "sample " << s << " element " << j;
+    }
+  }
+}
+
+TEST(CustomTypes, ATransformCannotGoBeforeTheLoader) {
+  Registry registry;
+  register_builtin_nodes(registry);
+  registry.add(callable_type("noop", Role::transform, [](Batch&) {}));
+  try {
+    load_config_string(R"(nodes:
+  - { name: t, type: noop }
+  - { name: load, type: synthetic }
+  - { name: train, type: sleep }
+)",
+                       registry, {}, "order.yaml");
+    FAIL() << "no ConfigError";
+  } catch (const ConfigError& e) {
+    ASSERT_EQ(e.problems().size(), 2u);
+    EXPECT_EQ(e.problems()[0],
+              "order.yaml:2:22: nodes[0].type: the first node must be a load node, 't' is a "
+              "transform node (the chain is load → transform* → staging → upload → transform* → "
+              "train)");
+  }
+}
+
+}  // namespace
+}  // namespace flowfeed
