@@ -37,9 +37,9 @@ std::exception_ptr FaultInjector::error(const Batch& batch) const {
   const std::string at = "batch " + std::to_string(batch.seq);
   if (options_.mode == FaultMode::data_error) {
     // The offset a real loader would name: where the batch's first sample starts in the file.
-    const std::size_t sample_bytes =
-        batch.layout && !batch.layout->tensors().empty() ? batch.layout->tensors()[0].sample_bytes()
-                                                         : 0;
+    const std::size_t sample_bytes = batch.layout && !batch.layout->tensors().empty()
+                                         ? batch.layout->tensors()[0].sample_bytes()
+                                         : 0;
     const std::size_t offset = batch.samples.empty() ? 0 : batch.samples[0] * sample_bytes;
     return std::make_exception_ptr(DataError(options_.file + ": short read at offset " +
                                              std::to_string(offset) + " (injected by " + type_ +
@@ -230,7 +230,8 @@ class FaultTrain final : public Node {
 };
 
 void add_fault_params(Schema& schema, std::vector<std::string> modes) {
-  schema.add_string("mode", "what the fault does to a faulty batch").one_of(std::move(modes))
+  schema.add_string("mode", "what the fault does to a faulty batch")
+      .one_of(std::move(modes))
       .make_required();
   schema.add_int("at_batch", "sequence number of the first faulty batch (across epochs)", 0)
       .range(0, 1e15);
@@ -278,7 +279,8 @@ void register_fault_nodes(Registry& registry) {
     registry.set(std::move(t));
   }
   {
-    NodeType t = fault_type("fault_transform", Role::transform, "passes batches through, with a fault");
+    NodeType t =
+        fault_type("fault_transform", Role::transform, "passes batches through, with a fault");
     t.create = [](const NodeSpec& spec) {
       return std::make_unique<FaultTransform>(fault_options_from(spec.params));
     };

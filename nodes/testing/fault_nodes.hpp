@@ -1,8 +1,8 @@
 #pragma once
 /// \file
 /// Test-only node types that fail on purpose, one per role, so that every failure path of a
-/// pipeline can be exercised: fault_load, fault_transform, fault_staging, fault_upload, fault_train.
-/// They are registered only by an explicit register_fault_nodes() call (the tests, and
+/// pipeline can be exercised: fault_load, fault_transform, fault_staging, fault_upload,
+/// fault_train. They are registered only by an explicit register_fault_nodes() call (the tests, and
 /// pipeline_runner --enable-fault-nodes), never by register_builtin_nodes().
 ///
 /// Every fault type takes these params:

@@ -1,8 +1,7 @@
 // pipeline_runner as a user meets it: run in a child process, its exit code, what it prints, and
 // what SIGINT / SIGTERM do to a run in progress.
-#include <gtest/gtest.h>
-
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -133,10 +132,12 @@ std::string read_file(const std::string& path) {
 std::string long_run(const std::string& train) {
   return "pipeline: { epochs: 1, batch_size: 16, prefetch_depth: 4, device: host }\n"
          "nodes:\n"
-         "  - { name: load, type: synthetic, concurrency: 2, params: { batches: 1000, sample_shape: [8] } }\n"
+         "  - { name: load, type: synthetic, concurrency: 2, params: { batches: 1000, "
+         "sample_shape: [8] } }\n"
          "  - { name: stage, type: host_staging }\n"
          "  - { name: upload, type: host_upload }\n"
-         "  - " + train + "\n";
+         "  - " +
+         train + "\n";
 }
 
 // The progress line the runner prints (to stderr, every 500 ms) once the run is under way.
@@ -145,12 +146,12 @@ constexpr const char* kProgress = "flowfeed: ";
 constexpr double kExitBound = 60;
 
 TEST(RunnerExit, NodeFailureExits1WithOneMessageNamingNodeLineAndBatch) {
-  const std::string path = write_config(
-      "fail",
-      "pipeline: { epochs: 2, batch_size: 16, device: host }\n"
-      "nodes:\n"
-      "  - { name: load, type: fault_load, params: { batches: 5, sample_shape: [8], mode: throw, at_batch: 7 } }\n"
-      "  - { name: train, type: checksum }\n");
+  const std::string path = write_config("fail",
+                                        "pipeline: { epochs: 2, batch_size: 16, device: host }\n"
+                                        "nodes:\n"
+                                        "  - { name: load, type: fault_load, params: { batches: 5, "
+                                        "sample_shape: [8], mode: throw, at_batch: 7 } }\n"
+                                        "  - { name: train, type: checksum }\n");
   Runner r({path, "--enable-fault-nodes", "--quiet"});
   EXPECT_EQ(r.wait(kExitBound), 1);
   EXPECT_EQ(r.err(), "error: node 'load' (fault_load, " + path +
@@ -164,7 +165,8 @@ TEST(RunnerExit, DataErrorNamesFileAndOffset) {
       "pipeline: { epochs: 1, batch_size: 16, device: host }\n"
       "nodes:\n"
       "  - { name: load, type: synthetic, params: { batches: 5, sample_shape: [8] } }\n"
-      "  - { name: stage, type: fault_staging, params: { mode: data_error, at_batch: 2, file: shard-3.bin } }\n"
+      "  - { name: stage, type: fault_staging, params: { mode: data_error, at_batch: 2, file: "
+      "shard-3.bin } }\n"
       "  - { name: upload, type: host_upload }\n"
       "  - { name: train, type: checksum }\n");
   Runner r({path, "--enable-fault-nodes", "--quiet"});
@@ -180,33 +182,36 @@ TEST(RunnerExit, StalledSinkExits1NamingTheStuckNode) {
       "pipeline: { epochs: 1, batch_size: 16, device: host, stall_timeout_s: 0.5 }\n"
       "nodes:\n"
       "  - { name: load, type: synthetic, params: { batches: 50, sample_shape: [8] } }\n"
-      "  - { name: train, type: fault_train, params: { mode: stall, at_batch: 3, stall_s: 100000 } }\n");
+      "  - { name: train, type: fault_train, params: { mode: stall, at_batch: 3, stall_s: 100000 } "
+      "}\n");
   Runner r({path, "--enable-fault-nodes", "--quiet"});
   EXPECT_EQ(r.wait(kExitBound), 1);
-  EXPECT_EQ(r.err(), "error: run stalled: no progress for 0.5 s (pipeline.stall_timeout_s): node "
-                     "'train' (fault_train, " + path + ":4) is still processing batch 3 (epoch 0)\n");
+  EXPECT_EQ(r.err(),
+            "error: run stalled: no progress for 0.5 s (pipeline.stall_timeout_s): node "
+            "'train' (fault_train, " +
+                path + ":4) is still processing batch 3 (epoch 0)\n");
 }
 
 TEST(RunnerExit, ConfigErrorExits2) {
-  const std::string path = write_config(
-      "config",
-      "pipeline: { epochs: 1, prefetch_dept: 4 }\n"
-      "nodes:\n"
-      "  - { name: load, type: synthetic }\n"
-      "  - { name: train, type: checksum }\n");
+  const std::string path = write_config("config",
+                                        "pipeline: { epochs: 1, prefetch_dept: 4 }\n"
+                                        "nodes:\n"
+                                        "  - { name: load, type: synthetic }\n"
+                                        "  - { name: train, type: checksum }\n");
   Runner r({path, "--quiet"});
   EXPECT_EQ(r.wait(kExitBound), 2);
-  EXPECT_EQ(r.err(), path + ":1:24: pipeline.prefetch_dept: unknown key (did you mean "
-                            "'prefetch_depth'?)\n");
+  EXPECT_EQ(r.err(), path +
+                         ":1:24: pipeline.prefetch_dept: unknown key (did you mean "
+                         "'prefetch_depth'?)\n");
 }
 
 TEST(RunnerExit, FaultNodesExistOnlyWhenAskedFor) {
-  const std::string path = write_config(
-      "nofault",
-      "pipeline: { epochs: 1 }\n"
-      "nodes:\n"
-      "  - { name: load, type: fault_load, params: { mode: throw } }\n"
-      "  - { name: train, type: checksum }\n");
+  const std::string path =
+      write_config("nofault",
+                   "pipeline: { epochs: 1 }\n"
+                   "nodes:\n"
+                   "  - { name: load, type: fault_load, params: { mode: throw } }\n"
+                   "  - { name: train, type: checksum }\n");
   Runner r({path, "--quiet"});
   EXPECT_EQ(r.wait(kExitBound), 2);
   EXPECT_EQ(r.err().rfind(path + ":3:25: nodes[0].type: unknown node type 'fault_load' (", 0), 0u)
@@ -214,7 +219,8 @@ TEST(RunnerExit, FaultNodesExistOnlyWhenAskedFor) {
 }
 
 TEST(RunnerSignal, SigintStopsDrainsPrintsTheSummaryAndExits130) {
-  const std::string path = write_config("sigint", long_run("{ name: train, type: sleep, params: { ms: 2 } }"));
+  const std::string path =
+      write_config("sigint", long_run("{ name: train, type: sleep, params: { ms: 2 } }"));
   const std::string report =
       testing::TempDir() + "flowfeed_runner_" + std::to_string(getpid()) + "_sigint.json";
   std::remove(report.c_str());
@@ -231,7 +237,8 @@ TEST(RunnerSignal, SigintStopsDrainsPrintsTheSummaryAndExits130) {
 }
 
 TEST(RunnerSignal, SigtermExits143) {
-  const std::string path = write_config("sigterm", long_run("{ name: train, type: sleep, params: { ms: 2 } }"));
+  const std::string path =
+      write_config("sigterm", long_run("{ name: train, type: sleep, params: { ms: 2 } }"));
   Runner r({path});
   ASSERT_TRUE(r.wait_for_stderr(kProgress, kExitBound)) << r.err();
   r.signal(SIGTERM);

@@ -48,8 +48,8 @@ TEST(ConfigRobustness, NodeOverrideWithAScalarInTheNodeList) {
 TEST(ConfigRobustness, FuzzSeedCorpusLoads) {
   Registry r = builtins();
   int files = 0;
-  for (const auto& entry :
-       std::filesystem::directory_iterator(std::string(FLOWFEED_SOURCE_DIR) + "/tests/fuzz/corpus")) {
+  for (const auto& entry : std::filesystem::directory_iterator(std::string(FLOWFEED_SOURCE_DIR) +
+                                                               "/tests/fuzz/corpus")) {
     std::ifstream in(entry.path(), std::ios::binary);
     std::stringstream ss;
     ss << in.rdbuf();
