@@ -6,7 +6,7 @@
 #         two nodes; this step builds libtbb with -fsanitize=thread from the Debian source package
 #         of the very version installed (apt-get source, with a private source list), once per
 #         build dir
-#   fuzz  libFuzzer on the config loader (clang) for FLOWFEED_FUZZ_SECONDS (default 60), seeded
+#   fuzz  libFuzzer on the config loader (clang 16) for FLOWFEED_FUZZ_SECONDS (default 60), seeded
 #         with tests/fuzz/corpus and configs/
 # Usage: scripts/sanitize.sh [asan] [tsan] [fuzz]   (no argument: all three)
 # Build dirs live under ${FLOWFEED_SANITIZE_DIR:-build-sanitize}/.
@@ -90,7 +90,8 @@ run_tsan() {
 run_fuzz() {
   local seconds=${FLOWFEED_FUZZ_SECONDS:-60}
   echo "== sanitize: libFuzzer on the config loader, ${seconds} s" >&2
-  CC=clang CXX=clang++ configure "$out/fuzz" -DFLOWFEED_BUILD_TESTS=OFF -DFLOWFEED_BUILD_APPS=OFF \
+  # clang 16: clang 14 lacks the builtin that libstdc++ 12's std::source_location needs.
+  CC=clang-16 CXX=clang++-16 configure "$out/fuzz" -DFLOWFEED_BUILD_TESTS=OFF -DFLOWFEED_BUILD_APPS=OFF \
     -DFLOWFEED_BUILD_FUZZERS=ON -DFLOWFEED_SANITIZE=address,undefined,fuzzer-no-link
   cmake --build "$out/fuzz" -j"$jobs" --target config_fuzz
   # New inputs go to a scratch dir; the seeds in the repository are only read.
