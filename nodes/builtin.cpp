@@ -3,22 +3,18 @@
 namespace flowfeed {
 
 void register_synthetic(Registry& registry);
+void register_memory(Registry& registry);
 void register_host_staging(Registry& registry);
 void register_host_upload(Registry& registry);
 void register_sinks(Registry& registry);
 
 void register_load_nodes(Registry& registry) {
   register_synthetic(registry);
+  register_memory(registry);
 }
-void register_staging_nodes(Registry& registry) {
-  register_host_staging(registry);
-}
-void register_upload_nodes(Registry& registry) {
-  register_host_upload(registry);
-}
-void register_train_nodes(Registry& registry) {
-  register_sinks(registry);
-}
+void register_staging_nodes(Registry& registry) { register_host_staging(registry); }
+void register_upload_nodes(Registry& registry) { register_host_upload(registry); }
+void register_train_nodes(Registry& registry) { register_sinks(registry); }
 
 void register_builtin_nodes(Registry& registry) {
   register_load_nodes(registry);

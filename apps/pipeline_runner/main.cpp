@@ -1,4 +1,6 @@
-// pipeline_runner CONFIG [--set key.path=value]... [--epochs N] [--report FILE.json] [--quiet]
+// pipeline_runner CONFIG [--set key.path=value]... [--epochs N] [--report FILE.json]
+//                 [--timeline FILE.svg] [--trace FILE.json] [--trace-limit N] [--no-stats]
+//                 [--quiet]
 // Exit codes: 0 done, 1 run-time failure, 2 config error, 130/143 stopped by SIGINT/SIGTERM.
 // The first SIGINT/SIGTERM stops the source and drains the batches in flight, then prints the
 // summary so far; a second one cancels the graph; if the run still has not ended
@@ -12,6 +14,7 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <memory>
 
 #include "flowfeed/flowfeed.hpp"
 #include "flowfeed/nodes/builtin.hpp"
@@ -66,6 +69,10 @@ int main(int argc, char** argv) {
   std::vector<std::string> overrides;
   int epochs = 0;
   std::string report_path;
+  std::string timeline_path;
+  std::string trace_path;
+  std::size_t trace_limit = 32768;
+  bool no_stats = false;
   bool quiet = false;
   bool list_types = false;
   bool fault_nodes = false;
@@ -73,6 +80,15 @@ int main(int argc, char** argv) {
   app.add_option("--set", overrides, "override a config value: key.path=value (nodes by name)");
   app.add_option("--epochs", epochs, "override pipeline.epochs")->check(CLI::PositiveNumber);
   app.add_option("--report", report_path, "write the run report as JSON to this file");
+  app.add_option("--timeline", timeline_path,
+                 "write an SVG timeline of the run (a lane per node and stream, a bar per batch)");
+  app.add_option("--trace", trace_path,
+                 "write a Chrome trace-event JSON file (open in Perfetto or chrome://tracing)");
+  app.add_option("--trace-limit", trace_limit,
+                 "batches kept for --timeline/--trace; longer runs keep an even sample")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--no-stats", no_stats,
+               "skip the sampled wait figures, queue high-water marks and the verdict");
   app.add_flag("--quiet,-q", quiet, "print nothing but errors");
   app.add_flag("--list-types", list_types, "list the config schema and every node type, then exit");
   app.add_flag("--enable-fault-nodes", fault_nodes,
@@ -109,9 +125,35 @@ int main(int argc, char** argv) {
     if (g_signals > 0) pipeline.request_stop();  // a signal came while the pipeline was built
     flowfeed::RunOptions options;
     options.progress = !quiet;
-    flowfeed::RunReport report = pipeline.run(options);
-    alarm(0);  // the run ended: an abort's deadline no longer applies
+    options.progress_bar = isatty(STDERR_FILENO) != 0;
+    options.stats = !no_stats;
+    std::unique_ptr<flowfeed::Trace> trace;
+    if (!timeline_path.empty() || !trace_path.empty()) {
+      trace = std::make_unique<flowfeed::Trace>(trace_limit);
+      options.trace = trace.get();
+    }
+    // The pictures are written even when the run fails: they show where it stopped.
+    auto write_pictures = [&] {
+      if (!trace) return;
+      if (!timeline_path.empty()) trace->save(timeline_path, true);
+      if (!trace_path.empty()) trace->save(trace_path, false);
+    };
+    flowfeed::RunReport report;
+    try {
+      report = pipeline.run(options);
+      alarm(0);  // the run ended: an abort's deadline no longer applies
+    } catch (...) {
+      alarm(0);
+      g_pipeline = nullptr;
+      try {
+        write_pictures();
+      } catch (const std::exception& e) {
+        std::cerr << "pipeline_runner: " << e.what() << "\n";
+      }
+      throw;
+    }
     g_pipeline = nullptr;
+    write_pictures();
     if (!quiet) std::cout << report.to_table() << std::flush;
     if (!report_path.empty()) {
       std::ofstream out(report_path);

@@ -1,10 +1,11 @@
-// Built when FLOWFEED_CUDA is off: the CUDA type names exist so that configs can name them, and
-// validation rejects them with a message that says how to get them.
+// The CUDA type names as placeholders: a build without CUDA registers these so that configs can
+// name them, and validation rejects them with a message that says how to get them (or swaps them
+// for their host counterparts). Compiled in every build, so tests can build such a registry.
 #include "flowfeed/nodes/builtin.hpp"
 
 namespace flowfeed {
 
-void register_cuda_nodes(Registry& registry) {
+void register_cuda_placeholders(Registry& registry) {
   struct Placeholder {
     const char* name;
     Role role;
@@ -23,6 +24,7 @@ void register_cuda_nodes(Registry& registry) {
     t.unavailable = true;
     registry.set(std::move(t));
   }
+  registry.set_device_probe(nullptr);
   registry.set_cuda_built(false);
 }
 

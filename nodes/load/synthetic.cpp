@@ -10,47 +10,54 @@
 
 namespace flowfeed {
 
+static_assert(static_cast<int>(DType::float32) == static_cast<int>(formula::ElementType::float32) &&
+                  static_cast<int>(DType::float16) ==
+                      static_cast<int>(formula::ElementType::float16) &&
+                  static_cast<int>(DType::uint8) == static_cast<int>(formula::ElementType::uint8) &&
+                  static_cast<int>(DType::int32) == static_cast<int>(formula::ElementType::int32) &&
+                  static_cast<int>(DType::int64) == static_cast<int>(formula::ElementType::int64),
+              "formula::ElementType must number the types as DType does");
+
 std::uint64_t synthetic_sample_hash(std::uint64_t seed, std::uint64_t sample) noexcept {
-  return splitmix64(splitmix64(seed) ^ (sample * 0x9E3779B97F4A7C15ull));
+  return formula::sample_hash(seed, sample);
 }
 
 void synthetic_fill(std::uint64_t seed, std::uint64_t sample, DType dtype, std::size_t elements,
                     void* dst) noexcept {
   const std::uint64_t h = synthetic_sample_hash(seed, sample);
+  const auto type = static_cast<formula::ElementType>(dtype);
   switch (dtype) {
     case DType::float32: {
-      auto* p = static_cast<float*>(dst);
+      auto* p = static_cast<std::uint32_t*>(dst);
       for (std::size_t j = 0; j < elements; ++j) {
-        p[j] = static_cast<float>((synthetic_word(h, j) >> 8) & 0xFFFFu) * (1.0f / 65536.0f);
+        p[j] = static_cast<std::uint32_t>(formula::element_bits(type, h, j));
       }
       break;
     }
     case DType::float16: {
       auto* p = static_cast<std::uint16_t*>(dst);
       for (std::size_t j = 0; j < elements; ++j) {
-        p[j] = static_cast<std::uint16_t>((synthetic_word(h, j) >> 16) & 0x3BFFu);
+        p[j] = static_cast<std::uint16_t>(formula::element_bits(type, h, j));
       }
       break;
     }
     case DType::uint8: {
       auto* p = static_cast<std::uint8_t*>(dst);
       for (std::size_t j = 0; j < elements; ++j) {
-        p[j] = static_cast<std::uint8_t>(synthetic_word(h, j) >> 24);
+        p[j] = static_cast<std::uint8_t>(formula::element_bits(type, h, j));
       }
       break;
     }
     case DType::int32: {
-      auto* p = static_cast<std::int32_t*>(dst);
+      auto* p = static_cast<std::uint32_t*>(dst);
       for (std::size_t j = 0; j < elements; ++j) {
-        p[j] = static_cast<std::int32_t>(synthetic_word(h, j));
+        p[j] = static_cast<std::uint32_t>(formula::element_bits(type, h, j));
       }
       break;
     }
     case DType::int64: {
-      auto* p = static_cast<std::int64_t*>(dst);
-      for (std::size_t j = 0; j < elements; ++j) {
-        p[j] = static_cast<std::int64_t>(synthetic_word(h, j));
-      }
+      auto* p = static_cast<std::uint64_t*>(dst);
+      for (std::size_t j = 0; j < elements; ++j) p[j] = formula::element_bits(type, h, j);
       break;
     }
   }
@@ -58,22 +65,43 @@ void synthetic_fill(std::uint64_t seed, std::uint64_t sample, DType dtype, std::
 
 std::int32_t synthetic_label(std::uint64_t seed, std::uint64_t sample,
                              std::int64_t classes) noexcept {
-  return static_cast<std::int32_t>((synthetic_sample_hash(seed, sample) >> 40) %
-                                   static_cast<std::uint64_t>(classes));
+  return formula::label(synthetic_sample_hash(seed, sample), classes);
 }
 
 SyntheticLoader::SyntheticLoader(SyntheticOptions options) : options_(std::move(options)) {}
 
-SyntheticOptions SyntheticLoader::options_from(const Params& params) {
+SyntheticOptions synthetic_content_from(const Params& params) {
   SyntheticOptions o;
   o.batches = params.get_int("batches");
   if (params.has("samples")) o.samples = params.get_int("samples");
   if (params.has("batch_size")) o.batch_size = params.get_int("batch_size");
   o.sample_shape = params.get_int_list("sample_shape");
   o.dtype = *parse_dtype(params.get_string("dtype"));
-  o.delay_ms = params.get_number("delay_ms");
   o.seed = static_cast<std::uint64_t>(params.get_int("seed"));
   o.classes = params.get_int("classes");
+  return o;
+}
+
+void add_synthetic_content_params(Schema& schema, bool delay) {
+  schema.add_int("batches", "data set size in batches (when samples is 0)", 100).range(1, 1e12);
+  schema.add_int("samples", "data set size in samples (0: batches x batch size)", 0)
+      .range(0, 4e9);
+  schema.add_int("batch_size", "samples per batch (0: pipeline.batch_size)", 0).range(0, 1e8);
+  schema.add_int_list("sample_shape", "shape of one sample's x", std::vector<std::int64_t>{28, 28})
+      .range(1, 1e9);
+  schema.add_string("dtype", "element type of x", std::string("float32"))
+      .one_of({"float32", "float16", "uint8", "int32", "int64"});
+  if (delay) {
+    schema.add_number("delay_ms", "simulated load cost per batch, in milliseconds", 0.0)
+        .range(0, 1e7);
+  }
+  schema.add_int("seed", "content seed", 0).range(0, 9.2e18);
+  schema.add_int("classes", "labels y are in [0, classes)", 10).range(1, 1e9);
+}
+
+SyntheticOptions SyntheticLoader::options_from(const Params& params) {
+  SyntheticOptions o = synthetic_content_from(params);
+  o.delay_ms = params.get_number("delay_ms");
   return o;
 }
 
@@ -112,19 +140,7 @@ void register_synthetic(Registry& registry) {
   t.name = "synthetic";
   t.role = Role::load;
   t.doc = "deterministic generated samples: x = f(seed, sample, element), y = label(seed, sample)";
-  t.schema.add_int("batches", "data set size in batches (when samples is 0)", 100).range(1, 1e12);
-  t.schema.add_int("samples", "data set size in samples (0: batches x batch size)", 0)
-      .range(0, 4e9);
-  t.schema.add_int("batch_size", "samples per batch (0: pipeline.batch_size)", 0).range(0, 1e8);
-  t.schema
-      .add_int_list("sample_shape", "shape of one sample's x", std::vector<std::int64_t>{28, 28})
-      .range(1, 1e9);
-  t.schema.add_string("dtype", "element type of x", std::string("float32"))
-      .one_of({"float32", "float16", "uint8", "int32", "int64"});
-  t.schema.add_number("delay_ms", "simulated load cost per batch, in milliseconds", 0.0)
-      .range(0, 1e7);
-  t.schema.add_int("seed", "content seed", 0).range(0, 9.2e18);
-  t.schema.add_int("classes", "labels y are in [0, classes)", 10).range(1, 1e9);
+  add_synthetic_content_params(t.schema, /*delay=*/true);
   t.create = [](const NodeSpec& spec) {
     return std::make_unique<SyntheticLoader>(SyntheticLoader::options_from(spec.params));
   };

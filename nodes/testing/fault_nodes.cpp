@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "flowfeed/error.hpp"
-#include "flowfeed/nodes/builtin.hpp"
 #include "flowfeed/nodes/synthetic.hpp"
 #include "flowfeed/pool.hpp"
 
@@ -92,18 +91,19 @@ FaultOptions fault_options_from(const Params& params) {
 namespace {
 
 /// The synthetic loader with a fault: `throw`/`data_error` fail the read, `stall` delays it,
-/// `corrupt` damages what was read.
-class FaultLoader final : public SyntheticLoader {
+/// `corrupt` damages what was read. Its bytes follow the synthetic formula, so checksum sinks verify
+/// them.
+class FaultLoader final : public LoaderNode, public SyntheticContent {
  public:
   FaultLoader(SyntheticOptions synthetic, FaultOptions fault)
-      : SyntheticLoader(std::move(synthetic)), fault_(std::move(fault), "fault_load") {}
+      : inner_(std::move(synthetic)), fault_(std::move(fault), "fault_load") {}
   void setup(BuildContext& context) override {
-    SyntheticLoader::setup(context);
+    inner_.setup(context);
     fault_.bind(context);
   }
   void process(Batch& batch) override {
     if (!fault_.hits(batch)) {
-      SyntheticLoader::process(batch);
+      inner_.process(batch);
       return;
     }
     switch (fault_.options().mode) {
@@ -111,16 +111,23 @@ class FaultLoader final : public SyntheticLoader {
       case FaultMode::data_error: std::rethrow_exception(fault_.error(batch));
       case FaultMode::stall:
         fault_.stall();
-        SyntheticLoader::process(batch);
+        inner_.process(batch);
         break;
       case FaultMode::corrupt:
-        SyntheticLoader::process(batch);
+        inner_.process(batch);
         FaultInjector::corrupt(batch, Tier::host);
         break;
     }
   }
+  std::size_t size() const override { return inner_.size(); }
+  std::vector<TensorSpec> sample_tensors() const override { return inner_.sample_tensors(); }
+  std::size_t preferred_batch_size() const override { return inner_.preferred_batch_size(); }
+  const SyntheticOptions& synthetic_options() const noexcept override {
+    return inner_.synthetic_options();
+  }
 
  private:
+  SyntheticLoader inner_;
   FaultInjector fault_;
 };
 
@@ -260,18 +267,7 @@ void register_fault_nodes(Registry& registry) {
   {
     NodeType t = fault_type("fault_load", Role::load,
                             "the synthetic loader (same params, same data) with a fault");
-    Registry builtin;
-    register_load_nodes(builtin);
-    for (const ParamSpec& p : builtin.find("synthetic")->schema.params()) {
-      Schema& s = t.schema;
-      switch (p.type) {
-        case ParamType::boolean: s.add_bool(p.name, p.doc) = p; break;
-        case ParamType::integer: s.add_int(p.name, p.doc) = p; break;
-        case ParamType::number: s.add_number(p.name, p.doc) = p; break;
-        case ParamType::string: s.add_string(p.name, p.doc) = p; break;
-        case ParamType::int_list: s.add_int_list(p.name, p.doc) = p; break;
-      }
-    }
+    add_synthetic_content_params(t.schema, /*delay=*/true);
     t.create = [](const NodeSpec& spec) {
       return std::make_unique<FaultLoader>(SyntheticLoader::options_from(spec.params),
                                            fault_options_from(spec.params));

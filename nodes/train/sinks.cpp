@@ -21,18 +21,18 @@ namespace {
 class Checksum final : public Node {
  public:
   void setup(BuildContext& context) override {
-    loader_ = dynamic_cast<const SyntheticLoader*>(&context.loader());
-    if (!loader_) {
+    content_ = dynamic_cast<const SyntheticContent*>(&context.loader());
+    if (!content_) {
       throw ConfigError({context.spec().loc.str() + ": nodes." + context.spec().name +
                          ".type: checksum verifies synthetic data (the first node is not a "
-                         "synthetic loader) use a synthetic loader, or another sink"});
+                         "synthetic or memory loader) use one of those loaders, or another sink"});
     }
     if (context.backend() != Backend::host) {
       throw ConfigError({context.spec().loc.str() + ": nodes." + context.spec().name +
                          ".type: checksum reads host memory (use device_checksum on CUDA)"});
     }
     ordered_ = context.ordered();
-    seen_.assign(loader_->size(), 0);
+    seen_.assign(context.loader().size(), 0);
     expected_.resize(context.layout().capacity());
   }
 
@@ -51,7 +51,7 @@ class Checksum final : public Node {
                   std::to_string(next_seq_ - 1) + " (pipeline.ordered is true)");
     }
     next_seq_ = batch.seq + 1;
-    const auto& opts = loader_->options();
+    const auto& opts = content_->synthetic_options();
     const auto& x = batch.layout->tensors()[0];
     const std::size_t elements = x.sample_elements();
     const std::size_t sample_bytes = x.sample_bytes();
@@ -91,7 +91,7 @@ class Checksum final : public Node {
   }
 
  private:
-  const SyntheticLoader* loader_ = nullptr;
+  const SyntheticContent* content_ = nullptr;
   bool ordered_ = true;
   std::uint64_t next_seq_ = 0;
   std::vector<std::uint32_t> seen_;

@@ -445,8 +445,12 @@ void check_config(PipelineConfig& config, const Registry& registry, Problems& pr
                   const std::vector<bool>& yaml_checked, const std::string& rank_where) {
   const bool cuda_built = registry.cuda_built();
   switch (config.pipeline.device) {
-    case DeviceChoice::host: config.backend = Backend::host; break;
+    case DeviceChoice::host:
+      config.backend = Backend::host;
+      config.device_reason = "device: host";
+      break;
     case DeviceChoice::cuda:
+      config.device_reason = "device: cuda";
       if (!cuda_built) {
         problems.add_at(device_where, "pipeline.device",
                         "cuda is unavailable in this build (flowfeed was built without CUDA) "
@@ -466,11 +470,20 @@ void check_config(PipelineConfig& config, const Registry& registry, Problems& pr
       }
       config.backend = Backend::cuda;
       break;
-    case DeviceChoice::automatic:
-      config.backend = (cuda_built && registry.device_count() > config.pipeline.device_id)
-                           ? Backend::cuda
-                           : Backend::host;
+    case DeviceChoice::automatic: {
+      const int n = cuda_built ? registry.device_count() : 0;
+      config.backend = n > config.pipeline.device_id ? Backend::cuda : Backend::host;
+      const std::string found =
+          std::to_string(n) + " CUDA device" + (n == 1 ? "" : "s") + " visible";
+      config.device_reason =
+          !cuda_built ? "device: auto, and this build has no CUDA (FLOWFEED_CUDA=OFF): host types"
+          : n == 0    ? "device: auto, and no CUDA device is visible: host types"
+          : config.backend == Backend::host
+              ? "device: auto, device_id " + std::to_string(config.pipeline.device_id) +
+                    " but " + found + ": host types"
+              : "device: auto, " + found;
       break;
+    }
   }
 
   if (config.nodes.empty()) {
@@ -544,6 +557,16 @@ void check_config(PipelineConfig& config, const Registry& registry, Problems& pr
       continue;
     }
     const bool swapped = type->name != node.declared_type;
+    if (swapped && i < yaml_checked.size() && yaml_checked[i]) {
+      // Defaults filled from the declared type's schema are not the counterpart's: keep only the
+      // params the YAML (or --set) wrote, and check those against the counterpart below.
+      Params written;
+      for (const auto& [key, value] : node.params.values()) {
+        SourceLoc loc = node.params.loc(key);
+        if (!loc.file.empty()) written.set(key, value, std::move(loc));
+      }
+      node.params = std::move(written);
+    }
     node.type = type->name;
     node.role = type->role;
     // Params parsed from YAML were checked against the declared type with their positions; check

@@ -15,6 +15,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "detail/recorder.hpp"
 #include "flowfeed/sampler.hpp"
 
 namespace flowfeed {
@@ -53,12 +54,12 @@ bool is_data_error(const std::exception_ptr& e) {
 struct Stage {
   NodeSpec spec;
   std::unique_ptr<Node> node;
-  std::string label;  // node 'load' (synthetic, configs/x.yaml:7)
+  std::string label;      // node 'load' (synthetic, configs/x.yaml:7)
+  std::size_t index = 0;  // in chain order
   std::atomic<std::uint64_t> items{0};
   std::atomic<std::uint64_t> busy_ns{0};
   std::atomic<std::uint64_t> failures{0};
   std::atomic<int> active{0};
-  int index = 0;  // position in the chain
 
   void clear() {
     items = 0;
@@ -106,6 +107,8 @@ class Pipeline::Impl {
   std::vector<std::uint32_t> source_order_;
   std::mutex warn_mutex_;
   std::vector<std::string> warnings_;
+  detail::Recorder recorder_;  // stats, trace, progress
+  std::vector<std::pair<std::string, std::unique_ptr<Gauge>>> gauges_;
   // Which stage is processing each batch object (-1: none) and that batch's seq, so that a stall
   // names the oldest stuck batch and where it is stuck. Indexed by the batch's slot.
   std::unordered_map<const Batch*, std::size_t> slot_of_;
@@ -160,6 +163,13 @@ class Context final : public BuildContext {
   bool ordered() const override { return impl_.config_.pipeline.ordered; }
   int epochs() const override { return impl_.config_.pipeline.epochs; }
   const std::atomic<bool>& cancelled() const override { return impl_.cancel_; }
+  Gauge& gauge(const std::string& name) override {
+    for (auto& g : impl_.gauges_) {
+      if (g.first == name) return *g.second;
+    }
+    impl_.gauges_.emplace_back(name, std::make_unique<Gauge>());
+    return *impl_.gauges_.back().second;
+  }
 
  private:
   Pipeline::Impl& impl_;
@@ -185,7 +195,7 @@ Pipeline::Impl::Impl(PipelineConfig config, const Registry& registry) : config_(
     auto stage = std::make_unique<Stage>();
     stage->spec = spec;
     stage->label = "node '" + spec.name + "' (" + where_declared(spec) + ")";
-    stage->index = static_cast<int>(stages_.size());
+    stage->index = stages_.size();
     try {
       stage->node = type->create(spec);
     } catch (const Error& e) {
@@ -250,6 +260,13 @@ Pipeline::Impl::Impl(PipelineConfig config, const Registry& registry) : config_(
   slot_stage_ = std::make_unique<std::atomic<int>[]>(batches_.size());
   slot_seq_ = std::make_unique<std::atomic<std::uint64_t>[]>(batches_.size());
   source_order_.reserve(sampler_->shard_size());
+  std::vector<TraceNode> trace_nodes;
+  for (const auto& s : stages_) {
+    trace_nodes.push_back({s->spec.name, s->spec.type, role_name(s->spec.role), s->spec.concurrency,
+                           s->node->asynchronous()});
+  }
+  recorder_.configure(std::move(trace_nodes), config_.pipeline.prefetch_depth,
+                      config_.pipeline.ordered, registry.range_hooks(), batches_);
   allocations_at_build_ = allocation_count();
 }
 
@@ -279,23 +296,31 @@ void Pipeline::Impl::on_failure(Stage& stage, Batch& batch, std::exception_ptr e
 }
 
 void Pipeline::Impl::run_stage(Stage& stage, Batch& batch) {
-  if (batch.skipped) return;
-  mark(batch, stage.index);
-  stage.active.fetch_add(1, std::memory_order_relaxed);
   const std::uint64_t t0 = now_ns();
+  recorder_.enter(stage.index, batch, t0);
+  if (batch.skipped) {
+    recorder_.leave(stage.index, batch, t0);
+    return;
+  }
+  mark(batch, static_cast<int>(stage.index));
+  stage.active.fetch_add(1, std::memory_order_relaxed);
   try {
     stage.node->process(batch);
   } catch (...) {
     mark(batch, -1);
+    const std::uint64_t t1 = now_ns();
     stage.active.fetch_sub(1, std::memory_order_relaxed);
-    stage.busy_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
+    stage.busy_ns.fetch_add(t1 - t0, std::memory_order_relaxed);
+    recorder_.leave(stage.index, batch, t1);
     on_failure(stage, batch, std::current_exception());
     return;
   }
-  stage.busy_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
+  const std::uint64_t t1 = now_ns();
+  stage.busy_ns.fetch_add(t1 - t0, std::memory_order_relaxed);
   stage.items.fetch_add(1, std::memory_order_relaxed);
   mark(batch, -1);
   stage.active.fetch_sub(1, std::memory_order_relaxed);
+  recorder_.leave(stage.index, batch, t1);
 }
 
 Batch* Pipeline::Impl::next_batch(tbb::flow_control& fc) {
@@ -317,7 +342,8 @@ Batch* Pipeline::Impl::next_batch(tbb::flow_control& fc) {
     source_index_ = 0;
     ++source_epoch_;
   }
-  produced_.fetch_add(1, std::memory_order_relaxed);
+  const std::uint64_t produced = produced_.fetch_add(1, std::memory_order_relaxed) + 1;
+  recorder_.admission(produced, consumed_.load(std::memory_order_relaxed));
   return b;
 }
 
@@ -326,10 +352,12 @@ void Pipeline::Impl::finish_batch(Batch* b) {
     bytes_.fetch_add(b->bytes(), std::memory_order_relaxed);
     samples_.fetch_add(b->rows(), std::memory_order_relaxed);
   }
+  recorder_.finish(*b);
   b->reset();
   in_flight_.fetch_sub(1, std::memory_order_relaxed);
-  consumed_.fetch_add(1, std::memory_order_relaxed);
+  const std::uint64_t consumed = consumed_.fetch_add(1, std::memory_order_relaxed) + 1;
   free_batches_.push(b);
+  recorder_.admission(produced_.load(std::memory_order_relaxed), consumed);
 }
 
 void Pipeline::Impl::reclaim() {
@@ -372,6 +400,7 @@ RunReport Pipeline::Impl::base_report(double seconds, bool interrupted) const {
   report.device = config_.backend == Backend::cuda
                       ? "cuda:" + std::to_string(config_.pipeline.device_id)
                       : "host";
+  report.device_reason = config_.device_reason;
   report.epochs = config_.pipeline.epochs;
   report.rank = config_.sampler.rank;
   report.world = config_.sampler.world;
@@ -449,16 +478,31 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
   std::atomic<bool> cancelled_by_us{false};
   std::string stall_message;
 
+  detail::Recorder::RunSetup record;
+  record.stats = options.stats;
+  record.trace = options.trace;
+  record.progress = options.progress;
+  record.bar = options.progress_bar;
+  record.progress_interval_s = options.progress_interval_s;
+  record.expected = expected;
+  record.per_epoch = per_epoch;
+  record.epochs = config_.pipeline.epochs;
+  record.threads = threads;
+  record.produced = &produced_;
+  record.consumed = &consumed_;
+  for (auto& g : gauges_) record.gauges.emplace_back(g.first, g.second.get());
+  record.config = config_.file;
+
   // The supervisor does no pipeline work: it turns abort requests and stalls into graph::cancel()
-  // (which a signal handler may not call) and prints progress.
+  // (which a signal handler may not call). The recorder's monitor samples and prints progress.
   std::mutex sup_mutex;
   std::condition_variable sup_cv;
   bool done = false;
   const auto t_start = Clock::now();
+  recorder_.begin_run(std::move(record), now_ns());
   std::thread supervisor([&] {
     std::uint64_t last_progress = ~0ull;
     auto last_change = Clock::now();
-    auto last_print = Clock::now();
     std::unique_lock<std::mutex> lock(sup_mutex);
     while (!done) {
       sup_cv.wait_for(lock, std::chrono::milliseconds(20));
@@ -488,14 +532,6 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
         g->cancel();
         cancel_.store(true);
       }
-      if (options.progress && now - last_print > std::chrono::milliseconds(500)) {
-        last_print = now;
-        double secs = std::chrono::duration<double>(now - t_start).count();
-        std::uint64_t c = consumed_.load();
-        std::fprintf(stderr, "flowfeed: %llu/%llu batches, %.0f batches/s\n",
-                     static_cast<unsigned long long>(c), static_cast<unsigned long long>(expected),
-                     secs > 0 ? static_cast<double>(c) / secs : 0.0);
-      }
     }
   });
 
@@ -514,6 +550,7 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
       AsyncNode::gateway_type* gateway = nullptr;
       Stage* stage = nullptr;
       Impl* impl = nullptr;
+      detail::Recorder* recorder = nullptr;
     };
     std::vector<std::unique_ptr<AsyncContext>> async_contexts;
     for (std::size_t i = 0; i + 1 < stages_.size(); ++i) {
@@ -523,16 +560,21 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
         auto ctx = std::make_unique<AsyncContext>();
         ctx->stage = st;
         ctx->impl = this;
+        ctx->recorder = &recorder_;
         AsyncContext* c = ctx.get();
         auto node =
             std::make_unique<AsyncNode>(g, conc, [this, c](Batch* b, AsyncNode::gateway_type& gw) {
+              const std::uint64_t t0 = now_ns();
+              recorder_.enter(c->stage->index, *b, t0);
               if (b->skipped) {
+                recorder_.submitted();
+                recorder_.complete(c->stage->index, *b, t0);
                 gw.try_put(b);
                 return;
               }
               // Outstanding device work counts as processing, so that a stall names a completion
               // that never comes.
-              mark(*b, c->stage->index);
+              mark(*b, static_cast<int>(c->stage->index));
               gw.reserve_wait();
               Completion done(
                   [](void* context, Batch* batch, std::exception_ptr error) noexcept {
@@ -540,19 +582,25 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
                     if (error) batch->error = std::move(error);
                     ac->stage->items.fetch_add(1, std::memory_order_relaxed);
                     ac->impl->mark(*batch, -1);
+                    ac->recorder->complete(ac->stage->index, *batch, now_ns());
                     ac->gateway->try_put(batch);
                     ac->gateway->release_wait();
                   },
                   c, b);
-              const std::uint64_t t0 = now_ns();
               try {
                 static_cast<AsynchronousNode*>(c->stage->node.get())->submit(*b, done);
               } catch (...) {
                 b->error = std::current_exception();
                 mark(*b, -1);
+                recorder_.submitted();
+                recorder_.complete(c->stage->index, *b, now_ns());
                 gw.try_put(b);
                 gw.release_wait();
+                c->stage->busy_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
+                return;
               }
+              // The batch may have moved on already: touch only the node's own counters.
+              recorder_.submitted();
               c->stage->busy_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
             });
         // Set once, before the graph runs: completions read it from other threads.
@@ -645,6 +693,7 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
   }
   sup_cv.notify_all();
   supervisor.join();
+  recorder_.end_run(now_ns());
 
   for (auto& s : stages_) s->node->quiesce();
   const std::uint64_t produced = produced_.load();
@@ -663,9 +712,11 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
   }
 
   RunReport report = base_report(seconds, interrupted);
+  report.threads = threads;
   const double train_busy = report.nodes.back().busy_seconds;
   report.train.stall_fraction = seconds > 0 ? std::max(0.0, 1.0 - train_busy / seconds) : 0;
   for (auto& s : stages_) s->node->finish(report);
+  recorder_.fill(report);
   report.warnings = warnings_;
   return report;
 }
@@ -808,7 +859,7 @@ void run_pull_graph(Pipeline::Impl& impl, PullShared& s) {
               gw.try_put(b);
               return;
             }
-            impl.mark(*b, c->stage->index);
+            impl.mark(*b, static_cast<int>(c->stage->index));
             gw.reserve_wait();
             Completion done(
                 [](void* context, Batch* batch, std::exception_ptr error) noexcept {

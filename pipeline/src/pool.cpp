@@ -1,5 +1,6 @@
 #include "flowfeed/pool.hpp"
 
+#include <algorithm>
 #include <new>
 #include <stdexcept>
 
@@ -88,6 +89,29 @@ Lease BufferPool::acquire() {
                              " buffers, all in use): the in-flight bound was broken");
     }
     index = free_.back();
+    free_.pop_back();
+  }
+  acquisitions_.fetch_add(1, std::memory_order_relaxed);
+  std::size_t used = in_use_.fetch_add(1, std::memory_order_relaxed) + 1;
+  std::size_t hw = high_water_.load(std::memory_order_relaxed);
+  while (used > hw && !high_water_.compare_exchange_weak(hw, used, std::memory_order_relaxed)) {
+  }
+  return Lease(this, index, buffers_[index]);
+}
+
+Lease BufferPool::acquire_at(std::size_t index) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (index >= buffers_.size()) {
+      throw std::logic_error("buffer pool '" + name_ + "' has no buffer " + std::to_string(index) +
+                             " (" + std::to_string(buffers_.size()) + " buffers)");
+    }
+    auto it = std::find(free_.begin(), free_.end(), index);
+    if (it == free_.end()) {
+      throw std::logic_error("buffer " + std::to_string(index) + " of pool '" + name_ +
+                             "' is already on loan");
+    }
+    *it = free_.back();
     free_.pop_back();
   }
   acquisitions_.fetch_add(1, std::memory_order_relaxed);

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -7,10 +8,117 @@
 namespace flowfeed {
 
 namespace {
+
 nlohmann::json optional_number(double v) {
   return v < 0 ? nlohmann::json() : nlohmann::json(v);
 }
+
+std::string percent(double fraction) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%.0f%%", std::clamp(fraction, 0.0, 9.99) * 100);
+  return buf;
+}
+
+// Thresholds of the diagnosis (docs/REPORT.md lists them).
+constexpr double kTrainBoundStall = 0.10;   // the train node waits at most this share of the run
+constexpr double kTrainInputWait = 0.05;    // ... or waits for data at most this share (sampled)
+constexpr double kSaturated = 0.80;         // a node this busy limits the run
+constexpr double kThreadsSaturated = 0.90;  // share of all worker threads busy in node bodies
+constexpr double kThreadWait = 0.20;  // share of a node's slot time spent waiting for a thread
+constexpr double kFull = 0.80;        // share of the run with every prefetch slot in flight
+constexpr double kOverheadPerBatch = 20e-6;  // seconds per batch below which overhead dominates
+
+// How loaded a node is: its utilization, or for an asynchronous node the share of the run with
+// work in flight, if larger.
+double load_of(const NodeReport& n, double seconds) {
+  double load = n.utilization;
+  if (n.asynchronous && seconds > 0) load = std::max(load, n.pending_seconds / seconds);
+  return load;
+}
+
 }  // namespace
+
+Verdict diagnose(const RunReport& r) {
+  if (r.nodes.empty()) return {"", "no nodes ran"};
+  if (r.batches == 0 || r.seconds <= 0) return {"", "no batch finished: nothing to diagnose"};
+  const NodeReport& train = r.nodes.back();
+  const double stall = r.train.stall_fraction >= 0 ? r.train.stall_fraction : 1 - train.utilization;
+  if (stall <= kTrainBoundStall) {
+    return {train.name, "train-bound: " + train.name + " busy " + percent(1 - stall)};
+  }
+  if (r.sampled && 1 - stall >= kSaturated &&
+      train.wait_input_seconds <= kTrainInputWait * r.seconds) {
+    // Idle, but not for want of data: its batches were there and waited for a thread.
+    return {train.name, "train-bound: " + train.name + " busy " + percent(1 - stall) +
+                            ", waiting for data only " +
+                            percent(train.wait_input_seconds / r.seconds) + " of the time"};
+  }
+  const NodeReport* top = nullptr;
+  double top_load = -1;
+  double threads_busy = 0;
+  for (std::size_t i = 0; i < r.nodes.size(); ++i) {
+    const NodeReport& n = r.nodes[i];
+    if (!n.asynchronous) threads_busy += n.busy_seconds;
+    if (i + 1 == r.nodes.size()) continue;
+    const double load = load_of(n, r.seconds);
+    if (load > top_load) {
+      top = &n;
+      top_load = load;
+    }
+  }
+  threads_busy /= r.seconds * std::max(r.threads, 1);
+  const std::string waits = " (train waits " + percent(stall) + ")";
+  if (top && top_load >= kSaturated) {
+    if (top->asynchronous) {
+      return {top->name,
+              top->name + "-bound: work in flight " + percent(top_load) + " of the time" + waits};
+    }
+    if (threads_busy >= kThreadsSaturated) {
+      return {top->name, "threads-bound: " + top->name + " busy " + percent(top_load) + " at " +
+                             std::to_string(top->concurrency) + " and all " +
+                             std::to_string(r.threads) + " pipeline threads busy " +
+                             percent(threads_busy) +
+                             "; raise pipeline.threads (if the bodies wait) or make " + top->name +
+                             " cheaper"};
+    }
+    return {top->name, top->name + "-bound: raise nodes." + top->name + ".concurrency (busy " +
+                           percent(top_load) + " at " + std::to_string(top->concurrency) + ")"};
+  }
+  const double per_batch = r.seconds / static_cast<double>(r.batches);
+  const std::string busiest = "no node saturated (busiest: " +
+                              (top ? top->name + " " + percent(top_load) : std::string("none")) +
+                              ")";
+  if (per_batch < kOverheadPerBatch) {
+    char cost[32];
+    std::snprintf(cost, sizeof cost, "%.2f us", per_batch * 1e6);
+    return {"", "overhead-bound: " + busiest + ", the framework's per-batch cost dominates (" +
+                    cost + " per batch); use larger batches" + waits};
+  }
+  if (r.sampled) {
+    const NodeReport* waiting = nullptr;
+    double most = 0;
+    for (const auto& n : r.nodes) {
+      const double share = n.wait_cpu_seconds / (r.seconds * std::max(n.concurrency, 1));
+      if (share > most) {
+        most = share;
+        waiting = &n;
+      }
+    }
+    if (waiting && most >= kThreadWait) {
+      return {waiting->name, "threads-bound: batches waited for a worker thread at " +
+                                 waiting->name + " " + percent(most) +
+                                 " of the time; raise pipeline.threads (now " +
+                                 std::to_string(r.threads) + ")"};
+    }
+    if (r.full_fraction >= kFull) {
+      return {"", "depth-bound: all " + std::to_string(r.prefetch_depth) +
+                      " prefetch slots in flight " + percent(r.full_fraction) +
+                      " of the time and no node saturated; raise pipeline.prefetch_depth" + waits};
+    }
+  }
+  return {"", "unclear: " + busiest + waits + "; a run of " + std::to_string(r.batches) +
+                  " batches may be too short to fill the pipeline"};
+}
 
 std::string RunReport::to_json() const {
   nlohmann::json j;
@@ -35,16 +143,29 @@ std::string RunReport::to_json() const {
   j["allocations_after_build"] = allocations_after_build;
   j["device_pool_bytes"] = device_pool_bytes;
   j["interrupted"] = interrupted;
+  j["threads"] = threads;
+  j["sampled"] = sampled;
+  j["full_fraction"] = sampled ? nlohmann::json(full_fraction) : nlohmann::json();
+  j["bottleneck"] = bottleneck.empty() ? nlohmann::json() : nlohmann::json(bottleneck);
+  j["verdict"] = verdict;
   j["nodes"] = nlohmann::json::array();
+  auto sampled_number = [this](double v) { return sampled ? nlohmann::json(v) : nlohmann::json(); };
   for (const auto& n : nodes) {
-    j["nodes"].push_back({{"name", n.name},
-                          {"type", n.type},
-                          {"role", n.role},
-                          {"concurrency", n.concurrency},
-                          {"items", n.items},
-                          {"busy_seconds", n.busy_seconds},
-                          {"utilization", n.utilization},
-                          {"failures", n.failures}});
+    j["nodes"].push_back(
+        {{"name", n.name},
+         {"type", n.type},
+         {"role", n.role},
+         {"concurrency", n.concurrency},
+         {"asynchronous", n.asynchronous},
+         {"items", n.items},
+         {"busy_seconds", n.busy_seconds},
+         {"utilization", n.utilization},
+         {"failures", n.failures},
+         {"wait_input_seconds", sampled_number(n.wait_input_seconds)},
+         {"wait_output_seconds", sampled_number(n.wait_output_seconds)},
+         {"wait_cpu_seconds", sampled_number(n.wait_cpu_seconds)},
+         {"pending_seconds", n.asynchronous ? sampled_number(n.pending_seconds) : nlohmann::json()},
+         {"queue_high_water", n.queue_high_water}});
   }
   j["pools"] = nlohmann::json::array();
   for (const auto& p : pools) {
@@ -72,32 +193,59 @@ std::string RunReport::to_json() const {
 std::string RunReport::to_table() const {
   std::ostringstream os;
   char line[256];
-  std::snprintf(
-      line, sizeof line,
-      "%s on %s: %llu batches, %llu samples in %.3f s = %.0f batches/s (%.0f samples/s)\n",
-      config.c_str(), device.c_str(), static_cast<unsigned long long>(batches),
-      static_cast<unsigned long long>(samples), seconds, batches_per_second, samples_per_second);
-  os << line;
   std::snprintf(line, sizeof line,
-                "in flight: max %d of prefetch_depth %d; allocations after build: %llu; "
-                "uploaded %.3f GB (%.2f GB/s)\n",
-                max_in_flight, prefetch_depth,
-                static_cast<unsigned long long>(allocations_after_build),
-                static_cast<double>(bytes_uploaded) * 1e-9, upload_gbps);
+                "%s on %s: %llu batches, %llu samples in %.3f s = %.0f batches/s (%.0f samples/s), "
+                "%.3f GB/s uploaded\n",
+                config.c_str(), device.c_str(), static_cast<unsigned long long>(batches),
+                static_cast<unsigned long long>(samples), seconds, batches_per_second,
+                samples_per_second, upload_gbps);
   os << line;
-  std::snprintf(line, sizeof line, "%-16s %-16s %-9s %4s %10s %10s %6s\n", "node", "type", "role",
-                "conc", "items", "busy s", "util");
+  if (!verdict.empty()) os << "verdict: " << verdict << "\n";
+  std::snprintf(line, sizeof line, "in flight: max %d of prefetch_depth %d", max_in_flight,
+                prefetch_depth);
+  os << line;
+  if (sampled) {
+    std::snprintf(line, sizeof line, " (all %d admitted %.0f%% of the time)", prefetch_depth,
+                  full_fraction * 100);
+    os << line;
+  }
+  std::snprintf(line, sizeof line,
+                "; threads %d; allocations after build: %llu; uploaded %.3f GB\n", threads,
+                static_cast<unsigned long long>(allocations_after_build),
+                static_cast<double>(bytes_uploaded) * 1e-9);
+  os << line;
+  std::snprintf(line, sizeof line, "%-14s %-14s %-9s %4s %9s %9s %5s %9s %9s %9s %6s\n", "node",
+                "type", "role", "conc", "items", "busy s", "util", "wait in", "wait out",
+                "wait cpu", "queue");
   os << line;
   for (const auto& n : nodes) {
-    std::snprintf(line, sizeof line, "%-16s %-16s %-9s %4d %10llu %10.3f %5.0f%%\n", n.name.c_str(),
+    std::snprintf(line, sizeof line, "%-14s %-14s %-9s %4d %9llu %9.3f %4.0f%%", n.name.c_str(),
                   n.type.c_str(), n.role.c_str(), n.concurrency,
                   static_cast<unsigned long long>(n.items), n.busy_seconds, n.utilization * 100);
     os << line;
+    if (sampled) {
+      std::snprintf(line, sizeof line, " %9.3f %9.3f %9.3f %6llu\n", n.wait_input_seconds,
+                    n.wait_output_seconds, n.wait_cpu_seconds,
+                    static_cast<unsigned long long>(n.queue_high_water));
+    } else {
+      std::snprintf(line, sizeof line, " %9s %9s %9s %6s\n", "-", "-", "-", "-");
+    }
+    os << line;
+  }
+  for (const auto& n : nodes) {
+    if (!n.asynchronous) continue;
+    std::snprintf(line, sizeof line,
+                  "%s is asynchronous: busy counts submit() only; work in flight %.3f s (%.0f%% of "
+                  "the run)\n",
+                  n.name.c_str(), n.pending_seconds,
+                  seconds > 0 ? n.pending_seconds / seconds * 100 : 0);
+    os << line;
   }
   for (const auto& p : pools) {
-    std::snprintf(line, sizeof line, "pool %-22s %-8s %4zu x %10zu bytes, high water %zu\n",
+    std::snprintf(line, sizeof line,
+                  "pool %-22s %-8s %4zu x %10zu bytes, high water %zu, %llu acquisitions\n",
                   p.name.c_str(), p.kind.c_str(), p.buffers, p.buffers ? p.bytes / p.buffers : 0,
-                  p.high_water);
+                  p.high_water, static_cast<unsigned long long>(p.acquisitions));
     os << line;
   }
   if (train.stall_fraction >= 0) {

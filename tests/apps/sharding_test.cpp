@@ -16,20 +16,20 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Per process: ctest runs tests in parallel processes (and other checkouts may share the temp dir).
-std::string unique(const std::string& name) {
-  return (fs::temp_directory_path() / (std::to_string(getpid()) + "_" + name)).string();
+/// Files of this test process (ctest runs tests in parallel processes).
+fs::path temp_file(const std::string& name) {
+  return fs::temp_directory_path() / ("flowfeed_sharding_" + std::to_string(getpid()) + "_" + name);
 }
 
 std::string config_path() {
-  auto path = unique("sharding.yaml");
+  auto path = temp_file("config.yaml");
   std::ofstream(path) << "pipeline: { epochs: 2, batch_size: 7, prefetch_depth: 4, device: host }\n"
                          "sampler: { shuffle: true, seed: 11 }\n"
                          "nodes:\n"
                          "  - { name: load, type: synthetic, concurrency: 3, params: { samples: "
                          "1001, sample_shape: [2] } }\n"
                          "  - { name: train, type: record, params: { path: unset } }\n";
-  return path;
+  return path.string();
 }
 
 int run(const std::string& env, const std::string& args, std::string* output = nullptr) {
@@ -58,7 +58,7 @@ std::map<int, std::vector<unsigned>> read_record(const std::string& path) {
 }
 
 std::map<int, std::vector<unsigned>> run_rank(const std::string& env, const std::string& tag) {
-  auto record = unique("shard_" + tag + ".txt");
+  auto record = temp_file("shard_" + tag + ".txt").string();
   std::string output;
   EXPECT_EQ(run(env, config_path() + " --set nodes.train.params.path=" + record, &output), 0)
       << output;
@@ -116,7 +116,7 @@ TEST(Sharding, BadLauncherVariablesAreConfigErrors) {
 }
 
 TEST(Sharding, ExplicitRankInTheFileWins) {
-  auto record = unique("shard_explicit.txt");
+  auto record = temp_file("shard_explicit.txt").string();
   std::string output;
   EXPECT_EQ(run("RANK=1 WORLD_SIZE=3",
                 config_path() +

@@ -15,6 +15,8 @@
 
 namespace flowfeed {
 
+struct StageTimes;
+
 /// Element type of a tensor.
 enum class DType : std::uint8_t { float32, float16, uint8, int32, int64 };
 
@@ -99,6 +101,8 @@ struct Batch {
   std::exception_ptr error;
   /// True when the batch was skipped under `on_error: skip`; the train node ignores it.
   bool skipped = false;
+  /// The pipeline's per-node timestamps of this batch (stats and tracing); not for nodes.
+  StageTimes* times = nullptr;
 
   /// Samples in this batch (the last of an epoch may have fewer than the batch size).
   std::size_t rows() const noexcept { return samples.size(); }

@@ -55,6 +55,8 @@ struct PipelineConfig {
   SamplerOptions sampler;           ///< the `sampler:` section
   std::vector<NodeSpec> nodes;      ///< in chain order
   Backend backend = Backend::host;  ///< resolved from pipeline.device
+  /// Why that backend: "device: auto found 1 CUDA device", "device: host", ... (the report's).
+  std::string device_reason;
   SourceLoc pipeline_loc;           ///< where `pipeline:` was written
   /// The launcher whose environment set sampler.rank/world ("" when none or set in the file).
   std::string launch_source;

@@ -15,3 +15,4 @@
 #include "flowfeed/schema.hpp"
 #include "flowfeed/session.hpp"
 #include "flowfeed/stats.hpp"
+#include "flowfeed/trace.hpp"

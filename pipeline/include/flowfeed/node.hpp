@@ -37,6 +37,7 @@ struct NodeSpec {
 
 class LoaderNode;  ///< below
 class BufferPool;  ///< pool.hpp
+class Gauge;       ///< trace.hpp
 struct RunReport;  ///< stats.hpp
 
 /// What a node may use while the pipeline is built. Pools created here live as long as the
@@ -68,6 +69,10 @@ class BuildContext {
   virtual bool ordered() const = 0;
   /// Passes over the data set in one run (`pipeline.epochs`).
   virtual int epochs() const = 0;
+  /// A live figure called `name` (e.g. "loss") that the progress display shows while the pipeline
+  /// runs; the same name gives the same gauge. It lives as long as the pipeline. The default
+  /// implementation returns a gauge nobody reads.
+  virtual Gauge& gauge(const std::string& name);
   /// A flag that becomes true while a run is being cancelled (request_abort, a stall timeout, or a
   /// failure in another node) and is cleared when the next run starts. It lives as long as the
   /// pipeline: a node keeps the reference, and a body that may block for long (a slow read, a

@@ -10,13 +10,25 @@
 #include "flowfeed/registry.hpp"
 #include "flowfeed/session.hpp"
 #include "flowfeed/stats.hpp"
+#include "flowfeed/trace.hpp"
 
 namespace flowfeed {
 
 /// Options for one run.
 struct RunOptions {
-  /// Print progress to stderr every so often (a bar on a terminal, lines otherwise).
+  /// Print progress to stderr every so often: epoch, batches, rate, ETA and the nodes' gauges
+  /// (e.g. loss).
   bool progress = false;
+  /// With progress: redraw one status line in place (for a terminal) instead of printing lines.
+  bool progress_bar = false;
+  /// Seconds between progress updates; 0: 0.1 for the bar, 1 for lines.
+  double progress_interval_s = 0;
+  /// Sample each node's state (every 1 ms, on a monitor thread) for the wait figures, count queue
+  /// high-water marks and diagnose the bottleneck. Off: the report has items, busy time,
+  /// utilization and train stall only, and each batch skips a few atomic counter updates.
+  bool stats = true;
+  /// Record per-batch spans into this trace (cleared first) for --timeline / --trace; null: off.
+  Trace* trace = nullptr;
   /// Called after each epoch with the report so far (from the supervising thread).
   std::function<void(const RunReport&, std::uint32_t epoch)> on_epoch;
 };

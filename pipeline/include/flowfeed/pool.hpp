@@ -86,6 +86,9 @@ class BufferPool {
   /// Takes a free buffer. Throws std::logic_error when none is free (the in-flight bound was
   /// broken: a bug, never an expected condition).
   Lease acquire();
+  /// Takes buffer `index` (for pools whose buffers are fixed slices of a data set held in memory).
+  /// Throws std::logic_error when that buffer is on loan or the index is out of range.
+  Lease acquire_at(std::size_t index);
   /// Data pointer of buffer `index` (for registering buffers, e.g. events per buffer).
   std::byte* buffer(std::size_t index) const { return buffers_.at(index); }
 

@@ -10,6 +10,7 @@
 
 #include "flowfeed/node.hpp"
 #include "flowfeed/schema.hpp"
+#include "flowfeed/trace.hpp"
 
 namespace flowfeed {
 
@@ -60,11 +61,16 @@ class Registry {
   bool cuda_built() const noexcept { return cuda_built_; }
   /// Set by register_cuda_nodes: whether the real CUDA types (not placeholders) are registered.
   void set_cuda_built(bool built) noexcept { cuda_built_ = built; }
+  /// Callbacks around every node body of the pipelines built from this registry (e.g. NVTX ranges
+  /// installed by the CUDA family). None by default.
+  const RangeHooks& range_hooks() const noexcept { return range_hooks_; }
+  void set_range_hooks(RangeHooks hooks) noexcept { range_hooks_ = hooks; }
 
  private:
   std::map<std::string, NodeType> types_;
   std::function<int()> probe_;
   bool cuda_built_ = false;
+  RangeHooks range_hooks_;
 };
 
 }  // namespace flowfeed

@@ -19,6 +19,20 @@ struct NodeReport {
   double busy_seconds = 0;     ///< time inside the node's body, summed over threads
   double utilization = 0;      ///< busy / (wall × concurrency)
   std::uint64_t failures = 0;  ///< batches it failed on (skipped ones included)
+  bool asynchronous = false;   ///< work completes after submit() (busy counts submit() only)
+  /// Sampled (RunOptions::stats) slot-seconds: a slot of the node was free, no batch waited for it,
+  /// and some in-flight batch had not reached the node yet (or the source was not emitting).
+  double wait_input_seconds = 0;
+  /// Sampled slot-seconds: a slot was free, no batch waited for it, and every prefetch slot was
+  /// held by batches at or past this node (it could only get work once a later stage freed one).
+  double wait_output_seconds = 0;
+  /// Sampled slot-seconds: a batch waited at the node with a slot free, for a worker thread.
+  double wait_cpu_seconds = 0;
+  /// Asynchronous nodes: sampled seconds with at least one batch submitted and not completed.
+  double pending_seconds = 0;
+  /// Most batches that had reached the node and not yet started in it (train: those waiting in the
+  /// sequencer count too).
+  std::uint64_t queue_high_water = 0;
 };
 
 /// Figures of one buffer pool.
@@ -64,9 +78,17 @@ struct RunReport {
   int max_in_flight = 0;              ///< measured
   std::uint64_t allocations_after_build = 0;  ///< buffer allocations during the run (0)
   std::size_t device_pool_bytes = 0;          ///< device memory held by pools
-  bool interrupted = false;       ///< stopped early (request_stop/abort, or a session ended early)
-  std::vector<NodeReport> nodes;  ///< per node, in chain order
-  std::vector<PoolReport> pools;  ///< per pool
+  bool interrupted = false;  ///< stopped early (request_stop/abort, or a session ended early)
+  int threads = 0;           ///< worker threads of the run's arena
+  bool sampled = false;      ///< the sampled figures (waits, full_fraction) were measured
+  /// Sampled share of the run during which prefetch_depth batches were in flight (limiter shut).
+  double full_fraction = 0;
+  /// The node the verdict blames (empty when it blames none).
+  std::string bottleneck;
+  /// One line: what limits the run and what to change, e.g. "train-bound: train busy 98%".
+  std::string verdict;
+  std::vector<NodeReport> nodes;             ///< per node, in chain order
+  std::vector<PoolReport> pools;             ///< per pool
   std::vector<std::uint64_t> stream_copies;  ///< copies per upload stream
   TrainReport train;  ///< the train step's figures (in pull mode: the caller's waiting)
   /// Batches skipped under `on_error: skip`, with their messages (the first 20).
@@ -74,10 +96,18 @@ struct RunReport {
   /// Extra figures nodes add (name → value).
   std::map<std::string, double> extra;
 
-  /// The report as JSON (the schema is documented in the README).
+  /// The report as JSON (the schema is documented in docs/REPORT.md).
   std::string to_json() const;
   /// A human-readable summary table.
   std::string to_table() const;
 };
+
+/// What limits a run, read from its figures (the rules are in docs/REPORT.md).
+struct Verdict {
+  std::string bottleneck;  ///< node name, or empty
+  std::string text;        ///< e.g. "load-bound: raise nodes.load.concurrency (busy 100% at 4)"
+};
+/// Diagnoses a finished run from its report (nodes in chain order, the train node last).
+Verdict diagnose(const RunReport& report);
 
 }  // namespace flowfeed

@@ -11,7 +11,7 @@ namespace flowfeed {
 /// when built with CUDA, placeholders that fail validation otherwise).
 void register_builtin_nodes(Registry& registry);
 
-/// `synthetic`, `idx`, `npy`.
+/// `synthetic`, `memory`, `idx`, `npy`.
 void register_load_nodes(Registry& registry);
 /// `host_staging`.
 void register_staging_nodes(Registry& registry);
@@ -19,7 +19,11 @@ void register_staging_nodes(Registry& registry);
 void register_upload_nodes(Registry& registry);
 /// `checksum`, `sleep`, `discard`, `mlp`.
 void register_train_nodes(Registry& registry);
-/// `pinned_staging`, `cuda_upload`, `device_checksum`, `device_discard`, and the device probe.
+/// `pinned_staging`, `cuda_upload`, `device_checksum`, `device_discard`, the device probe, and a
+/// `memory` loader that page-locks its data set; in a build without CUDA, the placeholders below.
 void register_cuda_nodes(Registry& registry);
+/// Placeholders for the CUDA types (in every build): the names exist and fail validation with
+/// "unavailable in this build", or swap to their host counterparts; cuda_built() becomes false.
+void register_cuda_placeholders(Registry& registry);
 
 }  // namespace flowfeed

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "flowfeed/node.hpp"
+#include "flowfeed/nodes/synthetic_formula.hpp"
 
 namespace flowfeed {
 
@@ -24,8 +25,7 @@ struct SyntheticOptions {
 
 /// The 32-bit word behind element `element` of sample `sample`.
 inline std::uint32_t synthetic_word(std::uint64_t sample_hash, std::uint64_t element) noexcept {
-  return static_cast<std::uint32_t>(sample_hash) +
-         static_cast<std::uint32_t>(element) * 2654435761u;
+  return formula::word(sample_hash, element);
 }
 /// Per-sample hash of (seed, sample).
 std::uint64_t synthetic_sample_hash(std::uint64_t seed, std::uint64_t sample) noexcept;
@@ -36,9 +36,23 @@ void synthetic_fill(std::uint64_t seed, std::uint64_t sample, DType dtype, std::
 std::int32_t synthetic_label(std::uint64_t seed, std::uint64_t sample,
                              std::int64_t classes) noexcept;
 
-/// The `synthetic` loader node. Not final: a test loader may derive from it to inject faults
-/// while sinks still recognise its data.
-class SyntheticLoader : public LoaderNode {
+/// Declares the content params every synthetic-formula loader takes: batches, samples, batch_size,
+/// sample_shape, dtype, [delay_ms when `delay`], seed, classes.
+void add_synthetic_content_params(Schema& schema, bool delay = false);
+/// Reads the params add_synthetic_content_params declared (delay_ms stays 0).
+SyntheticOptions synthetic_content_from(const Params& params);
+
+/// Implemented by loaders whose bytes follow the synthetic formula (`synthetic`, `memory`), so that
+/// the checksum sinks can verify what arrives: find it with dynamic_cast on BuildContext::loader().
+class SyntheticContent {
+ public:
+  virtual ~SyntheticContent() = default;
+  /// Seed, dtype, shape and classes that define every byte.
+  virtual const SyntheticOptions& synthetic_options() const noexcept = 0;
+};
+
+/// The `synthetic` loader node.
+class SyntheticLoader final : public LoaderNode, public SyntheticContent {
  public:
   /// A loader with these options (no YAML needed).
   explicit SyntheticLoader(SyntheticOptions options);
@@ -59,6 +73,7 @@ class SyntheticLoader : public LoaderNode {
   }
   /// The options it was made with.
   const SyntheticOptions& options() const noexcept { return options_; }
+  const SyntheticOptions& synthetic_options() const noexcept override { return options_; }
 
  private:
   SyntheticOptions options_;

@@ -1,0 +1,43 @@
+// register_cuda_nodes for builds with CUDA: the real CUDA family and the device probe.
+#include "cuda/cuda_check.hpp"
+#include "flowfeed/nodes/builtin.hpp"
+#include "flowfeed/nodes/cuda.hpp"
+#include "flowfeed/nodes/memory.hpp"
+
+namespace flowfeed {
+
+void register_pinned_staging(Registry& registry);
+void register_cuda_upload(Registry& registry);
+void register_device_sinks(Registry& registry);
+
+int cuda_device_count() noexcept {
+  return cuda::device_count();
+}
+std::string cuda_device_description(int device) {
+  return cuda::device_description(device);
+}
+
+namespace {
+
+/// Page-locks the memory loader's data set in place, once, while the pipeline is built.
+HostPinning cuda_host_pinning() {
+  return {[](void* data, std::size_t bytes) {
+            FLOWFEED_CUDA_CHECK(cudaHostRegister(data, bytes, cudaHostRegisterPortable));
+          },
+          [](void* data) {
+            if (cudaHostUnregister(data) != cudaSuccess) cudaGetLastError();
+          }};
+}
+
+}  // namespace
+
+void register_cuda_nodes(Registry& registry) {
+  register_pinned_staging(registry);
+  register_cuda_upload(registry);
+  register_device_sinks(registry);
+  registry.set(memory_node_type(cuda_host_pinning()));
+  registry.set_device_probe([] { return cuda::device_count(); });
+  registry.set_cuda_built(true);
+}
+
+}  // namespace flowfeed

@@ -1,0 +1,305 @@
+// device_checksum and device_discard: train-role sinks that keep to the CUDA contract (wait on the
+// batch's ready event on their own stream, record its reuse event after their last kernel).
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cuda/checksum_kernel.hpp"
+#include "cuda/cuda_check.hpp"
+#include "flowfeed/nodes/cuda.hpp"
+#include "flowfeed/nodes/synthetic.hpp"
+#include "flowfeed/registry.hpp"
+#include "flowfeed/stats.hpp"
+
+namespace flowfeed {
+
+namespace {
+
+/// What both sinks share: a device, a non-blocking stream, and the ready/reuse protocol.
+class DeviceSink : public Node {
+ public:
+  ~DeviceSink() override {
+    if (stream_) cudaStreamDestroy(stream_);
+    cudaGetLastError();
+  }
+
+  void setup(BuildContext& context) override {
+    device_ = context.device_id();
+    name_ = context.spec().name;
+    type_ = context.spec().type;
+    nvtx_ = cuda::nvtx_name(name_);
+    description_ = cuda::device_description(device_);
+    cuda::set_device(device_);
+    FLOWFEED_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  }
+
+  void quiesce() noexcept override {
+    if (stream_ && !sticky_) {
+      if (cudaStreamSynchronize(stream_) != cudaSuccess) cudaGetLastError();
+    }
+  }
+
+  void finish(RunReport& report) override { report.device = description_; }
+
+ protected:
+  /// Makes this node's stream wait until the batch's bytes are on the device.
+  void wait_ready(Batch& batch) {
+    if (!batch.ready_event || !batch.device) {
+      throw Error(type_ +
+                  ": the batch has no device buffer and ready event (the upload node must "
+                  "be cuda_upload)");
+    }
+    checked([&] {
+      FLOWFEED_CUDA_CHECK(
+          cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(batch.ready_event), 0));
+    });
+  }
+  /// Tells the upload node that this node's last use of the buffer is enqueued.
+  void record_reuse(Batch& batch) {
+    if (!batch.reuse_event) return;
+    checked([&] {
+      FLOWFEED_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(batch.reuse_event), stream_));
+    });
+  }
+  /// Runs f; remembers a sticky error so that quiesce() does not wait on a dead context.
+  template <class F>
+  void checked(F&& f) {
+    try {
+      f();
+    } catch (const CudaError& e) {
+      if (e.sticky()) sticky_ = true;
+      throw;
+    }
+  }
+
+  int device_ = 0;
+  std::string name_;
+  std::string type_;
+  std::string description_;
+  nvtxStringHandle_t nvtx_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  bool sticky_ = false;
+};
+
+class DeviceDiscard final : public DeviceSink {
+ public:
+  void process(Batch& batch) override {
+    cuda::NvtxRange range(nvtx_, batch.seq);
+    cuda::set_device(device_);
+    wait_ready(batch);
+    record_reuse(batch);
+  }
+};
+
+class DeviceChecksum final : public DeviceSink {
+ public:
+  static constexpr std::size_t kIndexSlots = 4;
+
+  ~DeviceChecksum() override {
+    for (cudaEvent_t e : slot_events_) cudaEventDestroy(e);
+    if (record_) cudaFree(record_);
+    if (host_flag_) cudaFreeHost(host_flag_);
+    if (indices_) cudaFreeHost(indices_);
+    cudaGetLastError();
+  }
+
+  void setup(BuildContext& context) override {
+    content_ = dynamic_cast<const SyntheticContent*>(&context.loader());
+    if (!content_) {
+      throw ConfigError(
+          {context.spec().loc.str() + ": nodes." + context.spec().name +
+           ".type: device_checksum verifies synthetic data (the first node is not a "
+           "synthetic or memory loader) use one of those loaders, or device_discard"});
+    }
+    DeviceSink::setup(context);
+    ordered_ = context.ordered();
+    seen_.assign(context.loader().size(), 0);
+    layout_ = &context.layout();
+    batch_size_ = context.batch_size();
+    record_ = static_cast<cuda::ChecksumRecord*>(cuda::device_alloc(sizeof(cuda::ChecksumRecord)));
+    FLOWFEED_CUDA_CHECK(cudaMemset(record_, 0, sizeof(cuda::ChecksumRecord)));
+    host_flag_ = static_cast<unsigned int*>(
+        cuda::pinned_alloc(sizeof(unsigned int), cudaHostAllocMapped | cudaHostAllocPortable));
+    *host_flag_ = 0;
+    FLOWFEED_CUDA_CHECK(
+        cudaHostGetDevicePointer(reinterpret_cast<void**>(&device_flag_), host_flag_, 0));
+    // Sample indices of shuffled batches: a few slots of mapped pinned memory the kernel reads
+    // directly; a slot is rewritten only after the kernel that read it has finished.
+    indices_ = static_cast<std::uint32_t*>(
+        cuda::pinned_alloc(kIndexSlots * batch_size_ * sizeof(std::uint32_t),
+                           cudaHostAllocMapped | cudaHostAllocPortable));
+    FLOWFEED_CUDA_CHECK(
+        cudaHostGetDevicePointer(reinterpret_cast<void**>(&device_indices_), indices_, 0));
+    for (std::size_t i = 0; i < kIndexSlots; ++i) {
+      cudaEvent_t e = nullptr;
+      FLOWFEED_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      slot_events_.push_back(e);
+    }
+  }
+
+  void process(Batch& batch) override {
+    cuda::NvtxRange range(nvtx_, batch.seq);
+    cuda::set_device(device_);
+    check_order(batch);
+    check_flag();
+    wait_ready(batch);
+
+    const SyntheticOptions& c = content_->synthetic_options();
+    const auto& x = layout_->tensors()[0];
+    cuda::ChecksumArgs a;
+    a.batch = reinterpret_cast<const unsigned char*>(batch.device.data());
+    a.rows = batch.rows();
+    a.elements = x.sample_elements();
+    a.element_size = static_cast<std::uint32_t>(dtype_size(x.dtype));
+    a.type = static_cast<std::uint32_t>(x.dtype);
+    a.y_offset = layout_->offset(1, batch.rows());
+    a.seed = c.seed;
+    a.classes = c.classes;
+    a.seq = batch.seq;
+    a.record = record_;
+    a.host_flag = device_flag_;
+    a.first_sample = batch.samples.empty() ? 0 : batch.samples.front();
+    bool contiguous = true;
+    for (std::size_t r = 1; contiguous && r < batch.rows(); ++r) {
+      contiguous = batch.samples[r] == a.first_sample + r;
+    }
+    cudaEvent_t slot_event = nullptr;
+    if (!contiguous) {
+      const std::size_t slot = next_slot_++ % kIndexSlots;
+      slot_event = slot_events_[slot];
+      // Waits only when the GPU is kIndexSlots shuffled batches behind this thread.
+      checked([&] { FLOWFEED_CUDA_CHECK(cudaEventSynchronize(slot_event)); });
+      std::copy(batch.samples.begin(), batch.samples.end(), indices_ + slot * batch_size_);
+      a.samples = device_indices_ + slot * batch_size_;
+    }
+    checked([&] { FLOWFEED_CUDA_CHECK(cuda::launch_checksum(a, stream_)); });
+    if (slot_event) checked([&] { FLOWFEED_CUDA_CHECK(cudaEventRecord(slot_event, stream_)); });
+    record_reuse(batch);
+    bytes_verified_ += batch.bytes();
+  }
+
+  void end_epoch(std::uint32_t) override {
+    // The kernels of this epoch must have run before the epoch counts as verified.
+    checked([&] { FLOWFEED_CUDA_CHECK(cudaStreamSynchronize(stream_)); });
+    check_flag();
+  }
+
+  void finish(RunReport& report) override {
+    DeviceSink::finish(report);
+    report.extra[name_ + ".bytes_verified"] = static_cast<double>(bytes_verified_);
+  }
+
+  void begin_run() override {
+    // Order, visits and a mismatch flagged by an earlier run start afresh.
+    next_seq_ = 0;
+    std::fill(seen_.begin(), seen_.end(), 0u);
+    bytes_verified_ = 0;
+    if (*static_cast<volatile unsigned int*>(host_flag_) != 0) {
+      cuda::set_device(device_);
+      checked([&] { FLOWFEED_CUDA_CHECK(cudaMemset(record_, 0, sizeof(cuda::ChecksumRecord))); });
+      *host_flag_ = 0;
+    }
+  }
+
+ private:
+  void check_order(const Batch& batch) {
+    if (ordered_ && batch.seq != next_seq_) {
+      throw Error("device_checksum: batch " + std::to_string(batch.seq) +
+                  " arrived, expected batch " + std::to_string(next_seq_) +
+                  " (pipeline.ordered is true)");
+    }
+    next_seq_ = batch.seq + 1;
+    for (std::size_t r = 0; r < batch.rows(); ++r) {
+      const std::uint32_t sample = batch.samples[r];
+      if (sample >= seen_.size()) {
+        throw Error("device_checksum: batch " + std::to_string(batch.seq) + " row " +
+                    std::to_string(r) + " names sample " + std::to_string(sample) +
+                    ", outside the data set of " + std::to_string(seen_.size()));
+      }
+      if (seen_[sample] == batch.epoch + 1) {
+        throw Error("device_checksum: sample " + std::to_string(sample) +
+                    " arrived twice in epoch " + std::to_string(batch.epoch));
+      }
+      seen_[sample] = batch.epoch + 1;
+    }
+  }
+
+  /// Throws the first mismatch when a kernel has flagged one.
+  void check_flag() {
+    if (*static_cast<volatile unsigned int*>(host_flag_) == 0) return;
+    if (cudaStreamSynchronize(stream_) != cudaSuccess) cudaGetLastError();
+    cuda::ChecksumRecord r{};
+    FLOWFEED_CUDA_CHECK(cudaMemcpy(&r, record_, sizeof r, cudaMemcpyDeviceToHost));
+    const auto& x = layout_->tensors()[0];
+    char bits[96];
+    std::string what;
+    if (r.tensor == 0) {
+      std::snprintf(bits, sizeof bits, "expected element bits 0x%llx, got 0x%llx", r.expected,
+                    r.actual);
+      what = "x differs at byte " + std::to_string(r.byte) + " of " +
+             std::to_string(x.sample_bytes()) + " (" + bits + ")";
+    } else {
+      what = "label y is " + std::to_string(static_cast<std::int32_t>(r.actual)) + ", expected " +
+             std::to_string(static_cast<std::int32_t>(r.expected)) + " (byte " +
+             std::to_string(r.byte) + " of 4 differs)";
+    }
+    throw Error("device_checksum: batch " + std::to_string(r.seq) + " row " +
+                std::to_string(r.row) + " (sample " + std::to_string(r.sample) + "): " + what +
+                "; " + std::to_string(r.mismatches) + " mismatching element" +
+                (r.mismatches == 1 ? "" : "s") + " in all");
+  }
+
+  const SyntheticContent* content_ = nullptr;
+  const BatchLayout* layout_ = nullptr;
+  std::size_t batch_size_ = 0;
+  bool ordered_ = true;
+  std::uint64_t next_seq_ = 0;
+  std::vector<std::uint32_t> seen_;
+  cuda::ChecksumRecord* record_ = nullptr;
+  unsigned int* host_flag_ = nullptr;
+  unsigned int* device_flag_ = nullptr;
+  std::uint32_t* indices_ = nullptr;
+  std::uint32_t* device_indices_ = nullptr;
+  std::vector<cudaEvent_t> slot_events_;
+  std::size_t next_slot_ = 0;
+  std::uint64_t bytes_verified_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Node> make_device_checksum() {
+  return std::make_unique<DeviceChecksum>();
+}
+std::unique_ptr<Node> make_device_discard() {
+  return std::make_unique<DeviceDiscard>();
+}
+
+void register_device_sinks(Registry& registry) {
+  {
+    NodeType t;
+    t.name = "device_checksum";
+    t.role = Role::train;
+    t.doc =
+        "verifies on the GPU that every byte of synthetic batches arrived intact (a kernel per "
+        "batch), and on the host their order; fails naming batch, row and byte";
+    t.backend = TypeBackend::cuda;
+    t.counterpart = "checksum";
+    t.create = [](const NodeSpec&) { return make_device_checksum(); };
+    registry.set(std::move(t));
+  }
+  {
+    NodeType t;
+    t.name = "device_discard";
+    t.role = Role::train;
+    t.doc =
+        "waits on each batch's ready event and frees its device buffer (measures the pipeline "
+        "and the copies alone)";
+    t.backend = TypeBackend::cuda;
+    t.counterpart = "discard";
+    t.create = [](const NodeSpec&) { return make_device_discard(); };
+    registry.set(std::move(t));
+  }
+}
+
+}  // namespace flowfeed

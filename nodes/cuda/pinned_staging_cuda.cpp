@@ -1,0 +1,125 @@
+// pinned_staging: host → page-locked copies, split across TBB workers for large batches.
+#include <oneapi/tbb/blocked_range.h>
+#include <oneapi/tbb/parallel_for.h>
+#include <oneapi/tbb/partitioner.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+#include "cuda/cuda_check.hpp"
+#include "flowfeed/nodes/cuda.hpp"
+#include "flowfeed/nodes/memory.hpp"
+#include "flowfeed/registry.hpp"
+#include "flowfeed/stats.hpp"
+
+namespace flowfeed {
+
+namespace {
+
+/// One memcpy per chunk, the chunks in parallel: one thread copies pageable → pinned at about
+/// 6 GB/s on the H200 host, 16 threads at about 41 GB/s.
+void parallel_copy(std::byte* dst, const std::byte* src, std::size_t bytes, std::size_t chunk) {
+  if (chunk == 0 || bytes <= chunk) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+  const std::size_t chunks = (bytes + chunk - 1) / chunk;
+  tbb::parallel_for(
+      tbb::blocked_range<std::size_t>(0, chunks, 1),
+      [&](const tbb::blocked_range<std::size_t>& r) {
+        for (std::size_t i = r.begin(); i != r.end(); ++i) {
+          const std::size_t at = i * chunk;
+          std::memcpy(dst + at, src + at, std::min(chunk, bytes - at));
+        }
+      },
+      tbb::simple_partitioner());
+}
+
+class PinnedStaging final : public Node {
+ public:
+  explicit PinnedStaging(PinnedStagingOptions options) : options_(options) {}
+
+  void setup(BuildContext& context) override {
+    device_ = context.device_id();
+    name_ = context.spec().name;
+    nvtx_ = cuda::nvtx_name(name_);
+    cuda::set_device(device_);
+    // Batches from a page-locked memory data set pass through: no pool to allocate.
+    const auto* memory = dynamic_cast<const MemoryLoader*>(&context.loader());
+    if (memory && memory->pinned()) return;
+    pool_ = &context.make_pool("staging", MemoryKind::pinned,
+                               static_cast<std::size_t>(context.prefetch_depth()),
+                               context.layout().capacity(), cuda::pinned_allocator());
+  }
+
+  void process(Batch& batch) override {
+    cuda::NvtxRange range(nvtx_, batch.seq);
+    if (!batch.host) {
+      if (batch.staging) return;  // the loader wrote straight into a staging buffer
+      throw Error("pinned_staging: the batch has no host buffer (the loader filled none)");
+    }
+    if (batch.host.pool() && batch.host.pool()->kind() == MemoryKind::pinned) {
+      // Already page-locked (e.g. the memory loader's registered data set): no copy.
+      batch.staging = std::move(batch.host);
+      passed_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    if (!pool_) {
+      throw Error(
+          "pinned_staging: a pageable batch arrived, but the loader's data set is "
+          "page-locked, so no staging pool was allocated (a node between the loader and "
+          "staging replaced the host buffer)");
+    }
+    Lease staging = pool_->acquire();
+    parallel_copy(staging.data(), batch.host.data(), batch.bytes(), options_.chunk_bytes);
+    copied_.fetch_add(batch.bytes(), std::memory_order_relaxed);
+    batch.staging = std::move(staging);
+    batch.host.reset();
+  }
+
+  void finish(RunReport& report) override {
+    report.extra[name_ + ".copied_bytes"] = static_cast<double>(copied_.exchange(0));
+    report.extra[name_ + ".passed_through_batches"] = static_cast<double>(passed_.exchange(0));
+  }
+
+ private:
+  PinnedStagingOptions options_;
+  int device_ = 0;
+  std::string name_;
+  nvtxStringHandle_t nvtx_ = nullptr;
+  BufferPool* pool_ = nullptr;
+  std::atomic<std::uint64_t> copied_{0};
+  std::atomic<std::uint64_t> passed_{0};
+};
+
+}  // namespace
+
+std::unique_ptr<Node> make_pinned_staging(PinnedStagingOptions options) {
+  return std::make_unique<PinnedStaging>(options);
+}
+
+void register_pinned_staging(Registry& registry) {
+  NodeType t;
+  t.name = "pinned_staging";
+  t.role = Role::staging;
+  t.doc =
+      "copies each batch into a pool of page-locked buffers (cudaHostAlloc, prefetch_depth of "
+      "them); passes already page-locked batches through";
+  t.backend = TypeBackend::cuda;
+  t.counterpart = "host_staging";
+  t.schema
+      .add_int("chunk_bytes",
+               "batches larger than this are copied in chunks of this size in parallel (0: one "
+               "memcpy per batch)",
+               std::int64_t{1} << 20)
+      .range(0, 1e12);
+  t.create = [](const NodeSpec& spec) {
+    PinnedStagingOptions o;
+    o.chunk_bytes = static_cast<std::size_t>(spec.params.get_int("chunk_bytes"));
+    return make_pinned_staging(o);
+  };
+  registry.set(std::move(t));
+}
+
+}  // namespace flowfeed

@@ -1,0 +1,57 @@
+#pragma once
+/// \file
+/// The CUDA node family for C++ users who build nodes without YAML. Includes no CUDA header:
+/// streams and events stay inside the nodes, and batches carry them as opaque handles
+/// (Batch::ready_event, Batch::reuse_event). These functions exist only in builds with CUDA
+/// (Registry::cuda_built()).
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "flowfeed/node.hpp"
+#include "flowfeed/pool.hpp"
+
+namespace flowfeed {
+
+/// Options of `pinned_staging`.
+struct PinnedStagingOptions {
+  /// A batch larger than this is copied into its pinned buffer in chunks of this size, in parallel
+  /// (tbb::parallel_for); 0 copies every batch with one memcpy.
+  std::size_t chunk_bytes = std::size_t{1} << 20;
+};
+
+/// Options of `cuda_upload`.
+struct CudaUploadOptions {
+  /// Non-blocking streams the node owns; batch seq goes to stream seq % streams.
+  int streams = 1;
+  /// Allocates the device pool's buffers; empty: cudaMalloc on the pipeline's device. (Tests use it
+  /// to make copies fail.)
+  Allocator device_allocator;
+};
+
+/// `pinned_staging`: copies each loaded batch into a pool of page-locked buffers (cudaHostAlloc,
+/// prefetch_depth of them, allocated in setup); passes a batch through without a copy when its host
+/// buffer is already page-locked (the `memory` loader's pinned data set).
+std::unique_ptr<Node> make_pinned_staging(PinnedStagingOptions options = {});
+
+/// `cuda_upload`: copies staging → a device pool buffer with cudaMemcpyAsync on one of its own
+/// streams, records the batch's ready event, and completes the batch from one event-polling thread
+/// per node (no TBB worker waits, no host callback on the copy stream). Before it overwrites a
+/// device buffer its stream waits on that buffer's reuse event, which the consumer records.
+std::unique_ptr<AsynchronousNode> make_cuda_upload(CudaUploadOptions options = {});
+
+/// `device_checksum`: verifies on the GPU that every byte of x and y equals the synthetic formula,
+/// and on the host that batches arrive in order and each sample once per epoch.
+std::unique_ptr<Node> make_device_checksum();
+
+/// `device_discard`: waits on the batch's ready event and records its reuse event; nothing else.
+std::unique_ptr<Node> make_device_discard();
+
+/// Visible CUDA devices; 0 when there is no driver or no device (the registry's device probe).
+int cuda_device_count() noexcept;
+
+/// "cuda:N (<device name>)".
+std::string cuda_device_description(int device);
+
+}  // namespace flowfeed

@@ -1,0 +1,121 @@
+#include "flowfeed/nodes/memory.hpp"
+
+#include <oneapi/tbb/parallel_for.h>
+
+#include <algorithm>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "flowfeed/error.hpp"
+#include "flowfeed/pool.hpp"
+
+namespace flowfeed {
+
+namespace {
+constexpr std::align_val_t kPageAlignment{4096};
+}  // namespace
+
+MemoryLoader::MemoryLoader(MemoryOptions options, HostPinning pinning)
+    : options_(std::move(options)), pinning_(std::move(pinning)) {}
+
+MemoryLoader::~MemoryLoader() {
+  if (!data_) return;
+  if (pinned_ && pinning_.unpin) pinning_.unpin(data_);
+  ::operator delete(data_, kPageAlignment);
+}
+
+MemoryOptions MemoryLoader::options_from(const Params& params) {
+  MemoryOptions o;
+  o.content = synthetic_content_from(params);
+  o.pin = params.get_bool("pin");
+  return o;
+}
+
+std::vector<TensorSpec> MemoryLoader::sample_tensors() const {
+  return {TensorSpec{"x", options_.content.dtype, options_.content.sample_shape},
+          TensorSpec{"y", DType::int32, {}}};
+}
+
+void MemoryLoader::setup(BuildContext& context) {
+  const SyntheticOptions& c = options_.content;
+  const BatchLayout& layout = context.layout();
+  batch_size_ = context.batch_size();
+  size_ = c.samples > 0 ? static_cast<std::size_t>(c.samples)
+                        : static_cast<std::size_t>(c.batches) * batch_size_;
+  slices_ = (size_ + batch_size_ - 1) / batch_size_;
+  const std::size_t stride = (layout.capacity() + BatchLayout::kAlignment - 1) /
+                             BatchLayout::kAlignment * BatchLayout::kAlignment;
+  bytes_ = slices_ * stride;
+  data_ = static_cast<std::byte*>(::operator new(bytes_, kPageAlignment));
+
+  // Slice k holds samples [k·B, k·B + rows_k) in the layout of a batch of rows_k rows, exactly as
+  // a loader would have filled a batch buffer.
+  const auto& x = layout.tensors()[0];
+  const std::size_t elements = x.sample_elements();
+  const std::size_t sample_bytes = x.sample_bytes();
+  tbb::parallel_for(std::size_t{0}, slices_, [&](std::size_t k) {
+    std::byte* slice = data_ + k * stride;
+    const std::size_t first = k * batch_size_;
+    const std::size_t rows = std::min(batch_size_, size_ - first);
+    std::memset(slice, 0, stride);
+    std::byte* xs = slice + layout.offset(0, rows);
+    auto* ys = reinterpret_cast<std::int32_t*>(slice + layout.offset(1, rows));
+    for (std::size_t r = 0; r < rows; ++r) {
+      synthetic_fill(c.seed, first + r, c.dtype, elements, xs + r * sample_bytes);
+      ys[r] = synthetic_label(c.seed, first + r, c.classes);
+    }
+  });
+
+  if (options_.pin && context.backend() == Backend::cuda && pinning_.pin) {
+    pinning_.pin(data_, bytes_);
+    pinned_ = true;
+  }
+  // The pool's buffers are the slices themselves: building it allocates nothing.
+  auto next = std::make_shared<std::size_t>(0);
+  std::byte* base = data_;
+  Allocator slices{[base, stride, next](std::size_t) -> void* { return base + (*next)++ * stride; },
+                   [](void*) {}};
+  pool_ = &context.make_pool("data", pinned_ ? MemoryKind::pinned : MemoryKind::pageable, slices_,
+                             layout.capacity(), std::move(slices));
+}
+
+void MemoryLoader::process(Batch& batch) {
+  const std::size_t first = batch.samples.empty() ? 0 : batch.samples.front();
+  const std::size_t k = first / batch_size_;
+  bool slice = first % batch_size_ == 0 && k < slices_ &&
+               batch.rows() == std::min(batch_size_, size_ - k * batch_size_);
+  for (std::size_t r = 1; slice && r < batch.rows(); ++r) slice = batch.samples[r] == first + r;
+  if (!slice) {
+    throw Error("memory: batch " + std::to_string(batch.seq) + " (samples " +
+                std::to_string(first) +
+                ", ...) is not a slice of the pre-batched data set (the "
+                "memory loader serves batch k as samples [k*batch_size, (k+1)*batch_size)) set "
+                "sampler.shuffle: false and sampler.world: 1, or use the synthetic loader");
+  }
+  batch.host = pool_->acquire_at(k);
+}
+
+NodeType memory_node_type(HostPinning pinning) {
+  NodeType t;
+  t.name = "memory";
+  t.role = Role::load;
+  t.doc =
+      "a synthetic data set built in memory once, pre-batched; serves each batch as a slice "
+      "without a copy (page-locked in place on CUDA); needs a sequential, unsharded sampler";
+  add_synthetic_content_params(t.schema);
+  t.schema.add_bool("pin",
+                    "on CUDA, page-lock the data set once (cudaHostRegister) so uploads read it in "
+                    "place; ignored on the host backend",
+                    true);
+  t.create = [pinning = std::move(pinning)](const NodeSpec& spec) {
+    return std::make_unique<MemoryLoader>(MemoryLoader::options_from(spec.params), pinning);
+  };
+  return t;
+}
+
+void register_memory(Registry& registry) {
+  registry.set(memory_node_type({}));
+}
+
+}  // namespace flowfeed

@@ -1,0 +1,267 @@
+#include "detail/recorder.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+namespace flowfeed::detail {
+
+namespace {
+
+// The monitor samples node states this often while stats are on.
+constexpr auto kSamplePeriod = std::chrono::milliseconds(1);
+
+std::string format_eta(double seconds) {
+  char buf[32];
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  if (seconds < 60) {
+    std::snprintf(buf, sizeof buf, "%.1f s", seconds);
+  } else if (seconds < 3600) {
+    std::snprintf(buf, sizeof buf, "%dm%02ds", static_cast<int>(seconds) / 60,
+                  static_cast<int>(seconds) % 60);
+  } else {
+    std::snprintf(buf, sizeof buf, "%dh%02dm", static_cast<int>(seconds) / 3600,
+                  static_cast<int>(seconds) / 60 % 60);
+  }
+  return buf;
+}
+
+}  // namespace
+
+Recorder::~Recorder() {
+  stop_monitor();
+}
+
+void Recorder::configure(std::vector<TraceNode> nodes, int prefetch_depth, bool ordered,
+                         RangeHooks hooks, const std::vector<std::unique_ptr<Batch>>& batches) {
+  nodes_ = std::move(nodes);
+  count_ = nodes_.size();
+  names_.clear();
+  for (const auto& n : nodes_) names_.push_back(n.name);
+  probes_ = std::make_unique<NodeProbe[]>(count_);
+  sampled_.assign(count_, {});
+  sample_started_.assign(count_, 0);
+  sample_passed_.assign(count_, 0);
+  depth_ = static_cast<std::uint64_t>(std::max(prefetch_depth, 1));
+  ordered_ = ordered;
+  in_order_.reset();
+  in_order_size_ = 0;
+  if (ordered_ && count_ >= 2) {
+    // At most prefetch_depth batches are in flight, so seq and seq + size never both are.
+    in_order_size_ = static_cast<std::size_t>(depth_) + 2;
+    in_order_ = std::make_unique<std::atomic<std::uint64_t>[]>(in_order_size_);
+  }
+  hooks_ = hooks;
+  times_.assign(batches.size() * count_, {});
+  for (std::size_t i = 0; i < batches.size(); ++i) batches[i]->times = &times_[i * count_];
+  scratch_.assign(count_, {});
+}
+
+void Recorder::begin_run(RunSetup setup, std::uint64_t start_ns) {
+  stop_monitor();
+  setup_ = std::move(setup);
+  start_ns_ = start_ns;
+  tracing_ = setup_.trace != nullptr;
+  counting_ = setup_.stats || tracing_;
+  counted_ = counting_;
+  for (std::size_t k = 0; k < count_; ++k) {
+    probes_[k].started.store(0, std::memory_order_relaxed);
+    probes_[k].passed.store(0, std::memory_order_relaxed);
+    probes_[k].queue_high.store(0, std::memory_order_relaxed);
+  }
+  for (std::size_t i = 0; i < in_order_size_; ++i) in_order_[i].store(0, std::memory_order_relaxed);
+  sampled_.assign(count_, {});
+  full_seconds_ = 0;
+  sampled_seconds_ = 0;
+  bar_drawn_ = false;
+  for (auto& g : setup_.gauges) g.second->clear();
+  if (tracing_) setup_.trace->begin(nodes_, setup_.config);
+  if (setup_.stats || setup_.progress) {
+    stop_ = false;
+    thread_ = std::thread([this] { monitor(); });
+  }
+}
+
+void Recorder::stop_monitor() {
+  if (!thread_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+void Recorder::end_run(std::uint64_t end_ns) {
+  stop_monitor();
+  // Until the next begin_run (e.g. while a pull-mode session uses the same nodes) count nothing.
+  counting_ = false;
+  if (tracing_) {
+    if (end_ns >= start_ns_) setup_.trace->end(static_cast<double>(end_ns - start_ns_) * 1e-9);
+    tracing_ = false;
+  }
+}
+
+void Recorder::collect(const Batch& b) noexcept {
+  for (std::size_t k = 0; k < count_; ++k) {
+    const StageTimes& st = b.times[k];
+    TraceSpan& span = scratch_[k];
+    span.seq = b.seq;
+    span.epoch = b.epoch;
+    span.node = static_cast<std::uint16_t>(k);
+    span.stream = static_cast<std::int16_t>(st.stream);
+    span.thread = st.thread;
+    span.start = st.start >= start_ns_ ? static_cast<double>(st.start - start_ns_) * 1e-9 : 0;
+    span.end = st.end >= st.start ? span.start + static_cast<double>(st.end - st.start) * 1e-9
+                                  : span.start;
+  }
+  setup_.trace->add(scratch_.data());
+}
+
+void Recorder::monitor() {
+  const auto interval = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(setup_.progress_interval_s > 0 ? setup_.progress_interval_s
+                                    : setup_.bar                   ? 0.1
+                                                                   : 1.0));
+  auto next_print = std::chrono::steady_clock::now() + interval;
+  std::uint64_t last = now_ns();
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!stop_) {
+    auto wake_at = setup_.stats ? std::chrono::steady_clock::now() + kSamplePeriod : next_print;
+    if (setup_.progress && next_print < wake_at) wake_at = next_print;
+    wake_.wait_until(lock, wake_at, [this] { return stop_; });
+    if (stop_) break;
+    const std::uint64_t t = now_ns();
+    if (setup_.stats) sample(static_cast<double>(t - last) * 1e-9);
+    last = t;
+    if (setup_.progress && std::chrono::steady_clock::now() >= next_print) {
+      print_progress(t, false);
+      next_print += interval;
+    }
+  }
+  if (setup_.stats) {
+    const std::uint64_t t = now_ns();
+    sample(static_cast<double>(t - last) * 1e-9);
+  }
+  if (setup_.progress && setup_.bar && bar_drawn_) print_progress(now_ns(), true);
+}
+
+void Recorder::sample(double dt) {
+  if (dt <= 0) return;
+  // Counters only grow, so reading them downstream first keeps what is read consistent:
+  // consumed <= passed(train) <= started(train) <= passed(k-1) <= ... <= admitted.
+  const std::uint64_t consumed = setup_.consumed->load(std::memory_order_relaxed);
+  std::vector<std::uint64_t>& started = sample_started_;
+  std::vector<std::uint64_t>& passed = sample_passed_;
+  for (std::size_t k = count_; k-- > 0;) {
+    passed[k] = probes_[k].passed.load(std::memory_order_relaxed);
+    started[k] = probes_[k].started.load(std::memory_order_relaxed);
+  }
+  const std::uint64_t produced = setup_.produced->load(std::memory_order_relaxed);
+  const std::uint64_t admitted = std::min(produced, consumed + depth_);
+  const bool full = admitted >= consumed + depth_;
+  sampled_seconds_ += dt;
+  if (full) full_seconds_ += dt;
+  for (std::size_t k = 0; k < count_; ++k) {
+    const std::uint64_t arrived = k == 0 ? admitted : passed[k - 1];
+    const std::uint64_t active = started[k] > passed[k] ? started[k] - passed[k] : 0;
+    const std::uint64_t queued = arrived > started[k] ? arrived - started[k] : 0;
+    const std::uint64_t upstream = admitted > arrived ? admitted - arrived : 0;
+    NodeSampled& s = sampled_[k];
+    // At the train node of an ordered run, a batch that has arrived may wait in the sequencer for
+    // an earlier one: then the train waits for input, not for a thread.
+    bool waits_for_order = false;
+    if (in_order_ && k + 1 == count_) {
+      const std::uint64_t next = started[k];
+      waits_for_order =
+          in_order_[next % in_order_size_].load(std::memory_order_relaxed) != next + 1;
+    }
+    double free_slots;
+    if (nodes_[k].asynchronous) {
+      // Its bodies only submit; the node is idle when nothing it submitted is outstanding.
+      if (active > 0) s.pending += dt;
+      free_slots = active == 0 ? 1 : 0;
+    } else {
+      const auto c = static_cast<std::uint64_t>(nodes_[k].concurrency);
+      free_slots = active < c ? static_cast<double>(c - active) : 0;
+    }
+    if (free_slots <= 0) continue;
+    const double ready = std::min(free_slots, static_cast<double>(queued));
+    if (ready > 0) {
+      (waits_for_order ? s.wait_input : s.wait_cpu) += ready * dt;
+    }
+    const double idle = free_slots - ready;
+    if (idle > 0) (full && upstream == 0 ? s.wait_output : s.wait_input) += idle * dt;
+  }
+}
+
+void Recorder::print_progress(std::uint64_t t, bool last) {
+  const std::uint64_t done = setup_.consumed->load(std::memory_order_relaxed);
+  const double secs = static_cast<double>(t - start_ns_) * 1e-9;
+  const double rate = secs > 0 ? static_cast<double>(done) / secs : 0;
+  const std::uint64_t expected = setup_.expected;
+  int epoch = 1;
+  if (setup_.per_epoch > 0) {
+    epoch = static_cast<int>(std::min<std::uint64_t>(done / setup_.per_epoch + 1,
+                                                     static_cast<std::uint64_t>(setup_.epochs)));
+  }
+  const double fraction =
+      expected > 0 ? std::min(1.0, static_cast<double>(done) / static_cast<double>(expected)) : 0;
+  const double eta =
+      rate > 0 ? static_cast<double>(expected - std::min(done, expected)) / rate : std::nan("");
+  std::string gauges;
+  for (const auto& g : setup_.gauges) {
+    const double v = g.second->get();
+    if (std::isnan(v)) continue;
+    char buf[96];
+    std::snprintf(buf, sizeof buf, ", %s %.4g", g.first.c_str(), v);
+    gauges += buf;
+  }
+  char line[512];
+  if (setup_.bar) {
+    constexpr int kWidth = 24;
+    char bar[kWidth + 1];
+    const int filled = static_cast<int>(fraction * kWidth + 0.5);
+    for (int i = 0; i < kWidth; ++i) bar[i] = i < filled ? '#' : '-';
+    bar[kWidth] = '\0';
+    // \r and erase-line redraw the one status line in place.
+    std::snprintf(line, sizeof line,
+                  "\r\033[Kepoch %d/%d [%s] %3.0f%% %llu/%llu batches, %.0f batches/s, ETA %s%s%s",
+                  epoch, setup_.epochs, bar, fraction * 100, static_cast<unsigned long long>(done),
+                  static_cast<unsigned long long>(expected), rate, format_eta(eta).c_str(),
+                  gauges.c_str(), last ? "\n" : "");
+    bar_drawn_ = true;
+  } else {
+    std::snprintf(line, sizeof line,
+                  "flowfeed: epoch %d/%d, %llu/%llu batches (%.0f%%), %.0f batches/s, ETA %s%s\n",
+                  epoch, setup_.epochs, static_cast<unsigned long long>(done),
+                  static_cast<unsigned long long>(expected), fraction * 100, rate,
+                  format_eta(eta).c_str(), gauges.c_str());
+  }
+  std::fputs(line, stderr);
+  std::fflush(stderr);
+}
+
+void Recorder::fill(RunReport& report) const {
+  report.sampled = setup_.stats;
+  if (setup_.stats && sampled_seconds_ > 0) report.full_fraction = full_seconds_ / sampled_seconds_;
+  for (std::size_t k = 0; k < count_ && k < report.nodes.size(); ++k) {
+    NodeReport& n = report.nodes[k];
+    n.asynchronous = nodes_[k].asynchronous;
+    if (!counted_) continue;
+    n.queue_high_water = probes_[k].queue_high.load(std::memory_order_relaxed);
+    if (!setup_.stats) continue;
+    n.wait_input_seconds = sampled_[k].wait_input;
+    n.wait_output_seconds = sampled_[k].wait_output;
+    n.wait_cpu_seconds = sampled_[k].wait_cpu;
+    n.pending_seconds = sampled_[k].pending;
+  }
+  if (report.seconds > 0) {
+    report.upload_gbps = static_cast<double>(report.bytes_uploaded) / report.seconds * 1e-9;
+  }
+  Verdict v = diagnose(report);
+  report.bottleneck = std::move(v.bottleneck);
+  report.verdict = std::move(v.text);
+}
+
+}  // namespace flowfeed::detail

@@ -1,0 +1,324 @@
+// The CUDA path end to end: bytes verified on the device (device_checksum) for many shapes of
+// pipeline, zero allocations after build, device memory bounded by the pools.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <numeric>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "flowfeed/batch.hpp"
+#include "flowfeed/nodes/builtin.hpp"
+#include "flowfeed/nodes/cuda.hpp"
+#include "flowfeed/pipeline.hpp"
+#include "gpu_test.hpp"
+
+namespace flowfeed {
+namespace {
+
+struct Case {
+  std::string name;
+  std::string loader = "synthetic";
+  bool pin = true;
+  std::string dtype = "float32";
+  std::vector<std::int64_t> shape = {784};
+  int batch = 64;
+  int samples = 1000;
+  int epochs = 1;
+  int depth = 8;
+  int streams = 1;
+  int load_concurrency = 2;
+  int stage_concurrency = 1;
+  int upload_concurrency = 1;
+  bool ordered = true;
+  bool shuffle = false;
+  std::int64_t chunk_bytes = -1;  // -1: the default
+};
+
+/// Names the case in test output (instead of its bytes).
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.name;
+}
+
+std::string list(const std::vector<std::int64_t>& v) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+std::string yaml_of(const Case& c) {
+  std::string y =
+      "pipeline: { epochs: " + std::to_string(c.epochs) +
+      ", batch_size: " + std::to_string(c.batch) + ", prefetch_depth: " + std::to_string(c.depth) +
+      ", ordered: " + (c.ordered ? "true" : "false") + ", device: cuda, stall_timeout_s: 30 }\n";
+  y += std::string("sampler: { shuffle: ") + (c.shuffle ? "true" : "false") + ", seed: 5 }\n";
+  y += "nodes:\n";
+  y += "  - { name: load, type: " + c.loader +
+       ", concurrency: " + std::to_string(c.load_concurrency) +
+       ", params: { samples: " + std::to_string(c.samples) + ", sample_shape: " + list(c.shape) +
+       ", dtype: " + c.dtype + ", seed: 11" +
+       (c.loader == "memory" ? std::string(", pin: ") + (c.pin ? "true" : "false") : "") + " } }\n";
+  y += "  - { name: stage, type: pinned_staging, concurrency: " +
+       std::to_string(c.stage_concurrency) +
+       (c.chunk_bytes >= 0 ? ", params: { chunk_bytes: " + std::to_string(c.chunk_bytes) + " }"
+                           : "") +
+       " }\n";
+  y += "  - { name: upload, type: cuda_upload, concurrency: " +
+       std::to_string(c.upload_concurrency) + ", streams: " + std::to_string(c.streams) + " }\n";
+  y += "  - { name: train, type: device_checksum }\n";
+  return y;
+}
+
+BatchLayout layout_of(const Case& c) {
+  return BatchLayout(
+      {TensorSpec{"x", *parse_dtype(c.dtype), c.shape}, TensorSpec{"y", DType::int32, {}}},
+      static_cast<std::size_t>(c.batch));
+}
+
+/// Bytes of one epoch: full batches and the last partial one.
+std::uint64_t epoch_bytes(const Case& c) {
+  const BatchLayout l = layout_of(c);
+  std::uint64_t bytes = 0;
+  for (int first = 0; first < c.samples; first += c.batch) {
+    bytes += l.bytes(static_cast<std::size_t>(std::min(c.batch, c.samples - first)));
+  }
+  return bytes;
+}
+
+/// The source tree (for configs/): $FLOWFEED_SOURCE_DIR when set (a build run elsewhere), else the
+/// tree this binary was built from.
+std::string source_dir() {
+  const char* env = std::getenv("FLOWFEED_SOURCE_DIR");
+  return env && *env ? env : FLOWFEED_SOURCE_DIR;
+}
+
+Registry builtin() {
+  Registry r;
+  register_builtin_nodes(r);
+  return r;
+}
+
+class DeviceBytes : public ::testing::TestWithParam<Case> {};
+
+TEST_P(DeviceBytes, EveryByteArrivesInOrderWithNoAllocationAfterBuild) {
+  FLOWFEED_REQUIRE_GPU();
+  const Case& c = GetParam();
+  const Registry r = builtin();
+  const std::uint64_t batches_per_epoch =
+      static_cast<std::uint64_t>((c.samples + c.batch - 1) / c.batch);
+  const std::uint64_t batches = batches_per_epoch * static_cast<std::uint64_t>(c.epochs);
+  test::within(120, c.name, [&] {
+    Pipeline p(load_config_string(yaml_of(c), r, {}, c.name + ".yaml"), r);
+    for (int run = 0; run < 2; ++run) {
+      SCOPED_TRACE("run " + std::to_string(run));
+      const RunReport report = p.run();
+      EXPECT_EQ(report.batches, batches);
+      EXPECT_EQ(report.allocations_after_build, 0u);
+      EXPECT_EQ(report.bytes_uploaded, epoch_bytes(c) * static_cast<std::uint64_t>(c.epochs));
+      EXPECT_EQ(report.extra.at("train.bytes_verified"),
+                static_cast<double>(epoch_bytes(c) * static_cast<std::uint64_t>(c.epochs)));
+      EXPECT_GT(report.upload_gbps, 0.0);
+      EXPECT_EQ(report.device_pool_bytes,
+                static_cast<std::size_t>(c.depth) * layout_of(c).capacity());
+      EXPECT_LE(report.max_in_flight, c.depth);
+      // Even spread: batch seq goes to stream seq % streams.
+      ASSERT_EQ(report.stream_copies.size(), static_cast<std::size_t>(c.streams));
+      for (int s = 0; s < c.streams; ++s) {
+        const std::uint64_t expected =
+            batches / static_cast<std::uint64_t>(c.streams) +
+            (static_cast<std::uint64_t>(s) < batches % static_cast<std::uint64_t>(c.streams) ? 1
+                                                                                             : 0);
+        EXPECT_EQ(report.stream_copies[static_cast<std::size_t>(s)], expected) << "stream " << s;
+      }
+      const bool pinned_source = c.loader == "memory" && c.pin;
+      EXPECT_EQ(report.extra.at("stage.passed_through_batches"),
+                pinned_source ? static_cast<double>(batches) : 0.0);
+      EXPECT_EQ(report.extra.at("stage.copied_bytes"),
+                pinned_source ? 0.0 : static_cast<double>(report.bytes_uploaded));
+      EXPECT_EQ(report.device.rfind("cuda:0 (", 0), 0u) << report.device;
+      EXPECT_NE(report.device_reason.find("device: cuda"), std::string::npos);
+      EXPECT_EQ(p.free_buffers(), p.total_buffers());
+    }
+  });
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> v;
+  {
+    Case c;  // MNIST-like, shuffled (indices go through the checksum's slots), partial last batch
+    c.name = "mnist_shuffled_depth8";
+    c.shuffle = true;
+    v.push_back(c);
+  }
+  {
+    Case c;  // 13-byte samples (not a multiple of 16), 7-row batches, serial everything
+    c.name = "uint8_13_bytes_depth1";
+    c.dtype = "uint8";
+    c.shape = {13};
+    c.batch = 7;
+    c.samples = 100;
+    c.depth = 1;
+    c.load_concurrency = 1;
+    v.push_back(c);
+  }
+  {
+    Case c;  // concurrent staging and upload bodies, two streams, unordered
+    c.name = "float16_concurrent_unordered";
+    c.dtype = "float16";
+    c.shape = {5, 3};
+    c.batch = 33;
+    c.samples = 500;
+    c.depth = 3;
+    c.streams = 2;
+    c.load_concurrency = 3;
+    c.stage_concurrency = 3;
+    c.upload_concurrency = 2;
+    c.ordered = false;
+    v.push_back(c);
+  }
+  {
+    Case c;  // a last batch of one row, two epochs, four streams, depth 16
+    c.name = "int64_last_row_alone_4_streams";
+    c.dtype = "int64";
+    c.shape = {9};
+    c.samples = 64 * 20 + 1;
+    c.depth = 16;
+    c.streams = 4;
+    c.epochs = 2;
+    c.shuffle = true;
+    v.push_back(c);
+  }
+  {
+    Case c;  // more streams than device buffers
+    c.name = "int32_streams_over_depth";
+    c.dtype = "int32";
+    c.shape = {100};
+    c.batch = 50;
+    c.samples = 1234;
+    c.depth = 2;
+    c.streams = 3;
+    v.push_back(c);
+  }
+  {
+    Case c;  // the memory loader's pinned data set: staging passes batches through
+    c.name = "memory_pinned_pass_through";
+    c.loader = "memory";
+    c.shape = {1000};
+    c.batch = 16;
+    c.samples = 333;
+    c.depth = 4;
+    c.streams = 2;
+    c.epochs = 3;
+    v.push_back(c);
+  }
+  {
+    Case c;  // a pageable data set: staging copies, in 4 KiB chunks in parallel
+    c.name = "memory_pageable_chunked_copy";
+    c.loader = "memory";
+    c.pin = false;
+    c.shape = {1000};
+    c.batch = 16;
+    c.samples = 333;
+    c.depth = 4;
+    c.stage_concurrency = 2;
+    c.chunk_bytes = 4096;
+    v.push_back(c);
+  }
+  {
+    Case c;  // 4 MiB batches: the default 1 MiB chunks copy in parallel
+    c.name = "float32_4MiB_batches";
+    c.shape = {131072};
+    c.batch = 8;
+    c.samples = 8 * 10 + 3;
+    c.depth = 4;
+    c.streams = 2;
+    c.load_concurrency = 4;
+    v.push_back(c);
+  }
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cuda, DeviceBytes, ::testing::ValuesIn(cases()),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return info.param.name;
+                         });
+
+TEST(CudaMemory, DeviceMemoryForDataIsThePoolsNotTheDataSet) {
+  FLOWFEED_REQUIRE_GPU();
+  const Registry r = builtin();
+  // 1 MiB batches, 256 of them (a 256 MiB data set), through a pool of 4 device buffers.
+  const std::string yaml =
+      "pipeline: { batch_size: 64, prefetch_depth: 4, device: cuda, stall_timeout_s: 30 }\n"
+      "nodes:\n"
+      "  - { name: load, type: synthetic, concurrency: 4, params: { batches: 256, "
+      "sample_shape: [4096] } }\n"
+      "  - { name: stage, type: pinned_staging }\n"
+      "  - { name: upload, type: cuda_upload, streams: 2 }\n"
+      "  - { name: train, type: device_checksum }\n";
+  const PipelineConfig config = load_config_string(yaml, r);
+  test::within(120, "device memory run", [&] {
+    // A first small run loads the checksum kernel's module and creates the context, which take
+    // device memory of their own.
+    {
+      Pipeline warm(load_config_string(yaml, r, {"nodes.load.params.batches=1"}), r);
+      warm.run();
+    }
+    std::size_t free0 = 0, free1 = 0, free2 = 0, total = 0;
+    ASSERT_EQ(cudaMemGetInfo(&free0, &total), cudaSuccess);
+    Pipeline p(config, r);
+    ASSERT_EQ(cudaMemGetInfo(&free1, &total), cudaSuccess);
+    const RunReport report = p.run();
+    ASSERT_EQ(cudaMemGetInfo(&free2, &total), cudaSuccess);
+    const std::size_t capacity = 64 * 4096 * 4 + 256;
+    const std::size_t dataset = 256 * capacity;
+    const std::size_t low = std::min(free1, free2);
+    const std::size_t used = free0 > low ? free0 - low : 0;
+    EXPECT_EQ(report.device_pool_bytes, 4 * capacity);
+    EXPECT_EQ(report.batches, 256u);
+    EXPECT_EQ(report.allocations_after_build, 0u);
+    // cudaMalloc rounds each buffer up to 2 MiB pages; streams, events and the checksum's record
+    // take a little more.
+    const std::size_t two_mib = std::size_t{2} << 20;
+    const std::size_t bound = 4 * ((capacity + two_mib - 1) / two_mib * two_mib) + (8u << 20);
+    EXPECT_LE(used, bound) << "device memory used " << used << " bytes for a " << dataset
+                           << "-byte data set";
+    EXPECT_GT(dataset, 10 * bound);
+  });
+}
+
+TEST(CudaConfigs, BandwidthConfigRunsFromThePinnedDataSetWithoutHostCopies) {
+  FLOWFEED_REQUIRE_GPU();
+  const Registry r = builtin();
+  test::within(120, "configs/bandwidth.yaml", [&] {
+    Pipeline p(load_config_file(source_dir() + "/configs/bandwidth.yaml", r, {"pipeline.epochs=1"}),
+               r);
+    const RunReport report = p.run();
+    EXPECT_EQ(report.batches, 16u);
+    EXPECT_EQ(report.extra.at("stage.passed_through_batches"), 16.0);
+    EXPECT_EQ(report.extra.at("stage.copied_bytes"), 0.0);
+    EXPECT_EQ(report.allocations_after_build, 0u);
+    EXPECT_GT(report.upload_gbps, 0.0);
+    EXPECT_EQ(report.nodes.back().type, "device_discard");
+  });
+}
+
+TEST(CudaConfigs, MnistLikeConfigRunsOnTheCudaTypes) {
+  FLOWFEED_REQUIRE_GPU();
+  const Registry r = builtin();
+  test::within(120, "configs/mnist_like.yaml", [&] {
+    const PipelineConfig config = load_config_file(source_dir() + "/configs/mnist_like.yaml", r);
+    EXPECT_EQ(config.backend, Backend::cuda);
+    Pipeline p(config, r);
+    const RunReport report = p.run();
+    EXPECT_EQ(report.batches, (60000u + 63) / 64);
+    EXPECT_EQ(report.nodes.back().type, "device_checksum");
+    EXPECT_EQ(report.allocations_after_build, 0u);
+    EXPECT_NE(report.device_reason.find("device: auto, "), std::string::npos);
+  });
+}
+
+}  // namespace
+}  // namespace flowfeed
