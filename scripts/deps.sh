@@ -2,7 +2,8 @@
 # Installs the Debian packages flowfeed needs, if any is missing. Idempotent; quick when all are there.
 set -euo pipefail
 packages=(cmake ninja-build g++ pkg-config libtbb-dev libyaml-cpp-dev libgtest-dev libgmock-dev
-  libcli11-dev nlohmann-json3-dev libfmt-dev zlib1g-dev libexpat1-dev dataset-fashion-mnist)
+  libcli11-dev nlohmann-json3-dev libfmt-dev zlib1g-dev libexpat1-dev dataset-fashion-mnist
+  clang-16 libclang-rt-16-dev xz-utils)  # the last three: scripts/sanitize.sh (libFuzzer, TBB source)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -2,11 +2,16 @@
 //                 [--timeline FILE.svg] [--trace FILE.json] [--trace-limit N] [--no-stats]
 //                 [--resident | --compare-resident] [--quiet]
 // Exit codes: 0 done, 1 run-time failure, 2 config error, 130/143 stopped by SIGINT/SIGTERM.
+// The first SIGINT/SIGTERM stops the source and drains the batches in flight, then prints the
+// summary so far; a second one cancels the graph; if the run still has not ended
+// kAbortGraceSeconds later (a node stuck in a call that never returns), the process exits anyway.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -16,22 +21,47 @@
 #include "flowfeed/flowfeed.hpp"
 #include "flowfeed/nodes/builtin.hpp"
 #include "flowfeed/nodes/resident.hpp"
+#include "testing/fault_nodes.hpp"
 
 namespace {
 
-flowfeed::Pipeline* g_pipeline = nullptr;
-volatile std::sig_atomic_t g_signal = 0;
+constexpr unsigned kAbortGraceSeconds = 2;
+
+std::atomic<flowfeed::Pipeline*> g_pipeline{nullptr};
+volatile std::sig_atomic_t g_first_signal = 0;
 volatile std::sig_atomic_t g_signals = 0;
 
+// Only async-signal-safe calls here: atomic stores (request_stop/abort), alarm, write, _exit.
 void on_signal(int sig) {
-  g_signal = sig;
+  if (g_signals == 0) g_first_signal = sig;
   g_signals = g_signals + 1;
-  if (!g_pipeline) return;
+  flowfeed::Pipeline* pipeline = g_pipeline.load();
   if (g_signals == 1) {
-    g_pipeline->request_stop();
+    if (pipeline) pipeline->request_stop();
   } else {
-    g_pipeline->request_abort();
+    if (pipeline) pipeline->request_abort();
+    alarm(kAbortGraceSeconds);
   }
+}
+
+void on_alarm(int) {
+  static const char message[] =
+      "pipeline_runner: the run did not end within 2 s of the abort (a node is stuck in a call "
+      "that does not return); exiting\n";
+  ssize_t ignored = write(STDERR_FILENO, message, sizeof message - 1);
+  (void)ignored;
+  _exit(128 + (g_first_signal ? static_cast<int>(g_first_signal) : SIGINT));
+}
+
+void install_signal_handlers() {
+  struct sigaction action;
+  std::memset(&action, 0, sizeof action);
+  sigemptyset(&action.sa_mask);
+  action.sa_handler = on_signal;
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+  action.sa_handler = on_alarm;
+  sigaction(SIGALRM, &action, nullptr);
 }
 
 double figure(const std::map<std::string, double>& row, const char* key) {
@@ -88,6 +118,7 @@ int main(int argc, char** argv) {
   bool no_stats = false;
   bool quiet = false;
   bool list_types = false;
+  bool fault_nodes = false;
   bool resident = false;
   bool compare_resident = false;
   app.add_option("config", config_path, "pipeline YAML file");
@@ -105,6 +136,8 @@ int main(int argc, char** argv) {
                "skip the sampled wait figures, queue high-water marks and the verdict");
   app.add_flag("--quiet,-q", quiet, "print nothing but errors");
   app.add_flag("--list-types", list_types, "list the config schema and every node type, then exit");
+  app.add_flag("--enable-fault-nodes", fault_nodes,
+               "also register the test-only fault_* node types (fault injection for tests)");
   auto* resident_flag = app.add_flag(
       "--resident", resident,
       "train resident: the whole data set on the device once, batches as views in the same order");
@@ -119,6 +152,7 @@ int main(int argc, char** argv) {
 
   flowfeed::Registry registry;
   flowfeed::register_builtin_nodes(registry);
+  if (fault_nodes) flowfeed::register_fault_nodes(registry);
   if (list_types) {
     std::cout << flowfeed::describe_schema(registry);
     return 0;
@@ -129,6 +163,9 @@ int main(int argc, char** argv) {
   }
   if (epochs > 0) overrides.push_back("pipeline.epochs=" + std::to_string(epochs));
 
+  // Installed before the pipeline is built, so that a signal during a long build is not lost: the
+  // run then stops at once.
+  install_signal_handlers();
   try {
     flowfeed::PipelineConfig config = flowfeed::load_config_file(config_path, registry, overrides);
     if (resident) config = flowfeed::resident_config(config, registry);
@@ -138,8 +175,6 @@ int main(int argc, char** argv) {
     options.progress = !quiet;
     options.progress_bar = isatty(STDERR_FILENO) != 0;
     options.stats = !no_stats;
-    std::signal(SIGINT, on_signal);
-    std::signal(SIGTERM, on_signal);
     std::unique_ptr<flowfeed::Trace> trace;
     if (!timeline_path.empty() || !trace_path.empty()) {
       trace = std::make_unique<flowfeed::Trace>(trace_limit);
@@ -153,14 +188,18 @@ int main(int argc, char** argv) {
     };
     auto run = [&](flowfeed::PipelineConfig c, const char* label) {
       flowfeed::Pipeline pipeline(std::move(c), registry);
-      struct Unpublish {
-        ~Unpublish() { g_pipeline = nullptr; }
-      } unpublish;  // destroyed before the pipeline, on every path
       g_pipeline = &pipeline;
+      struct Unpublish {  // before `pipeline` is destroyed, also when run() throws
+        ~Unpublish() { g_pipeline = nullptr; }
+      } unpublish;
+      if (g_signals > 0) pipeline.request_stop();  // a signal came while the pipeline was built
       flowfeed::RunReport r;
       try {
         r = pipeline.run(options);
+        alarm(0);  // the run ended: an abort's deadline no longer applies
       } catch (...) {
+        alarm(0);
+        g_pipeline = nullptr;
         try {
           write_pictures();
         } catch (const std::exception& e) {
@@ -168,6 +207,7 @@ int main(int argc, char** argv) {
         }
         throw;
       }
+      g_pipeline = nullptr;
       write_pictures();
       if (!quiet) {
         std::cout << r.to_table() << std::flush;
@@ -204,14 +244,15 @@ int main(int argc, char** argv) {
         return 1;
       }
     }
-    if (report.interrupted) return 128 + (g_signal ? static_cast<int>(g_signal) : SIGINT);
+    if (report.interrupted) {
+      return 128 + (g_first_signal ? static_cast<int>(g_first_signal) : SIGINT);
+    }
     return 0;
   } catch (const flowfeed::ConfigError& e) {
-    g_pipeline = nullptr;
     std::cerr << e.what() << "\n";
     return 2;
   } catch (const std::exception& e) {
-    g_pipeline = nullptr;
+    alarm(0);
     std::cerr << "error: " << e.what() << "\n";
     return 1;
   }

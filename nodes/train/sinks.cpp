@@ -44,9 +44,11 @@ class Checksum final : public Node {
   }
 
   void process(Batch& batch) override {
-    if (ordered_ && batch.seq != next_seq_) {
-      throw Error("checksum: batch " + std::to_string(batch.seq) + " arrived, expected batch " +
-                  std::to_string(next_seq_) + " (pipeline.ordered is true)");
+    // Gaps are allowed: a batch skipped under `on_error: skip` never reaches the train node (the
+    // pipeline itself counts that every batch arrived).
+    if (ordered_ && batch.seq < next_seq_) {
+      throw Error("checksum: batch " + std::to_string(batch.seq) + " arrived after batch " +
+                  std::to_string(next_seq_ - 1) + " (pipeline.ordered is true)");
     }
     next_seq_ = batch.seq + 1;
     const auto& opts = content_->synthetic_options();

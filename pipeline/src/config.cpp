@@ -686,6 +686,7 @@ void apply_overrides(YAML::Node& root, const std::vector<std::string>& overrides
       bool found = false;
       if (keys.size() >= 2 && nodes.IsSequence()) {
         for (std::size_t n = 0; n < nodes.size(); ++n) {
+          if (!nodes[n].IsMap()) continue;  // reported by validation
           YAML::Node name = nodes[n]["name"];
           if (name.IsScalar()) names.push_back(name.Scalar());
           if (name.IsScalar() && name.Scalar() == keys[1]) {
@@ -809,7 +810,7 @@ PipelineConfig parse(const YAML::Node& root_in, const std::string& file, const R
   if (sp.has("world")) s.world = static_cast<int>(sp.get_int("world"));
 
   std::string device_where =
-      pipeline.IsDefined() && pipeline["device"].IsDefined()
+      pipeline.IsMap() && pipeline["device"].IsDefined()
           ? problems.where("pipeline.device", pipeline["device"].Mark())
           : problems.where("pipeline",
                            pipeline.IsDefined() ? pipeline.Mark() : YAML::Mark::null_mark());
@@ -860,7 +861,7 @@ PipelineConfig parse(const YAML::Node& root_in, const std::string& file, const R
     }
   }
   if (nodes_ok) {
-    std::string rank_where = sampler.IsDefined() && sampler["rank"].IsDefined()
+    std::string rank_where = sampler.IsMap() && sampler["rank"].IsDefined()
                                  ? problems.where("sampler.rank", sampler["rank"].Mark())
                                  : "";
     check_config(config, registry, problems, device_where, type_where, yaml_checked, rank_where);

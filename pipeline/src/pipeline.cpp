@@ -13,6 +13,7 @@
 #include <iostream>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 
 #include "detail/recorder.hpp"
 #include "flowfeed/sampler.hpp"
@@ -86,6 +87,8 @@ class Pipeline::Impl {
   std::uint64_t allocations_at_build_ = 0;
   std::atomic<bool> stop_{false};
   std::atomic<bool> abort_{false};
+  // Set while a run is being cancelled; nodes poll it through BuildContext::cancelled().
+  std::atomic<bool> cancel_{false};
   bool running_ = false;
 
   // Per-run state.
@@ -94,6 +97,7 @@ class Pipeline::Impl {
   std::atomic<std::uint64_t> produced_{0};
   std::atomic<std::uint64_t> consumed_{0};
   std::atomic<std::uint64_t> skipped_{0};
+  std::atomic<std::uint64_t> skipped_samples_{0};
   std::atomic<std::uint64_t> bytes_{0};
   std::atomic<std::uint64_t> samples_{0};
   std::vector<std::uint64_t> epoch_done_;
@@ -105,6 +109,17 @@ class Pipeline::Impl {
   std::vector<std::string> warnings_;
   detail::Recorder recorder_;  // stats, trace, progress
   std::vector<std::pair<std::string, std::unique_ptr<Gauge>>> gauges_;
+  // Which stage is processing each batch object (-1: none) and that batch's seq, so that a stall
+  // names the oldest stuck batch and where it is stuck. Indexed by the batch's slot.
+  std::unordered_map<const Batch*, std::size_t> slot_of_;
+  std::unique_ptr<std::atomic<int>[]> slot_stage_;
+  std::unique_ptr<std::atomic<std::uint64_t>[]> slot_seq_;
+
+  void mark(const Batch& batch, int stage) noexcept {
+    const std::size_t slot = slot_of_.find(&batch)->second;
+    slot_seq_[slot].store(batch.seq, std::memory_order_relaxed);
+    slot_stage_[slot].store(stage, std::memory_order_release);
+  }
 
   // Pull mode (Pipeline::start, Session): the session running now, if any. Defined at the end.
   Session::State* pull_ = nullptr;
@@ -148,6 +163,7 @@ class Context final : public BuildContext {
   bool ordered() const override { return impl_.config_.pipeline.ordered; }
   int epochs() const override { return impl_.config_.pipeline.epochs; }
   const SamplerOptions& sampler_options() const override { return impl_.config_.sampler; }
+  const std::atomic<bool>& cancelled() const override { return impl_.cancel_; }
   Gauge& gauge(const std::string& name) override {
     for (auto& g : impl_.gauges_) {
       if (g.first == name) return *g.second;
@@ -239,8 +255,11 @@ Pipeline::Impl::Impl(PipelineConfig config, const Registry& registry) : config_(
     b->samples.reserve(batch_size);
     b->layout = &layout_;
     free_batches_.push(b.get());
+    slot_of_.emplace(b.get(), batches_.size());
     batches_.push_back(std::move(b));
   }
+  slot_stage_ = std::make_unique<std::atomic<int>[]>(batches_.size());
+  slot_seq_ = std::make_unique<std::atomic<std::uint64_t>[]>(batches_.size());
   source_order_.reserve(sampler_->shard_size());
   std::vector<TraceNode> trace_nodes;
   for (const auto& s : stages_) {
@@ -259,17 +278,21 @@ void Pipeline::Impl::on_failure(Stage& stage, Batch& batch, std::exception_ptr e
   if (config_.pipeline.on_error == OnError::skip && is_data_error(error)) {
     std::uint64_t n = skipped_.fetch_add(1) + 1;
     if (n > static_cast<std::uint64_t>(config_.pipeline.max_skipped)) {
-      throw NodeError(message + " (" + std::to_string(n) +
-                          " batches skipped, more than pipeline.max_skipped = " +
+      cancel_.store(true);
+      throw NodeError(message + " (" + std::to_string(n) + (n == 1 ? " batch" : " batches") +
+                          " skipped, more than pipeline.max_skipped = " +
                           std::to_string(config_.pipeline.max_skipped) + ")",
                       stage.spec.name, stage.spec.type, static_cast<long long>(batch.seq));
     }
+    skipped_samples_.fetch_add(batch.rows(), std::memory_order_relaxed);
     batch.skipped = true;
     batch.error = nullptr;
     std::lock_guard<std::mutex> lock(warn_mutex_);
     if (warnings_.size() < 20) warnings_.push_back("skipped: " + message);
     return;
   }
+  // Lets bodies still running elsewhere (a long wait) end early: the graph is about to cancel.
+  cancel_.store(true);
   throw NodeError(message, stage.spec.name, stage.spec.type, static_cast<long long>(batch.seq));
 }
 
@@ -280,10 +303,12 @@ void Pipeline::Impl::run_stage(Stage& stage, Batch& batch) {
     recorder_.leave(stage.index, batch, t0);
     return;
   }
+  mark(batch, static_cast<int>(stage.index));
   stage.active.fetch_add(1, std::memory_order_relaxed);
   try {
     stage.node->process(batch);
   } catch (...) {
+    mark(batch, -1);
     const std::uint64_t t1 = now_ns();
     stage.active.fetch_sub(1, std::memory_order_relaxed);
     stage.busy_ns.fetch_add(t1 - t0, std::memory_order_relaxed);
@@ -294,6 +319,7 @@ void Pipeline::Impl::run_stage(Stage& stage, Batch& batch) {
   const std::uint64_t t1 = now_ns();
   stage.busy_ns.fetch_add(t1 - t0, std::memory_order_relaxed);
   stage.items.fetch_add(1, std::memory_order_relaxed);
+  mark(batch, -1);
   stage.active.fetch_sub(1, std::memory_order_relaxed);
   recorder_.leave(stage.index, batch, t1);
 }
@@ -346,8 +372,21 @@ void Pipeline::Impl::reclaim() {
 }
 
 std::string Pipeline::Impl::stuck_stage() const {
-  for (const auto& s : stages_) {
-    if (s->active.load() > 0) return s->label + " is still processing a batch";
+  // The oldest batch a node holds is the one the others wait for.
+  int stuck = -1;
+  std::uint64_t oldest = 0;
+  for (std::size_t i = 0; i < batches_.size(); ++i) {
+    const int stage = slot_stage_[i].load(std::memory_order_acquire);
+    const std::uint64_t seq = slot_seq_[i].load(std::memory_order_relaxed);
+    if (stage >= 0 && (stuck < 0 || seq < oldest)) {
+      stuck = stage;
+      oldest = seq;
+    }
+  }
+  if (stuck >= 0) {
+    return stages_[static_cast<std::size_t>(stuck)]->label + " is still processing batch " +
+           std::to_string(oldest) + " (epoch " +
+           std::to_string(oldest / sampler_->batches_per_epoch()) + ")";
   }
   for (std::size_t i = 1; i < stages_.size(); ++i) {
     if (stages_[i]->items.load() < stages_[i - 1]->items.load()) {
@@ -368,9 +407,10 @@ RunReport Pipeline::Impl::base_report(double seconds, bool interrupted) const {
   report.rank = config_.sampler.rank;
   report.world = config_.sampler.world;
   report.rank_source = config_.launch_source;
-  report.batches = consumed_.load();
-  report.samples = samples_.load();
   report.skipped_batches = skipped_.load();
+  report.skipped_samples = skipped_samples_.load();
+  report.batches = consumed_.load() - report.skipped_batches;
+  report.samples = samples_.load();
   report.bytes_uploaded = bytes_.load();
   report.seconds = seconds;
   report.batches_per_second = seconds > 0 ? static_cast<double>(report.batches) / seconds : 0;
@@ -415,14 +455,16 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
   for (auto& p : pools_) p->reset_counters();
   in_flight_ = 0;
   max_in_flight_ = 0;
-  produced_ = consumed_ = skipped_ = bytes_ = samples_ = 0;
+  produced_ = consumed_ = skipped_ = skipped_samples_ = bytes_ = samples_ = 0;
   source_epoch_ = 0;
   source_index_ = 0;
   source_seq_ = 0;
   epoch_done_.assign(static_cast<std::size_t>(config_.pipeline.epochs), 0);
   warnings_.clear();
-  stop_ = false;
-  abort_ = false;
+  // stop_ and abort_ are cleared when a run ends, not here: a request made just before run() (a
+  // signal while the pipeline was being built) must not be lost.
+  cancel_ = false;
+  for (std::size_t i = 0; i < batches_.size(); ++i) slot_stage_[i] = -1;
 
   const int threads =
       config_.pipeline.threads > 0 ? config_.pipeline.threads : tbb::info::default_concurrency();
@@ -469,7 +511,12 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
       if (done) break;
       tbb::flow::graph* g = graph_ptr.load();
       if (!g) continue;
-      if (abort_.load() && !cancelled_by_us.exchange(true)) g->cancel();
+      // Cancel first, then release bodies waiting on cancel_: a released body must find the graph
+      // cancelled, or the batch it held would still travel on.
+      if (abort_.load() && !cancelled_by_us.exchange(true)) {
+        g->cancel();
+        cancel_.store(true);
+      }
       std::uint64_t progress = consumed_.load();
       for (const auto& s : stages_) progress += s->items.load();
       auto now = Clock::now();
@@ -485,6 +532,7 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
         stall_message = "run stalled: no progress for " + std::string(buf) +
                         " s (pipeline.stall_timeout_s): " + stuck_stage();
         g->cancel();
+        cancel_.store(true);
       }
     }
   });
@@ -503,6 +551,7 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
     struct AsyncContext {
       AsyncNode::gateway_type* gateway = nullptr;
       Stage* stage = nullptr;
+      Impl* impl = nullptr;
       detail::Recorder* recorder = nullptr;
     };
     std::vector<std::unique_ptr<AsyncContext>> async_contexts;
@@ -512,6 +561,7 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
       if (st->node->asynchronous()) {
         auto ctx = std::make_unique<AsyncContext>();
         ctx->stage = st;
+        ctx->impl = this;
         ctx->recorder = &recorder_;
         AsyncContext* c = ctx.get();
         auto node =
@@ -524,13 +574,16 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
                 gw.try_put(b);
                 return;
               }
-              c->gateway = &gw;
+              // Outstanding device work counts as processing, so that a stall names a completion
+              // that never comes.
+              mark(*b, static_cast<int>(c->stage->index));
               gw.reserve_wait();
               Completion done(
                   [](void* context, Batch* batch, std::exception_ptr error) noexcept {
                     auto* ac = static_cast<AsyncContext*>(context);
                     if (error) batch->error = std::move(error);
                     ac->stage->items.fetch_add(1, std::memory_order_relaxed);
+                    ac->impl->mark(*batch, -1);
                     ac->recorder->complete(ac->stage->index, *batch, now_ns());
                     ac->gateway->try_put(batch);
                     ac->gateway->release_wait();
@@ -540,6 +593,7 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
                 static_cast<AsynchronousNode*>(c->stage->node.get())->submit(*b, done);
               } catch (...) {
                 b->error = std::current_exception();
+                mark(*b, -1);
                 recorder_.submitted();
                 recorder_.complete(c->stage->index, *b, now_ns());
                 gw.try_put(b);
@@ -551,6 +605,8 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
               recorder_.submitted();
               c->stage->busy_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
             });
+        // Set once, before the graph runs: completions read it from other threads.
+        c->gateway = &node->gateway();
         make_edge(*tail, *node);
         // Completions only flag failures; this node rethrows them on a TBB thread, in the graph.
         auto check =
@@ -609,6 +665,7 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
           train.node->end_epoch(epoch);
         } catch (...) {
           train.failures.fetch_add(1);
+          cancel_.store(true);
           throw NodeError(train.label + " end of epoch " + std::to_string(epoch) + ": " +
                               what_of(std::current_exception()),
                           train.spec.name, train.spec.type, -1);
@@ -627,6 +684,8 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
     } catch (...) {
       failure = std::current_exception();
     }
+    // Under the supervisor's lock: it must not cancel a graph that is going out of scope.
+    std::lock_guard<std::mutex> lock(sup_mutex);
     graph_ptr = nullptr;
   });
   const double seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
@@ -642,10 +701,12 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
   const std::uint64_t produced = produced_.load();
   const std::uint64_t consumed = consumed_.load();
   reclaim();
+  const bool interrupted = stop_.load() || abort_.load();
+  stop_ = false;
+  abort_ = false;
 
   if (failure) std::rethrow_exception(failure);
   if (!stall_message.empty()) throw Error(stall_message);
-  const bool interrupted = stop_.load() || abort_.load();
   if (!interrupted && (consumed != expected || produced != expected)) {
     throw Error("run lost batches: " + std::to_string(consumed) + " of " +
                 std::to_string(expected) + " reached the train node (" + std::to_string(produced) +
@@ -781,6 +842,7 @@ void run_pull_graph(Pipeline::Impl& impl, PullShared& s) {
   struct AsyncContext {
     AsyncNode::gateway_type* gateway = nullptr;
     Stage* stage = nullptr;
+    Pipeline::Impl* impl = nullptr;
   };
   std::vector<std::unique_ptr<AsyncContext>> async_contexts;
   for (std::size_t i = 0; i < impl.stages_.size(); ++i) {
@@ -790,6 +852,7 @@ void run_pull_graph(Pipeline::Impl& impl, PullShared& s) {
     if (st->node->asynchronous()) {
       auto ctx = std::make_unique<AsyncContext>();
       ctx->stage = st;
+      ctx->impl = &impl;
       AsyncContext* c = ctx.get();
       auto node = std::make_unique<AsyncNode>(
           g, conc, [&impl, c, first](Batch* b, AsyncNode::gateway_type& gw) {
@@ -798,13 +861,14 @@ void run_pull_graph(Pipeline::Impl& impl, PullShared& s) {
               gw.try_put(b);
               return;
             }
-            c->gateway = &gw;
+            impl.mark(*b, static_cast<int>(c->stage->index));
             gw.reserve_wait();
             Completion done(
                 [](void* context, Batch* batch, std::exception_ptr error) noexcept {
                   auto* ac = static_cast<AsyncContext*>(context);
                   if (error) batch->error = std::move(error);
                   ac->stage->items.fetch_add(1, std::memory_order_relaxed);
+                  ac->impl->mark(*batch, -1);
                   ac->gateway->try_put(batch);
                   ac->gateway->release_wait();
                 },
@@ -814,11 +878,14 @@ void run_pull_graph(Pipeline::Impl& impl, PullShared& s) {
               static_cast<AsynchronousNode*>(c->stage->node.get())->submit(*b, done);
             } catch (...) {
               b->error = std::current_exception();
+              impl.mark(*b, -1);
               gw.try_put(b);
               gw.release_wait();
             }
             c->stage->busy_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
           });
+      // Set once, before the graph runs: completions read it from other threads.
+      c->gateway = &node->gateway();
       make_edge(*tail, *node);
       auto check =
           std::make_unique<function_node<Batch*, Batch*>>(g, unlimited, [&impl, &s, st](Batch* b) {
@@ -1040,6 +1107,7 @@ Batch* Session::next() {
         // Cancel at once: what is in flight never arrives, and what did is not handed out any
         // more; close() gives it back.
         if (s.graph) s.graph->cancel();
+        p.cancel_.store(true);  // after the cancel: lets bodies in a long wait return
         st.aborted = true;
         st.ended = true;
         break;
@@ -1060,6 +1128,7 @@ Batch* Session::next() {
             std::make_exception_ptr(Error("run stalled: no batch for " + std::string(buf) +
                                           " s (pipeline.stall_timeout_s): " + p.stuck_stage()));
         if (s.graph) s.graph->cancel();
+        p.cancel_.store(true);
         continue;
       }
       if (spins < kSpins) {
@@ -1172,7 +1241,7 @@ Session Pipeline::start() {
   for (auto& pool : p.pools_) pool->reset_counters();
   p.in_flight_ = 0;
   p.max_in_flight_ = 0;
-  p.produced_ = p.consumed_ = p.skipped_ = p.bytes_ = p.samples_ = 0;
+  p.produced_ = p.consumed_ = p.skipped_ = p.skipped_samples_ = p.bytes_ = p.samples_ = 0;
   p.source_epoch_ = 0;
   p.source_index_ = 0;
   p.source_seq_ = 0;
@@ -1180,6 +1249,8 @@ Session Pipeline::start() {
   p.warnings_.clear();
   p.stop_ = false;
   p.abort_ = false;
+  p.cancel_ = false;
+  for (std::size_t i = 0; i < p.batches_.size(); ++i) p.slot_stage_[i] = -1;
 
   auto state = std::make_unique<Session::State>();
   state->impl = &p;

@@ -132,6 +132,7 @@ std::string RunReport::to_json() const {
   j["batches"] = batches;
   j["samples"] = samples;
   j["skipped_batches"] = skipped_batches;
+  j["skipped_samples"] = skipped_samples;
   j["bytes_uploaded"] = bytes_uploaded;
   j["seconds"] = seconds;
   j["batches_per_second"] = batches_per_second;
@@ -264,7 +265,10 @@ std::string RunReport::to_table() const {
     }
     os << "\n";
   }
-  if (skipped_batches) os << "skipped batches: " << skipped_batches << "\n";
+  if (skipped_batches) {
+    os << "skipped batches: " << skipped_batches << " (" << skipped_samples
+       << " samples; on_error: skip)\n";
+  }
   if (interrupted) os << "interrupted: the run was stopped before its end\n";
   return os.str();
 }

@@ -338,7 +338,7 @@ TEST(Session, AStalledGraphFailsNextAfterTheTimeout) {
     EXPECT_EQ(std::string(e.what()),
               "run stalled: no batch for 0.2 s (pipeline.stall_timeout_s): node 'slow' "
               "(flowfeed::CallableNode, " +
-                  at(l_slow) + ") is still processing a batch");
+                  at(l_slow) + ") is still processing batch 2 (epoch 0)");
   }
 }
 

@@ -2,6 +2,7 @@
 /// \file
 /// The interface every node type implements, and what a node sees while the pipeline is built.
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -77,6 +78,14 @@ class BuildContext {
   /// runs; the same name gives the same gauge. It lives as long as the pipeline. The default
   /// implementation returns a gauge nobody reads.
   virtual Gauge& gauge(const std::string& name);
+  /// A flag that becomes true while a run is being cancelled (request_abort, a stall timeout, or a
+  /// failure in another node) and is cleared when the next run starts. It lives as long as the
+  /// pipeline: a node keeps the reference, and a body that may block for long (a slow read, a
+  /// wait) polls it and returns early, so that the run can end. Never set outside a pipeline.
+  virtual const std::atomic<bool>& cancelled() const {
+    static const std::atomic<bool> never{false};
+    return never;
+  }
 };
 
 /// Completion handle passed to an AsynchronousNode: call it exactly once per batch, from any thread
@@ -113,7 +122,8 @@ class Node {
   /// Called once while the pipeline is built, in chain order (the loader first). Allocate every
   /// buffer the node will need here; nothing may be allocated per batch.
   virtual void setup(BuildContext& /*context*/) {}
-  /// Called at the start of every run, before the first batch (reset per-run state here).
+  /// Called on every node at the start of every run, before the first batch (a pipeline may run
+  /// several times, also after a failed or interrupted run): reset per-run state here.
   virtual void begin_run() {}
   /// Processes one batch. Throw to fail the batch (the run ends, or the batch is skipped under
   /// `on_error: skip`).

@@ -63,9 +63,14 @@ class Pipeline {
   Session start();
 
   /// Asks the running pipeline to stop admitting batches and drain the ones in flight. Safe to call
-  /// from any thread and from a signal handler (it only stores to an atomic).
+  /// from any thread and from a signal handler (it only stores to an atomic). A request made while
+  /// no run is in progress applies to the next run(), which then stops at once (start() clears
+  /// it); run() clears it when it ends.
   void request_stop() noexcept;
-  /// Asks the running pipeline to cancel at once. Safe from any thread and from a signal handler.
+  /// Asks the running pipeline to cancel at once: the graph is cancelled (within ~20 ms by run()'s
+  /// supervisor, at the next Session::next() in pull mode) and then BuildContext::cancelled() is
+  /// set so that a body blocked in a long wait can return; run() returns with
+  /// `report.interrupted` set. Safe from any thread and from a signal handler.
   void request_abort() noexcept;
 
   /// The validated config the pipeline was built from (batch size resolved).

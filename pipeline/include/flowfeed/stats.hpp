@@ -65,9 +65,10 @@ struct RunReport {
   int world = 1;              ///< number of shards
   std::string rank_source;    ///< the launcher whose environment gave rank/world, or ""
 
-  std::uint64_t batches = 0;          ///< batches that reached the end (train node or release())
+  std::uint64_t batches = 0;          ///< batches the train node (or the caller's release()) took
   std::uint64_t samples = 0;          ///< their samples (skipped batches not counted)
   std::uint64_t skipped_batches = 0;  ///< skipped under `on_error: skip`
+  std::uint64_t skipped_samples = 0;  ///< samples in the skipped batches
   std::uint64_t bytes_uploaded = 0;   ///< bytes of the batches counted in `batches`
   double seconds = 0;                 ///< wall time of the run
   double batches_per_second = 0;      ///< batches / seconds

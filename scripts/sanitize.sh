@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# The sanitizer and fuzzing pass (.ci/run runs it after scripts/test.sh), host backend only:
+#   asan  the whole host test suite under AddressSanitizer + UndefinedBehaviorSanitizer (gcc)
+#   tsan  the graph and pool tests under ThreadSanitizer. libtbb from Debian is not instrumented,
+#         so TSan would not see TBB's own synchronization and would report every hand-off between
+#         two nodes; this step builds libtbb with -fsanitize=thread from the Debian source package
+#         of the very version installed (apt-get source, with a private source list), once per
+#         build dir
+#   fuzz  libFuzzer on the config loader (clang 16) for FLOWFEED_FUZZ_SECONDS (default 60), seeded
+#         with tests/fuzz/corpus and configs/
+# Usage: scripts/sanitize.sh [asan] [tsan] [fuzz]   (no argument: all three)
+# Build dirs live under ${FLOWFEED_SANITIZE_DIR:-build-sanitize}/.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${FLOWFEED_SANITIZE_DIR:-$root/build-sanitize}
+steps=("$@")
+((${#steps[@]})) || steps=(asan tsan fuzz)
+jobs=$(nproc)
+# Optimized enough to run the suite quickly, with line tables for the reports.
+common=(-G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1"
+  -DFLOWFEED_CUDA=OFF)
+ubsan_options="halt_on_error=1:print_stacktrace=1:suppressions=$root/tests/sanitizers/ubsan.supp"
+
+"$root/scripts/deps.sh"
+mkdir -p "$out"
+
+configure() {  # dir, extra cmake args...
+  local dir=$1
+  shift
+  [[ -f $dir/CMakeCache.txt ]] || cmake -S "$root" -B "$dir" "${common[@]}" "$@" >/dev/null
+}
+
+run_asan() {
+  echo "== sanitize: ASan + UBSan, host test suite" >&2
+  configure "$out/asan" -DFLOWFEED_SANITIZE=address,undefined
+  cmake --build "$out/asan" -j"$jobs"
+  (cd "$out/asan" &&
+    ASAN_OPTIONS=detect_leaks=1:detect_stack_use_after_return=1:strict_string_checks=1 \
+      UBSAN_OPTIONS=$ubsan_options ctest --output-on-failure -j"$jobs" --timeout 600 -LE gpu \
+      -E '^package_downstream$')
+  # (package_downstream builds a plain consumer of the installed static libraries, which here
+  # carry sanitizer calls that only an instrumented link resolves; scripts/test.sh runs it.)
+}
+
+# libtbb built with -fsanitize=thread, installed into $out/tbb-tsan.
+tsan_tbb() {
+  local prefix=$out/tbb-tsan
+  [[ -f $prefix/lib/cmake/TBB/TBBConfig.cmake ]] && return
+  local apt=$out/tbb-apt src=$out/tbb-src
+  rm -rf "$apt" "$src"
+  mkdir -p "$apt/lists/partial" "$apt/cache" "$apt/sources" "$src"
+  # The machine's own Debian sources, as source-package entries (no mirror is named here).
+  sed -e 's/^Types: deb$/Types: deb-src/' /etc/apt/sources.list.d/*.sources \
+    >"$apt/sources/debian-src.sources"
+  local apt_opts=(-o Dir::Etc::SourceList=/dev/null -o "Dir::Etc::SourceParts=$apt/sources"
+    -o "Dir::State::Lists=$apt/lists" -o "Dir::Cache=$apt/cache" -qq)
+  apt-get "${apt_opts[@]}" update
+  local version
+  version=$(dpkg-query -W -f='${source:Version}' libtbb-dev)
+  (cd "$src" && apt-get "${apt_opts[@]}" source --download-only "onetbb=$version")
+  tar -xf "$src"/onetbb_*.orig.tar.* -C "$src"
+  local tree
+  tree=$(find "$src" -mindepth 1 -maxdepth 1 -type d | head -1)
+  # -Wno-tsan: gcc notes that TSan does not model atomic_thread_fence (libtbb uses a few).
+  cmake -S "$tree" -B "$src/build" "${common[@]}" -DCMAKE_CXX_FLAGS=-Wno-tsan \
+    -DTBB_SANITIZE=thread -DTBB_TEST=OFF \
+    -DTBB_EXAMPLES=OFF -DTBB_STRICT=OFF -DTBBMALLOC_BUILD=OFF -DTBB_ENABLE_IPO=OFF \
+    -DCMAKE_INSTALL_PREFIX="$prefix" >/dev/null
+  cmake --build "$src/build" -j"$jobs"
+  cmake --install "$src/build" >/dev/null
+}
+
+run_tsan() {
+  echo "== sanitize: ThreadSanitizer, graph and pool tests" >&2
+  tsan_tbb
+  configure "$out/tsan" -DFLOWFEED_SANITIZE=thread "-DTBB_DIR=$out/tbb-tsan/lib/cmake/TBB"
+  cmake --build "$out/tsan" -j"$jobs" --target flowfeed_tests
+  # The suites of tests/pipeline/{pipeline,pool,reliability,session}_test.cpp: every graph shape,
+  # failure, skip, stall, stop and abort path, pull mode, and the pools under concurrent use.
+  local filter='BufferPool.*:Pipeline.*:*ThroughTheGraph*:*FailureIn*:*NodeThrows*:*DataErrorFails*'
+  filter+=':*CorruptData*:*SkipDataError*:*Stall*:Rerun.*:Interrupt.*:Session.*'
+  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+    "$out/tsan/tests/flowfeed_tests" --gtest_filter="$filter" --gtest_brief=1
+}
+
+run_fuzz() {
+  local seconds=${FLOWFEED_FUZZ_SECONDS:-60}
+  echo "== sanitize: libFuzzer on the config loader, ${seconds} s" >&2
+  # clang 16: clang 14 lacks the builtin that libstdc++ 12's std::source_location needs.
+  CC=clang-16 CXX=clang++-16 configure "$out/fuzz" -DFLOWFEED_BUILD_TESTS=OFF -DFLOWFEED_BUILD_APPS=OFF \
+    -DFLOWFEED_BUILD_FUZZERS=ON -DFLOWFEED_SANITIZE=address,undefined,fuzzer-no-link
+  cmake --build "$out/fuzz" -j"$jobs" --target config_fuzz
+  # New inputs go to a scratch dir; the seeds in the repository are only read.
+  mkdir -p "$out/fuzz/corpus" "$out/fuzz/artifacts"
+  UBSAN_OPTIONS=$ubsan_options "$out/fuzz/tests/fuzz/config_fuzz" -max_total_time="$seconds" \
+    -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 -dict="$root/tests/fuzz/config.dict" \
+    -artifact_prefix="$out/fuzz/artifacts/" "$out/fuzz/corpus" "$root/tests/fuzz/corpus" \
+    "$root/configs"
+}
+
+for step in "${steps[@]}"; do
+  start=$SECONDS
+  case $step in
+    asan) run_asan ;;
+    tsan) run_tsan ;;
+    fuzz) run_fuzz ;;
+    *)
+      echo "sanitize.sh: unknown step '$step' (asan, tsan, fuzz)" >&2
+      exit 2
+      ;;
+  esac
+  echo "== sanitize: $step passed in $((SECONDS - start)) s" >&2
+done

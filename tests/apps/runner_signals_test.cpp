@@ -1,0 +1,283 @@
+// pipeline_runner as a user meets it: run in a child process, its exit code, what it prints, and
+// what SIGINT / SIGTERM do to a run in progress.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+/// The runner in a child process, with its stdout and stderr captured.
+class Runner {
+ public:
+  explicit Runner(std::vector<std::string> args) {
+    args.insert(args.begin(), FLOWFEED_RUNNER);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    int out[2], err[2];
+    if (pipe(out) != 0 || pipe(err) != 0) throw std::runtime_error("pipe failed");
+    pid_ = fork();
+    if (pid_ < 0) throw std::runtime_error("fork failed");
+    if (pid_ == 0) {
+      dup2(out[1], STDOUT_FILENO);
+      dup2(err[1], STDERR_FILENO);
+      close(out[0]);
+      close(err[0]);
+      close(out[1]);
+      close(err[1]);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    close(out[1]);
+    close(err[1]);
+    out_fd_ = out[0];
+    err_fd_ = err[0];
+    fcntl(out_fd_, F_SETFL, O_NONBLOCK);
+    fcntl(err_fd_, F_SETFL, O_NONBLOCK);
+  }
+  ~Runner() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    close(out_fd_);
+    close(err_fd_);
+  }
+  Runner(const Runner&) = delete;
+  Runner& operator=(const Runner&) = delete;
+
+  /// Waits until stderr contains `text`; false after `seconds`.
+  bool wait_for_stderr(const std::string& text, double seconds) {
+    const auto end = Clock::now() + std::chrono::duration<double>(seconds);
+    while (err_.find(text) == std::string::npos) {
+      if (Clock::now() > end || !pump(50)) return err_.find(text) != std::string::npos;
+    }
+    return true;
+  }
+  void signal(int sig) { kill(pid_, sig); }
+  /// Waits for the exit and returns the exit code; -1 (after killing it) when it has not exited
+  /// within `seconds`, 1000 + N when it died of signal N.
+  int wait(double seconds) {
+    const auto end = Clock::now() + std::chrono::duration<double>(seconds);
+    for (;;) {
+      pump(20);
+      int status = 0;
+      pid_t r = waitpid(pid_, &status, WNOHANG);
+      if (r == pid_) {
+        pid_ = -1;
+        while (pump(0)) {
+        }
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 1000 + WTERMSIG(status);
+      }
+      if (Clock::now() > end) {
+        kill(pid_, SIGKILL);
+        waitpid(pid_, nullptr, 0);
+        pid_ = -1;
+        return -1;
+      }
+    }
+  }
+  const std::string& out() const { return out_; }
+  const std::string& err() const { return err_; }
+
+ private:
+  /// Reads what is available; false once both pipes are closed.
+  bool pump(int timeout_ms) {
+    pollfd fds[2] = {{out_fd_, POLLIN, 0}, {err_fd_, POLLIN, 0}};
+    if (poll(fds, 2, timeout_ms) <= 0) return true;
+    bool open = false;
+    for (int i = 0; i < 2; ++i) {
+      char buf[4096];
+      ssize_t n = read(fds[i].fd, buf, sizeof buf);
+      if (n > 0) (i == 0 ? out_ : err_).append(buf, static_cast<std::size_t>(n));
+      if (n != 0) open = true;
+    }
+    return open;
+  }
+
+  pid_t pid_ = -1;
+  int out_fd_ = -1, err_fd_ = -1;
+  std::string out_, err_;
+};
+
+/// Writes `yaml` to a file in the test temp dir and returns its path.
+std::string write_config(const std::string& name, const std::string& yaml) {
+  std::string path =
+      testing::TempDir() + "flowfeed_runner_" + std::to_string(getpid()) + "_" + name + ".yaml";
+  std::ofstream(path) << yaml;
+  return path;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+/// A run of 1000 batches with a train step of 2 ms: long enough to be interrupted.
+std::string long_run(const std::string& train) {
+  return "pipeline: { epochs: 1, batch_size: 16, prefetch_depth: 4, device: host }\n"
+         "nodes:\n"
+         "  - { name: load, type: synthetic, concurrency: 2, params: { batches: 1000, "
+         "sample_shape: [8] } }\n"
+         "  - { name: stage, type: host_staging }\n"
+         "  - { name: upload, type: host_upload }\n"
+         "  - " +
+         train + "\n";
+}
+
+// The progress line the runner prints (to stderr, every 500 ms) once the run is under way.
+constexpr const char* kProgress = "flowfeed: ";
+// Bounds for "the child ends": far above what any of these runs needs, so that only a hang fails.
+constexpr double kExitBound = 60;
+
+TEST(RunnerExit, NodeFailureExits1WithOneMessageNamingNodeLineAndBatch) {
+  const std::string path = write_config("fail",
+                                        "pipeline: { epochs: 2, batch_size: 16, device: host }\n"
+                                        "nodes:\n"
+                                        "  - { name: load, type: fault_load, params: { batches: 5, "
+                                        "sample_shape: [8], mode: throw, at_batch: 7 } }\n"
+                                        "  - { name: train, type: checksum }\n");
+  Runner r({path, "--enable-fault-nodes", "--quiet"});
+  EXPECT_EQ(r.wait(kExitBound), 1);
+  EXPECT_EQ(r.err(), "error: node 'load' (fault_load, " + path +
+                         ":3) batch 7 (epoch 1): fault_load: injected failure at batch 7\n");
+  EXPECT_EQ(r.out(), "");
+}
+
+TEST(RunnerExit, DataErrorNamesFileAndOffset) {
+  const std::string path = write_config(
+      "data",
+      "pipeline: { epochs: 1, batch_size: 16, device: host }\n"
+      "nodes:\n"
+      "  - { name: load, type: synthetic, params: { batches: 5, sample_shape: [8] } }\n"
+      "  - { name: stage, type: fault_staging, params: { mode: data_error, at_batch: 2, file: "
+      "shard-3.bin } }\n"
+      "  - { name: upload, type: host_upload }\n"
+      "  - { name: train, type: checksum }\n");
+  Runner r({path, "--enable-fault-nodes", "--quiet"});
+  EXPECT_EQ(r.wait(kExitBound), 1);
+  EXPECT_EQ(r.err(), "error: node 'stage' (fault_staging, " + path +
+                         ":4) batch 2 (epoch 0): shard-3.bin: short read at offset 1024 (injected "
+                         "by fault_staging at batch 2)\n");
+}
+
+TEST(RunnerExit, StalledSinkExits1NamingTheStuckNode) {
+  const std::string path = write_config(
+      "stall",
+      "pipeline: { epochs: 1, batch_size: 16, device: host, stall_timeout_s: 0.5 }\n"
+      "nodes:\n"
+      "  - { name: load, type: synthetic, params: { batches: 50, sample_shape: [8] } }\n"
+      "  - { name: train, type: fault_train, params: { mode: stall, at_batch: 3, stall_s: 100000 } "
+      "}\n");
+  Runner r({path, "--enable-fault-nodes", "--quiet"});
+  EXPECT_EQ(r.wait(kExitBound), 1);
+  EXPECT_EQ(r.err(),
+            "error: run stalled: no progress for 0.5 s (pipeline.stall_timeout_s): node "
+            "'train' (fault_train, " +
+                path + ":4) is still processing batch 3 (epoch 0)\n");
+}
+
+TEST(RunnerExit, ConfigErrorExits2) {
+  const std::string path = write_config("config",
+                                        "pipeline: { epochs: 1, prefetch_dept: 4 }\n"
+                                        "nodes:\n"
+                                        "  - { name: load, type: synthetic }\n"
+                                        "  - { name: train, type: checksum }\n");
+  Runner r({path, "--quiet"});
+  EXPECT_EQ(r.wait(kExitBound), 2);
+  EXPECT_EQ(r.err(), path +
+                         ":1:24: pipeline.prefetch_dept: unknown key (did you mean "
+                         "'prefetch_depth'?)\n");
+}
+
+TEST(RunnerExit, FaultNodesExistOnlyWhenAskedFor) {
+  const std::string path =
+      write_config("nofault",
+                   "pipeline: { epochs: 1 }\n"
+                   "nodes:\n"
+                   "  - { name: load, type: fault_load, params: { mode: throw } }\n"
+                   "  - { name: train, type: checksum }\n");
+  Runner r({path, "--quiet"});
+  EXPECT_EQ(r.wait(kExitBound), 2);
+  EXPECT_EQ(r.err().rfind(path + ":3:25: nodes[0].type: unknown node type 'fault_load' (", 0), 0u)
+      << r.err();
+}
+
+TEST(RunnerSignal, SigintStopsDrainsPrintsTheSummaryAndExits130) {
+  const std::string path =
+      write_config("sigint", long_run("{ name: train, type: sleep, params: { ms: 2 } }"));
+  const std::string report =
+      testing::TempDir() + "flowfeed_runner_" + std::to_string(getpid()) + "_sigint.json";
+  std::remove(report.c_str());
+  Runner r({path, "--report", report});
+  ASSERT_TRUE(r.wait_for_stderr(kProgress, kExitBound)) << r.err();
+  r.signal(SIGINT);
+  EXPECT_EQ(r.wait(kExitBound), 130) << r.err();
+  EXPECT_NE(r.out().find("interrupted: the run was stopped before its end\n"), std::string::npos)
+      << r.out();
+  EXPECT_EQ(r.err().find("error"), std::string::npos) << r.err();
+  const std::string json = read_file(report);
+  EXPECT_NE(json.find("\"interrupted\": true"), std::string::npos) << json;
+  EXPECT_EQ(json.find("\"batches\": 1000,"), std::string::npos) << json;
+}
+
+TEST(RunnerSignal, SigtermExits143) {
+  const std::string path =
+      write_config("sigterm", long_run("{ name: train, type: sleep, params: { ms: 2 } }"));
+  Runner r({path});
+  ASSERT_TRUE(r.wait_for_stderr(kProgress, kExitBound)) << r.err();
+  r.signal(SIGTERM);
+  EXPECT_EQ(r.wait(kExitBound), 143) << r.err();
+  EXPECT_NE(r.out().find("interrupted: the run was stopped before its end\n"), std::string::npos)
+      << r.out();
+}
+
+TEST(RunnerSignal, SecondSigintAbortsADrainThatWaitsForAStalledNode) {
+  // The first SIGINT drains, which waits for the stalled sink; the second cancels the graph.
+  const std::string path = write_config(
+      "abort", long_run("{ name: train, type: fault_train, params: { mode: stall, at_batch: 2, "
+                        "stall_s: 100000 } }"));
+  Runner r({path, "--enable-fault-nodes"});
+  ASSERT_TRUE(r.wait_for_stderr(kProgress, kExitBound)) << r.err();
+  r.signal(SIGINT);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  r.signal(SIGINT);
+  EXPECT_EQ(r.wait(kExitBound), 130) << r.err();
+  EXPECT_NE(r.out().find("interrupted: the run was stopped before its end\n"), std::string::npos)
+      << r.out();
+  EXPECT_EQ(r.err().find("did not end"), std::string::npos) << r.err();
+}
+
+TEST(RunnerSignal, SecondSigintExitsEvenWhenANodeNeverReturns) {
+  // `sleep` with ms: 1e7 blocks in one call that no cancellation reaches: the runner gives up on
+  // it 2 s after the abort and exits anyway.
+  const std::string path =
+      write_config("stuck", long_run("{ name: train, type: sleep, params: { ms: 10000000 } }"));
+  Runner r({path});
+  ASSERT_TRUE(r.wait_for_stderr(kProgress, kExitBound)) << r.err();
+  r.signal(SIGINT);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  r.signal(SIGINT);
+  EXPECT_EQ(r.wait(kExitBound), 130) << r.err();
+  EXPECT_NE(r.err().find("pipeline_runner: the run did not end within 2 s of the abort (a node is "
+                         "stuck in a call that does not return); exiting\n"),
+            std::string::npos)
+      << r.err();
+}
+
+}  // namespace
