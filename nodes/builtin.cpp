@@ -3,18 +3,30 @@
 namespace flowfeed {
 
 void register_synthetic(Registry& registry);
+void register_idx(Registry& registry);
 void register_memory(Registry& registry);
+void register_npy(Registry& registry);
 void register_host_staging(Registry& registry);
 void register_host_upload(Registry& registry);
 void register_sinks(Registry& registry);
+void register_mlp(Registry& registry);
 
 void register_load_nodes(Registry& registry) {
   register_synthetic(registry);
+  register_idx(registry);
   register_memory(registry);
+  register_npy(registry);
 }
-void register_staging_nodes(Registry& registry) { register_host_staging(registry); }
-void register_upload_nodes(Registry& registry) { register_host_upload(registry); }
-void register_train_nodes(Registry& registry) { register_sinks(registry); }
+void register_staging_nodes(Registry& registry) {
+  register_host_staging(registry);
+}
+void register_upload_nodes(Registry& registry) {
+  register_host_upload(registry);
+}
+void register_train_nodes(Registry& registry) {
+  register_sinks(registry);
+  register_mlp(registry);
+}
 
 void register_builtin_nodes(Registry& registry) {
   register_load_nodes(registry);

@@ -1,6 +1,6 @@
 // pipeline_runner CONFIG [--set key.path=value]... [--epochs N] [--report FILE.json]
 //                 [--timeline FILE.svg] [--trace FILE.json] [--trace-limit N] [--no-stats]
-//                 [--quiet]
+//                 [--resident | --compare-resident] [--enable-fault-nodes] [--quiet]
 // Exit codes: 0 done, 1 run-time failure, 2 config error, 130/143 stopped by SIGINT/SIGTERM.
 // The first SIGINT/SIGTERM stops the source and drains the batches in flight, then prints the
 // summary so far; a second one cancels the graph; if the run still has not ended
@@ -14,10 +14,13 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <memory>
+#include <optional>
 
 #include "flowfeed/flowfeed.hpp"
 #include "flowfeed/nodes/builtin.hpp"
+#include "flowfeed/nodes/resident.hpp"
 #include "testing/fault_nodes.hpp"
 
 namespace {
@@ -61,6 +64,47 @@ void install_signal_handlers() {
   sigaction(SIGALRM, &action, nullptr);
 }
 
+
+double figure(const std::map<std::string, double>& row, const char* key) {
+  auto it = row.find(key);
+  return it == row.end() ? -1.0 : it->second;
+}
+
+/// Training steps per second over the epochs after the first (which includes warm-up: CUDA graph
+/// capture, first-touch page faults), or over the whole run when there is one epoch.
+double steady_steps_per_second(const flowfeed::RunReport& report) {
+  double steps = 0, seconds = 0;
+  for (std::size_t i = report.train.epochs.size() > 1 ? 1 : 0; i < report.train.epochs.size();
+       ++i) {
+    steps += figure(report.train.epochs[i], "steps");
+    seconds += figure(report.train.epochs[i], "seconds");
+  }
+  return seconds > 0 ? steps / seconds : report.train.steps_per_second;
+}
+
+/// One line per epoch, then the final figures, for a run whose train node reports them.
+void print_training(const flowfeed::RunReport& report, const char* label) {
+  if (report.train.epochs.empty()) return;
+  for (const auto& row : report.train.epochs) {
+    std::printf("%sepoch %d: train loss %.4f accuracy %.4f", label,
+                static_cast<int>(figure(row, "epoch")), figure(row, "loss"),
+                figure(row, "accuracy"));
+    if (figure(row, "test_accuracy") >= 0) {
+      std::printf(" | test loss %.4f accuracy %.4f", figure(row, "test_loss"),
+                  figure(row, "test_accuracy"));
+    }
+    std::printf(" | %.2f s, %.0f steps/s\n", figure(row, "seconds"),
+                figure(row, "steps_per_second"));
+  }
+  std::printf("%strain: %.0f steps/s (%.0f after the first epoch), stall %.1f%%", label,
+              report.train.steps_per_second, steady_steps_per_second(report),
+              100.0 * report.train.stall_fraction);
+  if (report.train.test_loss >= 0) {
+    std::printf(", test accuracy %.4f after %d epochs", report.train.accuracy, report.epochs);
+  }
+  std::printf("\n");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -76,6 +120,8 @@ int main(int argc, char** argv) {
   bool quiet = false;
   bool list_types = false;
   bool fault_nodes = false;
+  bool resident = false;
+  bool compare_resident = false;
   app.add_option("config", config_path, "pipeline YAML file");
   app.add_option("--set", overrides, "override a config value: key.path=value (nodes by name)");
   app.add_option("--epochs", epochs, "override pipeline.epochs")->check(CLI::PositiveNumber);
@@ -93,6 +139,12 @@ int main(int argc, char** argv) {
   app.add_flag("--list-types", list_types, "list the config schema and every node type, then exit");
   app.add_flag("--enable-fault-nodes", fault_nodes,
                "also register the test-only fault_* node types (fault injection for tests)");
+  auto* resident_flag = app.add_flag(
+      "--resident", resident,
+      "train resident: the whole data set on the device once, batches as views in the same order");
+  app.add_flag("--compare-resident", compare_resident,
+               "run the config streamed, then resident, and print the throughput ratio")
+      ->excludes(resident_flag);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -117,12 +169,9 @@ int main(int argc, char** argv) {
   install_signal_handlers();
   try {
     flowfeed::PipelineConfig config = flowfeed::load_config_file(config_path, registry, overrides);
-    flowfeed::Pipeline pipeline(std::move(config), registry);
-    g_pipeline = &pipeline;
-    struct Unpublish {  // before `pipeline` is destroyed, also when run() throws
-      ~Unpublish() { g_pipeline = nullptr; }
-    } unpublish;
-    if (g_signals > 0) pipeline.request_stop();  // a signal came while the pipeline was built
+    if (resident) config = flowfeed::resident_config(config, registry);
+    std::optional<flowfeed::PipelineConfig> resident_run;
+    if (compare_resident) resident_run = flowfeed::resident_config(config, registry);
     flowfeed::RunOptions options;
     options.progress = !quiet;
     options.progress_bar = isatty(STDERR_FILENO) != 0;
@@ -132,29 +181,60 @@ int main(int argc, char** argv) {
       trace = std::make_unique<flowfeed::Trace>(trace_limit);
       options.trace = trace.get();
     }
-    // The pictures are written even when the run fails: they show where it stopped.
+    // The pictures (of the first run) are written even when it fails: they show where it stopped.
     auto write_pictures = [&] {
       if (!trace) return;
       if (!timeline_path.empty()) trace->save(timeline_path, true);
       if (!trace_path.empty()) trace->save(trace_path, false);
     };
-    flowfeed::RunReport report;
-    try {
-      report = pipeline.run(options);
-      alarm(0);  // the run ended: an abort's deadline no longer applies
-    } catch (...) {
-      alarm(0);
-      g_pipeline = nullptr;
+    auto run = [&](flowfeed::PipelineConfig c, const char* label) {
+      flowfeed::Pipeline pipeline(std::move(c), registry);
+      struct Unpublish {
+        ~Unpublish() { g_pipeline = nullptr; }
+      } unpublish;  // destroyed before the pipeline, on every path
+      g_pipeline = &pipeline;
+      if (g_signals > 0) pipeline.request_stop();  // a signal came while the pipeline was built
+      flowfeed::RunReport r;
       try {
-        write_pictures();
-      } catch (const std::exception& e) {
-        std::cerr << "pipeline_runner: " << e.what() << "\n";
+        r = pipeline.run(options);
+        alarm(0);  // the run ended: an abort's deadline no longer applies
+      } catch (...) {
+        alarm(0);
+        try {
+          write_pictures();
+        } catch (const std::exception& e) {
+          std::cerr << "pipeline_runner: " << e.what() << "\n";
+        }
+        throw;
       }
-      throw;
+      write_pictures();
+      if (!quiet) {
+        std::cout << r.to_table() << std::flush;
+        print_training(r, label);
+        std::fflush(stdout);
+      }
+      return r;
+    };
+    flowfeed::RunReport report = run(std::move(config), compare_resident ? "streamed: " : "");
+    if (resident_run && !report.interrupted) {
+      trace.reset();
+      options.trace = nullptr;
+      flowfeed::RunReport base = run(std::move(*resident_run), "resident: ");
+      const double streamed_sps = steady_steps_per_second(report);
+      const double resident_sps = steady_steps_per_second(base);
+      std::printf(
+          "streamed / resident training throughput: %.0f / %.0f steps/s = %.3f "
+          "(whole runs: %.0f / %.0f = %.3f)\n",
+          streamed_sps, resident_sps, resident_sps > 0 ? streamed_sps / resident_sps : 0.0,
+          report.train.steps_per_second, base.train.steps_per_second,
+          base.train.steps_per_second > 0
+              ? report.train.steps_per_second / base.train.steps_per_second
+              : 0.0);
+      report.extra["resident_steps_per_second"] = resident_sps;
+      report.extra["streamed_steps_per_second"] = streamed_sps;
+      report.extra["streamed_over_resident"] = resident_sps > 0 ? streamed_sps / resident_sps : 0.0;
+      report.interrupted = base.interrupted;
     }
-    g_pipeline = nullptr;
-    write_pictures();
-    if (!quiet) std::cout << report.to_table() << std::flush;
     if (!report_path.empty()) {
       std::ofstream out(report_path);
       out << report.to_json() << "\n";

@@ -163,6 +163,7 @@ class Context final : public BuildContext {
   bool ordered() const override { return impl_.config_.pipeline.ordered; }
   int epochs() const override { return impl_.config_.pipeline.epochs; }
   const std::atomic<bool>& cancelled() const override { return impl_.cancel_; }
+  const SamplerOptions& sampler_options() const override { return impl_.config_.sampler; }
   Gauge& gauge(const std::string& name) override {
     for (auto& g : impl_.gauges_) {
       if (g.first == name) return *g.second;
@@ -349,7 +350,8 @@ Batch* Pipeline::Impl::next_batch(tbb::flow_control& fc) {
 
 void Pipeline::Impl::finish_batch(Batch* b) {
   if (!b->skipped) {
-    bytes_.fetch_add(b->bytes(), std::memory_order_relaxed);
+    // Only batches that reached a device buffer were uploaded (a resident run's batches carry only indices).
+    if (b->device) bytes_.fetch_add(b->bytes(), std::memory_order_relaxed);
     samples_.fetch_add(b->rows(), std::memory_order_relaxed);
   }
   recorder_.finish(*b);

@@ -305,11 +305,12 @@ TEST(CudaConfigs, BandwidthConfigRunsFromThePinnedDataSetWithoutHostCopies) {
   });
 }
 
-TEST(CudaConfigs, MnistLikeConfigRunsOnTheCudaTypes) {
+TEST(CudaConfigs, MnistSyntheticConfigRunsOnTheCudaTypes) {
   FLOWFEED_REQUIRE_GPU();
   const Registry r = builtin();
-  test::within(120, "configs/mnist_like.yaml", [&] {
-    const PipelineConfig config = load_config_file(source_dir() + "/configs/mnist_like.yaml", r);
+  test::within(120, "configs/mnist_synthetic.yaml", [&] {
+    const PipelineConfig config =
+        load_config_file(source_dir() + "/configs/mnist_synthetic.yaml", r);
     EXPECT_EQ(config.backend, Backend::cuda);
     Pipeline p(config, r);
     const RunReport report = p.run();

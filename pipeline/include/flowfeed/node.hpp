@@ -23,6 +23,8 @@ const char* role_name(Role role) noexcept;
 /// The compute backend a pipeline runs on.
 enum class Backend { host, cuda };
 
+struct SamplerOptions;
+
 /// One node as declared in a config (or built in C++).
 struct NodeSpec {
   std::string name;           ///< unique within the pipeline
@@ -69,6 +71,9 @@ class BuildContext {
   virtual bool ordered() const = 0;
   /// Passes over the data set in one run (`pipeline.epochs`).
   virtual int epochs() const = 0;
+  /// The sampler's options: with the loader's size and batch_size() they give every epoch's order
+  /// (flowfeed::Sampler), e.g. for a train node that holds the whole data set (resident mode).
+  virtual const SamplerOptions& sampler_options() const = 0;
   /// A live figure called `name` (e.g. "loss") that the progress display shows while the pipeline
   /// runs; the same name gives the same gauge. It lives as long as the pipeline. The default
   /// implementation returns a gauge nobody reads.

@@ -1,0 +1,320 @@
+#include "mlp_node.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <utility>
+
+#include "flowfeed/nodes/dataset.hpp"
+#include "flowfeed/registry.hpp"
+#include "flowfeed/trace.hpp"
+#include "load/idx_file.hpp"
+
+namespace flowfeed {
+
+namespace {
+
+std::uint64_t now_ns() {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        std::chrono::steady_clock::now().time_since_epoch())
+                                        .count());
+}
+
+/// Evaluation runs in chunks of this many samples.
+constexpr int kEvalChunk = 1000;
+
+/// The CPU reference: MlpCpu on the batch's newest tier (host memory on the host backend).
+class MlpCpuBackend final : public MlpBackend {
+ public:
+  explicit MlpCpuBackend(MlpSetup setup) : s_(std::move(setup)), model_(s_.model) {
+    if (s_.resident) {
+      // The host's "device" is host memory: keep one copy of the set, gather each batch from it.
+      resident_x_.resize(s_.dataset_size * s_.x_sample_bytes);
+      resident_y_.resize(s_.dataset_size);
+      s_.resident->copy_all(s_.x_index, resident_x_.data());
+      s_.resident->copy_all(s_.y_index, resident_y_.data());
+      batch_x_.resize(s_.batch_size * s_.x_sample_bytes);
+      batch_y_.resize(s_.batch_size);
+    }
+  }
+
+  void step(Batch& batch) override {
+    const int n = static_cast<int>(batch.rows());
+    const void* x = nullptr;
+    const std::int32_t* y = nullptr;
+    if (s_.resident) {
+      for (std::size_t r = 0; r < batch.rows(); ++r) {
+        const std::size_t sample = batch.samples[r];
+        std::memcpy(batch_x_.data() + r * s_.x_sample_bytes,
+                    resident_x_.data() + sample * s_.x_sample_bytes, s_.x_sample_bytes);
+        batch_y_[r] = resident_y_[sample];
+      }
+      x = batch_x_.data();
+      y = batch_y_.data();
+    } else {
+      const Tier tier = batch.newest_tier();
+      x = batch.tensor(tier, s_.x_index);
+      y = reinterpret_cast<const std::int32_t*>(batch.tensor(tier, s_.y_index));
+    }
+    const StepStats st = s_.x_u8 ? model_.train_step_u8(static_cast<const std::uint8_t*>(x), y, n)
+                                 : model_.train_step(static_cast<const float*>(x), y, n);
+    sums_.loss_sum += st.loss_sum;
+    sums_.correct += st.correct;
+    sums_.samples += st.samples;
+  }
+
+  StepStats take_train_stats() override { return std::exchange(sums_, StepStats{}); }
+
+  StepStats evaluate() override {
+    StepStats total;
+    const EvalSet& e = *s_.eval;
+    for (std::size_t first = 0; first < e.count; first += kEvalChunk) {
+      const int n = static_cast<int>(std::min<std::size_t>(kEvalChunk, e.count - first));
+      const StepStats st =
+          model_.evaluate_u8(e.images.data() + first * e.features, e.labels.data() + first, n);
+      total.loss_sum += st.loss_sum;
+      total.correct += st.correct;
+      total.samples += st.samples;
+    }
+    return total;
+  }
+
+  MlpParams params() const override { return model_.params(); }
+
+ private:
+  MlpSetup s_;
+  MlpCpu model_;
+  StepStats sums_;
+  std::vector<std::byte> resident_x_, batch_x_;
+  std::vector<std::int32_t> resident_y_, batch_y_;
+};
+
+std::string param_where(const NodeSpec& spec, const std::string& key) {
+  SourceLoc loc = spec.params.loc(key);
+  return (loc.file.empty() ? spec.loc : loc).str();
+}
+
+}  // namespace
+
+std::unique_ptr<MlpBackend> make_mlp_cpu_backend(MlpSetup setup) {
+  return std::make_unique<MlpCpuBackend>(std::move(setup));
+}
+
+MlpNode::MlpNode(MlpNodeOptions options, std::string node_name, SourceLoc loc)
+    : options_(std::move(options)), name_(std::move(node_name)), loc_(std::move(loc)) {
+  if (!options_.eval_images.empty()) {
+    IdxDataset d = load_idx_dataset(options_.eval_images, options_.eval_labels, options_.classes);
+    eval_.count = d.count;
+    eval_.features = d.rows * d.cols;
+    eval_.images = std::move(d.images);
+    eval_.labels.assign(d.labels.begin(), d.labels.end());
+  }
+}
+
+MlpNode::~MlpNode() = default;
+
+MlpNodeOptions MlpNode::options_from(const NodeSpec& spec) {
+  const Params& p = spec.params;
+  MlpNodeOptions o;
+  o.hidden.clear();
+  for (std::int64_t h : p.get_int_list("hidden")) o.hidden.push_back(static_cast<int>(h));
+  o.classes = static_cast<int>(p.get_int("classes"));
+  o.lr = p.get_number("lr");
+  o.momentum = p.get_number("momentum");
+  o.seed = static_cast<std::uint64_t>(p.get_int("seed"));
+  if (p.has("eval_images")) o.eval_images = p.get_string("eval_images");
+  if (p.has("eval_labels")) o.eval_labels = p.get_string("eval_labels");
+  o.eval_every = static_cast<int>(p.get_int("eval_every"));
+  o.steps_ahead = static_cast<int>(p.get_int("steps_ahead"));
+  if (o.eval_images.empty() != o.eval_labels.empty()) {
+    const std::string set = o.eval_images.empty() ? "eval_labels" : "eval_images";
+    const std::string missing = o.eval_images.empty() ? "eval_images" : "eval_labels";
+    throw ConfigError({param_where(spec, set) + ": nodes." + spec.name + ".params." + missing +
+                       ": missing (" + set + " is set, and evaluation needs both files) set " +
+                       missing + " too, or neither"});
+  }
+  return o;
+}
+
+void MlpNode::setup(BuildContext& context) {
+  const std::string where = loc_.str() + ": nodes." + name_;
+  const BatchLayout& layout = context.layout();
+  const int xi = layout.find("x");
+  const int yi = layout.find("y");
+  if (xi < 0 || yi < 0) {
+    throw ConfigError({where + ".type: mlp needs tensors x and y from the loader (it gives " +
+                       std::to_string(layout.tensors().size()) +
+                       " tensors without both names) use a loader such as idx or npy"});
+  }
+  const TensorSpec& x = layout.tensors()[static_cast<std::size_t>(xi)];
+  const TensorSpec& y = layout.tensors()[static_cast<std::size_t>(yi)];
+  if (x.dtype != DType::float32 && x.dtype != DType::uint8) {
+    throw ConfigError({where + ".type: mlp takes x as float32 or uint8, the loader gives " +
+                       std::string(dtype_name(x.dtype)) +
+                       " (convert the data, or set the "
+                       "loader's dtype)"});
+  }
+  if (y.dtype != DType::int32 || y.sample_elements() != 1) {
+    throw ConfigError({where +
+                       ".type: mlp takes y as one int32 label per sample, the loader "
+                       "gives " +
+                       std::string(dtype_name(y.dtype)) + " with " +
+                       std::to_string(y.sample_elements()) + " elements"});
+  }
+
+  MlpSetup s;
+  s.model.inputs = static_cast<int>(x.sample_elements());
+  s.model.hidden = options_.hidden;
+  s.model.classes = options_.classes;
+  s.model.lr = static_cast<float>(options_.lr);
+  s.model.momentum = static_cast<float>(options_.momentum);
+  s.model.seed = options_.seed;
+  s.device_id = context.device_id();
+  s.batch_size = context.batch_size();
+  s.steps_ahead = options_.steps_ahead;
+  s.x_u8 = x.dtype == DType::uint8;
+  s.x_index = static_cast<std::size_t>(xi);
+  s.y_index = static_cast<std::size_t>(yi);
+  s.x_sample_bytes = x.sample_bytes();
+  if (eval_.count > 0) {
+    if (eval_.features != x.sample_elements()) {
+      throw DataError(options_.eval_images + ": test images have " +
+                      std::to_string(eval_.features) + " pixels each but the training samples " +
+                      std::to_string(x.sample_elements()) +
+                      " (evaluate on images of the training shape)");
+    }
+    s.eval = &eval_;
+  }
+  const auto* data = dynamic_cast<const InMemoryDataset*>(&context.loader());
+  if (data && data->resident()) {
+    if (!context.ordered()) {
+      throw ConfigError({where + ".type: resident training takes batches in the sampler's order "
+                                 "(pipeline.ordered is false) set pipeline.ordered: true"});
+    }
+    resident_ = true;
+    s.resident = data;
+    s.dataset_size = context.loader().size();
+    s.sampler =
+        std::make_unique<Sampler>(context.sampler_options(), s.dataset_size, context.batch_size());
+  }
+  epochs_ = context.epochs();
+  loss_gauge_ = &context.gauge("loss");
+  if (eval_.count > 0) accuracy_gauge_ = &context.gauge("test_accuracy");
+  if (context.backend() == Backend::cuda) {
+#if FLOWFEED_WITH_CUDA
+    backend_ = make_mlp_cuda_backend(std::move(s));
+    backend_name_ = "cuda";
+#else
+    throw ConfigError({where + ".type: the cuda backend is unavailable in this build "
+                               "(reconfigure with -DFLOWFEED_CUDA=ON)"});
+#endif
+  } else {
+    backend_ = make_mlp_cpu_backend(std::move(s));
+    backend_name_ = "host";
+  }
+}
+
+void MlpNode::begin_run() {
+  epochs_report_.clear();
+  steps_ = epoch_steps_ = 0;
+  t_epoch_ns_ = 0;
+  eval_seconds_ = 0;
+  last_loss_ = last_accuracy_ = test_loss_ = test_accuracy_ = -1;
+  if (backend_) backend_->begin_run();
+}
+
+void MlpNode::process(Batch& batch) {
+  if (epoch_steps_ == 0 && t_epoch_ns_ == 0) t_epoch_ns_ = now_ns();
+  backend_->step(batch);
+  ++steps_;
+  ++epoch_steps_;
+}
+
+void MlpNode::end_epoch(std::uint32_t epoch) {
+  const StepStats train = backend_->take_train_stats();
+  const std::uint64_t t_end = now_ns();
+  const double seconds = t_epoch_ns_ ? static_cast<double>(t_end - t_epoch_ns_) * 1e-9 : 0.0;
+  std::map<std::string, double> row;
+  row["epoch"] = epoch + 1;
+  row["steps"] = static_cast<double>(epoch_steps_);
+  row["seconds"] = seconds;
+  row["steps_per_second"] = seconds > 0 ? static_cast<double>(epoch_steps_) / seconds : 0.0;
+  if (train.samples > 0) {
+    last_loss_ = train.loss_sum / static_cast<double>(train.samples);
+    last_accuracy_ = static_cast<double>(train.correct) / static_cast<double>(train.samples);
+    row["loss"] = last_loss_;
+    row["accuracy"] = last_accuracy_;
+    if (loss_gauge_) loss_gauge_->set(last_loss_);
+  }
+  const bool last = static_cast<int>(epoch) + 1 == epochs_;
+  if (eval_.count > 0 && (last || (options_.eval_every > 0 &&
+                                   (static_cast<int>(epoch) + 1) % options_.eval_every == 0))) {
+    const std::uint64_t t0 = now_ns();
+    const StepStats test = backend_->evaluate();
+    eval_seconds_ += static_cast<double>(now_ns() - t0) * 1e-9;
+    test_loss_ = test.loss_sum / static_cast<double>(test.samples);
+    test_accuracy_ = static_cast<double>(test.correct) / static_cast<double>(test.samples);
+    row["test_loss"] = test_loss_;
+    row["test_accuracy"] = test_accuracy_;
+    if (accuracy_gauge_) accuracy_gauge_->set(test_accuracy_);
+  }
+  epochs_report_.push_back(std::move(row));
+  epoch_steps_ = 0;
+  t_epoch_ns_ = now_ns();
+}
+
+void MlpNode::quiesce() noexcept {
+  if (backend_) backend_->quiesce();
+}
+
+void MlpNode::finish(RunReport& report) {
+  report.train.loss = last_loss_;
+  report.train.accuracy = test_accuracy_ >= 0 ? test_accuracy_ : last_accuracy_;
+  report.train.test_loss = test_loss_;
+  const double train_seconds = report.seconds - eval_seconds_;
+  report.train.steps_per_second =
+      train_seconds > 0 ? static_cast<double>(steps_) / train_seconds : 0.0;
+  report.train.epochs = epochs_report_;
+  report.extra["train_eval_seconds"] = eval_seconds_;
+  if (backend_) backend_->finish(report);
+}
+
+MlpParams MlpNode::params() const {
+  if (!backend_) throw std::logic_error("MlpNode::params: the node is not set up");
+  return backend_->params();
+}
+
+void register_mlp(Registry& registry) {
+  NodeType t;
+  t.name = "mlp";
+  t.role = Role::train;
+  t.doc =
+      "multilayer perceptron (ReLU, softmax cross-entropy, SGD with momentum): the CPU "
+      "reference on the host backend, cuBLAS on cuda";
+  t.schema
+      .add_int_list("hidden", "widths of the ReLU hidden layers", std::vector<std::int64_t>{256})
+      .range(1, 1 << 20);
+  t.schema.add_int("classes", "output classes; labels must be below this", 10).range(1, 1 << 20);
+  t.schema.add_number("lr", "SGD learning rate", 0.05).range(1e-12, 1e6);
+  t.schema.add_number("momentum", "heavy-ball momentum in [0, 1)", 0.0).range(0, 0.999999);
+  t.schema.add_int("seed", "weight initialisation seed (the same weights on CPU and GPU)", 1)
+      .range(0, 9.2e18);
+  t.schema.add_string("eval_images",
+                      "IDX test images, evaluated every eval_every epochs and at "
+                      "the end");
+  t.schema.add_string("eval_labels", "IDX test labels (with eval_images)");
+  t.schema.add_int("eval_every", "evaluate after every N-th epoch (and after the last)", 1)
+      .range(1, 1e9);
+  t.schema
+      .add_int("steps_ahead",
+               "cuda: most steps the host enqueues before it waits for the "
+               "device (bounds run-ahead so stall_fraction reflects device time)",
+               2)
+      .range(1, 1024);
+  t.create = [](const NodeSpec& spec) {
+    return std::make_unique<MlpNode>(MlpNode::options_from(spec), spec.name, spec.loc);
+  };
+  registry.set(std::move(t));
+}
+
+}  // namespace flowfeed

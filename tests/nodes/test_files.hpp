@@ -1,0 +1,157 @@
+#pragma once
+// Helpers for loader tests: a temporary directory, IDX files written from bytes, and a train-role
+// node that records what reached it.
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <zlib.h>
+
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "flowfeed/batch.hpp"
+#include "flowfeed/registry.hpp"
+
+namespace flowfeed::testing_files {
+
+using Bytes = std::vector<std::uint8_t>;
+
+/// A fresh directory under the system temp dir, removed with everything in it.
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "flowfeed_loader_XXXXXX").string();
+    if (mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+/// An IDX file image: magic (type, dims), big-endian dims, payload.
+inline Bytes idx_bytes(std::uint8_t type, const std::vector<std::uint32_t>& dims,
+                       const Bytes& payload) {
+  Bytes out = {0, 0, type, static_cast<std::uint8_t>(dims.size())};
+  for (std::uint32_t d : dims) {
+    for (int shift : {24, 16, 8, 0}) out.push_back(static_cast<std::uint8_t>(d >> shift));
+  }
+  out.insert(out.end(), payload.begin(), payload.end());
+  return out;
+}
+
+inline void write_bytes(const std::string& path, const Bytes& bytes, bool gzip) {
+  if (gzip) {
+    gzFile f = gzopen(path.c_str(), "wb");
+    if (!f) throw std::runtime_error("gzopen " + path);
+    if (!bytes.empty() && gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())) !=
+                              static_cast<int>(bytes.size())) {
+      throw std::runtime_error("gzwrite " + path);
+    }
+    if (gzclose(f) != Z_OK) throw std::runtime_error("gzclose " + path);
+    return;
+  }
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  if (!f) throw std::runtime_error("write " + path);
+}
+
+/// `count` images of rows x cols with distinct, position-dependent bytes, and labels i % classes.
+struct IdxPair {
+  Bytes images;
+  Bytes labels;
+  std::size_t count = 0, rows = 0, cols = 0;
+};
+
+inline IdxPair make_idx_pair(std::size_t count, std::size_t rows, std::size_t cols, int classes) {
+  IdxPair p;
+  p.count = count;
+  p.rows = rows;
+  p.cols = cols;
+  for (std::size_t i = 0; i < count * rows * cols; ++i) {
+    p.images.push_back(static_cast<std::uint8_t>((i * 7 + i / 13) & 0xFF));
+  }
+  for (std::size_t i = 0; i < count; ++i)
+    p.labels.push_back(static_cast<std::uint8_t>(i % classes));
+  return p;
+}
+
+/// Writes the pair as `<stem>-images` and `<stem>-labels` (plus ".gz" when gzip); returns paths.
+inline std::pair<std::string, std::string> write_idx_pair(const TempDir& dir, const IdxPair& p,
+                                                          const std::string& stem, bool gzip) {
+  const std::string ext = gzip ? ".gz" : "";
+  const std::string images = dir.file(stem + "-images" + ext);
+  const std::string labels = dir.file(stem + "-labels" + ext);
+  write_bytes(images,
+              idx_bytes(0x08,
+                        {static_cast<std::uint32_t>(p.count), static_cast<std::uint32_t>(p.rows),
+                         static_cast<std::uint32_t>(p.cols)},
+                        p.images),
+              gzip);
+  write_bytes(labels, idx_bytes(0x08, {static_cast<std::uint32_t>(p.count)}, p.labels), gzip);
+  return {images, labels};
+}
+
+/// What a `capture` train node saw: per batch its samples, x bytes and y labels.
+struct Captured {
+  std::mutex mutex;
+  std::vector<std::vector<std::uint32_t>> samples;
+  std::vector<std::vector<std::byte>> x;
+  std::vector<std::vector<std::int32_t>> y;
+  std::vector<TensorSpec> tensors;
+};
+
+/// Registers `capture` (train role): copies x and y of each batch's newest tier into `out`.
+inline void register_capture(Registry& registry, std::shared_ptr<Captured> out) {
+  class Capture final : public Node {
+   public:
+    explicit Capture(std::shared_ptr<Captured> out) : out_(std::move(out)) {}
+    void setup(BuildContext& context) override { out_->tensors = context.layout().tensors(); }
+    void process(Batch& batch) override {
+      const Tier tier = batch.newest_tier();
+      const std::size_t xbytes = batch.rows() * batch.layout->tensors()[0].sample_bytes();
+      const std::byte* x = batch.tensor(tier, 0);
+      const auto* y = reinterpret_cast<const std::int32_t*>(batch.tensor(tier, 1));
+      std::lock_guard<std::mutex> lock(out_->mutex);
+      out_->samples.push_back(batch.samples);
+      out_->x.emplace_back(x, x + xbytes);
+      out_->y.emplace_back(y, y + batch.rows());
+    }
+
+   private:
+    std::shared_ptr<Captured> out_;
+  };
+  NodeType t;
+  t.name = "capture";
+  t.role = Role::train;
+  t.doc = "test sink: records every batch";
+  t.create = [out](const NodeSpec&) { return std::make_unique<Capture>(out); };
+  registry.set(std::move(t));
+}
+
+/// The message of the exception f throws, or "<no exception>".
+template <typename E, typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  }
+  return "<no exception>";
+}
+
+}  // namespace flowfeed::testing_files
