@@ -49,13 +49,9 @@ tsan_tbb() {
   local apt=$out/tbb-apt src=$out/tbb-src
   rm -rf "$apt" "$src"
   mkdir -p "$apt/lists/partial" "$apt/cache" "$apt/sources" "$src"
-  cat >"$apt/sources/debian-src.sources" <<'EOF'
-Types: deb-src
-URIs: http://deb.debian.org/debian
-Suites: bookworm bookworm-updates
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-EOF
+  # The machine's own Debian sources, as source-package entries (no mirror is named here).
+  sed -e 's/^Types: deb$/Types: deb-src/' /etc/apt/sources.list.d/*.sources \
+    >"$apt/sources/debian-src.sources"
   local apt_opts=(-o Dir::Etc::SourceList=/dev/null -o "Dir::Etc::SourceParts=$apt/sources"
     -o "Dir::State::Lists=$apt/lists" -o "Dir::Cache=$apt/cache" -qq)
   apt-get "${apt_opts[@]}" update
