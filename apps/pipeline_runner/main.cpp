@@ -1,6 +1,6 @@
 // pipeline_runner CONFIG [--set key.path=value]... [--epochs N] [--report FILE.json]
 //                 [--timeline FILE.svg] [--trace FILE.json] [--trace-limit N] [--no-stats]
-//                 [--resident | --compare-resident] [--quiet]
+//                 [--resident | --compare-resident] [--enable-fault-nodes] [--quiet]
 // Exit codes: 0 done, 1 run-time failure, 2 config error, 130/143 stopped by SIGINT/SIGTERM.
 // The first SIGINT/SIGTERM stops the source and drains the batches in flight, then prints the
 // summary so far; a second one cancels the graph; if the run still has not ended
@@ -63,6 +63,7 @@ void install_signal_handlers() {
   action.sa_handler = on_alarm;
   sigaction(SIGALRM, &action, nullptr);
 }
+
 
 double figure(const std::map<std::string, double>& row, const char* key) {
   auto it = row.find(key);
@@ -188,10 +189,10 @@ int main(int argc, char** argv) {
     };
     auto run = [&](flowfeed::PipelineConfig c, const char* label) {
       flowfeed::Pipeline pipeline(std::move(c), registry);
-      g_pipeline = &pipeline;
-      struct Unpublish {  // before `pipeline` is destroyed, also when run() throws
+      struct Unpublish {
         ~Unpublish() { g_pipeline = nullptr; }
-      } unpublish;
+      } unpublish;  // destroyed before the pipeline, on every path
+      g_pipeline = &pipeline;
       if (g_signals > 0) pipeline.request_stop();  // a signal came while the pipeline was built
       flowfeed::RunReport r;
       try {
@@ -199,7 +200,6 @@ int main(int argc, char** argv) {
         alarm(0);  // the run ended: an abort's deadline no longer applies
       } catch (...) {
         alarm(0);
-        g_pipeline = nullptr;
         try {
           write_pictures();
         } catch (const std::exception& e) {
@@ -207,7 +207,6 @@ int main(int argc, char** argv) {
         }
         throw;
       }
-      g_pipeline = nullptr;
       write_pictures();
       if (!quiet) {
         std::cout << r.to_table() << std::flush;

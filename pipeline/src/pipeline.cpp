@@ -162,8 +162,8 @@ class Context final : public BuildContext {
   }
   bool ordered() const override { return impl_.config_.pipeline.ordered; }
   int epochs() const override { return impl_.config_.pipeline.epochs; }
-  const SamplerOptions& sampler_options() const override { return impl_.config_.sampler; }
   const std::atomic<bool>& cancelled() const override { return impl_.cancel_; }
+  const SamplerOptions& sampler_options() const override { return impl_.config_.sampler; }
   Gauge& gauge(const std::string& name) override {
     for (auto& g : impl_.gauges_) {
       if (g.first == name) return *g.second;
