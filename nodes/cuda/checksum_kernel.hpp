@@ -25,8 +25,13 @@ struct ChecksumRecord {
 
 /// What one launch checks: rows × elements of x at `batch`, then rows labels at batch + y_offset.
 struct ChecksumArgs {
+  /// Rows whose sample indices travel inside the launch's parameters (1 KiB of the 4 KiB a kernel
+  /// may take): no per-batch host buffer, event or wait for batches up to this size.
+  static constexpr std::uint32_t kInlineSamples = 256;
   const unsigned char* batch = nullptr;
-  const std::uint32_t* samples = nullptr;  ///< row → sample (device-readable); null: first + row
+  const std::uint32_t* samples = nullptr;  ///< row → sample (device-readable); else inline/first
+  std::uint32_t inline_count = 0;          ///< > 0: row → inline_samples[row]
+  std::uint32_t inline_samples[kInlineSamples] = {};
   std::uint64_t first_sample = 0;
   std::uint64_t rows = 0;
   std::uint64_t elements = 0;  ///< per sample

@@ -41,7 +41,9 @@ __global__ void checksum_kernel(ChecksumArgs a) {
   const auto type = static_cast<formula::ElementType>(a.type);
   const std::uint64_t sample_bytes = a.elements * a.element_size;
   for (std::uint64_t row = blockIdx.y; row < a.rows; row += gridDim.y) {
-    const std::uint64_t sample = a.samples ? a.samples[row] : a.first_sample + row;
+    const std::uint64_t sample = a.samples        ? a.samples[row]
+                                 : a.inline_count ? a.inline_samples[row]
+                                                  : a.first_sample + row;
     const std::uint64_t hash = formula::sample_hash(a.seed, sample);
     const unsigned char* xs = a.batch + row * sample_bytes;
     for (std::uint64_t j = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x;

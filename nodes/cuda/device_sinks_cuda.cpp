@@ -94,7 +94,7 @@ class DeviceDiscard final : public DeviceSink {
 
 class DeviceChecksum final : public DeviceSink {
  public:
-  static constexpr std::size_t kIndexSlots = 4;
+  static constexpr std::size_t kIndexSlots = 16;
 
   ~DeviceChecksum() override {
     for (cudaEvent_t e : slot_events_) cudaEventDestroy(e);
@@ -124,8 +124,9 @@ class DeviceChecksum final : public DeviceSink {
     *host_flag_ = 0;
     FLOWFEED_CUDA_CHECK(
         cudaHostGetDevicePointer(reinterpret_cast<void**>(&device_flag_), host_flag_, 0));
-    // Sample indices of shuffled batches: a few slots of mapped pinned memory the kernel reads
-    // directly; a slot is rewritten only after the kernel that read it has finished.
+    // Sample indices of shuffled batches too large for the launch's parameters: a few slots of
+    // mapped pinned memory the kernel reads directly; a slot is rewritten only after the kernel
+    // that read it has finished.
     indices_ = static_cast<std::uint32_t*>(
         cuda::pinned_alloc(kIndexSlots * batch_size_ * sizeof(std::uint32_t),
                            cudaHostAllocMapped | cudaHostAllocPortable));
@@ -165,10 +166,13 @@ class DeviceChecksum final : public DeviceSink {
       contiguous = batch.samples[r] == a.first_sample + r;
     }
     cudaEvent_t slot_event = nullptr;
-    if (!contiguous) {
+    if (!contiguous && batch.rows() <= cuda::ChecksumArgs::kInlineSamples) {
+      a.inline_count = static_cast<std::uint32_t>(batch.rows());
+      std::copy(batch.samples.begin(), batch.samples.end(), a.inline_samples);
+    } else if (!contiguous) {
       const std::size_t slot = next_slot_++ % kIndexSlots;
       slot_event = slot_events_[slot];
-      // Waits only when the GPU is kIndexSlots shuffled batches behind this thread.
+      // Waits only when the GPU is kIndexSlots large shuffled batches behind this thread.
       checked([&] { FLOWFEED_CUDA_CHECK(cudaEventSynchronize(slot_event)); });
       std::copy(batch.samples.begin(), batch.samples.end(), indices_ + slot * batch_size_);
       a.samples = device_indices_ + slot * batch_size_;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 
 #include "flowfeed/config.hpp"
@@ -172,14 +173,21 @@ TEST(MlpNodeCudaErrors, StreamedBatchNotOnTheDevice) {
 
 TEST(MlpNodeCudaConfigs, MnistLikeTrainsFashionMnistOnTheGpu) {
   FLOWFEED_NEED_GPU();
-  const std::string data = "/usr/share/datasets/fashion-mnist/";
+  // The GPU machine has no Debian packages: FLOWFEED_FASHION_MNIST_DIR points at carried copies.
+  const char* env = std::getenv("FLOWFEED_FASHION_MNIST_DIR");
+  const std::string data = env ? std::string(env) + "/" : "/usr/share/datasets/fashion-mnist/";
   if (!std::ifstream(data + "train-images-idx3-ubyte.gz")) {
-    GTEST_SKIP() << "Fashion-MNIST not installed at " << data;
+    GTEST_SKIP() << "Fashion-MNIST not installed at " << data
+                 << " (set FLOWFEED_FASHION_MNIST_DIR to a folder with its four .gz files)";
   }
   Registry r;
   register_builtin_nodes(r);
   const PipelineConfig config =
-      load_config_file(std::string(FLOWFEED_SOURCE_DIR) + "/configs/mnist_like.yaml", r);
+      load_config_file(std::string(FLOWFEED_SOURCE_DIR) + "/configs/mnist_like.yaml", r,
+                       {"nodes.load.params.images=" + data + "train-images-idx3-ubyte.gz",
+                        "nodes.load.params.labels=" + data + "train-labels-idx1-ubyte.gz",
+                        "nodes.train.params.eval_images=" + data + "t10k-images-idx3-ubyte.gz",
+                        "nodes.train.params.eval_labels=" + data + "t10k-labels-idx1-ubyte.gz"});
   ASSERT_EQ(config.backend, Backend::cuda);
   Pipeline p(config, r);
   const RunReport report = p.run();

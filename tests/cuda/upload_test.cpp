@@ -148,9 +148,20 @@ TEST_P(DeviceBytes, EveryByteArrivesInOrderWithNoAllocationAfterBuild) {
 std::vector<Case> cases() {
   std::vector<Case> v;
   {
-    Case c;  // MNIST-like, shuffled (indices go through the checksum's slots), partial last batch
+    Case c;  // MNIST-like, shuffled (indices inside the checksum's launch), partial last batch
     c.name = "mnist_shuffled_depth8";
     c.shuffle = true;
+    v.push_back(c);
+  }
+  {
+    Case c;  // shuffled 300-row batches: too many indices for the launch, they use mapped slots
+    c.name = "shuffled_300_rows_index_slots";
+    c.shape = {17};
+    c.batch = 300;
+    c.samples = 300 * 40 + 7;
+    c.depth = 4;
+    c.shuffle = true;
+    c.epochs = 2;
     v.push_back(c);
   }
   {
