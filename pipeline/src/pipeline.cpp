@@ -10,6 +10,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <functional>
 #include <iostream>
 #include <mutex>
 #include <thread>
@@ -131,6 +132,23 @@ class Pipeline::Impl {
 
   void on_failure(Stage& stage, Batch& batch, std::exception_ptr error);
   void run_stage(Stage& stage, Batch& batch);
+  /// The nodes wire_stages() made, and the contexts their completions read; they must outlive
+  /// the graph's run.
+  struct Wiring;
+  /// Chains stages [0, count) after `tail` in `g`: a function_node per synchronous stage, an
+  /// async_node plus a check node (it rethrows completion errors on a TBB thread) per
+  /// asynchronous one. Returns the new tail. `on_throw`, when set, hears every failure a body is
+  /// about to rethrow (pull mode wakes its caller with it).
+  tbb::flow::sender<Batch*>* wire_stages(tbb::flow::graph& g, tbb::flow::sender<Batch*>* tail,
+                                         std::size_t count,
+                                         const std::function<void(std::exception_ptr)>& on_throw,
+                                         Wiring& out);
+  void note_in_flight() noexcept {
+    const int n = in_flight_.fetch_add(1, std::memory_order_relaxed) + 1;
+    int m = max_in_flight_.load(std::memory_order_relaxed);
+    while (n > m && !max_in_flight_.compare_exchange_weak(m, n)) {
+    }
+  }
   Batch* next_batch(tbb::flow_control& fc);
   void finish_batch(Batch* batch);
   void reclaim();
@@ -350,7 +368,8 @@ Batch* Pipeline::Impl::next_batch(tbb::flow_control& fc) {
 
 void Pipeline::Impl::finish_batch(Batch* b) {
   if (!b->skipped) {
-    // Only batches that reached a device buffer were uploaded (a resident run's batches carry only indices).
+    // Only batches that reached a device buffer were uploaded (a resident run's batches carry only
+    // indices).
     if (b->device) bytes_.fetch_add(b->bytes(), std::memory_order_relaxed);
     samples_.fetch_add(b->rows(), std::memory_order_relaxed);
   }
@@ -437,6 +456,116 @@ RunReport Pipeline::Impl::base_report(double seconds, bool interrupted) const {
     if (p->kind() == MemoryKind::device) report.device_pool_bytes += p->count() * p->buffer_bytes();
   }
   return report;
+}
+
+struct Pipeline::Impl::Wiring {
+  using AsyncNode = tbb::flow::async_node<Batch*, Batch*, tbb::flow::queueing>;
+  struct AsyncContext {
+    AsyncNode::gateway_type* gateway = nullptr;
+    Stage* stage = nullptr;
+    Impl* impl = nullptr;
+  };
+  std::vector<std::unique_ptr<tbb::flow::graph_node>> nodes;
+  std::vector<std::unique_ptr<AsyncContext>> contexts;
+};
+
+tbb::flow::sender<Batch*>* Pipeline::Impl::wire_stages(
+    tbb::flow::graph& g, tbb::flow::sender<Batch*>* tail, std::size_t count,
+    const std::function<void(std::exception_ptr)>& on_throw, Wiring& out) {
+  using namespace tbb::flow;
+  using AsyncNode = Wiring::AsyncNode;
+  // Runs f; tells on_throw about what it throws, then rethrows it.
+  auto reporting = [on_throw](auto&& f) {
+    if (!on_throw) return f();
+    try {
+      return f();
+    } catch (...) {
+      on_throw(std::current_exception());
+      throw;
+    }
+  };
+  for (std::size_t i = 0; i < count; ++i) {
+    Stage* st = stages_[i].get();
+    const std::size_t conc = static_cast<std::size_t>(st->spec.concurrency);
+    const bool first = i == 0;
+    if (!st->node->asynchronous()) {
+      auto node = std::make_unique<function_node<Batch*, Batch*>>(
+          g, conc, [this, st, first, reporting](Batch* b) {
+            if (first) note_in_flight();
+            reporting([&] { run_stage(*st, *b); });
+            return b;
+          });
+      make_edge(*tail, *node);
+      tail = node.get();
+      out.nodes.push_back(std::move(node));
+      continue;
+    }
+    auto ctx = std::make_unique<Wiring::AsyncContext>();
+    ctx->stage = st;
+    ctx->impl = this;
+    Wiring::AsyncContext* c = ctx.get();
+    auto node = std::make_unique<AsyncNode>(
+        g, conc, [this, c, first](Batch* b, AsyncNode::gateway_type& gw) {
+          if (first) note_in_flight();
+          const std::uint64_t t0 = now_ns();
+          recorder_.enter(c->stage->index, *b, t0);
+          if (b->skipped) {
+            recorder_.submitted();
+            recorder_.complete(c->stage->index, *b, t0);
+            gw.try_put(b);
+            return;
+          }
+          // Outstanding device work counts as processing, so that a stall names a completion
+          // that never comes.
+          mark(*b, static_cast<int>(c->stage->index));
+          gw.reserve_wait();
+          Completion done(
+              [](void* context, Batch* batch, std::exception_ptr error) noexcept {
+                auto* ac = static_cast<Wiring::AsyncContext*>(context);
+                if (error) batch->error = std::move(error);
+                ac->stage->items.fetch_add(1, std::memory_order_relaxed);
+                ac->impl->mark(*batch, -1);
+                ac->impl->recorder_.complete(ac->stage->index, *batch, now_ns());
+                ac->gateway->try_put(batch);
+                ac->gateway->release_wait();
+              },
+              c, b);
+          try {
+            static_cast<AsynchronousNode*>(c->stage->node.get())->submit(*b, done);
+          } catch (...) {
+            b->error = std::current_exception();
+            mark(*b, -1);
+            recorder_.submitted();
+            recorder_.complete(c->stage->index, *b, now_ns());
+            gw.try_put(b);
+            gw.release_wait();
+            c->stage->busy_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
+            return;
+          }
+          // The batch may have moved on already: touch only the node's own counters.
+          recorder_.submitted();
+          c->stage->busy_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
+        });
+    // Set once, before the graph runs: completions read it from other threads.
+    c->gateway = &node->gateway();
+    make_edge(*tail, *node);
+    // Completions only flag failures; this node rethrows them on a TBB thread, in the graph.
+    auto check = std::make_unique<function_node<Batch*, Batch*>>(
+        g, unlimited, [this, st, reporting](Batch* b) {
+          if (b->error) {
+            std::exception_ptr e = std::move(b->error);
+            b->error = nullptr;
+            reporting([&] { on_failure(*st, *b, e); });
+          }
+          return b;
+        });
+    make_edge(*node, *check);
+    tail = check.get();
+    out.nodes.push_back(std::move(node));
+    out.nodes.push_back(std::move(check));
+    out.contexts.push_back(std::move(ctx));
+  }
+  return tail;
 }
 
 RunReport Pipeline::Impl::run(const RunOptions& options) {
@@ -545,102 +674,8 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
     make_edge(source, limiter);
 
     // Middle stages: every node but the train node.
-    sender<Batch*>* tail = &limiter;
-    std::vector<std::unique_ptr<graph_node>> owned;
-    using AsyncNode = async_node<Batch*, Batch*, queueing>;
-    struct AsyncContext {
-      AsyncNode::gateway_type* gateway = nullptr;
-      Stage* stage = nullptr;
-      Impl* impl = nullptr;
-      detail::Recorder* recorder = nullptr;
-    };
-    std::vector<std::unique_ptr<AsyncContext>> async_contexts;
-    for (std::size_t i = 0; i + 1 < stages_.size(); ++i) {
-      Stage* st = stages_[i].get();
-      const std::size_t conc = static_cast<std::size_t>(st->spec.concurrency);
-      if (st->node->asynchronous()) {
-        auto ctx = std::make_unique<AsyncContext>();
-        ctx->stage = st;
-        ctx->impl = this;
-        ctx->recorder = &recorder_;
-        AsyncContext* c = ctx.get();
-        auto node =
-            std::make_unique<AsyncNode>(g, conc, [this, c](Batch* b, AsyncNode::gateway_type& gw) {
-              const std::uint64_t t0 = now_ns();
-              recorder_.enter(c->stage->index, *b, t0);
-              if (b->skipped) {
-                recorder_.submitted();
-                recorder_.complete(c->stage->index, *b, t0);
-                gw.try_put(b);
-                return;
-              }
-              // Outstanding device work counts as processing, so that a stall names a completion
-              // that never comes.
-              mark(*b, static_cast<int>(c->stage->index));
-              gw.reserve_wait();
-              Completion done(
-                  [](void* context, Batch* batch, std::exception_ptr error) noexcept {
-                    auto* ac = static_cast<AsyncContext*>(context);
-                    if (error) batch->error = std::move(error);
-                    ac->stage->items.fetch_add(1, std::memory_order_relaxed);
-                    ac->impl->mark(*batch, -1);
-                    ac->recorder->complete(ac->stage->index, *batch, now_ns());
-                    ac->gateway->try_put(batch);
-                    ac->gateway->release_wait();
-                  },
-                  c, b);
-              try {
-                static_cast<AsynchronousNode*>(c->stage->node.get())->submit(*b, done);
-              } catch (...) {
-                b->error = std::current_exception();
-                mark(*b, -1);
-                recorder_.submitted();
-                recorder_.complete(c->stage->index, *b, now_ns());
-                gw.try_put(b);
-                gw.release_wait();
-                c->stage->busy_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
-                return;
-              }
-              // The batch may have moved on already: touch only the node's own counters.
-              recorder_.submitted();
-              c->stage->busy_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
-            });
-        // Set once, before the graph runs: completions read it from other threads.
-        c->gateway = &node->gateway();
-        make_edge(*tail, *node);
-        // Completions only flag failures; this node rethrows them on a TBB thread, in the graph.
-        auto check =
-            std::make_unique<function_node<Batch*, Batch*>>(g, unlimited, [this, st](Batch* b) {
-              if (b->error) {
-                std::exception_ptr e = std::move(b->error);
-                b->error = nullptr;
-                on_failure(*st, *b, e);
-              }
-              return b;
-            });
-        make_edge(*node, *check);
-        tail = check.get();
-        owned.push_back(std::move(node));
-        owned.push_back(std::move(check));
-        async_contexts.push_back(std::move(ctx));
-      } else {
-        const bool first = i == 0;
-        auto node =
-            std::make_unique<function_node<Batch*, Batch*>>(g, conc, [this, st, first](Batch* b) {
-              if (first) {
-                int n = in_flight_.fetch_add(1, std::memory_order_relaxed) + 1;
-                int m = max_in_flight_.load(std::memory_order_relaxed);
-                while (n > m && !max_in_flight_.compare_exchange_weak(m, n)) {
-                }
-              }
-              run_stage(*st, *b);
-              return b;
-            });
-        make_edge(*tail, *node);
-        tail = node.get();
-        owned.push_back(std::move(node));
-      }
-    }
+    Wiring wiring;
+    sender<Batch*>* tail = wire_stages(g, &limiter, stages_.size() - 1, {}, wiring);
     std::unique_ptr<sequencer_node<Batch*>> sequencer;
     if (config_.pipeline.ordered) {
       sequencer = std::make_unique<sequencer_node<Batch*>>(
@@ -650,12 +685,7 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
     }
     const bool single = stages_.size() == 1;
     function_node<Batch*, int> train_node(g, serial, [&, single](Batch* b) {
-      if (single) {
-        int n = in_flight_.fetch_add(1, std::memory_order_relaxed) + 1;
-        int m = max_in_flight_.load(std::memory_order_relaxed);
-        while (n > m && !max_in_flight_.compare_exchange_weak(m, n)) {
-        }
-      }
+      if (single) note_in_flight();
       run_stage(train, *b);
       const std::uint32_t epoch = b->epoch;
       finish_batch(b);
@@ -805,13 +835,6 @@ struct PullShared {
   }
 };
 
-void note_in_flight(Pipeline::Impl& impl) {
-  int n = impl.in_flight_.fetch_add(1, std::memory_order_relaxed) + 1;
-  int m = impl.max_in_flight_.load(std::memory_order_relaxed);
-  while (n > m && !impl.max_in_flight_.compare_exchange_weak(m, n)) {
-  }
-}
-
 /// Builds the pull graph in the calling thread's arena, runs it to the end and destroys it. Every
 /// body reports its failure to `s` before it rethrows, so next() wakes at once (wait_for_all
 /// returns only after the caller gave back the batches it holds).
@@ -836,93 +859,10 @@ void run_pull_graph(Pipeline::Impl& impl, PullShared& s) {
                                     static_cast<std::size_t>(impl.config_.pipeline.prefetch_depth));
   make_edge(source, limiter);
 
-  sender<Batch*>* tail = &limiter;
-  std::vector<std::unique_ptr<graph_node>> owned;
-  using AsyncNode = async_node<Batch*, Batch*, queueing>;
-  struct AsyncContext {
-    AsyncNode::gateway_type* gateway = nullptr;
-    Stage* stage = nullptr;
-    Pipeline::Impl* impl = nullptr;
-  };
-  std::vector<std::unique_ptr<AsyncContext>> async_contexts;
-  for (std::size_t i = 0; i < impl.stages_.size(); ++i) {
-    Stage* st = impl.stages_[i].get();
-    const std::size_t conc = static_cast<std::size_t>(st->spec.concurrency);
-    const bool first = i == 0;
-    if (st->node->asynchronous()) {
-      auto ctx = std::make_unique<AsyncContext>();
-      ctx->stage = st;
-      ctx->impl = &impl;
-      AsyncContext* c = ctx.get();
-      auto node = std::make_unique<AsyncNode>(
-          g, conc, [&impl, c, first](Batch* b, AsyncNode::gateway_type& gw) {
-            if (first) note_in_flight(impl);
-            if (b->skipped) {
-              gw.try_put(b);
-              return;
-            }
-            impl.mark(*b, static_cast<int>(c->stage->index));
-            gw.reserve_wait();
-            Completion done(
-                [](void* context, Batch* batch, std::exception_ptr error) noexcept {
-                  auto* ac = static_cast<AsyncContext*>(context);
-                  if (error) batch->error = std::move(error);
-                  ac->stage->items.fetch_add(1, std::memory_order_relaxed);
-                  ac->impl->mark(*batch, -1);
-                  ac->gateway->try_put(batch);
-                  ac->gateway->release_wait();
-                },
-                c, b);
-            const std::uint64_t t0 = now_ns();
-            try {
-              static_cast<AsynchronousNode*>(c->stage->node.get())->submit(*b, done);
-            } catch (...) {
-              b->error = std::current_exception();
-              impl.mark(*b, -1);
-              gw.try_put(b);
-              gw.release_wait();
-            }
-            c->stage->busy_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
-          });
-      // Set once, before the graph runs: completions read it from other threads.
-      c->gateway = &node->gateway();
-      make_edge(*tail, *node);
-      auto check =
-          std::make_unique<function_node<Batch*, Batch*>>(g, unlimited, [&impl, &s, st](Batch* b) {
-            if (b->error) {
-              std::exception_ptr e = std::move(b->error);
-              b->error = nullptr;
-              try {
-                impl.on_failure(*st, *b, e);
-              } catch (...) {
-                s.fail(std::current_exception());
-                throw;
-              }
-            }
-            return b;
-          });
-      make_edge(*node, *check);
-      tail = check.get();
-      owned.push_back(std::move(node));
-      owned.push_back(std::move(check));
-      async_contexts.push_back(std::move(ctx));
-    } else {
-      auto node = std::make_unique<function_node<Batch*, Batch*>>(
-          g, conc, [&impl, &s, st, first](Batch* b) {
-            if (first) note_in_flight(impl);
-            try {
-              impl.run_stage(*st, *b);
-            } catch (...) {
-              s.fail(std::current_exception());
-              throw;
-            }
-            return b;
-          });
-      make_edge(*tail, *node);
-      tail = node.get();
-      owned.push_back(std::move(node));
-    }
-  }
+  Pipeline::Impl::Wiring wiring;
+  sender<Batch*>* tail = impl.wire_stages(
+      g, &limiter, impl.stages_.size(), [&s](std::exception_ptr e) { s.fail(std::move(e)); },
+      wiring);
   std::unique_ptr<sequencer_node<Batch*>> sequencer;
   if (impl.config_.pipeline.ordered) {
     sequencer = std::make_unique<sequencer_node<Batch*>>(
