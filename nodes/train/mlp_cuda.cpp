@@ -100,6 +100,8 @@ struct MlpCuda::Impl {
   std::vector<long long> w_off, b_off;
   long long param_count = 0;
   std::vector<bool> on_fly;  // per layer: weight gradients computed in the update kernel
+  // Data-parallel: every gradient is stored in `grads` (for the all-reduce) before the update.
+  MlpCuda::GradientReduce reduce;
 
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
@@ -108,6 +110,7 @@ struct MlpCuda::Impl {
   float* grads = nullptr;
   float* velocity = nullptr;  // null without momentum
   float* xf = nullptr;        // uint8 batch as float
+  float* ones = nullptr;      // [max_batch] of 1.0f: bias gradients as a GEMV (data-parallel)
   std::vector<float*> act;    // per hidden layer [max_batch, out]
   std::vector<float*> dz;     // per layer [max_batch, out]
   void* workspace = nullptr;
@@ -125,6 +128,8 @@ struct MlpCuda::Impl {
   void forward_hidden(const float* x0, int n);
   void head(const float* x0, const int32_t* y, int n, bool train);
   void enqueue_train(const void* x, bool x_u8, const int32_t* y, int n);
+  const float* enqueue_gradients(const void* x, bool x_u8, const int32_t* y, int n);
+  void enqueue_update(const float* x0, int n);
   void capture(Graph& g, const void* x, bool x_u8, const int32_t* y, int n);
   StepStats take(int which, const char* kind);
 
@@ -182,6 +187,7 @@ void MlpCuda::Impl::allocate() {
   const std::size_t at_velocity = opts.momentum > 0.0f ? reserve(pbytes) : 0;
   const std::size_t at_xf =
       reserve(sizeof(float) * static_cast<std::size_t>(max_batch) * opts.inputs);
+  const std::size_t at_ones = reserve(sizeof(float) * static_cast<std::size_t>(max_batch));
   std::vector<std::size_t> at_act, at_dz;
   for (int l = 0; l < layers; ++l) {
     const std::size_t rows = sizeof(float) * static_cast<std::size_t>(max_batch) * dims[l + 1];
@@ -196,11 +202,19 @@ void MlpCuda::Impl::allocate() {
   grads = reinterpret_cast<float*>(base + at_grads);
   if (opts.momentum > 0.0f) velocity = reinterpret_cast<float*>(base + at_velocity);
   xf = reinterpret_cast<float*>(base + at_xf);
+  ones = reinterpret_cast<float*>(base + at_ones);
   for (std::size_t at : at_act) act.push_back(reinterpret_cast<float*>(base + at));
   for (std::size_t at : at_dz) dz.push_back(reinterpret_cast<float*>(base + at));
   counters = reinterpret_cast<mk::Counters*>(base + at_counters);
   workspace = base + at_workspace;
   check(cudaMemsetAsync(arena, 0, bytes, stream), "cudaMemsetAsync");
+  {
+    const std::vector<float> host_ones(static_cast<std::size_t>(max_batch), 1.0f);
+    check(cudaMemcpyAsync(ones, host_ones.data(), sizeof(float) * host_ones.size(),
+                          cudaMemcpyHostToDevice, stream),
+          "cudaMemcpyAsync");
+    check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  }
   // After cublasSetStream, which resets the workspace: no allocation inside graph capture.
   check(cublasSetWorkspace(blas, workspace, kCublasWorkspaceBytes), "cublasSetWorkspace");
   check(cudaMallocHost(&host_counters, 2 * sizeof(mk::Counters)), "cudaMallocHost");
@@ -331,12 +345,24 @@ void MlpCuda::Impl::head(const float* x0, const int32_t* y, int n, bool train) {
 }
 
 void MlpCuda::Impl::enqueue_train(const void* x, bool x_u8, const int32_t* y, int n) {
+  enqueue_update(enqueue_gradients(x, x_u8, y, n), n);
+}
+
+const float* MlpCuda::Impl::enqueue_gradients(const void* x, bool x_u8, const int32_t* y, int n) {
   const float* x0 = input(x, x_u8, n);
   forward_hidden(x0, n);
   head(x0, y, n, true);
+  const float one = 1.0f;
+  const float zero = 0.0f;
   for (int l = layers - 1; l >= 0; --l) {
     const float* a_prev = l > 0 ? act[l - 1] : x0;
     if (!on_fly[l]) gemm_weight_grad(n, l, dz[l], a_prev, grads + w_off[l]);
+    if (reduce) {
+      // db [out] = dZ^T [out, n] x ones [n]: the bias gradients must be in `grads` too.
+      check(cublasSgemv(blas, CUBLAS_OP_N, dims[l + 1], n, &one, dz[l], dims[l + 1], ones, 1, &zero,
+                        grads + b_off[l], 1),
+            "cublasSgemv");
+    }
     if (l > 0 && l < layers - 1) {  // the head kernel computed dz[layers - 2]
       gemm_input_grad(n, l, dz[l], dz[l - 1]);
       check(mk::launch_relu_backward(dz[l - 1], act[l - 1], static_cast<long long>(n) * dims[l],
@@ -344,6 +370,10 @@ void MlpCuda::Impl::enqueue_train(const void* x, bool x_u8, const int32_t* y, in
             "relu_backward_kernel launch");
     }
   }
+  return x0;
+}
+
+void MlpCuda::Impl::enqueue_update(const float* x0, int n) {
   mk::UpdateArgs u{};
   u.params = params;
   u.grads = grads;
@@ -364,7 +394,7 @@ void MlpCuda::Impl::enqueue_train(const void* x, bool x_u8, const int32_t* y, in
     b = w;
     b.off = b_off[l];
     b.count = dims[l + 1];
-    b.source = mk::GradSource::column_sums;
+    b.source = reduce ? mk::GradSource::stored : mk::GradSource::column_sums;
   }
   check(mk::launch_sgd_update(u, stream), "sgd_update_kernel launch");
 }
@@ -372,7 +402,12 @@ void MlpCuda::Impl::enqueue_train(const void* x, bool x_u8, const int32_t* y, in
 void MlpCuda::Impl::capture(Graph& g, const void* x, bool x_u8, const int32_t* y, int n) {
   check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
   try {
-    enqueue_train(x, x_u8, y, n);
+    // Data-parallel: the graph ends at the gradients; the all-reduce and the update follow it.
+    if (reduce) {
+      enqueue_gradients(x, x_u8, y, n);
+    } else {
+      enqueue_train(x, x_u8, y, n);
+    }
   } catch (...) {
     cudaGraph_t broken = nullptr;
     cudaStreamEndCapture(stream, &broken);
@@ -460,7 +495,23 @@ const MlpOptions& MlpCuda::options() const {
   return impl_->opts;
 }
 
-void MlpCuda::train_step_async(const void* x, bool x_u8, const int32_t* y, int n, int slot) {
+void MlpCuda::set_gradient_reduce(GradientReduce reduce) {
+  Impl& m = *impl_;
+  DeviceGuard guard(m.device);
+  check(cudaStreamSynchronize(m.stream), "cudaStreamSynchronize");
+  for (auto& entry : m.graphs) {
+    if (entry.second.exec) cudaGraphExecDestroy(entry.second.exec);
+  }
+  m.graphs.clear();
+  m.reduce = std::move(reduce);
+  for (int l = 0; l < m.layers; ++l) {
+    m.on_fly[static_cast<std::size_t>(l)] =
+        !m.reduce && static_cast<long long>(m.dims[l + 1]) * m.dims[l] * m.max_batch <= kOnFlyMacs;
+  }
+}
+
+void MlpCuda::train_step_async(const void* x, bool x_u8, const int32_t* y, int n, int slot,
+                               float grad_scale) {
   Impl& m = *impl_;
   m.check_batch(x, y, n);
   if (slot < -1) {
@@ -468,11 +519,23 @@ void MlpCuda::train_step_async(const void* x, bool x_u8, const int32_t* y, int n
   }
   DeviceGuard guard(m.device);
   if (slot < 0) {
-    m.enqueue_train(x, x_u8, y, n);
+    if (m.reduce) {
+      m.enqueue_gradients(x, x_u8, y, n);
+    } else {
+      m.enqueue_train(x, x_u8, y, n);
+    }
   } else {
     Impl::Graph& g = m.graphs[slot];
     if (!g.exec || g.x != x || g.x_u8 != x_u8 || g.y != y || g.n != n) m.capture(g, x, x_u8, y, n);
     check(cudaGraphLaunch(g.exec, m.stream), "cudaGraphLaunch");
+  }
+  if (m.reduce) {
+    if (grad_scale != 1.0f) {
+      check(cublasSscal(m.blas, static_cast<int>(m.param_count), &grad_scale, m.grads, 1),
+            "cublasSscal");
+    }
+    m.reduce(m.grads, static_cast<std::size_t>(m.param_count));
+    m.enqueue_update(nullptr, n);
   }
   m.samples[0] += n;
 }

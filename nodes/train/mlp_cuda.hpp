@@ -3,7 +3,9 @@
 /// The CUDA implementation of the MLP in mlp_model.hpp: cuBLAS FP32 GEMMs plus a few fused
 /// kernels on one non-blocking stream, optionally replayed from CUDA graphs. Host-only header.
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "mlp_model.hpp"
@@ -43,7 +45,19 @@ class MlpCuda {
   /// between calls: a replay reads them afresh); -1 enqueues plain launches. Both give
   /// bit-identical results. Throws std::invalid_argument unless 1 <= n <= max_batch, slot >= -1
   /// and the pointers are non-null.
-  void train_step_async(const void* x, bool x_u8, const int32_t* y, int n, int slot = -1);
+  /// Data-parallel: when grad_scale != 1 the step's gradients are multiplied by it before the
+  /// reduce (see set_gradient_reduce).
+  void train_step_async(const void* x, bool x_u8, const int32_t* y, int n, int slot = -1,
+                        float grad_scale = 1.0f);
+
+  /// Enqueues an all-reduce of `count` floats at the device pointer `grads` on stream() (e.g.
+  /// ncclAllReduce); called from train_step_async, between the gradients and the update.
+  using GradientReduce = std::function<void(float* grads, std::size_t count)>;
+  /// Data-parallel training: from now on every step stores all its gradients (weights and
+  /// biases, padding zero), scales them by grad_scale, calls `reduce`, then updates from them.
+  /// Results then differ from the fused single-device update by float rounding only. An empty
+  /// function goes back to the fused update. Waits for the stream; drops cached graphs.
+  void set_gradient_reduce(GradientReduce reduce);
   /// Forward only, into the evaluation counters (take_eval_stats()). Plain launches.
   void evaluate_async(const void* x, bool x_u8, const int32_t* y, int n);
 

@@ -321,6 +321,7 @@ StepStats MlpCpu::step(const float* x, const int32_t* y, int n) {
   forward(x, n);
   const StepStats s = softmax_xent(y, n, true);
   backward(x, n);
+  if (hook_) hook_(grads_);
   apply_update();
   return s;
 }

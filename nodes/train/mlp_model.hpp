@@ -4,6 +4,7 @@
 /// momentum): its options, its deterministic initialisation and the CPU reference implementation.
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace flowfeed {
@@ -71,6 +72,10 @@ class MlpCpu {
   void set_params(const MlpParams& p);
   /// The options this model was built with.
   const MlpOptions& options() const { return opts_; }
+  /// Called in every train step between the gradients (of the batch's mean loss) and the update;
+  /// it may change them, e.g. into their mean over data-parallel replicas. Empty: none.
+  using GradientHook = std::function<void(MlpParams& grads)>;
+  void set_gradient_hook(GradientHook hook) { hook_ = std::move(hook); }
 
  private:
   void check_batch(const void* x, const int32_t* y, int n) const;
@@ -89,6 +94,7 @@ class MlpCpu {
   std::vector<std::vector<float>> act_;  ///< per layer [n, out]: ReLU outputs, then logits
   std::vector<std::vector<float>> dz_;   ///< per layer [n, out]: d(mean loss)/d(pre-activation)
   std::vector<float> xbuf_;              ///< uint8 batch converted to float
+  GradientHook hook_;
 };
 
 }  // namespace flowfeed

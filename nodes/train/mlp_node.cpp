@@ -5,6 +5,7 @@
 #include <cstring>
 #include <utility>
 
+#include "all_reduce.hpp"
 #include "flowfeed/nodes/dataset.hpp"
 #include "flowfeed/registry.hpp"
 #include "flowfeed/trace.hpp"
@@ -27,6 +28,17 @@ constexpr int kEvalChunk = 1000;
 class MlpCpuBackend final : public MlpBackend {
  public:
   explicit MlpCpuBackend(MlpSetup setup) : s_(std::move(setup)), model_(s_.model) {
+    if (s_.parallel.transport == "mpi") {
+      reduce_ = make_mpi_all_reduce();
+      if (reduce_->world() != s_.parallel.world || reduce_->rank() != s_.parallel.rank) {
+        throw Error("mlp: MPI says rank " + std::to_string(reduce_->rank()) + " of " +
+                    std::to_string(reduce_->world()) + " but the sampler shards for rank " +
+                    std::to_string(s_.parallel.rank) + " of " + std::to_string(s_.parallel.world) +
+                    " (sampler.rank/world set in the config?) leave sampler.rank and "
+                    "sampler.world unset under mpirun");
+      }
+      model_.set_gradient_hook([this](MlpParams& grads) { average(grads); });
+    }
     if (s_.resident) {
       // The host's "device" is host memory: keep one copy of the set, gather each batch from it.
       resident_x_.resize(s_.dataset_size * s_.x_sample_bytes);
@@ -56,6 +68,11 @@ class MlpCpuBackend final : public MlpBackend {
       x = batch.tensor(tier, s_.x_index);
       y = reinterpret_cast<const std::int32_t*>(batch.tensor(tier, s_.y_index));
     }
+    if (reduce_) {
+      scale_ =
+          static_cast<float>(static_cast<double>(n) /
+                             static_cast<double>(s_.parallel.global_rows(batch.index_in_epoch)));
+    }
     const StepStats st = s_.x_u8 ? model_.train_step_u8(static_cast<const std::uint8_t*>(x), y, n)
                                  : model_.train_step(static_cast<const float*>(x), y, n);
     sums_.loss_sum += st.loss_sum;
@@ -82,8 +99,29 @@ class MlpCpuBackend final : public MlpBackend {
   MlpParams params() const override { return model_.params(); }
 
  private:
+  /// grads (this rank's mean) -> the mean over the global batch, on every rank alike.
+  void average(MlpParams& grads) {
+    flat_.clear();
+    for (auto* part : {&grads.weights, &grads.biases}) {
+      for (const auto& g : *part) {
+        for (float v : g) flat_.push_back(v * scale_);
+      }
+    }
+    reduce_->sum(flat_.data(), flat_.size());
+    std::size_t at = 0;
+    for (auto* part : {&grads.weights, &grads.biases}) {
+      for (auto& g : *part) {
+        std::copy_n(flat_.begin() + static_cast<std::ptrdiff_t>(at), g.size(), g.begin());
+        at += g.size();
+      }
+    }
+  }
+
   MlpSetup s_;
   MlpCpu model_;
+  std::unique_ptr<GradientAllReduce> reduce_;
+  float scale_ = 1.0f;
+  std::vector<float> flat_;
   StepStats sums_;
   std::vector<std::byte> resident_x_, batch_x_;
   std::vector<std::int32_t> resident_y_, batch_y_;
@@ -126,6 +164,9 @@ MlpNodeOptions MlpNode::options_from(const NodeSpec& spec) {
   if (p.has("eval_labels")) o.eval_labels = p.get_string("eval_labels");
   o.eval_every = static_cast<int>(p.get_int("eval_every"));
   o.steps_ahead = static_cast<int>(p.get_int("steps_ahead"));
+  o.all_reduce = p.get_string("all_reduce");
+  if (p.has("nccl_id_file")) o.nccl_id_file = p.get_string("nccl_id_file");
+  o.collective_timeout_s = p.get_number("collective_timeout_s");
   if (o.eval_images.empty() != o.eval_labels.empty()) {
     const std::string set = o.eval_images.empty() ? "eval_labels" : "eval_images";
     const std::string missing = o.eval_images.empty() ? "eval_images" : "eval_labels";
@@ -197,6 +238,8 @@ void MlpNode::setup(BuildContext& context) {
     s.sampler =
         std::make_unique<Sampler>(context.sampler_options(), s.dataset_size, context.batch_size());
   }
+  s.parallel = data_parallel(context, where);
+  transport_ = s.parallel.transport;
   epochs_ = context.epochs();
   loss_gauge_ = &context.gauge("loss");
   if (eval_.count > 0) accuracy_gauge_ = &context.gauge("test_accuracy");
@@ -214,7 +257,66 @@ void MlpNode::setup(BuildContext& context) {
   }
 }
 
+DataParallel MlpNode::data_parallel(BuildContext& context, const std::string& where) const {
+  DataParallel d;
+  const SamplerOptions& so = context.sampler_options();
+  d.rank = so.rank;
+  d.world = so.world;
+  d.nccl_id_file = options_.nccl_id_file;
+  d.timeout_s = options_.collective_timeout_s;
+  const bool cuda = context.backend() == Backend::cuda;
+  d.transport = options_.all_reduce;
+  if (d.transport == "auto") d.transport = d.world == 1 ? "none" : cuda ? "nccl" : "mpi";
+  if (d.transport == "none") return d;
+  const std::string key = where + ".params.all_reduce: ";
+  if (d.transport == "nccl" && !cuda) {
+    throw ConfigError({key + "nccl runs on the cuda backend (this pipeline runs on host) use "
+                             "all_reduce: mpi under mpirun, or device: cuda"});
+  }
+  if (d.transport == "mpi" && cuda) {
+    throw ConfigError({key + "mpi is the host backend's transport (this pipeline runs on cuda) "
+                             "use all_reduce: nccl"});
+  }
+  if (d.transport == "mpi" && !mpi::launched()) {
+    throw ConfigError({key + "mpi needs a job launched by Open MPI's mpirun (" +
+                       std::to_string(d.world) +
+                       " ranks, but OMPI_COMM_WORLD_SIZE is not set) launch with mpirun, or set "
+                       "all_reduce: none to train one model per rank"});
+  }
+  // Every rank must take part in every step's all-reduce: the same number of batches each.
+  const std::size_t size = context.loader().size();
+  const std::size_t batch = context.batch_size();
+  std::vector<std::size_t> shards;
+  for (int r = 0; r < d.world; ++r) {
+    SamplerOptions other = so;
+    other.rank = r;
+    Sampler sampler(other, size, batch);
+    if (sampler.batches_per_epoch() != Sampler(so, size, batch).batches_per_epoch()) {
+      throw ConfigError({where +
+                         ".type: data-parallel training needs the same number of steps "
+                         "on every rank, but rank " +
+                         std::to_string(r) + " has " + std::to_string(sampler.batches_per_epoch()) +
+                         " batches per epoch and rank " + std::to_string(so.rank) + " " +
+                         std::to_string(Sampler(so, size, batch).batches_per_epoch()) + " (" +
+                         std::to_string(size) + " samples over " + std::to_string(d.world) +
+                         " ranks in batches of " + std::to_string(batch) +
+                         ") set sampler.drop_last: true, or a batch size that divides the shards"});
+    }
+    shards.push_back(sampler.shard_size());
+  }
+  d.global_rows = [shards, batch](std::size_t index) {
+    std::size_t rows = 0;
+    for (std::size_t shard : shards) {
+      const std::size_t first = index * batch;
+      rows += first < shard ? std::min(batch, shard - first) : 0;
+    }
+    return rows;
+  };
+  return d;
+}
+
 void MlpNode::begin_run() {
+  if (transport_ != "none") mpi::run_started();
   epochs_report_.clear();
   steps_ = epoch_steps_ = 0;
   t_epoch_ns_ = 0;
@@ -268,6 +370,7 @@ void MlpNode::quiesce() noexcept {
 }
 
 void MlpNode::finish(RunReport& report) {
+  if (transport_ != "none") mpi::run_finished();
   report.train.loss = last_loss_;
   report.train.accuracy = test_accuracy_ >= 0 ? test_accuracy_ : last_accuracy_;
   report.train.test_loss = test_loss_;
@@ -311,6 +414,21 @@ void register_mlp(Registry& registry) {
                "device (bounds run-ahead so stall_fraction reflects device time)",
                2)
       .range(1, 1024);
+  t.schema
+      .add_string("all_reduce",
+                  "data-parallel gradient exchange: auto (none for one rank, else mpi on host, "
+                  "nccl on cuda), none (one model per rank), mpi, nccl",
+                  std::string("auto"))
+      .one_of({"auto", "none", "mpi", "nccl"});
+  t.schema.add_string("nccl_id_file",
+                      "nccl without mpirun: rank 0 writes the NCCL id to this path, the other "
+                      "ranks read it (a fresh path per job)");
+  t.schema
+      .add_number("collective_timeout_s",
+                  "most seconds a rank waits for the others (id file, NCCL init, a step's "
+                  "all-reduce) before the run fails",
+                  300.0)
+      .range(0.001, 1e6);
   t.create = [](const NodeSpec& spec) {
     return std::make_unique<MlpNode>(MlpNode::options_from(spec), spec.name, spec.loc);
   };

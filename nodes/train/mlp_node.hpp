@@ -4,6 +4,7 @@
 /// host backend; MlpCuda on the cuda backend), picked in setup() from BuildContext::backend().
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -25,10 +26,25 @@ struct MlpNodeOptions {
   double lr = 0.05;
   double momentum = 0.0;
   std::uint64_t seed = 1;
-  std::string eval_images;  ///< IDX test images (optional; with eval_labels)
-  std::string eval_labels;  ///< IDX test labels
-  int eval_every = 1;       ///< evaluate after every N-th epoch, and after the last
-  int steps_ahead = 2;      ///< cuda: most steps the host enqueues ahead of the device
+  std::string eval_images;            ///< IDX test images (optional; with eval_labels)
+  std::string eval_labels;            ///< IDX test labels
+  int eval_every = 1;                 ///< evaluate after every N-th epoch, and after the last
+  int steps_ahead = 2;                ///< cuda: most steps the host enqueues ahead of the device
+  std::string all_reduce = "auto";    ///< auto | none | mpi | nccl
+  std::string nccl_id_file;           ///< where rank 0 leaves the NCCL id when not under mpirun
+  double collective_timeout_s = 300;  ///< most seconds a rank waits for the others
+};
+
+/// How the ranks of a data-parallel job exchange gradients (decided by MlpNode::setup).
+struct DataParallel {
+  std::string transport = "none";  ///< none | mpi | nccl
+  int rank = 0;
+  int world = 1;
+  std::string nccl_id_file;
+  double timeout_s = 300;
+  /// Samples of batch `index_in_epoch` summed over every rank: a rank scales its mean gradient
+  /// by rows / global_rows before the sum, so the result is the mean over the global batch.
+  std::function<std::size_t(std::size_t index_in_epoch)> global_rows;
 };
 
 /// Test images (bytes) and labels (int32) of the evaluation set.
@@ -53,6 +69,7 @@ struct MlpSetup {
   std::size_t x_sample_bytes = 0;
   std::unique_ptr<Sampler> sampler;
   const EvalSet* eval = nullptr;  ///< null without evaluation
+  DataParallel parallel;
 };
 
 /// One implementation of the step. Calls come from the train node's thread, one at a time.
@@ -107,7 +124,10 @@ class MlpNode final : public Node {
   bool resident() const noexcept { return resident_; }
 
  private:
+  DataParallel data_parallel(BuildContext& context, const std::string& where) const;
+
   MlpNodeOptions options_;
+  std::string transport_ = "none";  ///< the resolved DataParallel::transport
   std::string name_;
   SourceLoc loc_;
   EvalSet eval_;

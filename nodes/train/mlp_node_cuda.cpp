@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
+#include "all_reduce.hpp"
 #include "cuda/cuda_check.hpp"
 #include "flowfeed/error.hpp"
 #include "flowfeed/nodes/dataset.hpp"
@@ -15,6 +17,7 @@
 #include "gather_kernels.hpp"
 #include "mlp_cuda.hpp"
 #include "mlp_node.hpp"
+#include "nccl_cuda.hpp"
 
 namespace flowfeed {
 
@@ -43,8 +46,11 @@ class MlpCudaBackend final : public MlpBackend {
       ring_.assign(static_cast<std::size_t>(s_.steps_ahead), nullptr);
       for (auto& e : ring_)
         check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+      check(cudaEventCreateWithFlags(&drained_, cudaEventDisableTiming),
+            "cudaEventCreateWithFlags");
       if (s_.eval) upload_eval();
       if (s_.resident) upload_resident();
+      if (s_.parallel.transport == "nccl") connect();
     } catch (...) {
       release();
       throw;
@@ -88,7 +94,13 @@ class MlpCudaBackend final : public MlpBackend {
       // that neither is re-captured when the other lands in the same buffer.
       slot = static_cast<int>(batch.device.index()) * 2 + (batch.rows() < s_.batch_size ? 1 : 0);
     }
-    model_.train_step_async(x, s_.x_u8, y, n, slot);
+    float scale = 1.0f;
+    if (comm_) {
+      scale =
+          static_cast<float>(static_cast<double>(n) /
+                             static_cast<double>(s_.parallel.global_rows(batch.index_in_epoch)));
+    }
+    model_.train_step_async(x, s_.x_u8, y, n, slot, scale);
     if (!s_.resident && batch.reuse_event) {
       check(cudaEventRecord(static_cast<cudaEvent_t>(batch.reuse_event), stream_),
             "cudaEventRecord");
@@ -98,14 +110,22 @@ class MlpCudaBackend final : public MlpBackend {
     cudaEvent_t& mark = ring_[steps_ % ring_.size()];
     if (steps_ >= ring_.size()) {
       const auto t0 = std::chrono::steady_clock::now();
-      check(cudaEventSynchronize(mark), "cudaEventSynchronize");
+      // With NCCL a step may wait for another rank: poll, so that a dead rank ends the run.
+      if (comm_) {
+        comm_->wait(mark, "mlp step");
+      } else {
+        check(cudaEventSynchronize(mark), "cudaEventSynchronize");
+      }
       wait_seconds_ += seconds_since(t0);
     }
     check(cudaEventRecord(mark, stream_), "cudaEventRecord");
     ++steps_;
   }
 
-  StepStats take_train_stats() override { return model_.take_train_stats(); }
+  StepStats take_train_stats() override {
+    drain();
+    return model_.take_train_stats();
+  }
 
   StepStats evaluate() override {
     check(cudaSetDevice(s_.device_id), "cudaSetDevice");
@@ -126,9 +146,19 @@ class MlpCudaBackend final : public MlpBackend {
     return model_.take_eval_stats();
   }
 
-  MlpParams params() const override { return model_.params(); }
+  MlpParams params() const override {
+    drain();
+    return model_.params();
+  }
 
   void quiesce() noexcept override {
+    if (comm_) {
+      try {
+        drain();
+      } catch (...) {
+        comm_->abort();  // its kernels end, so the synchronize below returns
+      }
+    }
     if (stream_) cudaStreamSynchronize(stream_);
   }
 
@@ -140,9 +170,32 @@ class MlpCudaBackend final : public MlpBackend {
   void finish(RunReport& report) override {
     report.extra["train_device_wait_seconds"] = wait_seconds_;
     report.extra["train_steps_ahead"] = static_cast<double>(ring_.size());
+    if (comm_) report.extra["train_world"] = static_cast<double>(comm_->world());
   }
 
  private:
+  /// One NCCL communicator per rank; the id travels by MPI or the id file.
+  void connect() {
+    const DataParallel& d = s_.parallel;
+    const nccl::UniqueId id = nccl::share_unique_id(d.rank, d.world, d.nccl_id_file, d.timeout_s);
+    comm_ = std::make_unique<nccl::Communicator>(id, d.rank, d.world, s_.device_id, d.timeout_s);
+    // Every rank has read the file once the communicator exists: a later job must not read it.
+    if (d.rank == 0 && d.world > 1 && !d.nccl_id_file.empty() && !mpi::launched()) {
+      std::error_code ignored;
+      std::filesystem::remove(d.nccl_id_file, ignored);
+    }
+    model_.set_gradient_reduce(
+        [this](float* grads, std::size_t count) { comm_->all_reduce_sum(grads, count, stream_); });
+  }
+
+  /// Waits for everything enqueued so far; with NCCL through the communicator's timed wait.
+  void drain() const {
+    if (!comm_) return;
+    check(cudaSetDevice(s_.device_id), "cudaSetDevice");
+    check(cudaEventRecord(drained_, stream_), "cudaEventRecord");
+    comm_->wait(drained_, "mlp");
+  }
+
   static constexpr std::uint32_t kNoEpoch = 0xFFFFFFFFu;
 
   /// The evaluation set stays in pinned host memory; the device holds one batch-sized chunk.
@@ -207,12 +260,21 @@ class MlpCudaBackend final : public MlpBackend {
   }
 
   void release() noexcept {
+    if (comm_) {
+      try {
+        drain();
+      } catch (...) {
+        comm_->abort();
+      }
+    }
     if (stream_) cudaStreamSynchronize(stream_);
     for (auto& e : ring_) {
       if (e) cudaEventDestroy(e);
     }
     ring_.clear();
     if (order_copied_) cudaEventDestroy(order_copied_);
+    if (drained_) cudaEventDestroy(drained_);
+    drained_ = nullptr;
     for (void* p : {static_cast<void*>(eval_x_), static_cast<void*>(eval_y_), all_x_,
                     static_cast<void*>(all_y_), epoch_x_, static_cast<void*>(epoch_y_),
                     static_cast<void*>(order_dev_)}) {
@@ -236,6 +298,8 @@ class MlpCudaBackend final : public MlpBackend {
   MlpCuda model_;
   cudaStream_t stream_ = nullptr;
   std::vector<cudaEvent_t> ring_;
+  std::unique_ptr<nccl::Communicator> comm_;
+  cudaEvent_t drained_ = nullptr;
   std::uint64_t steps_ = 0;
   double wait_seconds_ = 0;
 

@@ -1,0 +1,16 @@
+# Resolves FLOWFEED_MPI (AUTO|ON|OFF) to FLOWFEED_WITH_MPI. Only Open MPI's headers are used at
+# build time: libmpi is loaded at run time (nodes/train/mpi_runtime.cpp), so no binary links it.
+set(FLOWFEED_WITH_MPI OFF)
+set(FLOWFEED_MPI_INCLUDE_DIRS "")
+if(FLOWFEED_MPI STREQUAL "ON" OR FLOWFEED_MPI STREQUAL "AUTO")
+  find_package(MPI COMPONENTS CXX QUIET)
+  if(MPI_CXX_FOUND)
+    set(FLOWFEED_WITH_MPI ON)
+    set(FLOWFEED_MPI_INCLUDE_DIRS ${MPI_CXX_INCLUDE_DIRS})
+  elseif(FLOWFEED_MPI STREQUAL "ON")
+    message(FATAL_ERROR "FLOWFEED_MPI=ON but Open MPI was not found (Debian: libopenmpi-dev)")
+  endif()
+elseif(NOT FLOWFEED_MPI STREQUAL "OFF")
+  message(FATAL_ERROR "FLOWFEED_MPI must be AUTO, ON or OFF (got '${FLOWFEED_MPI}')")
+endif()
+message(STATUS "flowfeed: MPI (Open MPI, loaded at run time) ${FLOWFEED_WITH_MPI}")
