@@ -15,6 +15,8 @@
 #include <sstream>
 #include <vector>
 
+#include "tests/apps/process_util.hpp"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -35,14 +37,7 @@ fs::path temp_file(const std::string& name) {
 
 /// Runs a shell command under a 120 s limit; returns its exit status and output.
 int shell(const std::string& command, std::string* output = nullptr) {
-  const std::string cmd = "timeout -k 5 120 env " + command + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  while (std::size_t n = fread(buf.data(), 1, buf.size(), pipe)) out.append(buf.data(), n);
-  const int status = pclose(pipe);
-  if (output) *output = out;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return flowfeed::test::run_shell("timeout -k 5 120 env " + command + " 2>&1", output);
 }
 
 // ---- sharding ------------------------------------------------------------------------------
@@ -60,23 +55,8 @@ std::string record_config(bool drop_last) {
   return path.string();
 }
 
-/// epoch -> batches (samples in visiting order), from a record file.
-using Record = std::map<int, std::vector<std::vector<unsigned>>>;
-
-Record read_record(const std::string& path) {
-  Record out;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) {
-    std::istringstream ls(line);
-    int epoch;
-    unsigned long long seq;
-    ls >> epoch >> seq;
-    std::vector<unsigned> batch;
-    for (unsigned s; ls >> s;) batch.push_back(s);
-    out[epoch].push_back(batch);
-  }
-  return out;
-}
+using flowfeed::test::read_record;
+using flowfeed::test::Record;
 
 /// Two ranks by mpirun (MPMD: one record file per rank).
 std::vector<Record> mpirun_shards(const std::string& config, const std::string& tag) {

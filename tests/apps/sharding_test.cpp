@@ -12,6 +12,8 @@
 #include <set>
 #include <sstream>
 
+#include "tests/apps/process_util.hpp"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -33,26 +35,15 @@ std::string config_path() {
 }
 
 int run(const std::string& env, const std::string& args, std::string* output = nullptr) {
-  std::string cmd = env + " " + FLOWFEED_RUNNER + " " + args + " -q 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  while (std::size_t n = fread(buf.data(), 1, buf.size(), pipe)) out.append(buf.data(), n);
-  int status = pclose(pipe);
-  if (output) *output = out;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return flowfeed::test::run_shell(env + " " + FLOWFEED_RUNNER + " " + args + " -q 2>&1", output);
 }
 
 /// epoch -> samples in visiting order, from a record file.
 std::map<int, std::vector<unsigned>> read_record(const std::string& path) {
   std::map<int, std::vector<unsigned>> out;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) {
-    std::istringstream ls(line);
-    int epoch;
-    unsigned long long seq;
-    ls >> epoch >> seq;
-    for (unsigned s; ls >> s;) out[epoch].push_back(s);
+  for (const auto& [epoch, batches] : flowfeed::test::read_record(path)) {
+    for (const auto& batch : batches)
+      out[epoch].insert(out[epoch].end(), batch.begin(), batch.end());
   }
   return out;
 }
