@@ -23,24 +23,33 @@ struct ChecksumRecord {
   unsigned long long actual;
 };
 
-/// What one launch checks: rows × elements of x at `batch`, then rows labels at batch + y_offset.
+/// One batch of a launch: rows × elements of x at `data`, then rows labels at data + y_offset.
+struct ChecksumBatch {
+  static constexpr std::uint32_t kNoInline = 0xffffffffu;
+  const unsigned char* data = nullptr;
+  const std::uint32_t* samples = nullptr;  ///< row → sample (device-readable), or null
+  std::uint64_t first_sample = 0;          ///< row → first_sample + row (no samples, no inline)
+  std::uint64_t y_offset = 0;
+  std::uint64_t seq = 0;
+  std::uint32_t rows = 0;
+  std::uint32_t inline_at = kNoInline;  ///< row → ChecksumArgs::inline_samples[inline_at + row]
+};
+
+/// What one launch checks: up to kMaxBatches batches of the same layout, one grid slice each.
 struct ChecksumArgs {
-  /// Rows whose sample indices travel inside the launch's parameters (1 KiB of the 4 KiB a kernel
-  /// may take): no per-batch host buffer, event or wait for batches up to this size.
+  static constexpr std::uint32_t kMaxBatches = 16;
+  /// Sample indices that travel inside the launch's parameters (1 KiB; a launch may take 32 KiB
+  /// on sm_70 and newer): shuffled batches need no host buffer, event or wait while they fit.
   static constexpr std::uint32_t kInlineSamples = 256;
-  const unsigned char* batch = nullptr;
-  const std::uint32_t* samples = nullptr;  ///< row → sample (device-readable); else inline/first
-  std::uint32_t inline_count = 0;          ///< > 0: row → inline_samples[row]
+  ChecksumBatch batches[kMaxBatches];
+  std::uint32_t count = 0;
+  std::uint32_t max_rows = 0;
   std::uint32_t inline_samples[kInlineSamples] = {};
-  std::uint64_t first_sample = 0;
-  std::uint64_t rows = 0;
   std::uint64_t elements = 0;  ///< per sample
   std::uint32_t element_size = 4;
   std::uint32_t type = 0;  ///< formula::ElementType
-  std::uint64_t y_offset = 0;
   std::uint64_t seed = 0;
   std::int64_t classes = 10;
-  std::uint64_t seq = 0;
   ChecksumRecord* record = nullptr;   ///< device memory
   unsigned int* host_flag = nullptr;  ///< mapped host memory, set to 1 on a mismatch
 };

@@ -95,6 +95,10 @@ class Pipeline::Impl {
   // Per-run state.
   std::atomic<int> in_flight_{0};
   std::atomic<int> max_in_flight_{0};
+  // Batches that entered the first stage, and batches that reached an asynchronous train node:
+  // when they are equal, no batch is on its way to the train node and it must flush().
+  std::atomic<std::uint64_t> entered_{0};
+  std::atomic<std::uint64_t> train_arrived_{0};
   std::atomic<std::uint64_t> produced_{0};
   std::atomic<std::uint64_t> consumed_{0};
   std::atomic<std::uint64_t> skipped_{0};
@@ -102,6 +106,7 @@ class Pipeline::Impl {
   std::atomic<std::uint64_t> bytes_{0};
   std::atomic<std::uint64_t> samples_{0};
   std::vector<std::uint64_t> epoch_done_;
+  std::size_t next_epoch_end_ = 0;  // the first epoch whose end_epoch() has not run
   std::uint32_t source_epoch_ = 0;
   std::size_t source_index_ = 0;
   std::uint64_t source_seq_ = 0;
@@ -135,15 +140,17 @@ class Pipeline::Impl {
   /// The nodes wire_stages() made, and the contexts their completions read; they must outlive
   /// the graph's run.
   struct Wiring;
-  /// Chains stages [0, count) after `tail` in `g`: a function_node per synchronous stage, an
+  /// Chains stages [begin, end) after `tail` in `g`: a function_node per synchronous stage, an
   /// async_node plus a check node (it rethrows completion errors on a TBB thread) per
   /// asynchronous one. Returns the new tail. `on_throw`, when set, hears every failure a body is
-  /// about to rethrow (pull mode wakes its caller with it).
+  /// about to rethrow (pull mode wakes its caller with it). An asynchronous train stage is told
+  /// to flush() whenever every batch that entered the graph has reached it.
   tbb::flow::sender<Batch*>* wire_stages(tbb::flow::graph& g, tbb::flow::sender<Batch*>* tail,
-                                         std::size_t count,
+                                         std::size_t begin, std::size_t end,
                                          const std::function<void(std::exception_ptr)>& on_throw,
                                          Wiring& out);
   void note_in_flight() noexcept {
+    entered_.fetch_add(1, std::memory_order_acq_rel);
     const int n = in_flight_.fetch_add(1, std::memory_order_relaxed) + 1;
     int m = max_in_flight_.load(std::memory_order_relaxed);
     while (n > m && !max_in_flight_.compare_exchange_weak(m, n)) {
@@ -470,7 +477,7 @@ struct Pipeline::Impl::Wiring {
 };
 
 tbb::flow::sender<Batch*>* Pipeline::Impl::wire_stages(
-    tbb::flow::graph& g, tbb::flow::sender<Batch*>* tail, std::size_t count,
+    tbb::flow::graph& g, tbb::flow::sender<Batch*>* tail, std::size_t begin, std::size_t end,
     const std::function<void(std::exception_ptr)>& on_throw, Wiring& out) {
   using namespace tbb::flow;
   using AsyncNode = Wiring::AsyncNode;
@@ -484,7 +491,7 @@ tbb::flow::sender<Batch*>* Pipeline::Impl::wire_stages(
       throw;
     }
   };
-  for (std::size_t i = 0; i < count; ++i) {
+  for (std::size_t i = begin; i < end; ++i) {
     Stage* st = stages_[i].get();
     const std::size_t conc = static_cast<std::size_t>(st->spec.concurrency);
     const bool first = i == 0;
@@ -504,15 +511,24 @@ tbb::flow::sender<Batch*>* Pipeline::Impl::wire_stages(
     ctx->stage = st;
     ctx->impl = this;
     Wiring::AsyncContext* c = ctx.get();
+    const bool flushes = st->spec.role == Role::train;
     auto node = std::make_unique<AsyncNode>(
-        g, conc, [this, c, first](Batch* b, AsyncNode::gateway_type& gw) {
+        g, conc, [this, c, first, flushes](Batch* b, AsyncNode::gateway_type& gw) {
           if (first) note_in_flight();
           const std::uint64_t t0 = now_ns();
+          auto* async = static_cast<AsynchronousNode*>(c->stage->node.get());
+          // A train node that holds batches back completes them when no other batch can come.
+          auto arrived = [&] {
+            if (!flushes) return;
+            const std::uint64_t n = train_arrived_.fetch_add(1, std::memory_order_acq_rel) + 1;
+            if (entered_.load(std::memory_order_acquire) == n) async->flush();
+          };
           recorder_.enter(c->stage->index, *b, t0);
           if (b->skipped) {
             recorder_.submitted();
             recorder_.complete(c->stage->index, *b, t0);
             gw.try_put(b);
+            arrived();
             return;
           }
           // Outstanding device work counts as processing, so that a stall names a completion
@@ -531,7 +547,7 @@ tbb::flow::sender<Batch*>* Pipeline::Impl::wire_stages(
               },
               c, b);
           try {
-            static_cast<AsynchronousNode*>(c->stage->node.get())->submit(*b, done);
+            async->submit(*b, done);
           } catch (...) {
             b->error = std::current_exception();
             mark(*b, -1);
@@ -539,11 +555,13 @@ tbb::flow::sender<Batch*>* Pipeline::Impl::wire_stages(
             recorder_.complete(c->stage->index, *b, now_ns());
             gw.try_put(b);
             gw.release_wait();
+            arrived();
             c->stage->busy_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
             return;
           }
           // The batch may have moved on already: touch only the node's own counters.
           recorder_.submitted();
+          arrived();
           c->stage->busy_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
         });
     // Set once, before the graph runs: completions read it from other threads.
@@ -584,11 +602,14 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
   for (auto& p : pools_) p->reset_counters();
   in_flight_ = 0;
   max_in_flight_ = 0;
+  entered_ = 0;
+  train_arrived_ = 0;
   produced_ = consumed_ = skipped_ = skipped_samples_ = bytes_ = samples_ = 0;
   source_epoch_ = 0;
   source_index_ = 0;
   source_seq_ = 0;
   epoch_done_.assign(static_cast<std::size_t>(config_.pipeline.epochs), 0);
+  next_epoch_end_ = 0;
   warnings_.clear();
   // stop_ and abort_ are cleared when a run ends, not here: a request made just before run() (a
   // signal while the pipeline was being built) must not be lost.
@@ -646,6 +667,11 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
         g->cancel();
         cancel_.store(true);
       }
+      // A cancelled graph waits for every outstanding asynchronous batch: a train node that
+      // holds some back must let them go (again each tick: one may have arrived since).
+      if (cancel_.load() && train.node->asynchronous()) {
+        static_cast<AsynchronousNode*>(train.node.get())->flush();
+      }
       std::uint64_t progress = consumed_.load();
       for (const auto& s : stages_) progress += s->items.load();
       auto now = Clock::now();
@@ -675,7 +701,8 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
 
     // Middle stages: every node but the train node.
     Wiring wiring;
-    sender<Batch*>* tail = wire_stages(g, &limiter, stages_.size() - 1, {}, wiring);
+    const std::size_t last = stages_.size() - 1;
+    sender<Batch*>* tail = wire_stages(g, &limiter, 0, last, {}, wiring);
     std::unique_ptr<sequencer_node<Batch*>> sequencer;
     if (config_.pipeline.ordered) {
       sequencer = std::make_unique<sequencer_node<Batch*>>(
@@ -683,20 +710,30 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
       make_edge(*tail, *sequencer);
       tail = sequencer.get();
     }
+    // The train node: a serial function_node, or (asynchronous) an async_node whose completions
+    // reach a serial node that finishes them. Either way a finished batch decrements the limiter.
+    const bool async_train = train.node->asynchronous();
+    if (async_train) tail = wire_stages(g, tail, last, last + 1, {}, wiring);
     const bool single = stages_.size() == 1;
-    function_node<Batch*, int> train_node(g, serial, [&, single](Batch* b) {
-      if (single) note_in_flight();
-      run_stage(train, *b);
+    function_node<Batch*, int> train_node(g, serial, [&, single, async_train](Batch* b) {
+      if (!async_train) {
+        if (single) note_in_flight();
+        run_stage(train, *b);
+      }
       const std::uint32_t epoch = b->epoch;
       finish_batch(b);
-      if (++epoch_done_[epoch] == per_epoch) {
+      ++epoch_done_[epoch];
+      // Epochs end in order, each after all of its batches (an asynchronous train node may
+      // complete the first batches of the next epoch before the last of this one).
+      while (next_epoch_end_ < epoch_done_.size() && epoch_done_[next_epoch_end_] == per_epoch) {
+        const auto ending = static_cast<std::uint32_t>(next_epoch_end_++);
         const std::uint64_t t0 = now_ns();
         try {
-          train.node->end_epoch(epoch);
+          train.node->end_epoch(ending);
         } catch (...) {
           train.failures.fetch_add(1);
           cancel_.store(true);
-          throw NodeError(train.label + " end of epoch " + std::to_string(epoch) + ": " +
+          throw NodeError(train.label + " end of epoch " + std::to_string(ending) + ": " +
                               what_of(std::current_exception()),
                           train.spec.name, train.spec.type, -1);
         }
@@ -861,7 +898,7 @@ void run_pull_graph(Pipeline::Impl& impl, PullShared& s) {
 
   Pipeline::Impl::Wiring wiring;
   sender<Batch*>* tail = impl.wire_stages(
-      g, &limiter, impl.stages_.size(), [&s](std::exception_ptr e) { s.fail(std::move(e)); },
+      g, &limiter, 0, impl.stages_.size(), [&s](std::exception_ptr e) { s.fail(std::move(e)); },
       wiring);
   std::unique_ptr<sequencer_node<Batch*>> sequencer;
   if (impl.config_.pipeline.ordered) {

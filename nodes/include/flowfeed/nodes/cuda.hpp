@@ -42,8 +42,9 @@ std::unique_ptr<Node> make_pinned_staging(PinnedStagingOptions options = {});
 std::unique_ptr<AsynchronousNode> make_cuda_upload(CudaUploadOptions options = {});
 
 /// `device_checksum`: verifies on the GPU that every byte of x and y equals the synthetic formula,
-/// and on the host that batches arrive in order and each sample once per epoch.
-std::unique_ptr<Node> make_device_checksum();
+/// and on the host that batches arrive in order and each sample once per epoch. An asynchronous
+/// train node: one kernel checks `group` batches (0: auto, prefetch_depth / 4 up to 8).
+std::unique_ptr<Node> make_device_checksum(int group = 0);
 
 /// `device_discard`: waits on the batch's ready event and records its reuse event; nothing else.
 std::unique_ptr<Node> make_device_discard();
