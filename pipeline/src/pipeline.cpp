@@ -95,9 +95,9 @@ class Pipeline::Impl {
   // Per-run state.
   std::atomic<int> in_flight_{0};
   std::atomic<int> max_in_flight_{0};
-  // Batches that entered the first stage, and batches that reached an asynchronous train node:
-  // when they are equal, no batch is on its way to the train node and it must flush().
-  std::atomic<std::uint64_t> entered_{0};
+  // Batches that left the stage before the train node, and batches that reached an asynchronous
+  // train node: when they are equal no batch waits for the train node, and it flushes.
+  std::atomic<std::uint64_t> train_queued_{0};
   std::atomic<std::uint64_t> train_arrived_{0};
   std::atomic<std::uint64_t> produced_{0};
   std::atomic<std::uint64_t> consumed_{0};
@@ -144,13 +144,13 @@ class Pipeline::Impl {
   /// async_node plus a check node (it rethrows completion errors on a TBB thread) per
   /// asynchronous one. Returns the new tail. `on_throw`, when set, hears every failure a body is
   /// about to rethrow (pull mode wakes its caller with it). An asynchronous train stage is told
-  /// to flush() whenever every batch that entered the graph has reached it.
+  /// to flush() whenever no batch waits for it. `passed`, when set, counts the batches that
+  /// leave the last stage of the range.
   tbb::flow::sender<Batch*>* wire_stages(tbb::flow::graph& g, tbb::flow::sender<Batch*>* tail,
                                          std::size_t begin, std::size_t end,
                                          const std::function<void(std::exception_ptr)>& on_throw,
-                                         Wiring& out);
+                                         Wiring& out, std::atomic<std::uint64_t>* passed = nullptr);
   void note_in_flight() noexcept {
-    entered_.fetch_add(1, std::memory_order_acq_rel);
     const int n = in_flight_.fetch_add(1, std::memory_order_relaxed) + 1;
     int m = max_in_flight_.load(std::memory_order_relaxed);
     while (n > m && !max_in_flight_.compare_exchange_weak(m, n)) {
@@ -478,7 +478,8 @@ struct Pipeline::Impl::Wiring {
 
 tbb::flow::sender<Batch*>* Pipeline::Impl::wire_stages(
     tbb::flow::graph& g, tbb::flow::sender<Batch*>* tail, std::size_t begin, std::size_t end,
-    const std::function<void(std::exception_ptr)>& on_throw, Wiring& out) {
+    const std::function<void(std::exception_ptr)>& on_throw, Wiring& out,
+    std::atomic<std::uint64_t>* passed) {
   using namespace tbb::flow;
   using AsyncNode = Wiring::AsyncNode;
   // Runs f; tells on_throw about what it throws, then rethrows it.
@@ -495,11 +496,13 @@ tbb::flow::sender<Batch*>* Pipeline::Impl::wire_stages(
     Stage* st = stages_[i].get();
     const std::size_t conc = static_cast<std::size_t>(st->spec.concurrency);
     const bool first = i == 0;
+    std::atomic<std::uint64_t>* count = i + 1 == end ? passed : nullptr;
     if (!st->node->asynchronous()) {
       auto node = std::make_unique<function_node<Batch*, Batch*>>(
-          g, conc, [this, st, first, reporting](Batch* b) {
+          g, conc, [this, st, first, reporting, count](Batch* b) {
             if (first) note_in_flight();
             reporting([&] { run_stage(*st, *b); });
+            if (count) count->fetch_add(1, std::memory_order_acq_rel);
             return b;
           });
       make_edge(*tail, *node);
@@ -521,7 +524,7 @@ tbb::flow::sender<Batch*>* Pipeline::Impl::wire_stages(
           auto arrived = [&] {
             if (!flushes) return;
             const std::uint64_t n = train_arrived_.fetch_add(1, std::memory_order_acq_rel) + 1;
-            if (entered_.load(std::memory_order_acquire) == n) async->flush();
+            if (train_queued_.load(std::memory_order_acquire) <= n) async->flush();
           };
           recorder_.enter(c->stage->index, *b, t0);
           if (b->skipped) {
@@ -569,12 +572,13 @@ tbb::flow::sender<Batch*>* Pipeline::Impl::wire_stages(
     make_edge(*tail, *node);
     // Completions only flag failures; this node rethrows them on a TBB thread, in the graph.
     auto check = std::make_unique<function_node<Batch*, Batch*>>(
-        g, unlimited, [this, st, reporting](Batch* b) {
+        g, unlimited, [this, st, reporting, count](Batch* b) {
           if (b->error) {
             std::exception_ptr e = std::move(b->error);
             b->error = nullptr;
             reporting([&] { on_failure(*st, *b, e); });
           }
+          if (count) count->fetch_add(1, std::memory_order_acq_rel);
           return b;
         });
     make_edge(*node, *check);
@@ -602,7 +606,7 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
   for (auto& p : pools_) p->reset_counters();
   in_flight_ = 0;
   max_in_flight_ = 0;
-  entered_ = 0;
+  train_queued_ = 0;
   train_arrived_ = 0;
   produced_ = consumed_ = skipped_ = skipped_samples_ = bytes_ = samples_ = 0;
   source_epoch_ = 0;
@@ -702,7 +706,7 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
     // Middle stages: every node but the train node.
     Wiring wiring;
     const std::size_t last = stages_.size() - 1;
-    sender<Batch*>* tail = wire_stages(g, &limiter, 0, last, {}, wiring);
+    sender<Batch*>* tail = wire_stages(g, &limiter, 0, last, {}, wiring, &train_queued_);
     std::unique_ptr<sequencer_node<Batch*>> sequencer;
     if (config_.pipeline.ordered) {
       sequencer = std::make_unique<sequencer_node<Batch*>>(

@@ -152,13 +152,13 @@ class AsynchronousNode : public Node {
   virtual void submit(Batch& batch, Completion done) = 0;
   /// Asks the node to complete every batch it holds back now. Only a train node is asked: one
   /// that completes batches in groups (one kernel launch for several batches) holds the newest
-  /// ones until a group is full, and the pipeline calls flush() whenever no further batch can
-  /// reach the node before one it holds completes: after a submit() when every batch admitted
-  /// so far has reached it (the end of the data, a slow loader, a drain after a stop request),
-  /// and repeatedly, from another thread, while a run is being cancelled. So a group never
-  /// waits for a batch that cannot come. flush() may run concurrently with submit() and with
-  /// end_epoch() (which, for an asynchronous train node, runs on another thread after every
-  /// batch of the epoch has completed); it must not throw (fail the held batches instead).
+  /// ones while more are waiting to be submitted, and the pipeline calls flush() after a submit()
+  /// whenever no further batch is waiting for the node (so groups form only while batches queue
+  /// up for it, and a held batch never waits for one that a slow loader is still reading or that
+  /// cannot come at all), and repeatedly, from another thread, while a run is being cancelled.
+  /// flush() may run concurrently with submit() and with end_epoch() (which, for an asynchronous
+  /// train node, runs on another thread after every batch of the epoch has completed); it must
+  /// not throw (fail the held batches instead).
   virtual void flush() noexcept {}
   /// Synchronous use is not supported; the pipeline calls submit().
   void process(Batch& batch) final;
