@@ -43,6 +43,7 @@ struct Result {
 /// Options of every scenario (pipeline_bench's command line).
 struct Options {
   bool quick = false;        ///< small runs that take seconds (tests)
+  bool all = false;          ///< running every scenario (`all`)
   double raw_seconds = 1.0;  ///< length of each raw copy loop
   // bandwidth
   std::string bandwidth_config;

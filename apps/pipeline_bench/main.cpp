@@ -84,6 +84,7 @@ int main(int argc, char** argv) {
                  "Fashion-MNIST IDX files for resident_vs_streamed (synthetic data if missing)");
   CLI11_PARSE(app, argc, argv);
 
+  o.all = all->parsed();
   Bench bench(o);
   using Scenario = std::pair<std::string, std::function<void(Bench&)>>;
   const std::vector<Scenario> scenarios = {

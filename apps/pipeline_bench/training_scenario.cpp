@@ -94,6 +94,13 @@ DataFiles find_data(const std::string& dir) {
 void resident_vs_streamed(Bench& bench) {
   const Options& o = bench.options();
   const Registry& registry = bench.registry();
+  if (o.all && !bench.has_cuda()) {
+    // On the host it trains the CPU reference mlp: about 25 s per run of 2 epochs on 2 cores.
+    throw NeedsCuda(
+        "resident_vs_streamed needs a CUDA device under `all` (on the host it trains the CPU "
+        "reference mlp for minutes; run it alone to do that: pipeline_bench resident_vs_streamed "
+        "--quick)");
+  }
   const DataFiles files = find_data(o.data_dir);
   const int epochs = o.quick ? 2 : o.training_epochs;
   std::vector<std::string> overrides = {
