@@ -19,6 +19,10 @@ void Bench::skip(const std::string& scenario, const std::string& why) {
   skipped_.push_back({{"scenario", scenario}, {"reason", why}});
 }
 
+void Bench::fail(const std::string& scenario, const std::string& error) {
+  failed_.push_back({{"scenario", scenario}, {"error", error}});
+}
+
 bool Bench::has_cuda() const {
   return registry_.cuda_built() && registry_.device_count() > 0;
 }
@@ -54,7 +58,7 @@ nlohmann::json Bench::to_json() const {
     }
     rows.push_back(row);
   }
-  return {{"results", rows}, {"scenarios", details_}, {"skipped", skipped_}};
+  return {{"results", rows}, {"scenarios", details_}, {"skipped", skipped_}, {"failed", failed_}};
 }
 
 void print_run(const char* what, const RunReport& r) {

@@ -83,6 +83,8 @@ class Bench {
   nlohmann::json& details(const std::string& scenario) { return details_[scenario]; }
   /// Notes a scenario that did not run, and why.
   void skip(const std::string& scenario, const std::string& why);
+  /// Notes a scenario that failed, and its error.
+  void fail(const std::string& scenario, const std::string& error);
 
   /// Throws NeedsCuda unless this build has CUDA and a device is visible.
   void require_cuda(const std::string& scenario) const;
@@ -91,7 +93,7 @@ class Bench {
 
   /// `RESULT <name> <figure> <unit> baseline <baseline> ratio <ratio>`, one per result.
   void print_results() const;
-  /// Everything as JSON: results (with targets), scenarios' details, skipped scenarios.
+  /// Everything as JSON: results (with targets), scenarios' details, skipped and failed scenarios.
   nlohmann::json to_json() const;
 
  private:
@@ -100,6 +102,7 @@ class Bench {
   std::vector<Result> results_;
   nlohmann::json details_ = nlohmann::json::object();
   nlohmann::json skipped_ = nlohmann::json::array();
+  nlohmann::json failed_ = nlohmann::json::array();
 };
 
 /// Prints one line about a finished run (batches, bytes, rates, pools).

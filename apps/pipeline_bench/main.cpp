@@ -113,7 +113,8 @@ int main(int argc, char** argv) {
     } catch (const std::exception& e) {
       std::cerr << "pipeline_bench: " << name << ": " << e.what() << "\n";
       rc = 1;
-      break;
+      if (!*all) break;
+      bench.fail(name, e.what());  // `all` goes on with the next scenario
     }
     std::fflush(stdout);
   }
