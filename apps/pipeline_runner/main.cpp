@@ -18,12 +18,16 @@
 #include <memory>
 #include <optional>
 
+#include "common/training_figures.hpp"
 #include "flowfeed/flowfeed.hpp"
 #include "flowfeed/nodes/builtin.hpp"
 #include "flowfeed/nodes/resident.hpp"
 #include "testing/fault_nodes.hpp"
 
 namespace {
+
+using flowfeed::apps::epoch_figure;
+using flowfeed::apps::steady_steps_per_second;
 
 constexpr unsigned kAbortGraceSeconds = 2;
 
@@ -64,37 +68,19 @@ void install_signal_handlers() {
   sigaction(SIGALRM, &action, nullptr);
 }
 
-
-double figure(const std::map<std::string, double>& row, const char* key) {
-  auto it = row.find(key);
-  return it == row.end() ? -1.0 : it->second;
-}
-
-/// Training steps per second over the epochs after the first (which includes warm-up: CUDA graph
-/// capture, first-touch page faults), or over the whole run when there is one epoch.
-double steady_steps_per_second(const flowfeed::RunReport& report) {
-  double steps = 0, seconds = 0;
-  for (std::size_t i = report.train.epochs.size() > 1 ? 1 : 0; i < report.train.epochs.size();
-       ++i) {
-    steps += figure(report.train.epochs[i], "steps");
-    seconds += figure(report.train.epochs[i], "seconds");
-  }
-  return seconds > 0 ? steps / seconds : report.train.steps_per_second;
-}
-
 /// One line per epoch, then the final figures, for a run whose train node reports them.
 void print_training(const flowfeed::RunReport& report, const char* label) {
   if (report.train.epochs.empty()) return;
   for (const auto& row : report.train.epochs) {
     std::printf("%sepoch %d: train loss %.4f accuracy %.4f", label,
-                static_cast<int>(figure(row, "epoch")), figure(row, "loss"),
-                figure(row, "accuracy"));
-    if (figure(row, "test_accuracy") >= 0) {
-      std::printf(" | test loss %.4f accuracy %.4f", figure(row, "test_loss"),
-                  figure(row, "test_accuracy"));
+                static_cast<int>(epoch_figure(row, "epoch")), epoch_figure(row, "loss"),
+                epoch_figure(row, "accuracy"));
+    if (epoch_figure(row, "test_accuracy") >= 0) {
+      std::printf(" | test loss %.4f accuracy %.4f", epoch_figure(row, "test_loss"),
+                  epoch_figure(row, "test_accuracy"));
     }
-    std::printf(" | %.2f s, %.0f steps/s\n", figure(row, "seconds"),
-                figure(row, "steps_per_second"));
+    std::printf(" | %.2f s, %.0f steps/s\n", epoch_figure(row, "seconds"),
+                epoch_figure(row, "steps_per_second"));
   }
   std::printf("%strain: %.0f steps/s (%.0f after the first epoch), stall %.1f%%", label,
               report.train.steps_per_second, steady_steps_per_second(report),
@@ -220,19 +206,15 @@ int main(int argc, char** argv) {
       trace.reset();
       options.trace = nullptr;
       flowfeed::RunReport base = run(std::move(*resident_run), "resident: ");
-      const double streamed_sps = steady_steps_per_second(report);
-      const double resident_sps = steady_steps_per_second(base);
+      const flowfeed::apps::ResidentComparison c = flowfeed::apps::compare_resident(report, base);
       std::printf(
           "streamed / resident training throughput: %.0f / %.0f steps/s = %.3f "
           "(whole runs: %.0f / %.0f = %.3f)\n",
-          streamed_sps, resident_sps, resident_sps > 0 ? streamed_sps / resident_sps : 0.0,
-          report.train.steps_per_second, base.train.steps_per_second,
-          base.train.steps_per_second > 0
-              ? report.train.steps_per_second / base.train.steps_per_second
-              : 0.0);
-      report.extra["resident_steps_per_second"] = resident_sps;
-      report.extra["streamed_steps_per_second"] = streamed_sps;
-      report.extra["streamed_over_resident"] = resident_sps > 0 ? streamed_sps / resident_sps : 0.0;
+          c.streamed_steady, c.resident_steady, c.steady_ratio, c.streamed_whole, c.resident_whole,
+          c.whole_ratio);
+      report.extra["resident_steps_per_second"] = c.resident_steady;
+      report.extra["streamed_steps_per_second"] = c.streamed_steady;
+      report.extra["streamed_over_resident"] = c.steady_ratio;
       report.interrupted = base.interrupted;
     }
     if (!report_path.empty()) {

@@ -1,0 +1,120 @@
+#pragma once
+/// \file
+/// What pipeline_bench's scenarios share: the options, the results they record (printed as RESULT
+/// lines and written with --json) and the scenario functions.
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "flowfeed/flowfeed.hpp"
+
+namespace flowfeed::bench {
+
+/// Thrown by a scenario that needs a CUDA device (or a CUDA build) it does not have.
+class NeedsCuda : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// A target a result is held to: `value` bounds the figure or the ratio, from below or above.
+struct Target {
+  double value = 0;
+  bool on_ratio = false;  ///< true: bounds figure / baseline; false: bounds the figure
+  bool at_most = false;   ///< true: ≤ value; false: ≥ value
+  bool met(double figure, double ratio) const {
+    const double x = on_ratio ? ratio : figure;
+    return at_most ? x <= value : x >= value;
+  }
+};
+
+/// One figure with the baseline it is compared with (measured in the same process).
+struct Result {
+  std::string name;
+  double figure = 0;
+  std::string unit;
+  double baseline = 0;
+  std::optional<Target> target;
+  double ratio() const { return baseline > 0 ? figure / baseline : 0.0; }
+};
+
+/// Options of every scenario (pipeline_bench's command line).
+struct Options {
+  bool quick = false;        ///< small runs that take seconds (tests)
+  bool all = false;          ///< running every scenario (`all`)
+  double raw_seconds = 1.0;  ///< length of each raw copy loop
+  // bandwidth
+  std::string bandwidth_config;
+  int pageable_epochs = 100;
+  // small_batches
+  int depth = 16, streams = 1, epochs = 300;
+  std::string sink = "device_checksum";
+  std::vector<std::string> overrides;
+  // naive
+  int naive_batches = 256;          ///< batches in the data set (64 x 1000 float32 each)
+  int naive_epochs = 20;            ///< epochs of the naive loop
+  int naive_pipeline_epochs = 200;  ///< epochs of the flowfeed run
+  // resident_vs_streamed
+  std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  int training_epochs = 10;
+  // overhead
+  long long overhead_batches = 200000;
+  int overhead_repeats = 5;
+  // seed
+  std::string seed_config;
+  // scaling
+  std::string svg = "scaling.svg";
+};
+
+/// Results and per-scenario details of one pipeline_bench process.
+class Bench {
+ public:
+  /// The built-in node types are registered here.
+  explicit Bench(Options options);
+  const Options& options() const { return options_; }
+  const Registry& registry() const { return registry_; }
+
+  /// Records a figure; printed as a RESULT line at the end, in order.
+  void result(const std::string& name, double figure, const std::string& unit, double baseline,
+              std::optional<Target> target = std::nullopt);
+  /// The scenario's details in the JSON file (`scenarios.<name>`).
+  nlohmann::json& details(const std::string& scenario) { return details_[scenario]; }
+  /// Notes a scenario that did not run, and why.
+  void skip(const std::string& scenario, const std::string& why);
+  /// Notes a scenario that failed, and its error.
+  void fail(const std::string& scenario, const std::string& error);
+
+  /// Throws NeedsCuda unless this build has CUDA and a device is visible.
+  void require_cuda(const std::string& scenario) const;
+  /// True when this build has CUDA and a device is visible.
+  bool has_cuda() const;
+
+  /// `RESULT <name> <figure> <unit> baseline <baseline> ratio <ratio>`, one per result.
+  void print_results() const;
+  /// Everything as JSON: results (with targets), scenarios' details, skipped and failed scenarios.
+  nlohmann::json to_json() const;
+
+ private:
+  Options options_;
+  Registry registry_;
+  std::vector<Result> results_;
+  nlohmann::json details_ = nlohmann::json::object();
+  nlohmann::json skipped_ = nlohmann::json::array();
+  nlohmann::json failed_ = nlohmann::json::array();
+};
+
+/// Prints one line about a finished run (batches, bytes, rates, pools).
+void print_run(const char* what, const RunReport& r);
+
+// The scenarios; each records its RESULT rows on `bench`. Those needing a GPU throw NeedsCuda.
+void bandwidth(Bench& bench);
+void small_batches(Bench& bench);
+void naive(Bench& bench);
+void resident_vs_streamed(Bench& bench);
+void overhead(Bench& bench);
+void seed(Bench& bench);
+void scaling(Bench& bench);
+
+}  // namespace flowfeed::bench

@@ -1,0 +1,194 @@
+// pipeline_bench's scenarios that run without a GPU, in --quick mode: the RESULT rows, the JSON
+// file, the scaling plot; and the message of a scenario that needs a GPU. Nothing is timed.
+#include <expat.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "flowfeed/nodes/builtin.hpp"
+#include "process_util.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using flowfeed::test::run_shell;
+
+struct BenchRun {
+  int code;
+  std::string output;  // stdout and stderr
+  nlohmann::json json;
+};
+
+BenchRun run_bench(const std::string& args, const std::string& tag) {
+  const fs::path json_path = fs::temp_directory_path() / ("pipeline_bench_" + tag + ".json");
+  fs::remove(json_path);
+  BenchRun r;
+  r.code = run_shell(
+      std::string(FLOWFEED_BENCH) + " " + args + " --json " + json_path.string() + " 2>&1",
+      &r.output);
+  std::ifstream in(json_path);
+  if (in) r.json = nlohmann::json::parse(in);
+  return r;
+}
+
+const nlohmann::json* find_row(const nlohmann::json& j, const std::string& name) {
+  for (const auto& row : j.at("results")) {
+    if (row.at("name") == name) return &row;
+  }
+  return nullptr;
+}
+
+void expect_row(const BenchRun& r, const std::string& name, const std::string& unit) {
+  const nlohmann::json* row = find_row(r.json, name);
+  ASSERT_NE(row, nullptr) << name << " missing from the JSON:\n" << r.json.dump(2);
+  EXPECT_EQ(row->at("unit"), unit);
+  EXPECT_GT(row->at("figure").get<double>(), 0);
+  EXPECT_GT(row->at("baseline").get<double>(), 0);
+  EXPECT_NEAR(row->at("ratio").get<double>(),
+              row->at("figure").get<double>() / row->at("baseline").get<double>(), 1e-9);
+  EXPECT_NE(r.output.find("RESULT " + name + " "), std::string::npos) << r.output;
+}
+
+bool gpu_visible() {
+  flowfeed::Registry registry;
+  flowfeed::register_builtin_nodes(registry);
+  return registry.cuda_built() && registry.device_count() > 0;
+}
+
+TEST(PipelineBench, OverheadQuick) {
+  const BenchRun r = run_bench("overhead --quick", "overhead");
+  ASSERT_EQ(r.code, 0) << r.output;
+  expect_row(r, "overhead", "us/batch");
+  const nlohmann::json& target = find_row(r.json, "overhead")->at("target");
+  EXPECT_EQ(target.at("value"), 5.0);
+  EXPECT_EQ(target.at("of"), "figure");
+  EXPECT_EQ(target.at("bound"), "at_most");
+  EXPECT_EQ(r.json.at("scenarios").at("overhead").at("nodes"), 4);
+}
+
+TEST(PipelineBench, SeedQuick) {
+  const BenchRun r = run_bench("seed --quick", "seed");
+  ASSERT_EQ(r.code, 0) << r.output;
+  expect_row(r, "seed", "s");
+  const nlohmann::json& d = r.json.at("scenarios").at("seed");
+  EXPECT_EQ(d.at("batches"), 20);
+  // 20 batches, load 20 ms, train 20 ms: 20 + 20 x 20 ms.
+  EXPECT_NEAR(d.at("ideal_seconds").get<double>(), 0.42, 1e-9);
+}
+
+/// Element names and attributes of an XML file, parsed with expat; false when it is not
+/// well-formed.
+struct Xml {
+  std::vector<std::pair<std::string, std::vector<std::pair<std::string, std::string>>>> elements;
+};
+
+bool parse_xml(const std::string& text, Xml& xml) {
+  XML_Parser parser = XML_ParserCreate(nullptr);
+  XML_SetUserData(parser, &xml);
+  XML_SetStartElementHandler(parser, [](void* data, const XML_Char* name, const XML_Char** atts) {
+    auto& x = *static_cast<Xml*>(data);
+    x.elements.push_back({name, {}});
+    for (int i = 0; atts[i]; i += 2) x.elements.back().second.push_back({atts[i], atts[i + 1]});
+  });
+  const bool ok = XML_Parse(parser, text.data(), static_cast<int>(text.size()), 1) == XML_STATUS_OK;
+  XML_ParserFree(parser);
+  return ok;
+}
+
+TEST(PipelineBench, ScalingQuickWritesTheTableTheJsonAndTheSvg) {
+  const fs::path svg = fs::temp_directory_path() / "pipeline_bench_scaling_test.svg";
+  fs::remove(svg);
+  const BenchRun r = run_bench("scaling --quick --svg " + svg.string(), "scaling");
+  ASSERT_EQ(r.code, 0) << r.output;
+  expect_row(r, "scaling_load_bound", "batches/s");
+  expect_row(r, "scaling_train_bound", "batches/s");
+  EXPECT_NE(r.output.find("| load_bound | 1 | 0.25 | prefetch_depth (load concurrency 2) | 32 |"),
+            std::string::npos)
+      << r.output;
+  for (const char* config : {"load_bound", "train_bound"}) {
+    const nlohmann::json& d = r.json.at("scenarios").at("scaling").at(config);
+    EXPECT_EQ(d.at("depths"), nlohmann::json({1, 2, 4, 8, 16, 32}));
+    EXPECT_EQ(d.at("concurrencies"), nlohmann::json({1, 2, 4, 8}));
+    EXPECT_EQ(d.at("depth_batches_per_second").size(), 6u);
+    EXPECT_EQ(d.at("concurrency_batches_per_second").size(), 4u);
+  }
+
+  std::ifstream in(svg);
+  ASSERT_TRUE(in) << svg << " was not written";
+  std::stringstream text;
+  text << in.rdbuf();
+  Xml xml;
+  ASSERT_TRUE(parse_xml(text.str(), xml)) << "not well-formed XML:\n" << text.str();
+  ASSERT_FALSE(xml.elements.empty());
+  EXPECT_EQ(xml.elements.front().first, "svg");
+  int polylines = 0;
+  std::vector<std::string> knees;
+  for (const auto& [name, atts] : xml.elements) {
+    std::string cls, config, depth;
+    for (const auto& [k, v] : atts) {
+      if (k == "class") cls = v;
+      if (k == "data-config") config = v;
+      if (k == "data-depth") depth = v;
+    }
+    if (name == "polyline" && cls == "series") ++polylines;
+    if (name == "circle" && cls == "knee") knees.push_back(config + "@" + depth);
+  }
+  EXPECT_EQ(polylines, 4);  // two configs x two sweeps
+  ASSERT_EQ(knees.size(), 2u);
+  for (const char* config : {"load_bound", "train_bound"}) {
+    const std::string knee =
+        r.json.at("scenarios").at("scaling").at(config).at("knee_depth").dump();
+    EXPECT_NE(std::find(knees.begin(), knees.end(), std::string(config) + "@" + knee), knees.end())
+        << config;
+  }
+  EXPECT_NE(text.str().find("knee: depth"), std::string::npos);
+}
+
+TEST(PipelineBench, CudaScenarioWithoutAGpuSaysSoAndExitsThree) {
+  if (gpu_visible()) GTEST_SKIP() << "a GPU is visible: the naive scenario runs";
+  flowfeed::Registry registry;
+  flowfeed::register_builtin_nodes(registry);
+  const std::string why = registry.cuda_built()
+                              ? "naive needs a CUDA device (none is visible: run it on a GPU "
+                                "machine)"
+                              : "naive needs CUDA (this build has none: reconfigure with "
+                                "-DFLOWFEED_CUDA=ON and run it on a GPU machine)";
+  const BenchRun r = run_bench("naive", "naive");
+  EXPECT_EQ(r.code, 3);
+  EXPECT_EQ(r.output, "pipeline_bench: " + why + "\n");
+  // The JSON is still written, with no rows.
+  EXPECT_TRUE(r.json.at("results").empty());
+}
+
+}  // namespace
+
+namespace {
+
+TEST(PipelineBench, AllWithoutAGpuRunsTheHostScenariosAndSaysWhatItSkipped) {
+  if (gpu_visible()) GTEST_SKIP() << "a GPU is visible: `all` runs every scenario";
+  const fs::path svg = fs::temp_directory_path() / "pipeline_bench_all_test.svg";
+  const BenchRun r = run_bench("all --quick --svg " + svg.string(), "all");
+  ASSERT_EQ(r.code, 0) << r.output;
+  expect_row(r, "overhead", "us/batch");
+  expect_row(r, "seed", "s");
+  expect_row(r, "scaling_load_bound", "batches/s");
+  expect_row(r, "scaling_train_bound", "batches/s");
+  EXPECT_TRUE(fs::exists(svg));
+  std::vector<std::string> skipped;
+  for (const auto& s : r.json.at("skipped")) {
+    skipped.push_back(s.at("scenario"));
+    EXPECT_NE(r.output.find("SKIPPED " + s.at("scenario").get<std::string>() + ": " +
+                            s.at("reason").get<std::string>()),
+              std::string::npos)
+        << r.output;
+  }
+  EXPECT_EQ(skipped, (std::vector<std::string>{"naive", "small_batches", "bandwidth",
+                                               "resident_vs_streamed"}));
+}
+
+}  // namespace
