@@ -57,6 +57,8 @@ struct Stage {
   std::unique_ptr<Node> node;
   std::string label;      // node 'load' (synthetic, configs/x.yaml:7)
   std::size_t index = 0;  // in chain order
+  int device = -1;        // the branch's device; -1: a shared stage (before the upload node)
+  int branch = -1;        // which `pipeline.devices` branch; -1: shared
   std::atomic<std::uint64_t> items{0};
   std::atomic<std::uint64_t> busy_ns{0};
   std::atomic<std::uint64_t> failures{0};
@@ -116,6 +118,27 @@ class Pipeline::Impl {
   std::unique_ptr<std::atomic<int>[]> slot_stage_;
   std::unique_ptr<std::atomic<std::uint64_t>[]> slot_seq_;
 
+  // `pipeline.devices` branches: with more than one, stages_ holds the shared stages (before the
+  // upload node), then each branch's copies of the rest of the chain, branch after branch.
+  int branches_ = 1;
+  std::size_t branch_begin_ = 0;  // index of branch 0's upload stage
+  std::size_t branch_len_ = 0;    // stages per branch (upload .. train)
+  std::vector<std::vector<std::uint64_t>> branch_epoch_done_;
+  std::unique_ptr<std::atomic<std::uint64_t>[]> branch_batches_;
+  std::unique_ptr<std::atomic<std::uint64_t>[]> branch_samples_;
+  std::unique_ptr<std::atomic<std::uint64_t>[]> branch_bytes_;
+  /// Replaces the stages from the upload node on by one copy per `pipeline.devices` entry, each a
+  /// node of its own made from the same spec, named `name@device`.
+  void replicate_branches(const Registry& registry);
+  /// Batches of `epoch` that branch `branch` takes (seq % branches_ == branch).
+  std::uint64_t branch_share(int branch, std::uint32_t epoch) const;
+  /// run()'s graph when there are several branches: shared stages, a router sending batch `seq`
+  /// to branch seq % N, and per branch its stages, a sequencer (ordered) and its train node.
+  void run_branched_graph(std::atomic<tbb::flow::graph*>& graph_ptr, std::mutex& sup_mutex,
+                          std::exception_ptr& failure);
+  /// Adds the per-branch figures to a report of a run with several branches.
+  void fill_branch_report(RunReport& report, double seconds) const;
+
   void mark(const Batch& batch, int stage) noexcept {
     const std::size_t slot = slot_of_.find(&batch)->second;
     slot_seq_[slot].store(batch.seq, std::memory_order_relaxed);
@@ -142,6 +165,13 @@ class Pipeline::Impl {
   tbb::flow::sender<Batch*>* wire_stages(tbb::flow::graph& g, tbb::flow::sender<Batch*>* tail,
                                          std::size_t count,
                                          const std::function<void(std::exception_ptr)>& on_throw,
+                                         Wiring& out) {
+    return wire_stages(g, tail, 0, count, on_throw, out);
+  }
+  /// The same for stages [begin, end).
+  tbb::flow::sender<Batch*>* wire_stages(tbb::flow::graph& g, tbb::flow::sender<Batch*>* tail,
+                                         std::size_t begin, std::size_t end,
+                                         const std::function<void(std::exception_ptr)>& on_throw,
                                          Wiring& out);
   void note_in_flight() noexcept {
     const int n = in_flight_.fetch_add(1, std::memory_order_relaxed) + 1;
@@ -162,7 +192,11 @@ class Context final : public BuildContext {
   Context(Pipeline::Impl& impl, const Stage& stage) : impl_(impl), stage_(stage) {}
   const NodeSpec& spec() const override { return stage_.spec; }
   Backend backend() const override { return impl_.config_.backend; }
-  int device_id() const override { return impl_.config_.pipeline.device_id; }
+  int device_id() const override {
+    return stage_.device >= 0 ? stage_.device : impl_.config_.pipeline.device_id;
+  }
+  int replicas() const override { return stage_.branch >= 0 ? impl_.branches_ : 1; }
+  int replica() const override { return std::max(stage_.branch, 0); }
   std::size_t batch_size() const override { return impl_.layout_.batch_size(); }
   int prefetch_depth() const override { return impl_.config_.pipeline.prefetch_depth; }
   const BatchLayout& layout() const override { return impl_.layout_; }
@@ -227,6 +261,7 @@ Pipeline::Impl::Impl(PipelineConfig config, const Registry& registry) : config_(
     }
     stages_.push_back(std::move(stage));
   }
+  if (config_.pipeline.devices.size() > 1) replicate_branches(registry);
   loader_ = dynamic_cast<LoaderNode*>(stages_.front()->node.get());
   if (!loader_) {
     throw ConfigError({config_.nodes.front().loc.str() + ": node '" + config_.nodes.front().name +
@@ -470,7 +505,7 @@ struct Pipeline::Impl::Wiring {
 };
 
 tbb::flow::sender<Batch*>* Pipeline::Impl::wire_stages(
-    tbb::flow::graph& g, tbb::flow::sender<Batch*>* tail, std::size_t count,
+    tbb::flow::graph& g, tbb::flow::sender<Batch*>* tail, std::size_t begin, std::size_t end,
     const std::function<void(std::exception_ptr)>& on_throw, Wiring& out) {
   using namespace tbb::flow;
   using AsyncNode = Wiring::AsyncNode;
@@ -484,7 +519,7 @@ tbb::flow::sender<Batch*>* Pipeline::Impl::wire_stages(
       throw;
     }
   };
-  for (std::size_t i = 0; i < count; ++i) {
+  for (std::size_t i = begin; i < end; ++i) {
     Stage* st = stages_[i].get();
     const std::size_t conc = static_cast<std::size_t>(st->spec.concurrency);
     const bool first = i == 0;
@@ -667,6 +702,10 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
   });
 
   arena.execute([&] {
+    if (branches_ > 1) {
+      run_branched_graph(graph_ptr, sup_mutex, failure);
+      return;
+    }
     using namespace tbb::flow;
     graph g;
     input_node<Batch*> source(g, [this](tbb::flow_control& fc) { return next_batch(fc); });
@@ -747,10 +786,185 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
   report.threads = threads;
   const double train_busy = report.nodes.back().busy_seconds;
   report.train.stall_fraction = seconds > 0 ? std::max(0.0, 1.0 - train_busy / seconds) : 0;
+  if (branches_ > 1) fill_branch_report(report, seconds);
   for (auto& s : stages_) s->node->finish(report);
   recorder_.fill(report);
   report.warnings = warnings_;
   return report;
+}
+
+// ---------------------------------------------------------------------------------------------
+// `pipeline.devices`: one upload → train branch per device. The stages before the upload node are
+// shared; batch `seq` goes to branch seq % N, so the branches take disjoint shares of each epoch
+// that together cover it, the same for every run.
+
+void Pipeline::Impl::replicate_branches(const Registry& registry) {
+  const std::vector<int>& devices = config_.pipeline.devices;
+  std::size_t upload = 0;
+  while (upload < stages_.size() && stages_[upload]->spec.role != Role::upload) ++upload;
+  if (upload == stages_.size()) {
+    throw ConfigError({config_.file + ": pipeline.devices: " + std::to_string(devices.size()) +
+                       " devices replicate the chain from its upload node on, and this chain has "
+                       "none add an upload node before the train node"});
+  }
+  branches_ = static_cast<int>(devices.size());
+  branch_begin_ = upload;
+  branch_len_ = stages_.size() - upload;
+  std::vector<std::unique_ptr<Stage>> originals;
+  for (std::size_t i = upload; i < stages_.size(); ++i) originals.push_back(std::move(stages_[i]));
+  stages_.resize(upload);
+  for (std::size_t b = 0; b < devices.size(); ++b) {
+    // [0, 0] runs two branches on one device: the second one's names get a suffix.
+    const auto repeats =
+        std::count(devices.begin(), devices.begin() + static_cast<long>(b), devices[b]);
+    const std::string suffix = "@" + std::to_string(devices[b]) +
+                               (repeats > 0 ? "." + std::to_string(repeats) : std::string());
+    for (auto& original : originals) {
+      auto stage = std::make_unique<Stage>();
+      stage->spec = original->spec;
+      stage->spec.name += suffix;
+      stage->label = "node '" + stage->spec.name + "' (" + where_declared(stage->spec) + ")";
+      stage->index = stages_.size();
+      stage->device = devices[b];
+      stage->branch = static_cast<int>(b);
+      if (b == 0) {
+        stage->node = std::move(original->node);
+      } else {
+        try {
+          stage->node = registry.find(stage->spec.type)->create(original->spec);
+        } catch (const ConfigError&) {
+          throw;
+        } catch (const DataError& e) {
+          throw DataError(stage->label + ": " + e.what());
+        } catch (const std::exception& e) {
+          throw NodeError(stage->label + ": " + e.what(), stage->spec.name, stage->spec.type, -1);
+        }
+      }
+      stages_.push_back(std::move(stage));
+    }
+  }
+  branch_batches_ = std::make_unique<std::atomic<std::uint64_t>[]>(devices.size());
+  branch_samples_ = std::make_unique<std::atomic<std::uint64_t>[]>(devices.size());
+  branch_bytes_ = std::make_unique<std::atomic<std::uint64_t>[]>(devices.size());
+}
+
+std::uint64_t Pipeline::Impl::branch_share(int branch, std::uint32_t epoch) const {
+  const std::uint64_t n = static_cast<std::uint64_t>(branches_);
+  const std::uint64_t b = static_cast<std::uint64_t>(branch);
+  // Sequence numbers below x that go to branch b.
+  auto below = [n, b](std::uint64_t x) { return x / n + (x % n > b ? 1 : 0); };
+  const std::uint64_t per_epoch = sampler_->batches_per_epoch();
+  return below((epoch + 1ull) * per_epoch) - below(epoch * per_epoch);
+}
+
+void Pipeline::Impl::run_branched_graph(std::atomic<tbb::flow::graph*>& graph_ptr,
+                                        std::mutex& sup_mutex, std::exception_ptr& failure) {
+  using namespace tbb::flow;
+  const auto n = static_cast<std::size_t>(branches_);
+  branch_epoch_done_.assign(
+      n, std::vector<std::uint64_t>(static_cast<std::size_t>(config_.pipeline.epochs), 0));
+  for (std::size_t b = 0; b < n; ++b) {
+    branch_batches_[b] = 0;
+    branch_samples_[b] = 0;
+    branch_bytes_[b] = 0;
+  }
+  graph g;
+  input_node<Batch*> source(g, [this](tbb::flow_control& fc) { return next_batch(fc); });
+  limiter_node<Batch*, int> limiter(g, static_cast<std::size_t>(config_.pipeline.prefetch_depth));
+  make_edge(source, limiter);
+  Wiring wiring;
+  sender<Batch*>* shared = wire_stages(g, &limiter, 0, branch_begin_, {}, wiring);
+
+  // Each branch starts at a queue_node, which never rejects: the router puts into it directly.
+  std::vector<std::unique_ptr<queue_node<Batch*>>> entries;
+  for (std::size_t b = 0; b < n; ++b) entries.push_back(std::make_unique<queue_node<Batch*>>(g));
+  function_node<Batch*, continue_msg> router(g, unlimited, [&entries, n](Batch* b) {
+    entries[static_cast<std::size_t>(b->seq % n)]->try_put(b);
+    return continue_msg();
+  });
+  make_edge(*shared, router);
+
+  std::vector<std::unique_ptr<sequencer_node<Batch*>>> sequencers;
+  std::vector<std::unique_ptr<function_node<Batch*, int>>> trains;
+  for (std::size_t b = 0; b < n; ++b) {
+    const std::size_t begin = branch_begin_ + b * branch_len_;
+    const std::size_t last = begin + branch_len_ - 1;  // the branch's train node
+    sender<Batch*>* tail = wire_stages(g, entries[b].get(), begin, last, {}, wiring);
+    if (config_.pipeline.ordered) {
+      // Branch b takes seq b, b+N, b+2N, ...: seq / N numbers them 0, 1, 2, ...
+      sequencers.push_back(std::make_unique<sequencer_node<Batch*>>(
+          g,
+          [n](Batch* batch) -> std::size_t { return static_cast<std::size_t>(batch->seq / n); }));
+      make_edge(*tail, *sequencers.back());
+      tail = sequencers.back().get();
+    }
+    Stage* train = stages_[last].get();
+    const int branch = static_cast<int>(b);
+    trains.push_back(std::make_unique<function_node<Batch*, int>>(
+        g, serial, [this, train, branch, b](Batch* batch) {
+          run_stage(*train, *batch);
+          if (!batch->skipped) {
+            branch_batches_[b].fetch_add(1, std::memory_order_relaxed);
+            branch_samples_[b].fetch_add(batch->rows(), std::memory_order_relaxed);
+            if (batch->device)
+              branch_bytes_[b].fetch_add(batch->bytes(), std::memory_order_relaxed);
+          }
+          const std::uint32_t epoch = batch->epoch;
+          finish_batch(batch);
+          if (++branch_epoch_done_[b][epoch] == branch_share(branch, epoch)) {
+            const std::uint64_t t0 = now_ns();
+            try {
+              train->node->end_epoch(epoch);
+            } catch (...) {
+              train->failures.fetch_add(1);
+              cancel_.store(true);
+              throw NodeError(train->label + " end of epoch " + std::to_string(epoch) + ": " +
+                                  what_of(std::current_exception()),
+                              train->spec.name, train->spec.type, -1);
+            }
+            train->busy_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
+          }
+          return 1;
+        }));
+    make_edge(*tail, *trains.back());
+    make_edge(*trains.back(), limiter.decrementer());
+  }
+
+  graph_ptr = &g;
+  source.activate();
+  try {
+    g.wait_for_all();
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  // Under the supervisor's lock: it must not cancel a graph that is going out of scope.
+  std::lock_guard<std::mutex> lock(sup_mutex);
+  graph_ptr = nullptr;
+}
+
+void Pipeline::Impl::fill_branch_report(RunReport& report, double seconds) const {
+  const std::vector<int>& devices = config_.pipeline.devices;
+  if (config_.backend == Backend::cuda) {
+    report.device = "cuda:";
+    for (std::size_t b = 0; b < devices.size(); ++b) {
+      report.device += (b ? "," : "") + std::to_string(devices[b]);
+    }
+  }
+  double stall = 0;
+  for (std::size_t b = 0; b < devices.size(); ++b) {
+    const Stage& train = *stages_[branch_begin_ + (b + 1) * branch_len_ - 1];
+    BranchReport r;
+    r.branch = static_cast<int>(b);
+    r.device = devices[b];
+    r.batches = branch_batches_[b].load();
+    r.samples = branch_samples_[b].load();
+    r.bytes_uploaded = branch_bytes_[b].load();
+    r.train_busy_seconds = static_cast<double>(train.busy_ns.load()) * 1e-9;
+    stall += seconds > 0 ? std::max(0.0, 1.0 - r.train_busy_seconds / seconds) : 0;
+    report.branches.push_back(r);
+  }
+  // Each branch's train node waits for its own batches: the mean of their stalls.
+  report.train.stall_fraction = stall / static_cast<double>(devices.size());
 }
 
 Pipeline::Pipeline(PipelineConfig config, const Registry& registry)
