@@ -786,8 +786,8 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
   report.threads = threads;
   const double train_busy = report.nodes.back().busy_seconds;
   report.train.stall_fraction = seconds > 0 ? std::max(0.0, 1.0 - train_busy / seconds) : 0;
-  if (branches_ > 1) fill_branch_report(report, seconds);
   for (auto& s : stages_) s->node->finish(report);
+  if (branches_ > 1) fill_branch_report(report, seconds);
   recorder_.fill(report);
   report.warnings = warnings_;
   return report;
@@ -945,10 +945,14 @@ void Pipeline::Impl::run_branched_graph(std::atomic<tbb::flow::graph*>& graph_pt
 void Pipeline::Impl::fill_branch_report(RunReport& report, double seconds) const {
   const std::vector<int>& devices = config_.pipeline.devices;
   if (config_.backend == Backend::cuda) {
+    // A device node may have named its GPU ("cuda:1 (NVIDIA H200)"): keep the name.
+    const std::size_t name = report.device.find(" (");
+    const std::string model = name == std::string::npos ? "" : report.device.substr(name);
     report.device = "cuda:";
     for (std::size_t b = 0; b < devices.size(); ++b) {
       report.device += (b ? "," : "") + std::to_string(devices[b]);
     }
+    report.device += model;
   }
   double stall = 0;
   for (std::size_t b = 0; b < devices.size(); ++b) {
