@@ -321,6 +321,9 @@ Pipeline::Impl::Impl(PipelineConfig config, const Registry& registry) : config_(
   }
   recorder_.configure(std::move(trace_nodes), config_.pipeline.prefetch_depth,
                       config_.pipeline.ordered, registry.range_hooks(), batches_);
+  if (branches_ > 1) {
+    recorder_.set_branches(branch_begin_, branch_len_, static_cast<std::size_t>(branches_));
+  }
   allocations_at_build_ = allocation_count();
 }
 
