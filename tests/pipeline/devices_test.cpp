@@ -251,6 +251,37 @@ TEST(Branches, OneListedDeviceIsTheSingleBranchPipeline) {
   EXPECT_EQ(logs.branches[0]->seqs.size(), 126u);
 }
 
+class FailAtSeven final : public Node {
+ public:
+  void process(Batch& batch) override {
+    if (batch.seq == 7) throw Error("batch seven is bad");
+  }
+};
+
+TEST(Branches, AFailureInABranchEndsTheRunNamingTheBranchNode) {
+  Logs logs;
+  Registry r = registry_with_recorder(&logs);
+  NodeType t;
+  t.name = "fail_at_seven";
+  t.role = Role::train;
+  t.create = [](const NodeSpec&) { return std::make_unique<FailAtSeven>(); };
+  r.add(std::move(t));
+  Pipeline p(load_config_string(config_text("[0, 1, 2]", true, "fail_at_seven"), r, {}, "x.yaml"),
+             r);
+  for (int run = 0; run < 2; ++run) {
+    try {
+      p.run();
+      ADD_FAILURE() << "the run did not fail";
+    } catch (const NodeError& e) {
+      // Batch 7 goes to branch 7 % 3 = 1.
+      EXPECT_EQ(std::string(e.what()),
+                "node 'train@1' (fail_at_seven, x.yaml:14) batch 7 (epoch 0): batch seven is bad");
+      EXPECT_EQ(e.node(), "train@1");
+    }
+    EXPECT_EQ(p.free_buffers(), p.total_buffers());
+  }
+}
+
 std::string config_error(const std::string& yaml, const Registry& registry) {
   try {
     load_config_string(yaml, registry, {}, "x.yaml");
