@@ -121,7 +121,12 @@ class Record final : public Node {
   ~Record() override {
     if (file_) std::fclose(file_);
   }
-  void setup(BuildContext&) override {
+  void setup(BuildContext& context) override {
+    // Each `pipeline.devices` branch writes its own file: PATH.0, PATH.1, ...
+    if (context.replicas() > 1) {
+      path_ += '.';
+      path_ += std::to_string(context.replica());
+    }
     file_ = std::fopen(path_.c_str(), "w");
     if (!file_) {
       throw DataError(path_ + ": cannot open for writing (" + std::strerror(errno) + ")");

@@ -3,11 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <ostream>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -249,6 +252,34 @@ TEST(Branches, OneListedDeviceIsTheSingleBranchPipeline) {
   ASSERT_EQ(logs.branches.size(), 1u);
   EXPECT_EQ(logs.branches[0]->device, 3);
   EXPECT_EQ(logs.branches[0]->seqs.size(), 126u);
+}
+
+TEST(Branches, RecordWritesOneFilePerBranch) {
+  Logs logs;
+  Registry r = registry_with_recorder(&logs);
+  const std::string path = ::testing::TempDir() + "flowfeed_devices_record.txt";
+  Pipeline p(
+      load_config_string(config_text("[0, 1]", true, "record, params: { path: " + path + " }"), r,
+                         {}, "x.yaml"),
+      r);
+  p.run();
+  std::set<std::uint64_t> seqs;
+  for (int b = 0; b < 2; ++b) {
+    std::ifstream in(path + "." + std::to_string(b));
+    ASSERT_TRUE(in) << path << "." << b;
+    int lines = 0;
+    for (std::string line; std::getline(in, line); ++lines) {
+      std::istringstream ls(line);
+      std::uint32_t epoch;
+      std::uint64_t seq;
+      ls >> epoch >> seq;
+      EXPECT_EQ(seq % 2, static_cast<std::uint64_t>(b)) << line;
+      seqs.insert(seq);
+    }
+    EXPECT_EQ(lines, 63);
+    std::remove((path + "." + std::to_string(b)).c_str());
+  }
+  EXPECT_EQ(seqs.size(), 126u);
 }
 
 class FailAtSeven final : public Node {
