@@ -97,16 +97,18 @@ NaiveLoop naive_loop(std::size_t batches, int epochs, std::size_t rows, std::siz
       FLOWFEED_CUDA_CHECK(
           cudaMemcpy(dev, data.data() + b * batch_bytes, batch_bytes, cudaMemcpyHostToDevice));
       cuda::ChecksumArgs a;
-      a.batch = static_cast<const unsigned char*>(dev);
-      a.first_sample = b * rows;
-      a.rows = rows;
+      a.count = 1;
+      a.batches[0].data = static_cast<const unsigned char*>(dev);
+      a.batches[0].first_sample = b * rows;
+      a.batches[0].rows = static_cast<std::uint32_t>(rows);
+      a.batches[0].y_offset = y_offset;
+      a.batches[0].seq = b;
+      a.max_rows = static_cast<std::uint32_t>(rows);
       a.elements = elements;
       a.element_size = sizeof(float);
       a.type = static_cast<std::uint32_t>(formula::ElementType::float32);
-      a.y_offset = y_offset;
       a.seed = 0;
       a.classes = 10;
-      a.seq = b;
       a.record = record;
       a.host_flag = flag;
       FLOWFEED_CUDA_CHECK(cuda::launch_checksum(a, nullptr));

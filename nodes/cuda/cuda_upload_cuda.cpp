@@ -48,6 +48,7 @@ class CudaUpload final : public AsynchronousNode {
   void setup(BuildContext& context) override {
     device_ = context.device_id();
     name_ = context.spec().name;
+    replicas_ = static_cast<std::uint64_t>(context.replicas());
     nvtx_ = cuda::nvtx_name(name_);
     description_ = cuda::device_description(device_);
     cuda::set_device(device_);
@@ -86,7 +87,8 @@ class CudaUpload final : public AsynchronousNode {
     const std::size_t bytes = batch.bytes();
     Lease device = pool_->acquire();
     const std::size_t buffer = device.index();
-    const std::size_t index = static_cast<std::size_t>(batch.seq % lanes_.size());
+    // A branch of `pipeline.devices` sees every replicas_-th seq: number its own batches first.
+    const std::size_t index = static_cast<std::size_t>((batch.seq / replicas_) % lanes_.size());
     Lane& lane = *lanes_[index];
     bool wake = false;
     {
@@ -267,6 +269,7 @@ class CudaUpload final : public AsynchronousNode {
 
   CudaUploadOptions options_;
   int device_ = 0;
+  std::uint64_t replicas_ = 1;
   std::string name_;
   std::string description_;
   nvtxStringHandle_t nvtx_ = nullptr;

@@ -131,6 +131,10 @@ class DeviceChecksum final : public DeviceSink<AsynchronousNode> {
     group_ = std::min<int>(group_, cuda::ChecksumArgs::kMaxBatches);
     pending_.reserve(static_cast<std::size_t>(group_));
     ordered_ = context.ordered();
+    // A `pipeline.devices` branch takes seq replica, replica + replicas, ...
+    first_seq_ = static_cast<std::uint64_t>(context.replica());
+    seq_step_ = static_cast<std::uint64_t>(context.replicas());
+    next_seq_ = first_seq_;
     seen_.assign(context.loader().size(), 0);
     layout_ = &context.layout();
     batch_size_ = context.batch_size();
@@ -212,7 +216,7 @@ class DeviceChecksum final : public DeviceSink<AsynchronousNode> {
     std::lock_guard<std::mutex> lock(mutex_);
     // Order, visits and a mismatch flagged by an earlier run start afresh.
     pending_.clear();
-    next_seq_ = 0;
+    next_seq_ = first_seq_;
     std::fill(seen_.begin(), seen_.end(), 0u);
     bytes_verified_ = 0;
     launches_ = 0;
@@ -317,7 +321,7 @@ class DeviceChecksum final : public DeviceSink<AsynchronousNode> {
                   " arrived, expected batch " + std::to_string(next_seq_) +
                   " (pipeline.ordered is true)");
     }
-    next_seq_ = batch.seq + 1;
+    next_seq_ = batch.seq + seq_step_;
     for (std::size_t r = 0; r < batch.rows(); ++r) {
       const std::uint32_t sample = batch.samples[r];
       if (sample >= seen_.size()) {
@@ -363,6 +367,8 @@ class DeviceChecksum final : public DeviceSink<AsynchronousNode> {
   std::size_t batch_size_ = 0;
   bool ordered_ = true;
   std::uint64_t next_seq_ = 0;
+  std::uint64_t first_seq_ = 0;  // the first seq this node sees (its branch number)
+  std::uint64_t seq_step_ = 1;   // between the seqs it sees (the number of branches)
   std::vector<std::uint32_t> seen_;
   cuda::ChecksumRecord* record_ = nullptr;
   unsigned int* host_flag_ = nullptr;

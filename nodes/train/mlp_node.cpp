@@ -179,6 +179,15 @@ MlpNodeOptions MlpNode::options_from(const NodeSpec& spec) {
 
 void MlpNode::setup(BuildContext& context) {
   const std::string where = loc_.str() + ": nodes." + name_;
+  if (context.replicas() > 1) {
+    throw ConfigError({where +
+                       ".type: mlp does not train on several pipeline.devices in one "
+                       "process (its " +
+                       std::to_string(context.replicas()) +
+                       " branches would each update their own weights; averaging gradients "
+                       "across branches is not implemented) run one process per GPU with "
+                       "mpirun or torchrun and all_reduce: nccl, each with one device_id"});
+  }
   const BatchLayout& layout = context.layout();
   const int xi = layout.find("x");
   const int yi = layout.find("y");

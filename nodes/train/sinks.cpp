@@ -87,7 +87,8 @@ class Checksum final : public Node {
   void end_epoch(std::uint32_t) override { epoch_samples_ = 0; }
 
   void finish(RunReport& report) override {
-    report.extra["checksum_bytes_verified"] = static_cast<double>(bytes_verified_);
+    // Several `pipeline.devices` branches each verify their share: the report has their sum.
+    report.extra["checksum_bytes_verified"] += static_cast<double>(bytes_verified_);
   }
 
  private:
@@ -120,7 +121,12 @@ class Record final : public Node {
   ~Record() override {
     if (file_) std::fclose(file_);
   }
-  void setup(BuildContext&) override {
+  void setup(BuildContext& context) override {
+    // Each `pipeline.devices` branch writes its own file: PATH.0, PATH.1, ...
+    if (context.replicas() > 1) {
+      path_ += '.';
+      path_ += std::to_string(context.replica());
+    }
     file_ = std::fopen(path_.c_str(), "w");
     if (!file_) {
       throw DataError(path_ + ": cannot open for writing (" + std::strerror(errno) + ")");

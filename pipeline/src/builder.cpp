@@ -101,6 +101,18 @@ PipelineBuilder& PipelineBuilder::device_id(int id, std::source_location where) 
   note("pipeline.device_id", where);
   return *this;
 }
+PipelineBuilder& PipelineBuilder::devices(std::vector<int> ids, std::source_location where) {
+  config_.pipeline.devices = std::move(ids);
+  config_.pipeline.all_devices = false;
+  note("pipeline.devices", where);
+  return *this;
+}
+PipelineBuilder& PipelineBuilder::all_devices(std::source_location where) {
+  config_.pipeline.devices.clear();
+  config_.pipeline.all_devices = true;
+  note("pipeline.devices", where);
+  return *this;
+}
 PipelineBuilder& PipelineBuilder::threads(int threads, std::source_location where) {
   config_.pipeline.threads = threads;
   note("pipeline.threads", where);

@@ -34,6 +34,10 @@ Schema pipeline_schema() {
   s.add_string("device", "auto: CUDA when a GPU is visible, else host", std::string("auto"))
       .one_of({"auto", "cuda", "host"});
   s.add_int("device_id", "CUDA device ordinal", 0).range(0, 1024);
+  s.add_int_list("devices",
+                 "one upload → train branch per listed CUDA device, or 'all' (default: device_id "
+                 "alone); on the host backend the entries only label the branches")
+      .range(0, 1024);
   s.add_int("threads", "TBB worker threads (0: one per core)", 0).range(0, 4096);
   s.add_number("stall_timeout_s", "end a run that makes no progress for this long (0: never)", 0.0)
       .range(0, 1e9);
@@ -442,8 +446,14 @@ int role_rank(Role role) {
 /// params. `where_of(i)` names node i's position for messages.
 void check_config(PipelineConfig& config, const Registry& registry, Problems& problems,
                   const std::string& device_where, const std::vector<std::string>& type_where,
-                  const std::vector<bool>& yaml_checked, const std::string& rank_where) {
+                  const std::vector<bool>& yaml_checked, const std::string& rank_where,
+                  const std::string& devices_where) {
   const bool cuda_built = registry.cuda_built();
+  std::vector<int>& devices = config.pipeline.devices;
+  // device: auto picks CUDA only when every device the pipeline names is visible.
+  const int highest = config.pipeline.all_devices ? 0
+                      : devices.empty()           ? config.pipeline.device_id
+                                        : *std::max_element(devices.begin(), devices.end());
   switch (config.pipeline.device) {
     case DeviceChoice::host:
       config.backend = Backend::host;
@@ -461,30 +471,53 @@ void check_config(PipelineConfig& config, const Registry& registry, Problems& pr
           problems.add_at(device_where, "pipeline.device",
                           "cuda was asked for but no CUDA device is visible "
                           "(cudaGetDeviceCount found none) use device: auto or device: host");
-        } else if (config.pipeline.device_id >= n) {
+        } else if (devices.empty() && !config.pipeline.all_devices &&
+                   config.pipeline.device_id >= n) {
           problems.add_at(device_where, "pipeline.device_id",
                           std::to_string(config.pipeline.device_id) + " is out of range (" +
                               std::to_string(n) + " CUDA device" + (n == 1 ? "" : "s") +
                               " visible)");
+        }
+        for (std::size_t i = 0; n > 0 && i < devices.size(); ++i) {
+          if (devices[i] < n) continue;
+          problems.add_at(devices_where, "pipeline.devices[" + std::to_string(i) + "]",
+                          std::to_string(devices[i]) + " is out of range (" + std::to_string(n) +
+                              " CUDA device" + (n == 1 ? "" : "s") + " visible)");
         }
       }
       config.backend = Backend::cuda;
       break;
     case DeviceChoice::automatic: {
       const int n = cuda_built ? registry.device_count() : 0;
-      config.backend = n > config.pipeline.device_id ? Backend::cuda : Backend::host;
+      config.backend = n > highest ? Backend::cuda : Backend::host;
       const std::string found =
           std::to_string(n) + " CUDA device" + (n == 1 ? "" : "s") + " visible";
       config.device_reason =
           !cuda_built ? "device: auto, and this build has no CUDA (FLOWFEED_CUDA=OFF): host types"
           : n == 0    ? "device: auto, and no CUDA device is visible: host types"
           : config.backend == Backend::host
-              ? "device: auto, device_id " + std::to_string(config.pipeline.device_id) +
-                    " but " + found + ": host types"
+              ? "device: auto, " +
+                    (devices.empty() ? "device_id " : std::string("devices up to ")) +
+                    std::to_string(highest) + " but " + found + ": host types"
               : "device: auto, " + found;
       break;
     }
   }
+
+  if (config.pipeline.all_devices) {
+    const int n = config.backend == Backend::cuda ? registry.device_count() : 0;
+    if (n > 0) {
+      devices.clear();
+      for (int d = 0; d < n; ++d) devices.push_back(d);
+      config.pipeline.all_devices = false;
+    } else {
+      problems.add_at(devices_where, "pipeline.devices",
+                      "'all' means every visible CUDA device, and the pipeline runs on the host (" +
+                          config.device_reason +
+                          ") list the branches explicitly, e.g. [0, 1], or leave devices out");
+    }
+  }
+  if (!devices.empty()) config.pipeline.device_id = devices.front();
 
   if (config.nodes.empty()) {
     problems.add_at(config.file, "nodes",
@@ -628,6 +661,24 @@ void check_config(PipelineConfig& config, const Registry& registry, Problems& pr
       last_desc = desc;
     }
   }
+  if (devices.size() > 1) {
+    const std::string count = std::to_string(devices.size()) + " devices";
+    const auto upload = std::find_if(config.nodes.begin(), config.nodes.end(),
+                                     [](const NodeSpec& n) { return n.role == Role::upload; });
+    if (pull) {
+      problems.add_at(devices_where, "pipeline.devices",
+                      count +
+                          " need mode: run (a branch per device ends in its own train node; "
+                          "pull mode hands every batch to one caller loop) list one device, or "
+                          "set pipeline.mode: run");
+    } else if (upload == config.nodes.end()) {
+      problems.add_at(devices_where, "pipeline.devices",
+                      count +
+                          " replicate the chain from its upload node on, and this chain has "
+                          "none add an upload node (cuda_upload or host_upload) before the "
+                          "train node");
+    }
+  }
   if (config.sampler.rank >= config.sampler.world) {
     auto set_at = config.option_locs.find("sampler.rank");
     const std::string where = !rank_where.empty()                  ? rank_where
@@ -733,6 +784,38 @@ void apply_overrides(YAML::Node& root, const std::vector<std::string>& overrides
   }
 }
 
+/// Reads `pipeline.devices` (a list of ordinals, or `all`) into `o`; returns where it was written.
+std::string parse_devices(const YAML::Node& pipeline, PipelineOptions& o, Problems& problems) {
+  const YAML::Node value = pipeline["devices"];
+  const std::string where = problems.where("pipeline.devices", value.Mark());
+  if (pipeline["device_id"].IsDefined()) {
+    problems.add(
+        "pipeline.device_id", pipeline["device_id"].Mark(),
+        "set together with pipeline.devices (devices names every device the pipeline uses; "
+        "the shared stages run on its first entry) remove one of them");
+  }
+  if (value.IsScalar() && value.Scalar() == "all") {
+    o.all_devices = true;
+    return where;
+  }
+  if (!value.IsSequence()) {
+    problems.add("pipeline.devices", value.Mark(),
+                 "expected a list of CUDA device ordinals or 'all', got " + describe_scalar(value));
+    return where;
+  }
+  const ParamValue list =
+      convert(value, *pipeline_schema().find("devices"), "pipeline.devices", problems);
+  if (const auto* ids = std::get_if<std::vector<std::int64_t>>(&list)) {
+    if (ids->empty()) {
+      problems.add("pipeline.devices", value.Mark(),
+                   "an empty list (a pipeline needs at least one device) list one or more "
+                   "device ordinals, or leave devices out to use device_id");
+    }
+    for (std::int64_t id : *ids) o.devices.push_back(static_cast<int>(id));
+  }
+  return where;
+}
+
 PipelineConfig parse(const YAML::Node& root_in, const std::string& file, const Registry& registry,
                      const std::vector<std::string>& overrides) {
   YAML::Node root = root_in;
@@ -768,7 +851,7 @@ PipelineConfig parse(const YAML::Node& root_in, const std::string& file, const R
   if (pipeline.IsDefined() && !pipeline.IsNull() && !pipeline.IsMap()) {
     problems.add("pipeline", pipeline.Mark(), "expected a map, got " + describe_scalar(pipeline));
   } else {
-    validate_map(pipeline, pipeline_schema(), "pipeline", "", pp, problems);
+    validate_map(pipeline, pipeline_schema(), "pipeline", "", pp, problems, {"devices"});
   }
   Params sp;
   const YAML::Node sampler = root["sampler"];
@@ -789,6 +872,10 @@ PipelineConfig parse(const YAML::Node& root_in, const std::string& file, const R
                              : DeviceChoice::automatic;
   }
   if (pp.has("device_id")) o.device_id = static_cast<int>(pp.get_int("device_id"));
+  std::string devices_where = config.file;
+  if (pipeline.IsMap() && pipeline["devices"].IsDefined()) {
+    devices_where = parse_devices(pipeline, o, problems);
+  }
   if (pp.has("threads")) o.threads = static_cast<int>(pp.get_int("threads"));
   if (pp.has("stall_timeout_s")) o.stall_timeout_s = pp.get_number("stall_timeout_s");
   if (pp.has("on_error"))
@@ -864,7 +951,8 @@ PipelineConfig parse(const YAML::Node& root_in, const std::string& file, const R
     std::string rank_where = sampler.IsMap() && sampler["rank"].IsDefined()
                                  ? problems.where("sampler.rank", sampler["rank"].Mark())
                                  : "";
-    check_config(config, registry, problems, device_where, type_where, yaml_checked, rank_where);
+    check_config(config, registry, problems, device_where, type_where, yaml_checked, rank_where,
+                 devices_where);
   }
   problems.throw_if_any();
   return config;
@@ -917,6 +1005,10 @@ void check_options(const PipelineConfig& config, Problems& problems) {
   if (o.batch_size != 0) check(pipeline, "pipeline", "batch_size", i64(o.batch_size));
   check(pipeline, "pipeline", "prefetch_depth", i64(o.prefetch_depth));
   check(pipeline, "pipeline", "device_id", i64(o.device_id));
+  if (!o.devices.empty()) {
+    check(pipeline, "pipeline", "devices",
+          ParamValue(std::vector<std::int64_t>(o.devices.begin(), o.devices.end())));
+  }
   check(pipeline, "pipeline", "threads", i64(o.threads));
   check(pipeline, "pipeline", "stall_timeout_s", ParamValue(o.stall_timeout_s));
   check(pipeline, "pipeline", "max_skipped", i64(o.max_skipped));
@@ -950,7 +1042,9 @@ void validate_config(PipelineConfig& config, const Registry& registry) {
     if (node.loc.file.empty()) node.loc.file = config.file;
   }
   check_options(config, problems);
-  check_config(config, registry, problems, config.file, {}, {}, "");
+  auto devices_at = config.option_locs.find("pipeline.devices");
+  check_config(config, registry, problems, config.file, {}, {}, "",
+               devices_at != config.option_locs.end() ? devices_at->second.str() : config.file);
   problems.throw_if_any();
 }
 

@@ -57,12 +57,20 @@ struct Stage {
   std::unique_ptr<Node> node;
   std::string label;      // node 'load' (synthetic, configs/x.yaml:7)
   std::size_t index = 0;  // in chain order
+  int device = -1;        // the branch's device; -1: a shared stage (before the upload node)
+  int branch = -1;        // which `pipeline.devices` branch; -1: shared
   std::atomic<std::uint64_t> items{0};
   std::atomic<std::uint64_t> busy_ns{0};
   std::atomic<std::uint64_t> failures{0};
   std::atomic<int> active{0};
+  // An asynchronous train node: batches that left the stage before it, and batches that reached
+  // it. When they are equal no batch waits for it, and it flushes (AsynchronousNode::flush).
+  std::atomic<std::uint64_t> queued{0};
+  std::atomic<std::uint64_t> arrived{0};
 
   void clear() {
+    queued = 0;
+    arrived = 0;
     items = 0;
     busy_ns = 0;
     failures = 0;
@@ -95,10 +103,6 @@ class Pipeline::Impl {
   // Per-run state.
   std::atomic<int> in_flight_{0};
   std::atomic<int> max_in_flight_{0};
-  // Batches that left the stage before the train node, and batches that reached an asynchronous
-  // train node: when they are equal no batch waits for the train node, and it flushes.
-  std::atomic<std::uint64_t> train_queued_{0};
-  std::atomic<std::uint64_t> train_arrived_{0};
   std::atomic<std::uint64_t> produced_{0};
   std::atomic<std::uint64_t> consumed_{0};
   std::atomic<std::uint64_t> skipped_{0};
@@ -120,6 +124,28 @@ class Pipeline::Impl {
   std::unordered_map<const Batch*, std::size_t> slot_of_;
   std::unique_ptr<std::atomic<int>[]> slot_stage_;
   std::unique_ptr<std::atomic<std::uint64_t>[]> slot_seq_;
+
+  // `pipeline.devices` branches: with more than one, stages_ holds the shared stages (before the
+  // upload node), then each branch's copies of the rest of the chain, branch after branch.
+  int branches_ = 1;
+  std::size_t branch_begin_ = 0;  // index of branch 0's upload stage
+  std::size_t branch_len_ = 0;    // stages per branch (upload .. train)
+  std::vector<std::vector<std::uint64_t>> branch_epoch_done_;
+  std::vector<std::size_t> branch_next_epoch_end_;  // per branch: the first epoch not ended
+  std::unique_ptr<std::atomic<std::uint64_t>[]> branch_batches_;
+  std::unique_ptr<std::atomic<std::uint64_t>[]> branch_samples_;
+  std::unique_ptr<std::atomic<std::uint64_t>[]> branch_bytes_;
+  /// Replaces the stages from the upload node on by one copy per `pipeline.devices` entry, each a
+  /// node of its own made from the same spec, named `name@device`.
+  void replicate_branches(const Registry& registry);
+  /// Batches of `epoch` that branch `branch` takes (seq % branches_ == branch).
+  std::uint64_t branch_share(int branch, std::uint32_t epoch) const;
+  /// run()'s graph when there are several branches: shared stages, a router sending batch `seq`
+  /// to branch seq % N, and per branch its stages, a sequencer (ordered) and its train node.
+  void run_branched_graph(std::atomic<tbb::flow::graph*>& graph_ptr, std::mutex& sup_mutex,
+                          std::exception_ptr& failure);
+  /// Adds the per-branch figures to a report of a run with several branches.
+  void fill_branch_report(RunReport& report, double seconds) const;
 
   void mark(const Batch& batch, int stage) noexcept {
     const std::size_t slot = slot_of_.find(&batch)->second;
@@ -169,7 +195,11 @@ class Context final : public BuildContext {
   Context(Pipeline::Impl& impl, const Stage& stage) : impl_(impl), stage_(stage) {}
   const NodeSpec& spec() const override { return stage_.spec; }
   Backend backend() const override { return impl_.config_.backend; }
-  int device_id() const override { return impl_.config_.pipeline.device_id; }
+  int device_id() const override {
+    return stage_.device >= 0 ? stage_.device : impl_.config_.pipeline.device_id;
+  }
+  int replicas() const override { return stage_.branch >= 0 ? impl_.branches_ : 1; }
+  int replica() const override { return std::max(stage_.branch, 0); }
   std::size_t batch_size() const override { return impl_.layout_.batch_size(); }
   int prefetch_depth() const override { return impl_.config_.pipeline.prefetch_depth; }
   const BatchLayout& layout() const override { return impl_.layout_; }
@@ -234,6 +264,7 @@ Pipeline::Impl::Impl(PipelineConfig config, const Registry& registry) : config_(
     }
     stages_.push_back(std::move(stage));
   }
+  if (config_.pipeline.devices.size() > 1) replicate_branches(registry);
   loader_ = dynamic_cast<LoaderNode*>(stages_.front()->node.get());
   if (!loader_) {
     throw ConfigError({config_.nodes.front().loc.str() + ": node '" + config_.nodes.front().name +
@@ -293,6 +324,9 @@ Pipeline::Impl::Impl(PipelineConfig config, const Registry& registry) : config_(
   }
   recorder_.configure(std::move(trace_nodes), config_.pipeline.prefetch_depth,
                       config_.pipeline.ordered, registry.range_hooks(), batches_);
+  if (branches_ > 1) {
+    recorder_.set_branches(branch_begin_, branch_len_, static_cast<std::size_t>(branches_));
+  }
   allocations_at_build_ = allocation_count();
 }
 
@@ -523,8 +557,9 @@ tbb::flow::sender<Batch*>* Pipeline::Impl::wire_stages(
           // A train node that holds batches back completes them when no other batch can come.
           auto arrived = [&] {
             if (!flushes) return;
-            const std::uint64_t n = train_arrived_.fetch_add(1, std::memory_order_acq_rel) + 1;
-            if (train_queued_.load(std::memory_order_acquire) <= n) async->flush();
+            Stage& t = *c->stage;
+            const std::uint64_t n = t.arrived.fetch_add(1, std::memory_order_acq_rel) + 1;
+            if (t.queued.load(std::memory_order_acquire) <= n) async->flush();
           };
           recorder_.enter(c->stage->index, *b, t0);
           if (b->skipped) {
@@ -606,8 +641,6 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
   for (auto& p : pools_) p->reset_counters();
   in_flight_ = 0;
   max_in_flight_ = 0;
-  train_queued_ = 0;
-  train_arrived_ = 0;
   produced_ = consumed_ = skipped_ = skipped_samples_ = bytes_ = samples_ = 0;
   source_epoch_ = 0;
   source_index_ = 0;
@@ -673,8 +706,12 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
       }
       // A cancelled graph waits for every outstanding asynchronous batch: a train node that
       // holds some back must let them go (again each tick: one may have arrived since).
-      if (cancel_.load() && train.node->asynchronous()) {
-        static_cast<AsynchronousNode*>(train.node.get())->flush();
+      if (cancel_.load()) {
+        for (const auto& s : stages_) {
+          if (s->spec.role == Role::train && s->node->asynchronous()) {
+            static_cast<AsynchronousNode*>(s->node.get())->flush();
+          }
+        }
       }
       std::uint64_t progress = consumed_.load();
       for (const auto& s : stages_) progress += s->items.load();
@@ -697,6 +734,10 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
   });
 
   arena.execute([&] {
+    if (branches_ > 1) {
+      run_branched_graph(graph_ptr, sup_mutex, failure);
+      return;
+    }
     using namespace tbb::flow;
     graph g;
     input_node<Batch*> source(g, [this](tbb::flow_control& fc) { return next_batch(fc); });
@@ -706,7 +747,7 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
     // Middle stages: every node but the train node.
     Wiring wiring;
     const std::size_t last = stages_.size() - 1;
-    sender<Batch*>* tail = wire_stages(g, &limiter, 0, last, {}, wiring, &train_queued_);
+    sender<Batch*>* tail = wire_stages(g, &limiter, 0, last, {}, wiring, &train.queued);
     std::unique_ptr<sequencer_node<Batch*>> sequencer;
     if (config_.pipeline.ordered) {
       sequencer = std::make_unique<sequencer_node<Batch*>>(
@@ -789,9 +830,198 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
   const double train_busy = report.nodes.back().busy_seconds;
   report.train.stall_fraction = seconds > 0 ? std::max(0.0, 1.0 - train_busy / seconds) : 0;
   for (auto& s : stages_) s->node->finish(report);
+  if (branches_ > 1) fill_branch_report(report, seconds);
   recorder_.fill(report);
   report.warnings = warnings_;
   return report;
+}
+
+// ---------------------------------------------------------------------------------------------
+// `pipeline.devices`: one upload → train branch per device. The stages before the upload node are
+// shared; batch `seq` goes to branch seq % N, so the branches take disjoint shares of each epoch
+// that together cover it, the same for every run.
+
+void Pipeline::Impl::replicate_branches(const Registry& registry) {
+  const std::vector<int>& devices = config_.pipeline.devices;
+  std::size_t upload = 0;
+  while (upload < stages_.size() && stages_[upload]->spec.role != Role::upload) ++upload;
+  if (upload == stages_.size()) {
+    throw ConfigError({config_.file + ": pipeline.devices: " + std::to_string(devices.size()) +
+                       " devices replicate the chain from its upload node on, and this chain has "
+                       "none add an upload node before the train node"});
+  }
+  branches_ = static_cast<int>(devices.size());
+  branch_begin_ = upload;
+  branch_len_ = stages_.size() - upload;
+  std::vector<std::unique_ptr<Stage>> originals;
+  for (std::size_t i = upload; i < stages_.size(); ++i) originals.push_back(std::move(stages_[i]));
+  stages_.resize(upload);
+  for (std::size_t b = 0; b < devices.size(); ++b) {
+    // [0, 0] runs two branches on one device: the second one's names get a suffix.
+    const auto repeats =
+        std::count(devices.begin(), devices.begin() + static_cast<long>(b), devices[b]);
+    const std::string suffix = "@" + std::to_string(devices[b]) +
+                               (repeats > 0 ? "." + std::to_string(repeats) : std::string());
+    for (auto& original : originals) {
+      auto stage = std::make_unique<Stage>();
+      stage->spec = original->spec;
+      stage->spec.name += suffix;
+      stage->label = "node '" + stage->spec.name + "' (" + where_declared(stage->spec) + ")";
+      stage->index = stages_.size();
+      stage->device = devices[b];
+      stage->branch = static_cast<int>(b);
+      if (b == 0) {
+        stage->node = std::move(original->node);
+      } else {
+        try {
+          stage->node = registry.find(stage->spec.type)->create(original->spec);
+        } catch (const ConfigError&) {
+          throw;
+        } catch (const DataError& e) {
+          throw DataError(stage->label + ": " + e.what());
+        } catch (const std::exception& e) {
+          throw NodeError(stage->label + ": " + e.what(), stage->spec.name, stage->spec.type, -1);
+        }
+      }
+      stages_.push_back(std::move(stage));
+    }
+  }
+  branch_batches_ = std::make_unique<std::atomic<std::uint64_t>[]>(devices.size());
+  branch_samples_ = std::make_unique<std::atomic<std::uint64_t>[]>(devices.size());
+  branch_bytes_ = std::make_unique<std::atomic<std::uint64_t>[]>(devices.size());
+}
+
+std::uint64_t Pipeline::Impl::branch_share(int branch, std::uint32_t epoch) const {
+  const std::uint64_t n = static_cast<std::uint64_t>(branches_);
+  const std::uint64_t b = static_cast<std::uint64_t>(branch);
+  // Sequence numbers below x that go to branch b.
+  auto below = [n, b](std::uint64_t x) { return x / n + (x % n > b ? 1 : 0); };
+  const std::uint64_t per_epoch = sampler_->batches_per_epoch();
+  return below((epoch + 1ull) * per_epoch) - below(epoch * per_epoch);
+}
+
+void Pipeline::Impl::run_branched_graph(std::atomic<tbb::flow::graph*>& graph_ptr,
+                                        std::mutex& sup_mutex, std::exception_ptr& failure) {
+  using namespace tbb::flow;
+  const auto n = static_cast<std::size_t>(branches_);
+  branch_epoch_done_.assign(
+      n, std::vector<std::uint64_t>(static_cast<std::size_t>(config_.pipeline.epochs), 0));
+  branch_next_epoch_end_.assign(n, 0);
+  for (std::size_t b = 0; b < n; ++b) {
+    branch_batches_[b] = 0;
+    branch_samples_[b] = 0;
+    branch_bytes_[b] = 0;
+  }
+  graph g;
+  input_node<Batch*> source(g, [this](tbb::flow_control& fc) { return next_batch(fc); });
+  limiter_node<Batch*, int> limiter(g, static_cast<std::size_t>(config_.pipeline.prefetch_depth));
+  make_edge(source, limiter);
+  Wiring wiring;
+  sender<Batch*>* shared = wire_stages(g, &limiter, 0, branch_begin_, {}, wiring);
+
+  // Each branch starts at a queue_node, which never rejects: the router puts into it directly.
+  std::vector<std::unique_ptr<queue_node<Batch*>>> entries;
+  for (std::size_t b = 0; b < n; ++b) entries.push_back(std::make_unique<queue_node<Batch*>>(g));
+  function_node<Batch*, continue_msg> router(g, unlimited, [&entries, n](Batch* b) {
+    entries[static_cast<std::size_t>(b->seq % n)]->try_put(b);
+    return continue_msg();
+  });
+  make_edge(*shared, router);
+
+  std::vector<std::unique_ptr<sequencer_node<Batch*>>> sequencers;
+  std::vector<std::unique_ptr<function_node<Batch*, int>>> trains;
+  for (std::size_t b = 0; b < n; ++b) {
+    const std::size_t begin = branch_begin_ + b * branch_len_;
+    const std::size_t last = begin + branch_len_ - 1;  // the branch's train node
+    Stage* train = stages_[last].get();
+    sender<Batch*>* tail =
+        wire_stages(g, entries[b].get(), begin, last, {}, wiring, &train->queued);
+    if (config_.pipeline.ordered) {
+      // Branch b takes seq b, b+N, b+2N, ...: seq / N numbers them 0, 1, 2, ...
+      sequencers.push_back(std::make_unique<sequencer_node<Batch*>>(
+          g,
+          [n](Batch* batch) -> std::size_t { return static_cast<std::size_t>(batch->seq / n); }));
+      make_edge(*tail, *sequencers.back());
+      tail = sequencers.back().get();
+    }
+    const bool async_train = train->node->asynchronous();
+    if (async_train) tail = wire_stages(g, tail, last, last + 1, {}, wiring);
+    const int branch = static_cast<int>(b);
+    trains.push_back(std::make_unique<function_node<Batch*, int>>(
+        g, serial, [this, train, branch, b, async_train](Batch* batch) {
+          if (!async_train) run_stage(*train, *batch);
+          if (!batch->skipped) {
+            branch_batches_[b].fetch_add(1, std::memory_order_relaxed);
+            branch_samples_[b].fetch_add(batch->rows(), std::memory_order_relaxed);
+            if (batch->device)
+              branch_bytes_[b].fetch_add(batch->bytes(), std::memory_order_relaxed);
+          }
+          const std::uint32_t epoch = batch->epoch;
+          finish_batch(batch);
+          std::vector<std::uint64_t>& done = branch_epoch_done_[b];
+          ++done[epoch];
+          // Epochs end in order, each after all of the branch's batches of it.
+          std::size_t& next = branch_next_epoch_end_[b];
+          while (next < done.size() &&
+                 done[next] == branch_share(branch, static_cast<std::uint32_t>(next))) {
+            const auto ending = static_cast<std::uint32_t>(next++);
+            const std::uint64_t t0 = now_ns();
+            try {
+              train->node->end_epoch(ending);
+            } catch (...) {
+              train->failures.fetch_add(1);
+              cancel_.store(true);
+              throw NodeError(train->label + " end of epoch " + std::to_string(ending) + ": " +
+                                  what_of(std::current_exception()),
+                              train->spec.name, train->spec.type, -1);
+            }
+            train->busy_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
+          }
+          return 1;
+        }));
+    make_edge(*tail, *trains.back());
+    make_edge(*trains.back(), limiter.decrementer());
+  }
+
+  graph_ptr = &g;
+  source.activate();
+  try {
+    g.wait_for_all();
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  // Under the supervisor's lock: it must not cancel a graph that is going out of scope.
+  std::lock_guard<std::mutex> lock(sup_mutex);
+  graph_ptr = nullptr;
+}
+
+void Pipeline::Impl::fill_branch_report(RunReport& report, double seconds) const {
+  const std::vector<int>& devices = config_.pipeline.devices;
+  if (config_.backend == Backend::cuda) {
+    // A device node may have named its GPU ("cuda:1 (NVIDIA H200)"): keep the name.
+    const std::size_t name = report.device.find(" (");
+    const std::string model = name == std::string::npos ? "" : report.device.substr(name);
+    report.device = "cuda:";
+    for (std::size_t b = 0; b < devices.size(); ++b) {
+      report.device += (b ? "," : "") + std::to_string(devices[b]);
+    }
+    report.device += model;
+  }
+  double stall = 0;
+  for (std::size_t b = 0; b < devices.size(); ++b) {
+    const Stage& train = *stages_[branch_begin_ + (b + 1) * branch_len_ - 1];
+    BranchReport r;
+    r.branch = static_cast<int>(b);
+    r.device = devices[b];
+    r.batches = branch_batches_[b].load();
+    r.samples = branch_samples_[b].load();
+    r.bytes_uploaded = branch_bytes_[b].load();
+    r.train_busy_seconds = static_cast<double>(train.busy_ns.load()) * 1e-9;
+    stall += seconds > 0 ? std::max(0.0, 1.0 - r.train_busy_seconds / seconds) : 0;
+    report.branches.push_back(r);
+  }
+  // Each branch's train node waits for its own batches: the mean of their stalls.
+  report.train.stall_fraction = stall / static_cast<double>(devices.size());
 }
 
 Pipeline::Pipeline(PipelineConfig config, const Registry& registry)

@@ -36,6 +36,7 @@ void Recorder::configure(std::vector<TraceNode> nodes, int prefetch_depth, bool 
                          RangeHooks hooks, const std::vector<std::unique_ptr<Batch>>& batches) {
   nodes_ = std::move(nodes);
   count_ = nodes_.size();
+  branches_ = 1;
   names_.clear();
   for (const auto& n : nodes_) names_.push_back(n.name);
   probes_ = std::make_unique<NodeProbe[]>(count_);
@@ -163,16 +164,24 @@ void Recorder::sample(double dt) {
   sampled_seconds_ += dt;
   if (full) full_seconds_ += dt;
   for (std::size_t k = 0; k < count_; ++k) {
-    const std::uint64_t arrived = k == 0 ? admitted : passed[k - 1];
+    const std::uint64_t arrived = k == 0            ? admitted
+                                  : branch_entry(k) ? branch_share(passed[branch_begin_ - 1], k)
+                                                    : passed[k - 1];
     const std::uint64_t active = started[k] > passed[k] ? started[k] - passed[k] : 0;
     const std::uint64_t queued = arrived > started[k] ? arrived - started[k] : 0;
-    const std::uint64_t upstream = admitted > arrived ? admitted - arrived : 0;
+    // A branch's node sees only its share of what was admitted.
+    const bool in_branch = branches_ > 1 && k >= branch_begin_;
+    const std::uint64_t admitted_here =
+        in_branch ? branch_share(admitted, k - (k - branch_begin_) % branch_len_) : admitted;
+    const std::uint64_t upstream = admitted_here > arrived ? admitted_here - arrived : 0;
     NodeSampled& s = sampled_[k];
     // At the train node of an ordered run, a batch that has arrived may wait in the sequencer for
     // an earlier one: then the train waits for input, not for a thread.
     bool waits_for_order = false;
-    if (in_order_ && k + 1 == count_) {
-      const std::uint64_t next = started[k];
+    if (in_order_ && train_node(k)) {
+      // Branch b's train node takes seq b, b + N, ...: its next one follows those it started.
+      const std::uint64_t next =
+          branches_ == 1 ? started[k] : (k - branch_begin_) / branch_len_ + started[k] * branches_;
       waits_for_order =
           in_order_[next % in_order_size_].load(std::memory_order_relaxed) != next + 1;
     }

@@ -177,6 +177,15 @@ std::string RunReport::to_json() const {
                           {"acquisitions", p.acquisitions}});
   }
   j["stream_copies"] = stream_copies;
+  j["branches"] = nlohmann::json::array();
+  for (const auto& b : branches) {
+    j["branches"].push_back({{"branch", b.branch},
+                             {"device", b.device},
+                             {"batches", b.batches},
+                             {"samples", b.samples},
+                             {"bytes_uploaded", b.bytes_uploaded},
+                             {"train_busy_seconds", b.train_busy_seconds}});
+  }
   nlohmann::json t;
   t["stall_fraction"] = optional_number(train.stall_fraction);
   t["loss"] = optional_number(train.loss);
@@ -246,6 +255,15 @@ std::string RunReport::to_table() const {
                   "pool %-22s %-8s %4zu x %10zu bytes, high water %zu, %llu acquisitions\n",
                   p.name.c_str(), p.kind.c_str(), p.buffers, p.buffers ? p.bytes / p.buffers : 0,
                   p.high_water, static_cast<unsigned long long>(p.acquisitions));
+    os << line;
+  }
+  for (const auto& b : branches) {
+    std::snprintf(line, sizeof line,
+                  "branch %d on device %d: %llu batches, %llu samples, %.3f GB uploaded, train "
+                  "busy %.3f s\n",
+                  b.branch, b.device, static_cast<unsigned long long>(b.batches),
+                  static_cast<unsigned long long>(b.samples),
+                  static_cast<double>(b.bytes_uploaded) * 1e-9, b.train_busy_seconds);
     os << line;
   }
   if (train.stall_fraction >= 0) {

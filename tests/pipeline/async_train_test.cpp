@@ -239,6 +239,21 @@ TEST_F(AsyncTrain, GroupsFormWhileBatchesQueueForASlowTrainNode) {
   EXPECT_LT(log_.group_sizes.size(), static_cast<std::size_t>(kPerEpoch));
 }
 
+TEST_F(AsyncTrain, EachDeviceBranchFlushesItsOwnTrainNode) {
+  // pipeline.devices: [0, 1]: two grouping train nodes, each fed every other batch; a group of
+  // 50 never fills, so each branch's node must be flushed when its own queue is empty.
+  Pipeline p = build(yaml("prefetch_depth: 8, devices: [0, 1]", "synthetic", "", "group: 50"));
+  const RunReport r = p.run();
+  EXPECT_EQ(r.batches, 3u * kPerEpoch);
+  std::vector<std::uint64_t> seqs = log_.completed;
+  ASSERT_EQ(seqs.size(), 3u * kPerEpoch);
+  std::sort(seqs.begin(), seqs.end());
+  for (std::size_t i = 0; i < seqs.size(); ++i) EXPECT_EQ(seqs[i], i);
+  // Both branches end every epoch.
+  EXPECT_EQ(log_.epochs_ended.size(), 6u);
+  EXPECT_EQ(p.free_buffers(), p.total_buffers());
+}
+
 TEST_F(AsyncTrain, SkippedBatchesDoNotLeaveAGroupWaiting) {
   // The last three batches of the run are skipped data errors: they never reach submit(), and
   // the batches held before them must still complete.

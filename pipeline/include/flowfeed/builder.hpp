@@ -106,6 +106,12 @@ class PipelineBuilder {
   PipelineBuilder& device(DeviceChoice device);
   /// `pipeline.device_id`: CUDA device ordinal.
   PipelineBuilder& device_id(int id, std::source_location where = std::source_location::current());
+  /// `pipeline.devices`: one upload → train branch per listed device (an empty list: device_id
+  /// alone).
+  PipelineBuilder& devices(std::vector<int> ids,
+                           std::source_location where = std::source_location::current());
+  /// `pipeline.devices: all`: one branch per visible CUDA device.
+  PipelineBuilder& all_devices(std::source_location where = std::source_location::current());
   /// `pipeline.threads`: TBB worker threads; 0 = one per core.
   PipelineBuilder& threads(int threads,
                            std::source_location where = std::source_location::current());

@@ -32,7 +32,12 @@ struct PipelineOptions {
   bool ordered = true;         ///< train sees batches in sequence order
   DeviceChoice device = DeviceChoice::automatic;  ///< which backend the types resolve to
   int device_id = 0;                              ///< CUDA device ordinal
-  int threads = 0;                                ///< TBB arena size; 0 = the core count
+  /// `pipeline.devices`: one upload → train branch per entry (CUDA ordinals; on the host backend
+  /// only branch labels). Empty: one branch on `device_id`. Validation resolves `all` into the
+  /// visible devices and sets `device_id` to the first entry (the shared stages' device).
+  std::vector<int> devices;
+  bool all_devices = false;    ///< `devices: all`, before validation resolves it
+  int threads = 0;             ///< TBB arena size; 0 = the core count
   double stall_timeout_s = 0;  ///< end a run that makes no progress for this long; 0 = never
   OnError on_error = OnError::fail;
   int max_skipped = 0;          ///< under `skip`, the run fails once more batches were skipped
@@ -57,7 +62,7 @@ struct PipelineConfig {
   Backend backend = Backend::host;  ///< resolved from pipeline.device
   /// Why that backend: "device: auto found 1 CUDA device", "device: host", ... (the report's).
   std::string device_reason;
-  SourceLoc pipeline_loc;           ///< where `pipeline:` was written
+  SourceLoc pipeline_loc;  ///< where `pipeline:` was written
   /// The launcher whose environment set sampler.rank/world ("" when none or set in the file).
   std::string launch_source;
   /// Where C++ code set `pipeline.*` and `sampler.*` keys (PipelineBuilder records its calls);

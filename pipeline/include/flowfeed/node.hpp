@@ -52,8 +52,16 @@ class BuildContext {
   virtual const NodeSpec& spec() const = 0;
   /// The backend the pipeline resolved to (`pipeline.device`).
   virtual Backend backend() const = 0;
-  /// The CUDA device ordinal (`pipeline.device_id`).
+  /// The CUDA device ordinal: this node's branch's entry of `pipeline.devices`, else
+  /// `pipeline.device_id` (stages before the upload node run on the first listed device).
   virtual int device_id() const = 0;
+  /// How many copies of this node run side by side: the number of `pipeline.devices` branches for
+  /// the upload node and the nodes after it, else 1. A node that keeps state which the copies
+  /// would have to share (model weights) rejects more than one here.
+  virtual int replicas() const { return 1; }
+  /// Which copy this is, 0..replicas()-1; the branch takes the batches with seq % replicas() equal
+  /// to it.
+  virtual int replica() const { return 0; }
   /// Samples per batch (the last batch of an epoch may have fewer).
   virtual std::size_t batch_size() const = 0;
   /// The most batches that can be in flight at once; size pools from this, never more.

@@ -35,7 +35,8 @@ struct NodeType {
   /// True when the type was registered by a build without CUDA as a placeholder: it exists so that
   /// configs name it, but validation rejects it.
   bool unavailable = false;
-  /// Creates the node from its validated spec. Called once per pipeline.
+  /// Creates the node from its validated spec. Called once per pipeline, and once per branch for
+  /// the nodes that `pipeline.devices` replicates.
   std::function<std::unique_ptr<Node>(const NodeSpec& spec)> create;
 };
 

@@ -45,6 +45,16 @@ struct PoolReport {
   std::uint64_t acquisitions = 0;  ///< leases handed out during the run
 };
 
+/// Figures of one `pipeline.devices` branch (its upload node to its train node).
+struct BranchReport {
+  int branch = 0;                    ///< 0..N-1, in the order `pipeline.devices` lists them
+  int device = 0;                    ///< its `pipeline.devices` entry
+  std::uint64_t batches = 0;         ///< batches its train node took (seq % N == branch)
+  std::uint64_t samples = 0;         ///< their samples
+  std::uint64_t bytes_uploaded = 0;  ///< their bytes, copied to this branch's device
+  double train_busy_seconds = 0;     ///< its train node's busy time
+};
+
 /// Figures of the train node; fields a train node does not set stay negative.
 struct TrainReport {
   double stall_fraction = -1;    ///< share of the train node's wall time spent waiting for a batch
@@ -89,7 +99,9 @@ struct RunReport {
   std::string verdict;
   std::vector<NodeReport> nodes;             ///< per node, in chain order
   std::vector<PoolReport> pools;             ///< per pool
-  std::vector<std::uint64_t> stream_copies;  ///< copies per upload stream
+  std::vector<std::uint64_t> stream_copies;  ///< copies per upload stream (all branches, in order)
+  /// Per `pipeline.devices` branch, when there are several (empty otherwise).
+  std::vector<BranchReport> branches;
   TrainReport train;  ///< the train step's figures (in pull mode: the caller's waiting)
   /// Batches skipped under `on_error: skip`, with their messages (the first 20).
   std::vector<std::string> warnings;

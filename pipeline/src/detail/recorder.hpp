@@ -79,6 +79,13 @@ class Recorder {
     std::vector<std::pair<std::string, Gauge*>> gauges;
     std::string config;
   };
+  /// Build time, after configure(): nodes [begin, end of chain) are `branches` copies of `len`
+  /// nodes (upload to train), one after another; batch seq goes to copy seq % branches.
+  void set_branches(std::size_t begin, std::size_t len, std::size_t branches) noexcept {
+    branch_begin_ = begin;
+    branch_len_ = len;
+    branches_ = branches;
+  }
   /// Clears the counters, starts the monitor thread when stats or progress are asked for.
   void begin_run(RunSetup setup, std::uint64_t start_ns);
   /// Stops the monitor thread and closes the trace (end_ns: when the run ended). Safe to call
@@ -113,14 +120,17 @@ class Recorder {
       st.end = t;
       st.stream = b.stream_index;
     }
-    if (node + 2 == count_ && in_order_) {
+    if (in_order_ && train_node(successor(node, b.seq))) {
       // Ordered runs: mark the batch as available to the sequencer before the train node.
       in_order_[b.seq % in_order_size_].store(b.seq + 1, std::memory_order_relaxed);
     }
     const std::uint64_t passed = probes_[node].passed.fetch_add(1, std::memory_order_relaxed) + 1;
-    if (node + 1 < count_) {
-      const std::uint64_t started = probes_[node + 1].started.load(std::memory_order_relaxed);
-      if (passed > started) note_queue(probes_[node + 1], passed - started);
+    const std::size_t next = successor(node, b.seq);
+    if (next < count_) {
+      // Past the shared stages a branch receives only its share.
+      const std::uint64_t arrived = branch_entry(next) ? branch_share(passed, next) : passed;
+      const std::uint64_t started = probes_[next].started.load(std::memory_order_relaxed);
+      if (arrived > started) note_queue(probes_[next], arrived - started);
     }
   }
   /// After the source emitted a batch or one finished: the limiter may have admitted one more to
@@ -140,6 +150,30 @@ class Recorder {
   void fill(RunReport& report) const;
 
  private:
+  /// The node a batch goes to after `node`; count_ after a train node.
+  std::size_t successor(std::size_t node, std::uint64_t seq) const noexcept {
+    if (branches_ == 1) return node + 1;
+    if (node + 1 == branch_begin_) return branch_begin_ + (seq % branches_) * branch_len_;
+    if (node >= branch_begin_ && (node + 1 - branch_begin_) % branch_len_ == 0) return count_;
+    return node + 1;
+  }
+  /// True for the train node (with several branches: each branch's last node).
+  bool train_node(std::size_t node) const noexcept {
+    if (node >= count_) return false;
+    if (branches_ == 1) return node + 1 == count_;
+    return node >= branch_begin_ && (node + 1 - branch_begin_) % branch_len_ == 0;
+  }
+  /// True for the first node of a branch (several branches only).
+  bool branch_entry(std::size_t node) const noexcept {
+    return branches_ > 1 && node >= branch_begin_ && (node - branch_begin_) % branch_len_ == 0;
+  }
+  /// Of the first `passed` batches past the shared stages, about how many went to the branch that
+  /// `entry` starts (batch seq goes to branch seq % branches_).
+  std::uint64_t branch_share(std::uint64_t passed, std::size_t entry) const noexcept {
+    const std::uint64_t b = (entry - branch_begin_) / branch_len_;
+    return passed / branches_ + (passed % branches_ > b ? 1 : 0);
+  }
+
   static void note_queue(NodeProbe& probe, std::uint64_t queued) noexcept {
     std::uint64_t high = probe.queue_high.load(std::memory_order_relaxed);
     while (queued > high &&
@@ -156,6 +190,11 @@ class Recorder {
   std::vector<std::string> names_;
   std::unique_ptr<NodeProbe[]> probes_;
   std::size_t count_ = 0;  // nodes
+  // `pipeline.devices` branches: nodes [branch_begin_, count_) are branches_ copies of
+  // branch_len_ nodes each, one after another.
+  std::size_t branch_begin_ = 0;
+  std::size_t branch_len_ = 0;
+  std::uint64_t branches_ = 1;
   // Ordered runs with a node before the train node: slot seq % size holds seq + 1 once batch seq
   // has left that node, so the monitor can tell whether the train's next batch is there.
   std::unique_ptr<std::atomic<std::uint64_t>[]> in_order_;

@@ -23,7 +23,8 @@ struct PinnedStagingOptions {
 
 /// Options of `cuda_upload`.
 struct CudaUploadOptions {
-  /// Non-blocking streams the node owns; batch seq goes to stream seq % streams.
+  /// Non-blocking streams the node owns; batch seq goes to stream seq % streams (with several
+  /// `pipeline.devices` branches, (seq / branches) % streams).
   int streams = 1;
   /// Allocates the device pool's buffers; empty: cudaMalloc on the pipeline's device. (Tests use it
   /// to make copies fail.)
