@@ -81,6 +81,7 @@ run_tsan() {
   # failure, skip, stall, stop and abort path, pull mode, and the pools under concurrent use.
   local filter='BufferPool.*:Pipeline.*:*ThroughTheGraph*:*FailureIn*:*NodeThrows*:*DataErrorFails*'
   filter+=':*CorruptData*:*SkipDataError*:*Stall*:Rerun.*:Interrupt.*:Session.*'
+  filter+=':*AsyncTrain*:*Branches*'  # asynchronous train nodes, device branches
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
     "$out/tsan/tests/flowfeed_tests" --gtest_filter="$filter" --gtest_brief=1
 }
