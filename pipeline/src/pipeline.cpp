@@ -140,6 +140,16 @@ class Pipeline::Impl {
   void replicate_branches(const Registry& registry);
   /// Batches of `epoch` that branch `branch` takes (seq % branches_ == branch).
   std::uint64_t branch_share(int branch, std::uint32_t epoch) const;
+  /// Counts a finished batch of `epoch` in `done` and runs train.end_epoch() for every epoch,
+  /// from `next` on and in order, whose `share(e)` batches have all finished.
+  template <class Share>
+  void end_finished_epochs(Stage& train, std::vector<std::uint64_t>& done, std::size_t& next,
+                           std::uint32_t epoch, const Share& share);
+  /// Activates `source`, waits for the graph (keeping its failure), and takes it from the
+  /// supervisor under its lock.
+  void wait_graph(tbb::flow::graph& g, tbb::flow::input_node<Batch*>& source,
+                  std::atomic<tbb::flow::graph*>& graph_ptr, std::mutex& sup_mutex,
+                  std::exception_ptr& failure);
   /// run()'s graph when there are several branches: shared stages, a router sending batch `seq`
   /// to branch seq % N, and per branch its stages, a sequencer (ordered) and its train node.
   void run_branched_graph(std::atomic<tbb::flow::graph*>& graph_ptr, std::mutex& sup_mutex,
@@ -767,38 +777,13 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
       }
       const std::uint32_t epoch = b->epoch;
       finish_batch(b);
-      ++epoch_done_[epoch];
-      // Epochs end in order, each after all of its batches (an asynchronous train node may
-      // complete the first batches of the next epoch before the last of this one).
-      while (next_epoch_end_ < epoch_done_.size() && epoch_done_[next_epoch_end_] == per_epoch) {
-        const auto ending = static_cast<std::uint32_t>(next_epoch_end_++);
-        const std::uint64_t t0 = now_ns();
-        try {
-          train.node->end_epoch(ending);
-        } catch (...) {
-          train.failures.fetch_add(1);
-          cancel_.store(true);
-          throw NodeError(train.label + " end of epoch " + std::to_string(ending) + ": " +
-                              what_of(std::current_exception()),
-                          train.spec.name, train.spec.type, -1);
-        }
-        train.busy_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
-      }
+      end_finished_epochs(train, epoch_done_, next_epoch_end_, epoch,
+                          [per_epoch](std::uint32_t) { return per_epoch; });
       return 1;
     });
     make_edge(*tail, train_node);
     make_edge(train_node, limiter.decrementer());
-
-    graph_ptr = &g;
-    source.activate();
-    try {
-      g.wait_for_all();
-    } catch (...) {
-      failure = std::current_exception();
-    }
-    // Under the supervisor's lock: it must not cancel a graph that is going out of scope.
-    std::lock_guard<std::mutex> lock(sup_mutex);
-    graph_ptr = nullptr;
+    wait_graph(g, source, graph_ptr, sup_mutex, failure);
   });
   const double seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
   {
@@ -958,31 +943,42 @@ void Pipeline::Impl::run_branched_graph(std::atomic<tbb::flow::graph*>& graph_pt
           }
           const std::uint32_t epoch = batch->epoch;
           finish_batch(batch);
-          std::vector<std::uint64_t>& done = branch_epoch_done_[b];
-          ++done[epoch];
-          // Epochs end in order, each after all of the branch's batches of it.
-          std::size_t& next = branch_next_epoch_end_[b];
-          while (next < done.size() &&
-                 done[next] == branch_share(branch, static_cast<std::uint32_t>(next))) {
-            const auto ending = static_cast<std::uint32_t>(next++);
-            const std::uint64_t t0 = now_ns();
-            try {
-              train->node->end_epoch(ending);
-            } catch (...) {
-              train->failures.fetch_add(1);
-              cancel_.store(true);
-              throw NodeError(train->label + " end of epoch " + std::to_string(ending) + ": " +
-                                  what_of(std::current_exception()),
-                              train->spec.name, train->spec.type, -1);
-            }
-            train->busy_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
-          }
+          end_finished_epochs(*train, branch_epoch_done_[b], branch_next_epoch_end_[b], epoch,
+                              [this, branch](std::uint32_t e) { return branch_share(branch, e); });
           return 1;
         }));
     make_edge(*tail, *trains.back());
     make_edge(*trains.back(), limiter.decrementer());
   }
+  wait_graph(g, source, graph_ptr, sup_mutex, failure);
+}
 
+template <class Share>
+void Pipeline::Impl::end_finished_epochs(Stage& train, std::vector<std::uint64_t>& done,
+                                         std::size_t& next, std::uint32_t epoch,
+                                         const Share& share) {
+  ++done[epoch];
+  // In order, each after all of its batches: an asynchronous train node may complete the first
+  // batches of the next epoch before the last of this one.
+  while (next < done.size() && done[next] == share(static_cast<std::uint32_t>(next))) {
+    const auto ending = static_cast<std::uint32_t>(next++);
+    const std::uint64_t t0 = now_ns();
+    try {
+      train.node->end_epoch(ending);
+    } catch (...) {
+      train.failures.fetch_add(1);
+      cancel_.store(true);
+      throw NodeError(train.label + " end of epoch " + std::to_string(ending) + ": " +
+                          what_of(std::current_exception()),
+                      train.spec.name, train.spec.type, -1);
+    }
+    train.busy_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
+  }
+}
+
+void Pipeline::Impl::wait_graph(tbb::flow::graph& g, tbb::flow::input_node<Batch*>& source,
+                                std::atomic<tbb::flow::graph*>& graph_ptr, std::mutex& sup_mutex,
+                                std::exception_ptr& failure) {
   graph_ptr = &g;
   source.activate();
   try {
