@@ -338,6 +338,12 @@ Registry with_gpus(int count) {
   return r;
 }
 
+/// Why device: auto chose the host with no GPU visible: the build may have no CUDA at all.
+std::string host_reason(const Registry& r) {
+  return r.cuda_built() ? "no CUDA device is visible"
+                        : "this build has no CUDA (FLOWFEED_CUDA=OFF)";
+}
+
 TEST(BranchesConfig, AllNeedsCudaDevices) {
   EXPECT_EQ(config_error(small("  device: host\n  devices: all\n"), with_gpus(2)),
             "x.yaml:3:12: pipeline.devices: 'all' means every visible CUDA device, and the "
@@ -345,8 +351,9 @@ TEST(BranchesConfig, AllNeedsCudaDevices) {
             "or leave devices out");
   EXPECT_EQ(config_error(small("  devices: all\n"), with_gpus(0)),
             "x.yaml:2:12: pipeline.devices: 'all' means every visible CUDA device, and the "
-            "pipeline runs on the host (device: auto, and no CUDA device is visible: host types) "
-            "list the branches explicitly, e.g. [0, 1], or leave devices out");
+            "pipeline runs on the host (device: auto, and " +
+                host_reason(with_gpus(0)) +
+                ": host types) list the branches explicitly, e.g. [0, 1], or leave devices out");
 }
 
 TEST(BranchesConfig, BadValuesNameTheirPlace) {
@@ -462,8 +469,9 @@ TEST(BranchesBuilder, DevicesFromCpp) {
     EXPECT_EQ(std::string(e.what()),
               std::string(__FILE__) + ":" + std::to_string(line) +
                   ": pipeline.devices: 'all' means every visible CUDA device, and the pipeline "
-                  "runs on the host (device: auto, and no CUDA device is visible: host types) list "
-                  "the branches explicitly, e.g. [0, 1], or leave devices out");
+                  "runs on the host (device: auto, and " +
+                  host_reason(r) +
+                  ": host types) list the branches explicitly, e.g. [0, 1], or leave devices out");
   }
 }
 
