@@ -108,8 +108,8 @@ class CudaUpload final : public AsynchronousNode {
       batch.upload_stream = lane.stream;
       batch.stream_index = static_cast<int>(index);
       nvtxEventAttributes_t a = cuda::nvtx_attributes(nvtx_, batch.seq);
-      lane.ring[(lane.head + lane.count) % lane.ring.size()] = Pending{
-          &batch, done, ready_[buffer], bytes, nvtxDomainRangeStartEx(cuda::nvtx_domain(), &a)};
+      lane.ring[(lane.head + lane.count) % lane.ring.size()] =
+          Pending{&batch, done, ready_[buffer], nvtxDomainRangeStartEx(cuda::nvtx_domain(), &a)};
       ++lane.count;
       wake = outstanding_.fetch_add(1, std::memory_order_release) == 0;
     }
@@ -117,7 +117,6 @@ class CudaUpload final : public AsynchronousNode {
   }
 
   void begin_run() override {
-    bytes_ = 0;
     for (auto& lane : lanes_) lane->copies = 0;
   }
 
@@ -130,10 +129,10 @@ class CudaUpload final : public AsynchronousNode {
 
   void finish(RunReport& report) override {
     report.device = description_;
-    const std::uint64_t bytes = bytes_.load();
-    report.bytes_uploaded = bytes;
+    // report.bytes_uploaded already counts every batch that reached a device buffer, of every
+    // upload node (one per pipeline.devices branch); this node's copies are part of it.
     report.upload_gbps =
-        report.seconds > 0 ? static_cast<double>(bytes) / report.seconds * 1e-9 : 0;
+        report.seconds > 0 ? static_cast<double>(report.bytes_uploaded) / report.seconds * 1e-9 : 0;
     for (auto& lane : lanes_) report.stream_copies.push_back(lane->copies.load());
   }
 
@@ -142,7 +141,6 @@ class CudaUpload final : public AsynchronousNode {
     Batch* batch = nullptr;
     Completion done;
     cudaEvent_t ready = nullptr;
-    std::size_t bytes = 0;
     nvtxRangeId_t range = 0;
   };
   /// One stream and the copies outstanding on it, oldest first.
@@ -174,7 +172,6 @@ class CudaUpload final : public AsynchronousNode {
       if (!error) {
         p.batch->staging.reset();
         p.batch->host.reset();
-        bytes_.fetch_add(p.bytes, std::memory_order_relaxed);
         lane.copies.fetch_add(1, std::memory_order_relaxed);
       }
       p.done(error);
@@ -283,7 +280,6 @@ class CudaUpload final : public AsynchronousNode {
   std::atomic<bool> stop_{false};
   std::atomic<bool> sticky_{false};
   std::exception_ptr sticky_error_;  // written once, before sticky_ becomes true
-  std::atomic<std::uint64_t> bytes_{0};
 };
 
 }  // namespace
