@@ -239,6 +239,54 @@ TEST_F(AsyncTrain, GroupsFormWhileBatchesQueueForASlowTrainNode) {
   EXPECT_LT(log_.group_sizes.size(), static_cast<std::size_t>(kPerEpoch));
 }
 
+TEST_F(AsyncTrain, AnAbortWhileBatchesAreHeldEndsTheRunAndTheNextRunCompletes) {
+  // A loader that stalls (fires once) while the train node holds batches it can never group: the
+  // abort cancels the graph, and the held batches must be let go or the run would never end.
+  Pipeline p = build(yaml("prefetch_depth: 8", "fault_load",
+                          "mode: stall, at_batch: 5, fires: 1, stall_s: 30", "group: 100"));
+  std::thread aborter([&p] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    p.request_abort();
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  const RunReport r = p.run();
+  aborter.join();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_TRUE(r.interrupted);
+  EXPECT_LT(s, 10.0) << "the abort did not end the run promptly";
+  EXPECT_EQ(p.free_buffers(), p.total_buffers());
+  log_.completed.clear();
+  const RunReport again = p.run();
+  EXPECT_FALSE(again.interrupted);
+  EXPECT_EQ(again.batches, 3u * kPerEpoch);
+  EXPECT_EQ(log_.completed.size(), 3u * kPerEpoch);
+}
+
+TEST_F(AsyncTrain, AnAbortLetsGoOfBatchesHeldBehindASequencerGap) {
+  // The upload of batch 5 stalls (a late completion); 6, 7, ... wait in the sequencer for it, so
+  // the train node keeps holding 0-4 (more batches are queued for it). Only the flush the
+  // pipeline sends while cancelling lets them go: without it the run would never end.
+  // A slow submit (5 ms) lets 6 and 7 pass the upload while 0-4 are being submitted.
+  std::string y =
+      yaml("prefetch_depth: 8, ordered: true", "synthetic", "", "group: 100, submit_us: 5000");
+  const std::string plain = "type: host_upload }";
+  y.replace(y.find(plain), plain.size(),
+            "type: fault_upload, params: { mode: stall, at_batch: 5, fires: 1, stall_s: 30 } }");
+  Pipeline p = build(y);
+  std::thread aborter([&p] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    p.request_abort();
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  const RunReport r = p.run();
+  aborter.join();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_TRUE(r.interrupted);
+  EXPECT_LT(s, 10.0) << "the abort did not end the run promptly";
+  EXPECT_GE(log_.max_held.load(), 5) << "the train node never held the batches before the gap";
+  EXPECT_EQ(p.free_buffers(), p.total_buffers());
+}
+
 TEST_F(AsyncTrain, EachDeviceBranchFlushesItsOwnTrainNode) {
   // pipeline.devices: [0, 1]: two grouping train nodes, each fed every other batch; a group of
   // 50 never fills, so each branch's node must be flushed when its own queue is empty.
