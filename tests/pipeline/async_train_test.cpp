@@ -266,15 +266,15 @@ TEST_F(AsyncTrain, AnAbortLetsGoOfBatchesHeldBehindASequencerGap) {
   // The upload of batch 5 stalls (a late completion); 6, 7, ... wait in the sequencer for it, so
   // the train node keeps holding 0-4 (more batches are queued for it). Only the flush the
   // pipeline sends while cancelling lets them go: without it the run would never end.
-  // A slow submit (5 ms) lets 6 and 7 pass the upload while 0-4 are being submitted.
+  // A slow submit (20 ms) lets 6 and 7 pass the upload while 0-4 are being submitted.
   std::string y =
-      yaml("prefetch_depth: 8, ordered: true", "synthetic", "", "group: 100, submit_us: 5000");
+      yaml("prefetch_depth: 8, ordered: true", "synthetic", "", "group: 100, submit_us: 20000");
   const std::string plain = "type: host_upload }";
   y.replace(y.find(plain), plain.size(),
             "type: fault_upload, params: { mode: stall, at_batch: 5, fires: 1, stall_s: 30 } }");
   Pipeline p = build(y);
   std::thread aborter([&p] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
     p.request_abort();
   });
   const auto t0 = std::chrono::steady_clock::now();
