@@ -56,6 +56,7 @@ struct Options {
   int naive_batches = 256;          ///< batches in the data set (64 x 1000 float32 each)
   int naive_epochs = 20;            ///< epochs of the naive loop
   int naive_pipeline_epochs = 200;  ///< epochs of the flowfeed run
+  int naive_depth = 16;             ///< prefetch_depth of the flowfeed runs
   // resident_vs_streamed
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   int training_epochs = 10;

@@ -95,7 +95,8 @@ void naive(Bench& bench) {
   constexpr std::size_t kRows = 64, kElements = 1000;
   auto yaml = [&](bool pin) {
     return "pipeline: { epochs: " + std::to_string(o.naive_pipeline_epochs) +
-           ", batch_size: 64, prefetch_depth: 16, ordered: true, device: cuda }\n"
+           ", batch_size: 64, prefetch_depth: " + std::to_string(o.naive_depth) +
+           ", ordered: true, device: cuda }\n"
            "nodes:\n"
            "  - { name: load, type: memory, params: { batches: " +
            std::to_string(o.naive_batches) +
@@ -118,9 +119,14 @@ void naive(Bench& bench) {
                              " wrong elements in the naive loop");
   }
   const RunReport a = Pipeline(pageable, registry).run();
-  print_run("graph, memory (pageable) -> pinned_staging x8 -> cuda_upload -> device_checksum", a);
+  const std::string depth = ", prefetch_depth " + std::to_string(o.naive_depth);
+  print_run(
+      ("graph, memory (pageable) -> pinned_staging x8 -> cuda_upload -> device_checksum" + depth)
+          .c_str(),
+      a);
   const RunReport b = Pipeline(pinned, registry).run();
-  print_run("graph, memory (pinned in place) -> cuda_upload -> device_checksum", b);
+  print_run(("graph, memory (pinned in place) -> cuda_upload -> device_checksum" + depth).c_str(),
+            b);
   for (const auto* r : {&a, &b}) {
     std::printf(
         "  flowfeed / naive: %.0f / %.0f batches/s = %.2fx\n", r->batches_per_second,

@@ -60,6 +60,8 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   naive->add_option("--epochs", o.naive_pipeline_epochs, "epochs of the flowfeed run")
       ->check(CLI::PositiveNumber);
+  naive->add_option("--depth", o.naive_depth, "prefetch_depth of the flowfeed runs")
+      ->check(CLI::Range(1, 1024));
   auto* training = app.add_subcommand(
       "resident_vs_streamed", "configs/mnist_like.yaml streamed, then resident, in one process");
   training->add_option("--epochs", o.training_epochs, "epochs of each run (at least 2)")
