@@ -109,8 +109,10 @@ class Pipeline::Impl {
   std::atomic<std::uint64_t> skipped_samples_{0};
   std::atomic<std::uint64_t> bytes_{0};
   std::atomic<std::uint64_t> samples_{0};
-  std::vector<std::uint64_t> epoch_done_;
-  std::size_t next_epoch_end_ = 0;  // the first epoch whose end_epoch() has not run
+  // Per train node (one per `pipeline.devices` branch): its finished batches of each epoch, and
+  // the first epoch whose end_epoch() has not run.
+  std::vector<std::vector<std::uint64_t>> epoch_done_;
+  std::vector<std::size_t> next_epoch_end_;
   std::uint32_t source_epoch_ = 0;
   std::size_t source_index_ = 0;
   std::uint64_t source_seq_ = 0;
@@ -130,30 +132,28 @@ class Pipeline::Impl {
   int branches_ = 1;
   std::size_t branch_begin_ = 0;  // index of branch 0's upload stage
   std::size_t branch_len_ = 0;    // stages per branch (upload .. train)
-  std::vector<std::vector<std::uint64_t>> branch_epoch_done_;
-  std::vector<std::size_t> branch_next_epoch_end_;  // per branch: the first epoch not ended
   std::unique_ptr<std::atomic<std::uint64_t>[]> branch_batches_;
   std::unique_ptr<std::atomic<std::uint64_t>[]> branch_samples_;
   std::unique_ptr<std::atomic<std::uint64_t>[]> branch_bytes_;
   /// Replaces the stages from the upload node on by one copy per `pipeline.devices` entry, each a
   /// node of its own made from the same spec, named `name@device`.
   void replicate_branches(const Registry& registry);
-  /// Batches of `epoch` that branch `branch` takes (seq % branches_ == branch).
+  /// Batches of `epoch` that branch `branch` takes (seq % branches_ == branch; all with one).
   std::uint64_t branch_share(int branch, std::uint32_t epoch) const;
-  /// Counts a finished batch of `epoch` in `done` and runs train.end_epoch() for every epoch,
-  /// from `next` on and in order, whose `share(e)` batches have all finished.
-  template <class Share>
-  void end_finished_epochs(Stage& train, std::vector<std::uint64_t>& done, std::size_t& next,
-                           std::uint32_t epoch, const Share& share);
-  /// Activates `source`, waits for the graph (keeping its failure), and takes it from the
-  /// supervisor under its lock.
-  void wait_graph(tbb::flow::graph& g, tbb::flow::input_node<Batch*>& source,
-                  std::atomic<tbb::flow::graph*>& graph_ptr, std::mutex& sup_mutex,
-                  std::exception_ptr& failure);
-  /// run()'s graph when there are several branches: shared stages, a router sending batch `seq`
-  /// to branch seq % N, and per branch its stages, a sequencer (ordered) and its train node.
-  void run_branched_graph(std::atomic<tbb::flow::graph*>& graph_ptr, std::mutex& sup_mutex,
-                          std::exception_ptr& failure);
+  /// Counts a finished batch of `epoch` for branch `branch`'s train node and runs its end_epoch()
+  /// for every epoch, in order, whose batches have all finished.
+  void end_finished_epochs(Stage& train, int branch, std::uint32_t epoch);
+  struct Wiring;
+  /// run()'s graph after the limiter: the stages before the upload node, then per branch (one
+  /// without `pipeline.devices`) its stages, a sequencer (ordered) and its train node.
+  void wire_branches(tbb::flow::graph& g, tbb::flow::limiter_node<Batch*, int>& limiter,
+                     Wiring& wiring);
+  /// Branch `branch`'s stages [begin, last) after `tail`, a sequencer when ordered, and its train
+  /// stage `last`: a serial function_node (after an async_node and its check node when the train
+  /// node is asynchronous) that finishes each batch, ends epochs and decrements `limiter`.
+  void wire_branch(tbb::flow::graph& g, tbb::flow::sender<Batch*>* tail, std::size_t begin,
+                   std::size_t last, int branch, tbb::flow::limiter_node<Batch*, int>& limiter,
+                   Wiring& wiring);
   /// Adds the per-branch figures to a report of a run with several branches.
   void fill_branch_report(RunReport& report, double seconds) const;
 
@@ -175,7 +175,6 @@ class Pipeline::Impl {
   void run_stage(Stage& stage, Batch& batch);
   /// The nodes wire_stages() made, and the contexts their completions read; they must outlive
   /// the graph's run.
-  struct Wiring;
   /// Chains stages [begin, end) after `tail` in `g`: a function_node per synchronous stage, an
   /// async_node plus a check node (it rethrows completion errors on a TBB thread) per
   /// asynchronous one. Returns the new tail. `on_throw`, when set, hears every failure a body is
@@ -247,6 +246,20 @@ std::string where_declared(const NodeSpec& spec) {
          (spec.loc.file.empty() ? "" : ", " + SourceLoc{spec.loc.file, spec.loc.line, 0}.str());
 }
 
+/// type.create(spec) for `stage`; a failure names the stage (its label, name and type).
+std::unique_ptr<Node> create_node(const NodeType& type, const NodeSpec& spec, const Stage& stage) {
+  try {
+    return type.create(spec);
+  } catch (const Error& e) {
+    // Data errors while opening files name the file; add the node for context.
+    if (dynamic_cast<const DataError*>(&e)) throw DataError(stage.label + ": " + e.what());
+    if (dynamic_cast<const ConfigError*>(&e)) throw;
+    throw NodeError(stage.label + ": " + e.what(), stage.spec.name, stage.spec.type, -1);
+  } catch (const std::exception& e) {
+    throw NodeError(stage.label + ": " + e.what(), stage.spec.name, stage.spec.type, -1);
+  }
+}
+
 }  // namespace
 
 Pipeline::Impl::Impl(PipelineConfig config, const Registry& registry) : config_(std::move(config)) {
@@ -262,16 +275,7 @@ Pipeline::Impl::Impl(PipelineConfig config, const Registry& registry) : config_(
     stage->spec = spec;
     stage->label = "node '" + spec.name + "' (" + where_declared(spec) + ")";
     stage->index = stages_.size();
-    try {
-      stage->node = type->create(spec);
-    } catch (const Error& e) {
-      // Data errors while opening files name the file; add the node for context.
-      if (dynamic_cast<const DataError*>(&e)) throw DataError(stage->label + ": " + e.what());
-      if (dynamic_cast<const ConfigError*>(&e)) throw;
-      throw NodeError(stage->label + ": " + e.what(), spec.name, spec.type, -1);
-    } catch (const std::exception& e) {
-      throw NodeError(stage->label + ": " + e.what(), spec.name, spec.type, -1);
-    }
+    stage->node = create_node(*type, spec, *stage);
     stages_.push_back(std::move(stage));
   }
   if (config_.pipeline.devices.size() > 1) replicate_branches(registry);
@@ -655,8 +659,14 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
   source_epoch_ = 0;
   source_index_ = 0;
   source_seq_ = 0;
-  epoch_done_.assign(static_cast<std::size_t>(config_.pipeline.epochs), 0);
-  next_epoch_end_ = 0;
+  epoch_done_.assign(static_cast<std::size_t>(branches_),
+                     std::vector<std::uint64_t>(static_cast<std::size_t>(config_.pipeline.epochs)));
+  next_epoch_end_.assign(static_cast<std::size_t>(branches_), 0);
+  for (int b = 0; branches_ > 1 && b < branches_; ++b) {
+    branch_batches_[b] = 0;
+    branch_samples_[b] = 0;
+    branch_bytes_[b] = 0;
+  }
   warnings_.clear();
   // stop_ and abort_ are cleared when a run ends, not here: a request made just before run() (a
   // signal while the pipeline was being built) must not be lost.
@@ -669,7 +679,6 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
                                   static_cast<std::size_t>(std::max(threads, 1)) + 1);
   tbb::task_arena arena(threads);
 
-  Stage& train = *stages_.back();
   const std::uint64_t per_epoch = sampler_->batches_per_epoch();
   const std::uint64_t expected = per_epoch * static_cast<std::uint64_t>(config_.pipeline.epochs);
   std::exception_ptr failure;
@@ -744,46 +753,24 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
   });
 
   arena.execute([&] {
-    if (branches_ > 1) {
-      run_branched_graph(graph_ptr, sup_mutex, failure);
-      return;
-    }
     using namespace tbb::flow;
     graph g;
     input_node<Batch*> source(g, [this](tbb::flow_control& fc) { return next_batch(fc); });
     limiter_node<Batch*, int> limiter(g, static_cast<std::size_t>(config_.pipeline.prefetch_depth));
     make_edge(source, limiter);
-
-    // Middle stages: every node but the train node.
     Wiring wiring;
-    const std::size_t last = stages_.size() - 1;
-    sender<Batch*>* tail = wire_stages(g, &limiter, 0, last, {}, wiring, &train.queued);
-    std::unique_ptr<sequencer_node<Batch*>> sequencer;
-    if (config_.pipeline.ordered) {
-      sequencer = std::make_unique<sequencer_node<Batch*>>(
-          g, [](Batch* b) -> std::size_t { return static_cast<std::size_t>(b->seq); });
-      make_edge(*tail, *sequencer);
-      tail = sequencer.get();
+    wire_branches(g, limiter, wiring);
+
+    graph_ptr = &g;
+    source.activate();
+    try {
+      g.wait_for_all();
+    } catch (...) {
+      failure = std::current_exception();
     }
-    // The train node: a serial function_node, or (asynchronous) an async_node whose completions
-    // reach a serial node that finishes them. Either way a finished batch decrements the limiter.
-    const bool async_train = train.node->asynchronous();
-    if (async_train) tail = wire_stages(g, tail, last, last + 1, {}, wiring);
-    const bool single = stages_.size() == 1;
-    function_node<Batch*, int> train_node(g, serial, [&, single, async_train](Batch* b) {
-      if (!async_train) {
-        if (single) note_in_flight();
-        run_stage(train, *b);
-      }
-      const std::uint32_t epoch = b->epoch;
-      finish_batch(b);
-      end_finished_epochs(train, epoch_done_, next_epoch_end_, epoch,
-                          [per_epoch](std::uint32_t) { return per_epoch; });
-      return 1;
-    });
-    make_edge(*tail, train_node);
-    make_edge(train_node, limiter.decrementer());
-    wait_graph(g, source, graph_ptr, sup_mutex, failure);
+    // Under the supervisor's lock: it must not cancel a graph that is going out of scope.
+    std::lock_guard<std::mutex> lock(sup_mutex);
+    graph_ptr = nullptr;
   });
   const double seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
   {
@@ -855,19 +842,8 @@ void Pipeline::Impl::replicate_branches(const Registry& registry) {
       stage->index = stages_.size();
       stage->device = devices[b];
       stage->branch = static_cast<int>(b);
-      if (b == 0) {
-        stage->node = std::move(original->node);
-      } else {
-        try {
-          stage->node = registry.find(stage->spec.type)->create(original->spec);
-        } catch (const ConfigError&) {
-          throw;
-        } catch (const DataError& e) {
-          throw DataError(stage->label + ": " + e.what());
-        } catch (const std::exception& e) {
-          throw NodeError(stage->label + ": " + e.what(), stage->spec.name, stage->spec.type, -1);
-        }
-      }
+      stage->node = b == 0 ? std::move(original->node)
+                           : create_node(*registry.find(stage->spec.type), original->spec, *stage);
       stages_.push_back(std::move(stage));
     }
   }
@@ -885,82 +861,86 @@ std::uint64_t Pipeline::Impl::branch_share(int branch, std::uint32_t epoch) cons
   return below((epoch + 1ull) * per_epoch) - below(epoch * per_epoch);
 }
 
-void Pipeline::Impl::run_branched_graph(std::atomic<tbb::flow::graph*>& graph_ptr,
-                                        std::mutex& sup_mutex, std::exception_ptr& failure) {
+void Pipeline::Impl::wire_branches(tbb::flow::graph& g,
+                                   tbb::flow::limiter_node<Batch*, int>& limiter, Wiring& wiring) {
   using namespace tbb::flow;
-  const auto n = static_cast<std::size_t>(branches_);
-  branch_epoch_done_.assign(
-      n, std::vector<std::uint64_t>(static_cast<std::size_t>(config_.pipeline.epochs), 0));
-  branch_next_epoch_end_.assign(n, 0);
-  for (std::size_t b = 0; b < n; ++b) {
-    branch_batches_[b] = 0;
-    branch_samples_[b] = 0;
-    branch_bytes_[b] = 0;
+  if (branches_ == 1) {
+    wire_branch(g, &limiter, 0, stages_.size() - 1, 0, limiter, wiring);
+    return;
   }
-  graph g;
-  input_node<Batch*> source(g, [this](tbb::flow_control& fc) { return next_batch(fc); });
-  limiter_node<Batch*, int> limiter(g, static_cast<std::size_t>(config_.pipeline.prefetch_depth));
-  make_edge(source, limiter);
-  Wiring wiring;
+  const auto n = static_cast<std::size_t>(branches_);
   sender<Batch*>* shared = wire_stages(g, &limiter, 0, branch_begin_, {}, wiring);
-
   // Each branch starts at a queue_node, which never rejects: the router puts into it directly.
-  std::vector<std::unique_ptr<queue_node<Batch*>>> entries;
-  for (std::size_t b = 0; b < n; ++b) entries.push_back(std::make_unique<queue_node<Batch*>>(g));
-  function_node<Batch*, continue_msg> router(g, unlimited, [&entries, n](Batch* b) {
-    entries[static_cast<std::size_t>(b->seq % n)]->try_put(b);
-    return continue_msg();
-  });
-  make_edge(*shared, router);
-
-  std::vector<std::unique_ptr<sequencer_node<Batch*>>> sequencers;
-  std::vector<std::unique_ptr<function_node<Batch*, int>>> trains;
+  std::vector<queue_node<Batch*>*> entries;
+  for (std::size_t b = 0; b < n; ++b) {
+    auto entry = std::make_unique<queue_node<Batch*>>(g);
+    entries.push_back(entry.get());
+    wiring.nodes.push_back(std::move(entry));
+  }
+  auto router =
+      std::make_unique<function_node<Batch*, continue_msg>>(g, unlimited, [entries, n](Batch* b) {
+        entries[static_cast<std::size_t>(b->seq % n)]->try_put(b);
+        return continue_msg();
+      });
+  make_edge(*shared, *router);
+  wiring.nodes.push_back(std::move(router));
   for (std::size_t b = 0; b < n; ++b) {
     const std::size_t begin = branch_begin_ + b * branch_len_;
-    const std::size_t last = begin + branch_len_ - 1;  // the branch's train node
-    Stage* train = stages_[last].get();
-    sender<Batch*>* tail =
-        wire_stages(g, entries[b].get(), begin, last, {}, wiring, &train->queued);
-    if (config_.pipeline.ordered) {
-      // Branch b takes seq b, b+N, b+2N, ...: seq / N numbers them 0, 1, 2, ...
-      sequencers.push_back(std::make_unique<sequencer_node<Batch*>>(
-          g,
-          [n](Batch* batch) -> std::size_t { return static_cast<std::size_t>(batch->seq / n); }));
-      make_edge(*tail, *sequencers.back());
-      tail = sequencers.back().get();
-    }
-    const bool async_train = train->node->asynchronous();
-    if (async_train) tail = wire_stages(g, tail, last, last + 1, {}, wiring);
-    const int branch = static_cast<int>(b);
-    trains.push_back(std::make_unique<function_node<Batch*, int>>(
-        g, serial, [this, train, branch, b, async_train](Batch* batch) {
-          if (!async_train) run_stage(*train, *batch);
-          if (!batch->skipped) {
-            branch_batches_[b].fetch_add(1, std::memory_order_relaxed);
-            branch_samples_[b].fetch_add(batch->rows(), std::memory_order_relaxed);
-            if (batch->device)
-              branch_bytes_[b].fetch_add(batch->bytes(), std::memory_order_relaxed);
-          }
-          const std::uint32_t epoch = batch->epoch;
-          finish_batch(batch);
-          end_finished_epochs(*train, branch_epoch_done_[b], branch_next_epoch_end_[b], epoch,
-                              [this, branch](std::uint32_t e) { return branch_share(branch, e); });
-          return 1;
-        }));
-    make_edge(*tail, *trains.back());
-    make_edge(*trains.back(), limiter.decrementer());
+    wire_branch(g, entries[b], begin, begin + branch_len_ - 1, static_cast<int>(b), limiter,
+                wiring);
   }
-  wait_graph(g, source, graph_ptr, sup_mutex, failure);
 }
 
-template <class Share>
-void Pipeline::Impl::end_finished_epochs(Stage& train, std::vector<std::uint64_t>& done,
-                                         std::size_t& next, std::uint32_t epoch,
-                                         const Share& share) {
+void Pipeline::Impl::wire_branch(tbb::flow::graph& g, tbb::flow::sender<Batch*>* tail,
+                                 std::size_t begin, std::size_t last, int branch,
+                                 tbb::flow::limiter_node<Batch*, int>& limiter, Wiring& wiring) {
+  using namespace tbb::flow;
+  Stage* train = stages_[last].get();
+  tail = wire_stages(g, tail, begin, last, {}, wiring, &train->queued);
+  if (config_.pipeline.ordered) {
+    // Branch b of N takes seq b, b+N, b+2N, ...: seq / N numbers them 0, 1, 2, ...
+    const auto n = static_cast<std::uint64_t>(branches_);
+    auto sequencer = std::make_unique<sequencer_node<Batch*>>(
+        g, [n](Batch* b) -> std::size_t { return static_cast<std::size_t>(b->seq / n); });
+    make_edge(*tail, *sequencer);
+    tail = sequencer.get();
+    wiring.nodes.push_back(std::move(sequencer));
+  }
+  // The train node: a serial function_node, or (asynchronous) an async_node whose completions
+  // reach a serial node that finishes them. Either way a finished batch decrements the limiter.
+  const bool async_train = train->node->asynchronous();
+  if (async_train) tail = wire_stages(g, tail, last, last + 1, {}, wiring);
+  const bool first = last == 0;
+  auto finish = std::make_unique<function_node<Batch*, int>>(
+      g, serial, [this, train, branch, async_train, first](Batch* b) {
+        if (!async_train) {
+          if (first) note_in_flight();
+          run_stage(*train, *b);
+        }
+        if (branches_ > 1 && !b->skipped) {
+          const auto i = static_cast<std::size_t>(branch);
+          branch_batches_[i].fetch_add(1, std::memory_order_relaxed);
+          branch_samples_[i].fetch_add(b->rows(), std::memory_order_relaxed);
+          if (b->device) branch_bytes_[i].fetch_add(b->bytes(), std::memory_order_relaxed);
+        }
+        const std::uint32_t epoch = b->epoch;
+        finish_batch(b);
+        end_finished_epochs(*train, branch, epoch);
+        return 1;
+      });
+  make_edge(*tail, *finish);
+  make_edge(*finish, limiter.decrementer());
+  wiring.nodes.push_back(std::move(finish));
+}
+
+void Pipeline::Impl::end_finished_epochs(Stage& train, int branch, std::uint32_t epoch) {
+  std::vector<std::uint64_t>& done = epoch_done_[static_cast<std::size_t>(branch)];
+  std::size_t& next = next_epoch_end_[static_cast<std::size_t>(branch)];
   ++done[epoch];
   // In order, each after all of its batches: an asynchronous train node may complete the first
   // batches of the next epoch before the last of this one.
-  while (next < done.size() && done[next] == share(static_cast<std::uint32_t>(next))) {
+  while (next < done.size() &&
+         done[next] == branch_share(branch, static_cast<std::uint32_t>(next))) {
     const auto ending = static_cast<std::uint32_t>(next++);
     const std::uint64_t t0 = now_ns();
     try {
@@ -974,21 +954,6 @@ void Pipeline::Impl::end_finished_epochs(Stage& train, std::vector<std::uint64_t
     }
     train.busy_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
   }
-}
-
-void Pipeline::Impl::wait_graph(tbb::flow::graph& g, tbb::flow::input_node<Batch*>& source,
-                                std::atomic<tbb::flow::graph*>& graph_ptr, std::mutex& sup_mutex,
-                                std::exception_ptr& failure) {
-  graph_ptr = &g;
-  source.activate();
-  try {
-    g.wait_for_all();
-  } catch (...) {
-    failure = std::current_exception();
-  }
-  // Under the supervisor's lock: it must not cancel a graph that is going out of scope.
-  std::lock_guard<std::mutex> lock(sup_mutex);
-  graph_ptr = nullptr;
 }
 
 void Pipeline::Impl::fill_branch_report(RunReport& report, double seconds) const {
@@ -1452,7 +1417,6 @@ Session Pipeline::start() {
   p.source_epoch_ = 0;
   p.source_index_ = 0;
   p.source_seq_ = 0;
-  p.epoch_done_.assign(static_cast<std::size_t>(p.config_.pipeline.epochs), 0);
   p.warnings_.clear();
   p.stop_ = false;
   p.abort_ = false;
