@@ -154,6 +154,20 @@ class AsyncTrain : public ::testing::Test {
   Pipeline build(const std::string& y) {
     return Pipeline(load_config_string(y, registry(), {}, "async.yaml"), registry());
   }
+  /// Runs `p`, asking it to abort after `ms`; expects the run to end interrupted within 10 s.
+  RunReport run_aborted_after(Pipeline& p, int ms) {
+    std::thread aborter([&p, ms] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+      p.request_abort();
+    });
+    const auto t0 = std::chrono::steady_clock::now();
+    const RunReport r = p.run();
+    aborter.join();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_TRUE(r.interrupted);
+    EXPECT_LT(s, 10.0) << "the abort did not end the run promptly";
+    return r;
+  }
   Log log_;
 };
 
@@ -244,16 +258,7 @@ TEST_F(AsyncTrain, AnAbortWhileBatchesAreHeldEndsTheRunAndTheNextRunCompletes) {
   // abort cancels the graph, and the held batches must be let go or the run would never end.
   Pipeline p = build(yaml("prefetch_depth: 8", "fault_load",
                           "mode: stall, at_batch: 5, fires: 1, stall_s: 30", "group: 100"));
-  std::thread aborter([&p] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    p.request_abort();
-  });
-  const auto t0 = std::chrono::steady_clock::now();
-  const RunReport r = p.run();
-  aborter.join();
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  EXPECT_TRUE(r.interrupted);
-  EXPECT_LT(s, 10.0) << "the abort did not end the run promptly";
+  run_aborted_after(p, 100);
   EXPECT_EQ(p.free_buffers(), p.total_buffers());
   log_.completed.clear();
   const RunReport again = p.run();
@@ -273,16 +278,7 @@ TEST_F(AsyncTrain, AnAbortLetsGoOfBatchesHeldBehindASequencerGap) {
   y.replace(y.find(plain), plain.size(),
             "type: fault_upload, params: { mode: stall, at_batch: 5, fires: 1, stall_s: 30 } }");
   Pipeline p = build(y);
-  std::thread aborter([&p] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
-    p.request_abort();
-  });
-  const auto t0 = std::chrono::steady_clock::now();
-  const RunReport r = p.run();
-  aborter.join();
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  EXPECT_TRUE(r.interrupted);
-  EXPECT_LT(s, 10.0) << "the abort did not end the run promptly";
+  run_aborted_after(p, 500);
   EXPECT_GE(log_.max_held.load(), 5) << "the train node never held the batches before the gap";
   EXPECT_EQ(p.free_buffers(), p.total_buffers());
 }
