@@ -73,6 +73,7 @@ class CudaUpload final : public AsynchronousNode {
       lane->ring.resize(depth);
       lanes_.push_back(std::move(lane));
     }
+    fences_.assign(depth, ReuseFence{});
     taken_.reserve(depth);
     poller_ = std::thread([this] { poll(); });
   }
@@ -90,26 +91,34 @@ class CudaUpload final : public AsynchronousNode {
     // A branch of `pipeline.devices` sees every replicas_-th seq: number its own batches first.
     const std::size_t index = static_cast<std::size_t>((batch.seq / replicas_) % lanes_.size());
     Lane& lane = *lanes_[index];
-    bool wake = false;
+    // One submitter per stream at a time, so that each stream's ring holds its copies in the order
+    // their events were recorded. The ring's own lock is taken only to publish the copy: the
+    // completion thread never waits behind these CUDA calls.
+    std::lock_guard<std::mutex> submitting(lane.submit_mutex);
     {
-      // The lock keeps each stream's ring in the order its events were recorded.
       std::lock_guard<std::mutex> lock(lane.mutex);
       if (lane.count == lane.ring.size()) {
         throw std::logic_error("cuda_upload: more copies outstanding than device buffers");
       }
-      // Do not overwrite the buffer before the last kernel that read it (stream-ordered).
-      FLOWFEED_CUDA_CHECK(cudaStreamWaitEvent(lane.stream, reuse_[buffer], 0));
-      FLOWFEED_CUDA_CHECK(
-          cudaMemcpyAsync(device.data(), src, bytes, cudaMemcpyHostToDevice, lane.stream));
-      FLOWFEED_CUDA_CHECK(cudaEventRecord(ready_[buffer], lane.stream));
-      batch.device = std::move(device);
-      batch.ready_event = ready_[buffer];
-      batch.reuse_event = reuse_[buffer];
-      batch.upload_stream = lane.stream;
-      batch.stream_index = static_cast<int>(index);
-      nvtxEventAttributes_t a = cuda::nvtx_attributes(nvtx_, batch.seq);
-      lane.ring[(lane.head + lane.count) % lane.ring.size()] =
-          Pending{&batch, done, ready_[buffer], nvtxDomainRangeStartEx(cuda::nvtx_domain(), &a)};
+    }
+    wait_reuse(lane, buffer);
+    FLOWFEED_CUDA_CHECK(
+        cudaMemcpyAsync(device.data(), src, bytes, cudaMemcpyHostToDevice, lane.stream));
+    FLOWFEED_CUDA_CHECK(cudaEventRecord(ready_[buffer], lane.stream));
+    batch.device = std::move(device);
+    batch.ready_event = ready_[buffer];
+    batch.reuse_event = reuse_[buffer];
+    batch.reuse_fence = &fences_[buffer];
+    batch.upload_stream = lane.stream;
+    batch.upload_order = ++lane.recorded;
+    batch.stream_index = static_cast<int>(index);
+    nvtxEventAttributes_t a = cuda::nvtx_attributes(nvtx_, batch.seq);
+    const Pending pending{&batch, done, ready_[buffer],
+                          nvtxDomainRangeStartEx(cuda::nvtx_domain(), &a)};
+    bool wake = false;
+    {
+      std::lock_guard<std::mutex> lock(lane.mutex);
+      lane.ring[(lane.head + lane.count) % lane.ring.size()] = pending;
       ++lane.count;
       wake = outstanding_.fetch_add(1, std::memory_order_release) == 0;
     }
@@ -117,7 +126,10 @@ class CudaUpload final : public AsynchronousNode {
   }
 
   void begin_run() override {
-    for (auto& lane : lanes_) lane->copies = 0;
+    for (auto& lane : lanes_) {
+      lane->copies = 0;
+      lane->reuse_waits = 0;
+    }
   }
 
   void quiesce() noexcept override {
@@ -133,7 +145,14 @@ class CudaUpload final : public AsynchronousNode {
     // upload node (one per pipeline.devices branch); this node's copies are part of it.
     report.upload_gbps =
         report.seconds > 0 ? static_cast<double>(report.bytes_uploaded) / report.seconds * 1e-9 : 0;
-    for (auto& lane : lanes_) report.stream_copies.push_back(lane->copies.load());
+    double waits = 0;
+    for (auto& lane : lanes_) {
+      report.stream_copies.push_back(lane->copies.load());
+      waits += static_cast<double>(lane->reuse_waits);
+    }
+    // How often a copy waited on a consumer's event before overwriting a buffer: once per batch,
+    // or once per group when the consumer leaves fences.
+    report.extra[name_ + ".reuse_waits"] = waits;
   }
 
  private:
@@ -146,12 +165,35 @@ class CudaUpload final : public AsynchronousNode {
   /// One stream and the copies outstanding on it, oldest first.
   struct Lane {
     cudaStream_t stream = nullptr;
-    std::mutex mutex;
+    std::mutex submit_mutex;  // held by a submit() across its CUDA calls
+    std::mutex mutex;         // guards the ring
     std::vector<Pending> ring;
     std::size_t head = 0;
     std::size_t count = 0;
+    std::uint64_t recorded = 0;  // copies enqueued on the stream (under submit_mutex)
+    ReuseFence waited;           // the newest consumer fence the stream waits on (submit_mutex)
+    std::uint64_t reuse_waits = 0;  // cudaStreamWaitEvent calls before copies (submit_mutex)
     std::atomic<std::uint64_t> copies{0};
   };
+
+  /// Makes the lane's stream wait until the buffer's last reader is done: on the fence the
+  /// consumer left in the buffer's slot (once per fence: a group of buffers shares one), else on
+  /// the buffer's reuse event. Under the lane's submit_mutex.
+  void wait_reuse(Lane& lane, std::size_t buffer) {
+    ReuseFence& fence = fences_[buffer];
+    if (!fence.event) {
+      FLOWFEED_CUDA_CHECK(cudaStreamWaitEvent(lane.stream, reuse_[buffer], 0));
+      ++lane.reuse_waits;
+      return;
+    }
+    if (fence.event != lane.waited.event || fence.stamp != lane.waited.stamp) {
+      FLOWFEED_CUDA_CHECK(
+          cudaStreamWaitEvent(lane.stream, static_cast<cudaEvent_t>(fence.event), 0));
+      ++lane.reuse_waits;
+      lane.waited = fence;
+    }
+    fence = ReuseFence{};
+  }
 
   /// Moves the oldest `n` entries of a lane into taken_.
   void take(Lane& lane, std::size_t n) {
@@ -273,6 +315,9 @@ class CudaUpload final : public AsynchronousNode {
   BufferPool* pool_ = nullptr;
   std::vector<cudaEvent_t> ready_;
   std::vector<cudaEvent_t> reuse_;
+  // Per device buffer: the fence its last consumer left instead of recording reuse_ (written by
+  // the consumer before it gives the buffer back, read and cleared here after taking it again).
+  std::vector<ReuseFence> fences_;
   std::vector<std::unique_ptr<Lane>> lanes_;
   std::vector<Pending> taken_;  // the poller's scratch, reserved in setup
   std::thread poller_;

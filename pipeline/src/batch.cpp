@@ -103,6 +103,8 @@ void Batch::reset() noexcept {
   upload_stream = nullptr;
   reuse_event = nullptr;
   stream_index = -1;
+  upload_order = 0;
+  reuse_fence = nullptr;
   error = nullptr;
   skipped = false;
 }

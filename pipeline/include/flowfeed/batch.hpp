@@ -72,6 +72,14 @@ class BatchLayout {
 /// The memory tiers a batch moves through.
 enum class Tier : std::uint8_t { host = 0, staging = 1, device = 2 };
 
+/// A consumer's own event, recorded after its last kernel that reads a group of device buffers,
+/// and a number that grows each time the consumer records it (so that two records of one event
+/// differ). See Batch::reuse_fence.
+struct ReuseFence {
+  void* event = nullptr;  ///< cudaEvent_t; null: the consumer recorded Batch::reuse_event instead
+  std::uint64_t stamp = 0;
+};
+
 /// One batch on its way through the graph. Batches are pooled by the pipeline (one object per
 /// in-flight slot) and passed between nodes by pointer; a node owns the batch only while its body
 /// runs. Buffers are leases: releasing one returns the buffer to its pool.
@@ -95,6 +103,15 @@ struct Batch {
   void* reuse_event = nullptr;
   /// Index of the upload stream that carried the batch (for per-stream counts).
   int stream_index = -1;
+  /// The copy's place on `upload_stream` (1, 2, 3, ... per stream). Copies on one stream complete
+  /// in order, so a consumer of several batches may wait only on the ready event of the batch with
+  /// the highest upload_order per stream.
+  std::uint64_t upload_order = 0;
+  /// Instead of recording `reuse_event` for each batch, a consumer that finishes batches in groups
+  /// may record one event of its own after the group's last kernel and store it here, with a new
+  /// stamp, for every batch of the group; the upload then waits once for the whole group. Set by
+  /// an upload node that supports it (cuda_upload), else null.
+  ReuseFence* reuse_fence = nullptr;
 
   /// Set when a node failed on this batch but the batch must still travel (so that ordering and
   /// the in-flight bound stay correct); the next synchronous node rethrows or skips it.
