@@ -186,7 +186,7 @@ class DeviceChecksum final : public DeviceSink<AsynchronousNode> {
         // The run is ending: nothing will read the result.
         group.held[group.count++] = {&batch, done};
       } else {
-        cuda::set_device(device_);
+        // No CUDA call here unless a group is complete (launch_pending sets the device).
         require_device(batch);
         check_order(batch);
         check_flag();
@@ -402,6 +402,7 @@ class DeviceChecksum final : public DeviceSink<AsynchronousNode> {
   /// Throws the first mismatch when a kernel has flagged one.
   void check_flag() {
     if (*static_cast<volatile unsigned int*>(host_flag_) == 0) return;
+    cuda::set_device(device_);
     if (cudaStreamSynchronize(stream_) != cudaSuccess) cudaGetLastError();
     cuda::ChecksumRecord r{};
     FLOWFEED_CUDA_CHECK(cudaMemcpy(&r, record_, sizeof r, cudaMemcpyDeviceToHost));
