@@ -34,10 +34,19 @@ void bandwidth(Bench& bench) {
   print_run("graph, pageable data set (pinned_staging copies in parallel chunks)", b);
   bench.result("bandwidth_pageable_source", b.upload_gbps, "GB/s", raw.gbps,
                Target{48, false, false});
+  // The same with cached stores (plain memcpy), for comparison.
+  const PipelineConfig cached = load_config_file(
+      o.bandwidth_config, registry,
+      {"nodes.load.params.pin=false", "pipeline.epochs=" + std::to_string(o.pageable_epochs),
+       "nodes.stage.params.streaming_stores=false"});
+  const RunReport c = Pipeline(cached, registry).run();
+  print_run("graph, pageable data set, staging copies with cached stores (memcpy)", c);
+  bench.result("bandwidth_pageable_cached_stores", c.upload_gbps, "GB/s", raw.gbps);
   bench.details("bandwidth") = {{"device", a.device},
                                 {"raw_gbps", raw.gbps},
                                 {"pinned_in_place", nlohmann::json::parse(a.to_json())},
-                                {"pageable_source", nlohmann::json::parse(b.to_json())}};
+                                {"pageable_source", nlohmann::json::parse(b.to_json())},
+                                {"pageable_cached_stores", nlohmann::json::parse(c.to_json())}};
 }
 
 void small_batches(Bench& bench) {

@@ -239,6 +239,20 @@ std::vector<Case> cases() {
     v.push_back(c);
   }
   {
+    Case c;  // streaming stores at every alignment: 13-byte samples, 37-byte chunks
+    c.name = "memory_pageable_unaligned_chunks";
+    c.loader = "memory";
+    c.pin = false;
+    c.dtype = "uint8";
+    c.shape = {13};
+    c.batch = 7;
+    c.samples = 100;
+    c.depth = 3;
+    c.stage_concurrency = 2;
+    c.chunk_bytes = 37;
+    v.push_back(c);
+  }
+  {
     Case c;  // 4 MiB batches: the default 1 MiB chunks copy in parallel
     c.name = "float32_4MiB_batches";
     c.shape = {131072};
