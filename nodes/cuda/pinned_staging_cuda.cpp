@@ -82,8 +82,11 @@ class PinnedStaging final : public Node {
           "staging replaced the host buffer)");
     }
     Lease staging = pool_->acquire();
-    parallel_copy(staging.data(), batch.host.data(), batch.bytes(), options_.chunk_bytes,
-                  options_.streaming_stores);
+    const std::size_t bytes = batch.bytes();
+    const bool whole = options_.chunk_bytes == 0 || bytes <= options_.chunk_bytes;
+    const bool streaming = options_.stores == PinnedStagingOptions::Stores::streaming ||
+                           (options_.stores == PinnedStagingOptions::Stores::automatic && whole);
+    parallel_copy(staging.data(), batch.host.data(), bytes, options_.chunk_bytes, streaming);
     copied_.fetch_add(batch.bytes(), std::memory_order_relaxed);
     batch.staging = std::move(staging);
     batch.host.reset();
@@ -125,14 +128,20 @@ void register_pinned_staging(Registry& registry) {
                "memcpy per batch)",
                std::int64_t{1} << 20)
       .range(0, 1e12);
-  t.schema.add_bool("streaming_stores",
-                    "copy with non-temporal stores that bypass the CPU caches (only the copy "
-                    "engine reads the pinned buffer)",
-                    true);
+  t.schema
+      .add_string("stores",
+                  "how the copy stores into the pinned buffer: streaming (non-temporal, bypassing "
+                  "the CPU caches), cached (memcpy), or auto (streaming for a batch copied whole, "
+                  "at most chunk_bytes; cached for larger ones)",
+                  std::string("auto"))
+      .one_of({"auto", "streaming", "cached"});
   t.create = [](const NodeSpec& spec) {
     PinnedStagingOptions o;
     o.chunk_bytes = static_cast<std::size_t>(spec.params.get_int("chunk_bytes"));
-    o.streaming_stores = spec.params.get_bool("streaming_stores");
+    const std::string& stores = spec.params.get_string("stores");
+    o.stores = stores == "streaming" ? PinnedStagingOptions::Stores::streaming
+               : stores == "cached"  ? PinnedStagingOptions::Stores::cached
+                                     : PinnedStagingOptions::Stores::automatic;
     return make_pinned_staging(o);
   };
   registry.set(std::move(t));

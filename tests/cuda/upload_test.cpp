@@ -36,6 +36,7 @@ struct Case {
   bool ordered = true;
   bool shuffle = false;
   std::int64_t chunk_bytes = -1;  // -1: the default
+  std::string stores;             // pinned_staging's stores; empty: the default
 };
 
 /// Names the case in test output (instead of its bytes).
@@ -63,8 +64,8 @@ std::string yaml_of(const Case& c) {
        (c.loader == "memory" ? std::string(", pin: ") + (c.pin ? "true" : "false") : "") + " } }\n";
   y += "  - { name: stage, type: pinned_staging, concurrency: " +
        std::to_string(c.stage_concurrency) +
-       (c.chunk_bytes >= 0 ? ", params: { chunk_bytes: " + std::to_string(c.chunk_bytes) + " }"
-                           : "") +
+       ", params: { stores: " + (c.stores.empty() ? std::string("auto") : c.stores) +
+       (c.chunk_bytes >= 0 ? ", chunk_bytes: " + std::to_string(c.chunk_bytes) : "") + " }" +
        " }\n";
   y += "  - { name: upload, type: cuda_upload, concurrency: " +
        std::to_string(c.upload_concurrency) + ", streams: " + std::to_string(c.streams) + " }\n";
@@ -241,6 +242,7 @@ std::vector<Case> cases() {
   {
     Case c;  // streaming stores at every alignment: 13-byte samples, 37-byte chunks
     c.name = "memory_pageable_unaligned_chunks";
+    c.stores = "streaming";
     c.loader = "memory";
     c.pin = false;
     c.dtype = "uint8";

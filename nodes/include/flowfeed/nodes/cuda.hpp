@@ -19,10 +19,14 @@ struct PinnedStagingOptions {
   /// A batch larger than this is copied into its pinned buffer in chunks of this size, in parallel
   /// (tbb::parallel_for); 0 copies every batch with one memcpy.
   std::size_t chunk_bytes = std::size_t{1} << 20;
-  /// Copy with non-temporal (streaming) stores that bypass the CPU caches. Only the copy engine
-  /// reads a pinned buffer, and a cached store first reads each destination line from memory: the
-  /// host copy then costs a quarter more memory traffic, traffic the copy engine's reads share.
-  bool streaming_stores = true;
+  /// How the copy stores into the pinned buffer. `streaming`: non-temporal stores that bypass
+  /// the CPU caches, so the copy engine then reads memory rather than dirty cache lines; `cached`:
+  /// memcpy; `automatic`: streaming for a batch that one thread copies whole (at most
+  /// `chunk_bytes`), cached for a larger one copied in parallel chunks. Measured on the H200 host:
+  /// 256 KB batches went through twice as fast with streaming stores, 32 MiB batches 4–8% faster
+  /// with cached ones.
+  enum class Stores { automatic, streaming, cached };
+  Stores stores = Stores::automatic;
 };
 
 /// Options of `cuda_upload`.
