@@ -1,4 +1,6 @@
-#include "flowfeed/nodes/memory.hpp"
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #include <oneapi/tbb/parallel_for.h>
 
@@ -6,14 +8,19 @@
 #include <cstring>
 #include <new>
 #include <string>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #include "flowfeed/error.hpp"
+#include "flowfeed/nodes/memory.hpp"
 #include "flowfeed/pool.hpp"
 
 namespace flowfeed {
 
 namespace {
-constexpr std::align_val_t kPageAlignment{4096};
+// 2 MiB: a transparent huge page may back the data set from its first byte.
+constexpr std::align_val_t kPageAlignment{std::size_t{2} << 20};
 }  // namespace
 
 MemoryLoader::MemoryLoader(MemoryOptions options, HostPinning pinning)
@@ -29,6 +36,7 @@ MemoryOptions MemoryLoader::options_from(const Params& params) {
   MemoryOptions o;
   o.content = synthetic_content_from(params);
   o.pin = params.get_bool("pin");
+  o.huge_pages = params.get_bool("huge_pages");
   return o;
 }
 
@@ -48,6 +56,10 @@ void MemoryLoader::setup(BuildContext& context) {
                              BatchLayout::kAlignment * BatchLayout::kAlignment;
   bytes_ = slices_ * stride;
   data_ = static_cast<std::byte*>(::operator new(bytes_, kPageAlignment));
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  // Before the first touch below; a hint only (no huge pages when THP is off).
+  if (options_.huge_pages) ::madvise(data_, bytes_, MADV_HUGEPAGE);
+#endif
 
   // Slice k holds samples [k·B, k·B + rows_k) in the layout of a batch of rows_k rows, exactly as
   // a loader would have filled a batch buffer.
@@ -107,6 +119,10 @@ NodeType memory_node_type(HostPinning pinning) {
   t.schema.add_bool("pin",
                     "on CUDA, page-lock the data set once (cudaHostRegister) so uploads read it in "
                     "place; ignored on the host backend",
+                    true);
+  t.schema.add_bool("huge_pages",
+                    "ask for transparent huge pages for the data set (madvise MADV_HUGEPAGE): "
+                    "fewer TLB misses for the copies that read it",
                     true);
   t.create = [pinning = std::move(pinning)](const NodeSpec& spec) {
     return std::make_unique<MemoryLoader>(MemoryLoader::options_from(spec.params), pinning);

@@ -28,6 +28,9 @@ struct MemoryOptions {
   SyntheticOptions content;
   /// Page-lock the data set when the pipeline runs on CUDA (ignored on the host backend).
   bool pin = true;
+  /// Ask the kernel for transparent huge pages (2 MiB) for the data set (madvise(MADV_HUGEPAGE) on
+  /// Linux): fewer TLB misses for the copies that read it.
+  bool huge_pages = true;
 };
 
 /// Serves batch k of an epoch as slice k of a pre-batched in-memory data set: a zero-copy lease
