@@ -1,6 +1,7 @@
 // The scenarios that need a CUDA device: bandwidth, small_batches, naive.
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "bench.hpp"
 #include "raw_copies.hpp"
@@ -27,18 +28,16 @@ void bandwidth(Bench& bench) {
   bench.result("bandwidth_pinned_in_place", a.upload_gbps, "GB/s", raw.gbps,
                Target{0.95, true, false});
 
-  const PipelineConfig pageable = load_config_file(
-      o.bandwidth_config, registry,
-      {"nodes.load.params.pin=false", "pipeline.epochs=" + std::to_string(o.pageable_epochs)});
+  std::vector<std::string> overrides = {"nodes.load.params.pin=false",
+                                        "pipeline.epochs=" + std::to_string(o.pageable_epochs)};
+  const PipelineConfig pageable = load_config_file(o.bandwidth_config, registry, overrides);
   const RunReport b = Pipeline(pageable, registry).run();
   print_run("graph, pageable data set (pinned_staging copies in parallel chunks)", b);
   bench.result("bandwidth_pageable_source", b.upload_gbps, "GB/s", raw.gbps,
                Target{48, false, false});
   // The same with streaming stores (auto picks cached ones for 32 MiB batches), for comparison.
-  const PipelineConfig streaming = load_config_file(
-      o.bandwidth_config, registry,
-      {"nodes.load.params.pin=false", "pipeline.epochs=" + std::to_string(o.pageable_epochs),
-       "nodes.stage.params.stores=streaming"});
+  overrides.push_back("nodes.stage.params.stores=streaming");
+  const PipelineConfig streaming = load_config_file(o.bandwidth_config, registry, overrides);
   const RunReport c = Pipeline(streaming, registry).run();
   print_run("graph, pageable data set, staging copies with streaming stores", c);
   bench.result("bandwidth_pageable_streaming_stores", c.upload_gbps, "GB/s", raw.gbps);

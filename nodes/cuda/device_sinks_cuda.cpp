@@ -302,8 +302,9 @@ class DeviceChecksum final : public DeviceSink<AsynchronousNode> {
       std::size_t i = 0;
       while (i < streams && newest[i].stream != b.upload_stream) ++i;
       if (i == streams) newest[streams++] = {b.upload_stream, 0, nullptr};
-      if (b.upload_order > newest[i].order)
+      if (b.upload_order > newest[i].order) {
         newest[i] = {b.upload_stream, b.upload_order, b.ready_event};
+      }
     }
     for (std::size_t i = 0; i < streams; ++i) wait_event(newest[i].event);
   }

@@ -1,6 +1,4 @@
-#if defined(__linux__)
-#include <sys/mman.h>
-#endif
+#include "flowfeed/nodes/memory.hpp"
 
 #include <oneapi/tbb/parallel_for.h>
 
@@ -13,7 +11,6 @@
 #endif
 
 #include "flowfeed/error.hpp"
-#include "flowfeed/nodes/memory.hpp"
 #include "flowfeed/pool.hpp"
 
 namespace flowfeed {

@@ -19,12 +19,6 @@
 namespace flowfeed {
 namespace {
 
-Registry builtin() {
-  Registry r;
-  register_builtin_nodes(r);
-  return r;
-}
-
 std::string what_of_run(Pipeline& p) {
   try {
     p.run();
@@ -59,7 +53,7 @@ TEST(CudaCheck, NamesTheCallTheErrorAndWhetherItIsSticky) {
 
 TEST(CudaFailure, AnInvalidCopyEndsTheRunNamingNodeBatchAndCall) {
   FLOWFEED_REQUIRE_GPU();
-  Registry r = builtin();
+  Registry r = test::builtin_registry();
   // An upload whose device pool hands out null pointers: cudaMemcpyAsync rejects the copy.
   NodeType upload = *r.find("cuda_upload");
   upload.create = [](const NodeSpec& spec) -> std::unique_ptr<Node> {
@@ -135,7 +129,7 @@ class CorruptOneByte final : public Node {
 };
 
 std::string corrupted_run(bool label) {
-  Registry r = builtin();
+  Registry r = test::builtin_registry();
   NodeType t;
   t.name = "corrupt_one_byte";
   t.role = Role::transform;
@@ -203,7 +197,7 @@ class FaultingTrain final : public Node {
 /// Runs a pipeline whose train kernel faults; prints the error and exits 3 (in a child process:
 /// the fault poisons the CUDA context for good).
 [[noreturn]] void run_faulting_pipeline_and_exit() {
-  Registry r = builtin();
+  Registry r = test::builtin_registry();
   NodeType t;
   t.name = "faulting_train";
   t.role = Role::train;

@@ -12,7 +12,9 @@
 #include <thread>
 #include <utility>
 
+#include "flowfeed/nodes/builtin.hpp"
 #include "flowfeed/nodes/cuda.hpp"
+#include "flowfeed/registry.hpp"
 
 /// Skips the test, with the reason in the output, when no CUDA device is visible.
 #define FLOWFEED_REQUIRE_GPU()                                                        \
@@ -21,6 +23,13 @@
                   "test needs one"
 
 namespace flowfeed::test {
+
+/// A registry of every built-in node type (tests add or replace their own types in it).
+inline Registry builtin_registry() {
+  Registry r;
+  register_builtin_nodes(r);
+  return r;
+}
 
 /// Runs f on its own thread and returns its result (or rethrows). If f has not returned after
 /// `seconds`, prints that `what` hung and ends the process: a hang fails the test instead of

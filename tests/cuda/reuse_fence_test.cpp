@@ -153,8 +153,7 @@ Outcome run_mirrored(Reuse reuse, std::size_t group, int streams) {
   FLOWFEED_CUDA_CHECK(cudaMemset(mirror, 0, slot * kBatches));
   std::vector<std::vector<std::uint32_t>> samples(kBatches);
 
-  Registry r;
-  register_builtin_nodes(r);
+  Registry r = test::builtin_registry();
   NodeType t;
   t.name = "mirror_train";
   t.role = Role::train;

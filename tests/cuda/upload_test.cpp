@@ -96,18 +96,12 @@ std::string source_dir() {
   return env && *env ? env : FLOWFEED_SOURCE_DIR;
 }
 
-Registry builtin() {
-  Registry r;
-  register_builtin_nodes(r);
-  return r;
-}
-
 class DeviceBytes : public ::testing::TestWithParam<Case> {};
 
 TEST_P(DeviceBytes, EveryByteArrivesInOrderWithNoAllocationAfterBuild) {
   FLOWFEED_REQUIRE_GPU();
   const Case& c = GetParam();
-  const Registry r = builtin();
+  const Registry r = test::builtin_registry();
   const std::uint64_t batches_per_epoch =
       static_cast<std::uint64_t>((c.samples + c.batch - 1) / c.batch);
   const std::uint64_t batches = batches_per_epoch * static_cast<std::uint64_t>(c.epochs);
@@ -275,7 +269,7 @@ INSTANTIATE_TEST_SUITE_P(Cuda, DeviceBytes, ::testing::ValuesIn(cases()),
 
 TEST(CudaMemory, DeviceMemoryForDataIsThePoolsNotTheDataSet) {
   FLOWFEED_REQUIRE_GPU();
-  const Registry r = builtin();
+  const Registry r = test::builtin_registry();
   // 1 MiB batches, 256 of them (a 256 MiB data set), through a pool of 4 device buffers.
   const std::string yaml =
       "pipeline: { batch_size: 64, prefetch_depth: 4, device: cuda, stall_timeout_s: 30 }\n"
@@ -318,7 +312,7 @@ TEST(CudaMemory, DeviceMemoryForDataIsThePoolsNotTheDataSet) {
 
 TEST(CudaConfigs, BandwidthConfigRunsFromThePinnedDataSetWithoutHostCopies) {
   FLOWFEED_REQUIRE_GPU();
-  const Registry r = builtin();
+  const Registry r = test::builtin_registry();
   test::within(120, "configs/bandwidth.yaml", [&] {
     Pipeline p(load_config_file(source_dir() + "/configs/bandwidth.yaml", r, {"pipeline.epochs=1"}),
                r);
@@ -334,7 +328,7 @@ TEST(CudaConfigs, BandwidthConfigRunsFromThePinnedDataSetWithoutHostCopies) {
 
 TEST(CudaConfigs, MnistSyntheticConfigRunsOnTheCudaTypes) {
   FLOWFEED_REQUIRE_GPU();
-  const Registry r = builtin();
+  const Registry r = test::builtin_registry();
   test::within(120, "configs/mnist_synthetic.yaml", [&] {
     const PipelineConfig config =
         load_config_file(source_dir() + "/configs/mnist_synthetic.yaml", r);
