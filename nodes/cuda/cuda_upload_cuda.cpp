@@ -177,8 +177,9 @@ class CudaUpload final : public AsynchronousNode {
   };
 
   /// Makes the lane's stream wait until the buffer's last reader is done: on the fence the
-  /// consumer left in the buffer's slot (once per fence: a group of buffers shares one), else on
-  /// the buffer's reuse event. Under the lane's submit_mutex.
+  /// consumer left in the buffer's slot (once per fence: a group of buffers shares one, and a
+  /// fence older than one already waited on is covered by it), else on the buffer's reuse event.
+  /// Under the lane's submit_mutex.
   void wait_reuse(Lane& lane, std::size_t buffer) {
     ReuseFence& fence = fences_[buffer];
     if (!fence.event) {
@@ -186,7 +187,9 @@ class CudaUpload final : public AsynchronousNode {
       ++lane.reuse_waits;
       return;
     }
-    if (fence.event != lane.waited.event || fence.stamp != lane.waited.stamp) {
+    // Fences of one consumer are recorded on one stream with growing stamps, so the newest fence
+    // this stream waits on covers every older one.
+    if (fence.stamp > lane.waited.stamp) {
       FLOWFEED_CUDA_CHECK(
           cudaStreamWaitEvent(lane.stream, static_cast<cudaEvent_t>(fence.event), 0));
       ++lane.reuse_waits;

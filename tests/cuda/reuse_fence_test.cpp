@@ -87,6 +87,10 @@ class MirrorTrain final : public AsynchronousNode {
     if (cudaStreamSynchronize(stream_) != cudaSuccess) cudaGetLastError();
   }
 
+  void finish(RunReport& report) override {
+    report.extra["train.fences"] = static_cast<double>(stamp_);
+  }
+
  private:
   struct Held {
     Batch* batch;
@@ -206,12 +210,15 @@ TEST(ReuseFence, OneFencePerGroupKeepsEveryBufferUntilItsSlowReaderIsDone) {
         test::within(60, "fenced run", [&] { return run_mirrored(Reuse::fence, 2, streams); });
     EXPECT_EQ(o.report.batches, static_cast<std::uint64_t>(kBatches));
     EXPECT_EQ(o.mismatched_batches, 0);
-    // A stream waits once per fence (a group of 2 batches), not once per buffer: for 60 batches
-    // about 30 waits, plus one per buffer's first use and a few where a buffer from an older group
-    // comes back after a newer one (the pool hands out the last buffer returned).
+    // A stream waits at most once per fence (a group of 2 batches: 30 fences), plus once per
+    // buffer's first use (4 buffers), never once per batch: a buffer from an older group that
+    // comes back after a newer one (the pool hands out the last buffer returned) carries a fence
+    // the stream already waited past.
+    const double fences = o.report.extra.at("train.fences");
     const double waits = o.report.extra.at("upload.reuse_waits");
+    EXPECT_EQ(fences, kBatches / 2);
     if (streams == 1) {
-      EXPECT_LE(waits, 40) << waits;
+      EXPECT_LE(waits, 4 + fences) << waits;
     }
     EXPECT_GE(waits, kBatches / 2 - 2) << waits;
   }

@@ -109,7 +109,8 @@ struct Batch {
   std::uint64_t upload_order = 0;
   /// Instead of recording `reuse_event` for each batch, a consumer that finishes batches in groups
   /// may record one event of its own after the group's last kernel and store it here, with a new
-  /// stamp, for every batch of the group; the upload then waits once for the whole group. Set by
+  /// stamp, for every batch of the group; the upload then waits once for the whole group. Fences
+  /// are recorded on one stream, their stamps growing: a newer fence covers older ones. Set by
   /// an upload node that supports it (cuda_upload), else null.
   ReuseFence* reuse_fence = nullptr;
 
