@@ -47,6 +47,7 @@ struct Options {
   double raw_seconds = 1.0;  ///< length of each raw copy loop
   // bandwidth
   std::string bandwidth_config;
+  std::string pageable_config;
   int pageable_epochs = 100;
   // small_batches
   int depth = 16, streams = 1, epochs = 300;

@@ -1,6 +1,7 @@
 // pipeline_bench SCENARIO [options]: measures flowfeed against baselines measured in the same
 // process, and prints each figure with its baseline and their ratio.
 //   bandwidth             32 MiB batches, configs/bandwidth.yaml: pinned in place, then pageable
+//                         (configs/bandwidth_pageable.yaml: bounced; bandwidth.yaml: staged)
 //   small_batches         200 KB batches (64x784 float32 + labels), cuda_upload + device_checksum
 //   naive                 the founding report's loop (cudaMalloc, pageable cudaMemcpy, cudaFree per
 //                         batch) against flowfeed on the same 64x1000 float32 batches
@@ -37,11 +38,14 @@ int main(int argc, char** argv) {
   app.fallthrough();  // global options may follow the scenario's name
   flowfeed::bench::Options o;
   o.bandwidth_config = std::string(FLOWFEED_SOURCE_DIR) + "/configs/bandwidth.yaml";
+  o.pageable_config = std::string(FLOWFEED_SOURCE_DIR) + "/configs/bandwidth_pageable.yaml";
   o.seed_config = std::string(FLOWFEED_SOURCE_DIR) + "/configs/seed_prefetch.yaml";
   std::string json_path;
 
   auto* bw = app.add_subcommand("bandwidth", "32 MiB batches: graph vs raw pinned copies (GPU)");
   bw->add_option("--config", o.bandwidth_config, "the bandwidth config");
+  bw->add_option("--pageable-config", o.pageable_config,
+                 "the pageable-source config (no staging node: cuda_upload bounces)");
   bw->add_option("--pageable-epochs", o.pageable_epochs, "epochs of the pageable-source run");
   auto* small =
       app.add_subcommand("small_batches", "200 KB batches uploaded and checksummed (GPU)");

@@ -8,15 +8,24 @@
 // complete in order, so when the newest is done all are).
 #include "flowfeed/nodes/cuda.hpp"
 
+#include <oneapi/tbb/blocked_range.h>
+#include <oneapi/tbb/parallel_for.h>
+#include <oneapi/tbb/partitioner.h>
+#include <oneapi/tbb/task_arena.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
 #include <vector>
 
 #include "cuda/cuda_check.hpp"
+#include "flowfeed/nodes/memory.hpp"
 #include "flowfeed/registry.hpp"
 #include "flowfeed/stats.hpp"
 
@@ -39,6 +48,7 @@ class CudaUpload final : public AsynchronousNode {
     }
     for (cudaEvent_t e : ready_) cudaEventDestroy(e);
     for (cudaEvent_t e : reuse_) cudaEventDestroy(e);
+    for (cudaEvent_t e : bounce_.copied) cudaEventDestroy(e);
     for (auto& lane : lanes_) {
       if (lane->stream) cudaStreamDestroy(lane->stream);
     }
@@ -75,6 +85,7 @@ class CudaUpload final : public AsynchronousNode {
     }
     fences_.assign(depth, ReuseFence{});
     taken_.reserve(depth);
+    setup_bounce(context);
     poller_ = std::thread([this] { poll(); });
   }
 
@@ -91,38 +102,36 @@ class CudaUpload final : public AsynchronousNode {
     // A branch of `pipeline.devices` sees every replicas_-th seq: number its own batches first.
     const std::size_t index = static_cast<std::size_t>((batch.seq / replicas_) % lanes_.size());
     Lane& lane = *lanes_[index];
+    const bool pageable = from == Tier::host &&
+                          !(batch.host.pool() && batch.host.pool()->kind() == MemoryKind::pinned);
+    if (pageable && !bounce_.buffers.empty()) {
+      // The host copies run in parallel without the submit lock; the stream waits for the
+      // buffer's last reader before any chunk lands in it.
+      {
+        std::lock_guard<std::mutex> submitting(lane.submit_mutex);
+        wait_reuse(lane, buffer);
+      }
+      try {
+        bounce_copy(lane, device.data(), src, bytes);
+      } catch (...) {
+        // Chunks already enqueued may still write the buffer: whoever takes it next waits for
+        // them (its reuse event, recorded after them on this stream).
+        if (cudaEventRecord(reuse_[buffer], lane.stream) != cudaSuccess) cudaGetLastError();
+        fences_[buffer] = ReuseFence{};
+        throw;
+      }
+      std::lock_guard<std::mutex> submitting(lane.submit_mutex);
+      publish(lane, index, batch, std::move(device), std::move(done));
+      return;
+    }
     // One submitter per stream at a time, so that each stream's ring holds its copies in the order
     // their events were recorded. The ring's own lock is taken only to publish the copy: the
     // completion thread never waits behind these CUDA calls.
     std::lock_guard<std::mutex> submitting(lane.submit_mutex);
-    {
-      std::lock_guard<std::mutex> lock(lane.mutex);
-      if (lane.count == lane.ring.size()) {
-        throw std::logic_error("cuda_upload: more copies outstanding than device buffers");
-      }
-    }
     wait_reuse(lane, buffer);
     FLOWFEED_CUDA_CHECK(
         cudaMemcpyAsync(device.data(), src, bytes, cudaMemcpyHostToDevice, lane.stream));
-    FLOWFEED_CUDA_CHECK(cudaEventRecord(ready_[buffer], lane.stream));
-    batch.device = std::move(device);
-    batch.ready_event = ready_[buffer];
-    batch.reuse_event = reuse_[buffer];
-    batch.reuse_fence = &fences_[buffer];
-    batch.upload_stream = lane.stream;
-    batch.upload_order = ++lane.recorded;
-    batch.stream_index = static_cast<int>(index);
-    nvtxEventAttributes_t a = cuda::nvtx_attributes(nvtx_, batch.seq);
-    const Pending pending{&batch, done, ready_[buffer],
-                          nvtxDomainRangeStartEx(cuda::nvtx_domain(), &a)};
-    bool wake = false;
-    {
-      std::lock_guard<std::mutex> lock(lane.mutex);
-      lane.ring[(lane.head + lane.count) % lane.ring.size()] = pending;
-      ++lane.count;
-      wake = outstanding_.fetch_add(1, std::memory_order_release) == 0;
-    }
-    if (wake) outstanding_.notify_one();
+    publish(lane, index, batch, std::move(device), std::move(done));
   }
 
   void begin_run() override {
@@ -153,6 +162,11 @@ class CudaUpload final : public AsynchronousNode {
     // How often a copy waited on a consumer's event before overwriting a buffer: once per batch,
     // or once per group when the consumer leaves fences.
     report.extra[name_ + ".reuse_waits"] = waits;
+    if (!bounce_.buffers.empty()) {
+      report.extra[name_ + ".bounced_bytes"] =
+          static_cast<double>(bounce_.bytes_copied.exchange(0));
+      report.extra[name_ + ".bounce_chunks"] = static_cast<double>(bounce_.chunks.exchange(0));
+    }
   }
 
  private:
@@ -170,11 +184,133 @@ class CudaUpload final : public AsynchronousNode {
     std::vector<Pending> ring;
     std::size_t head = 0;
     std::size_t count = 0;
-    std::uint64_t recorded = 0;  // copies enqueued on the stream (under submit_mutex)
-    ReuseFence waited;           // the newest consumer fence the stream waits on (submit_mutex)
+    std::uint64_t recorded = 0;     // copies enqueued on the stream (under submit_mutex)
+    ReuseFence waited;              // the newest consumer fence the stream waits on (submit_mutex)
     std::uint64_t reuse_waits = 0;  // cudaStreamWaitEvent calls before copies (submit_mutex)
     std::atomic<std::uint64_t> copies{0};
   };
+
+  /// A ring of page-locked buffers for batches that arrive pageable, handed out oldest first
+  /// (the one whose DMA was enqueued longest ago is the likeliest to be done).
+  struct BounceRing {
+    std::size_t bytes = 0;
+    std::vector<std::byte*> buffers;
+    std::vector<cudaEvent_t> copied;  // recorded after each buffer's last DMA
+    std::mutex mutex;
+    std::condition_variable returned;
+    std::deque<std::size_t> free;
+    std::atomic<std::uint64_t> chunks{0};
+    std::atomic<std::uint64_t> bytes_copied{0};
+  };
+
+  void setup_bounce(BuildContext& context) {
+    using Bounce = CudaUploadOptions::Bounce;
+    bool wanted = options_.bounce == Bounce::on;
+    if (options_.bounce == Bounce::automatic && !context.after_staging()) {
+      const auto* memory = dynamic_cast<const MemoryLoader*>(&context.loader());
+      wanted = !(memory && memory->pinned());
+    }
+    if (!wanted) return;
+    if (options_.bounce_bytes == 0) throw Error("cuda_upload: bounce_bytes must be > 0");
+    const int threads =
+        context.threads() > 0 ? context.threads() : tbb::this_task_arena::max_concurrency();
+    const std::size_t count = options_.bounce_buffers > 0 ? options_.bounce_buffers
+                                                          : 2 * static_cast<std::size_t>(threads);
+    bounce_.bytes = std::min(options_.bounce_bytes, context.layout().capacity());
+    BufferPool& pool = context.make_pool("bounce", MemoryKind::pinned, count, bounce_.bytes,
+                                         cuda::pinned_allocator());
+    for (std::size_t i = 0; i < count; ++i) {
+      cudaEvent_t e = nullptr;
+      FLOWFEED_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      bounce_.copied.push_back(e);
+      bounce_.buffers.push_back(pool.buffer(i));
+      bounce_.free.push_back(i);
+    }
+  }
+
+  /// Copies a pageable batch to `dst` on the lane's stream through the bounce ring: chunks in
+  /// parallel, each chunk's DMA enqueued as soon as its host copy is done. Returns when every
+  /// chunk is enqueued (the source may then be reused; the DMAs may still run).
+  void bounce_copy(Lane& lane, std::byte* dst, const std::byte* src, std::size_t bytes) {
+    const std::size_t chunk = bounce_.bytes;
+    const std::size_t chunks = (bytes + chunk - 1) / chunk;
+    auto one = [&](std::size_t i) {
+      const std::size_t at = i * chunk;
+      bounce_chunk(lane, dst + at, src + at, std::min(chunk, bytes - at));
+    };
+    if (chunks <= 1) {
+      if (bytes > 0) one(0);
+      return;
+    }
+    // Isolated: a thread waiting for the loop's other chunks runs none of the graph's tasks.
+    tbb::this_task_arena::isolate([&] {
+      tbb::parallel_for(
+          tbb::blocked_range<std::size_t>(0, chunks, 1),
+          [&](const tbb::blocked_range<std::size_t>& r) {
+            for (std::size_t i = r.begin(); i != r.end(); ++i) one(i);
+          },
+          tbb::simple_partitioner());
+    });
+  }
+
+  void bounce_chunk(Lane& lane, std::byte* dst, const std::byte* src, std::size_t bytes) {
+    std::size_t slot;
+    {
+      std::unique_lock<std::mutex> lock(bounce_.mutex);
+      bounce_.returned.wait(lock, [&] { return !bounce_.free.empty(); });
+      slot = bounce_.free.front();
+      bounce_.free.pop_front();
+    }
+    struct GiveBack {
+      BounceRing& ring;
+      std::size_t slot;
+      ~GiveBack() {
+        {
+          std::lock_guard<std::mutex> lock(ring.mutex);
+          ring.free.push_back(slot);
+        }
+        ring.returned.notify_one();
+      }
+    } give_back{bounce_, slot};
+    cuda::set_device(device_);  // a TBB worker of the parallel loop may have another current
+    cudaEvent_t copied = bounce_.copied[slot];
+    // Its previous DMA has read the buffer (usually long done: the ring hands out the oldest).
+    FLOWFEED_CUDA_CHECK(cudaEventSynchronize(copied));
+    std::memcpy(bounce_.buffers[slot], src, bytes);
+    FLOWFEED_CUDA_CHECK(
+        cudaMemcpyAsync(dst, bounce_.buffers[slot], bytes, cudaMemcpyHostToDevice, lane.stream));
+    FLOWFEED_CUDA_CHECK(cudaEventRecord(copied, lane.stream));
+    bounce_.chunks.fetch_add(1, std::memory_order_relaxed);
+    bounce_.bytes_copied.fetch_add(bytes, std::memory_order_relaxed);
+  }
+
+  /// Records the batch's ready event after its copy on the lane's stream and hands the copy to the
+  /// completion thread. Under the lane's submit_mutex.
+  void publish(Lane& lane, std::size_t index, Batch& batch, Lease device, Completion done) {
+    const std::size_t buffer = device.index();
+    FLOWFEED_CUDA_CHECK(cudaEventRecord(ready_[buffer], lane.stream));
+    batch.device = std::move(device);
+    batch.ready_event = ready_[buffer];
+    batch.reuse_event = reuse_[buffer];
+    batch.reuse_fence = &fences_[buffer];
+    batch.upload_stream = lane.stream;
+    batch.upload_order = ++lane.recorded;
+    batch.stream_index = static_cast<int>(index);
+    nvtxEventAttributes_t a = cuda::nvtx_attributes(nvtx_, batch.seq);
+    const Pending pending{&batch, std::move(done), ready_[buffer],
+                          nvtxDomainRangeStartEx(cuda::nvtx_domain(), &a)};
+    bool wake = false;
+    {
+      std::lock_guard<std::mutex> lock(lane.mutex);
+      if (lane.count == lane.ring.size()) {
+        throw std::logic_error("cuda_upload: more copies outstanding than device buffers");
+      }
+      lane.ring[(lane.head + lane.count) % lane.ring.size()] = pending;
+      ++lane.count;
+      wake = outstanding_.fetch_add(1, std::memory_order_release) == 0;
+    }
+    if (wake) outstanding_.notify_one();
+  }
 
   /// Makes the lane's stream wait until the buffer's last reader is done: on the fence the
   /// consumer left in the buffer's slot (once per fence: a group of buffers shares one, and a
@@ -322,6 +458,7 @@ class CudaUpload final : public AsynchronousNode {
   // the consumer before it gives the buffer back, read and cleared here after taking it again).
   std::vector<ReuseFence> fences_;
   std::vector<std::unique_ptr<Lane>> lanes_;
+  BounceRing bounce_;           // empty unless pageable batches are expected (setup_bounce)
   std::vector<Pending> taken_;  // the poller's scratch, reserved in setup
   std::thread poller_;
   std::atomic<int> outstanding_{0};
@@ -343,12 +480,34 @@ void register_cuda_upload(Registry& registry) {
   t.doc =
       "copies staging -> a device pool buffer on the node's own non-blocking streams "
       "(`streams: K`, batch seq % K), records a ready event per batch, completes batches from "
-      "one event-polling thread";
+      "one event-polling thread; pageable batches go through page-locked bounce buffers";
   t.backend = TypeBackend::cuda;
   t.counterpart = "host_upload";
+  t.schema
+      .add_string("bounce",
+                  "how batches that arrive pageable (no staging node before this one) are copied: "
+                  "on (in parallel chunks through a ring of page-locked bounce buffers, each "
+                  "chunk's DMA started as soon as it is copied), off (cudaMemcpyAsync from "
+                  "pageable memory: the driver's own staging, one thread), or auto (on when no "
+                  "staging node comes first and the loader's data set is not page-locked)",
+                  std::string("auto"))
+      .one_of({"auto", "on", "off"});
+  t.schema
+      .add_int("bounce_bytes", "bytes per bounce buffer: the chunk size of a bounced batch",
+               std::int64_t{4} << 20)
+      .range(4096, 1e12);
+  t.schema
+      .add_int("bounce_buffers", "bounce buffers in the ring (0: twice the TBB worker threads)", 0)
+      .range(0, 4096);
   t.create = [](const NodeSpec& spec) {
     CudaUploadOptions o;
     o.streams = spec.streams;
+    const std::string& bounce = spec.params.get_string("bounce");
+    o.bounce = bounce == "on"    ? CudaUploadOptions::Bounce::on
+               : bounce == "off" ? CudaUploadOptions::Bounce::off
+                                 : CudaUploadOptions::Bounce::automatic;
+    o.bounce_bytes = static_cast<std::size_t>(spec.params.get_int("bounce_bytes"));
+    o.bounce_buffers = static_cast<std::size_t>(spec.params.get_int("bounce_buffers"));
     return make_cuda_upload(std::move(o));
   };
   registry.set(std::move(t));

@@ -213,6 +213,16 @@ class Context final : public BuildContext {
   int prefetch_depth() const override { return impl_.config_.pipeline.prefetch_depth; }
   const BatchLayout& layout() const override { return impl_.layout_; }
   const LoaderNode& loader() const override { return *impl_.loader_; }
+  int threads() const override {
+    return impl_.config_.pipeline.threads > 0 ? impl_.config_.pipeline.threads
+                                              : tbb::info::default_concurrency();
+  }
+  bool after_staging() const override {
+    for (std::size_t i = 0; i < stage_.index && i < impl_.stages_.size(); ++i) {
+      if (impl_.stages_[i]->spec.role == Role::staging) return true;
+    }
+    return false;
+  }
   BufferPool& make_pool(const std::string& name, MemoryKind kind, std::size_t count,
                         std::size_t bytes, Allocator allocator) override {
     impl_.pools_.push_back(std::make_unique<BufferPool>(stage_.spec.name + "." + name, kind, count,

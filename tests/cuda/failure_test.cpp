@@ -81,6 +81,37 @@ TEST(CudaFailure, AnInvalidCopyEndsTheRunNamingNodeBatchAndCall) {
   });
 }
 
+TEST(CudaFailure, AnInvalidBouncedCopyEndsTheRunNamingNodeBatchAndCall) {
+  FLOWFEED_REQUIRE_GPU();
+  Registry r = test::builtin_registry();
+  // No staging node: pageable batches go through the bounce buffers in 4 KiB chunks copied in
+  // parallel, and every chunk's cudaMemcpyAsync into the null device buffer fails.
+  NodeType upload = *r.find("cuda_upload");
+  upload.create = [](const NodeSpec& spec) -> std::unique_ptr<Node> {
+    CudaUploadOptions o;
+    o.streams = spec.streams;
+    o.bounce_bytes = 4096;
+    o.device_allocator = {[](std::size_t) -> void* { return nullptr; }, [](void*) {}};
+    return make_cuda_upload(std::move(o));
+  };
+  r.set(std::move(upload));
+  const std::string yaml =
+      "pipeline: { batch_size: 16, prefetch_depth: 1, device: cuda, stall_timeout_s: 30 }\n"
+      "nodes:\n"
+      "  - { name: load, type: synthetic, params: { batches: 20, sample_shape: [1000] } }\n"
+      "  - { name: upload, type: cuda_upload }\n"
+      "  - { name: train, type: device_checksum }\n";
+  test::within(60, "invalid bounced copy run", [&] {
+    Pipeline p(load_config_string(yaml, r, {}, "bad_bounce.yaml"), r);
+    for (int run = 0; run < 2; ++run) {
+      EXPECT_EQ(what_of_run(p),
+                "node 'upload' (cuda_upload, bad_bounce.yaml:4) batch 0 (epoch 0): "
+                "cudaMemcpyAsync: invalid argument (cudaErrorInvalidValue = 1, not sticky)");
+      EXPECT_EQ(p.free_buffers(), p.total_buffers());
+    }
+  });
+}
+
 /// A test-only transform after the upload: on batch `at` it overwrites one byte of the device
 /// buffer with a wrong value (stream-ordered after the copy, before the checksum).
 class CorruptOneByte final : public Node {

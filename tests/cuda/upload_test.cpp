@@ -2,6 +2,7 @@
 // pipeline, zero allocations after build, device memory bounded by the pools.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
+#include <oneapi/tbb/info.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -35,8 +36,12 @@ struct Case {
   int upload_concurrency = 1;
   bool ordered = true;
   bool shuffle = false;
-  std::int64_t chunk_bytes = -1;  // -1: the default
-  std::string stores;             // pinned_staging's stores; empty: the default
+  std::int64_t chunk_bytes = -1;     // -1: the default
+  std::string stores;                // pinned_staging's stores; empty: the default
+  bool staging = true;               // false: no staging node, so pageable batches are bounced
+  std::string bounce;                // cuda_upload's bounce; empty: the default (auto)
+  std::int64_t bounce_bytes = -1;    // -1: the default
+  std::int64_t bounce_buffers = -1;  // -1: the default
 };
 
 /// Names the case in test output (instead of its bytes).
@@ -62,13 +67,19 @@ std::string yaml_of(const Case& c) {
        ", params: { samples: " + std::to_string(c.samples) + ", sample_shape: " + list(c.shape) +
        ", dtype: " + c.dtype + ", seed: 11" +
        (c.loader == "memory" ? std::string(", pin: ") + (c.pin ? "true" : "false") : "") + " } }\n";
-  y += "  - { name: stage, type: pinned_staging, concurrency: " +
-       std::to_string(c.stage_concurrency) +
-       ", params: { stores: " + (c.stores.empty() ? std::string("auto") : c.stores) +
-       (c.chunk_bytes >= 0 ? ", chunk_bytes: " + std::to_string(c.chunk_bytes) : "") + " }" +
-       " }\n";
+  if (c.staging) {
+    y += "  - { name: stage, type: pinned_staging, concurrency: " +
+         std::to_string(c.stage_concurrency) +
+         ", params: { stores: " + (c.stores.empty() ? std::string("auto") : c.stores) +
+         (c.chunk_bytes >= 0 ? ", chunk_bytes: " + std::to_string(c.chunk_bytes) : "") + " }" +
+         " }\n";
+  }
   y += "  - { name: upload, type: cuda_upload, concurrency: " +
-       std::to_string(c.upload_concurrency) + ", streams: " + std::to_string(c.streams) + " }\n";
+       std::to_string(c.upload_concurrency) + ", streams: " + std::to_string(c.streams) +
+       ", params: { bounce: " + (c.bounce.empty() ? std::string("auto") : c.bounce) +
+       (c.bounce_bytes >= 0 ? ", bounce_bytes: " + std::to_string(c.bounce_bytes) : "") +
+       (c.bounce_buffers >= 0 ? ", bounce_buffers: " + std::to_string(c.bounce_buffers) : "") +
+       " } }\n";
   y += "  - { name: train, type: device_checksum }\n";
   return y;
 }
@@ -87,6 +98,26 @@ std::uint64_t epoch_bytes(const Case& c) {
     bytes += l.bytes(static_cast<std::size_t>(std::min(c.batch, c.samples - first)));
   }
   return bytes;
+}
+
+/// True when the case's batches reach cuda_upload pageable and go through its bounce buffers.
+bool bounced(const Case& c) {
+  const bool pinned_source = c.loader == "memory" && c.pin;
+  return c.bounce == "on" || (c.bounce != "off" && !c.staging && !pinned_source);
+}
+
+/// Bounce chunks of one epoch: each batch in chunks of bounce_bytes (at most a batch's capacity).
+std::uint64_t epoch_chunks(const Case& c) {
+  const BatchLayout l = layout_of(c);
+  const std::uint64_t chunk = std::min<std::uint64_t>(
+      c.bounce_bytes >= 0 ? static_cast<std::uint64_t>(c.bounce_bytes) : 4u << 20, l.capacity());
+  std::uint64_t chunks = 0;
+  for (int first = 0; first < c.samples; first += c.batch) {
+    chunks +=
+        (l.bytes(static_cast<std::size_t>(std::min(c.batch, c.samples - first))) + chunk - 1) /
+        chunk;
+  }
+  return chunks;
 }
 
 /// The source tree (for configs/): $FLOWFEED_SOURCE_DIR when set (a build run elsewhere), else the
@@ -129,10 +160,28 @@ TEST_P(DeviceBytes, EveryByteArrivesInOrderWithNoAllocationAfterBuild) {
         EXPECT_EQ(report.stream_copies[static_cast<std::size_t>(s)], expected) << "stream " << s;
       }
       const bool pinned_source = c.loader == "memory" && c.pin;
-      EXPECT_EQ(report.extra.at("stage.passed_through_batches"),
-                pinned_source ? static_cast<double>(batches) : 0.0);
-      EXPECT_EQ(report.extra.at("stage.copied_bytes"),
-                pinned_source ? 0.0 : static_cast<double>(report.bytes_uploaded));
+      if (c.staging) {
+        EXPECT_EQ(report.extra.at("stage.passed_through_batches"),
+                  pinned_source ? static_cast<double>(batches) : 0.0);
+        EXPECT_EQ(report.extra.at("stage.copied_bytes"),
+                  pinned_source ? 0.0 : static_cast<double>(report.bytes_uploaded));
+      }
+      // The bounce ring exists only where batches arrive pageable; every byte goes through it.
+      const auto ring =
+          std::find_if(report.pools.begin(), report.pools.end(),
+                       [](const PoolReport& pr) { return pr.name == "upload.bounce"; });
+      ASSERT_EQ(ring != report.pools.end(), bounced(c));
+      if (bounced(c)) {
+        EXPECT_EQ(ring->buffers, c.bounce_buffers > 0 ? static_cast<std::size_t>(c.bounce_buffers)
+                                                      : 2 * static_cast<std::size_t>(
+                                                                tbb::info::default_concurrency()));
+        EXPECT_EQ(report.extra.at("upload.bounced_bytes"),
+                  static_cast<double>(report.bytes_uploaded));
+        EXPECT_EQ(report.extra.at("upload.bounce_chunks"),
+                  static_cast<double>(epoch_chunks(c) * static_cast<std::uint64_t>(c.epochs)));
+      } else {
+        EXPECT_EQ(report.extra.count("upload.bounced_bytes"), 0u);
+      }
       EXPECT_EQ(report.device.rfind("cuda:0 (", 0), 0u) << report.device;
       EXPECT_NE(report.device_reason.find("device: cuda"), std::string::npos);
       EXPECT_EQ(p.free_buffers(), p.total_buffers());
@@ -246,6 +295,74 @@ std::vector<Case> cases() {
     c.depth = 3;
     c.stage_concurrency = 2;
     c.chunk_bytes = 37;
+    v.push_back(c);
+  }
+  {
+    Case c;  // no staging node: 4 KiB bounce chunks through only 2 bounce buffers, so chunks of
+             // two concurrent batches on two streams keep waiting for a buffer's previous DMA
+    c.name = "synthetic_bounced_4KiB_chunks_2_buffers";
+    c.staging = false;
+    c.shape = {1000};
+    c.batch = 16;
+    c.samples = 333;
+    c.depth = 4;
+    c.streams = 2;
+    c.upload_concurrency = 2;
+    c.bounce_bytes = 4096;
+    c.bounce_buffers = 2;
+    v.push_back(c);
+  }
+  {
+    Case c;  // a pageable memory data set bounced in chunks that end at odd offsets (9,100-byte x)
+    c.name = "memory_pageable_bounced_odd_chunks";
+    c.staging = false;
+    c.loader = "memory";
+    c.pin = false;
+    c.dtype = "uint8";
+    c.shape = {13};
+    c.batch = 700;
+    c.samples = 700 * 5 + 3;
+    c.depth = 3;
+    c.upload_concurrency = 3;
+    c.bounce_bytes = 4100;
+    c.bounce_buffers = 5;
+    c.epochs = 2;
+    v.push_back(c);
+  }
+  {
+    Case c;  // 4 MiB batches bounced in 1 MiB chunks (the last one 256 bytes), default ring
+    c.name = "float32_4MiB_batches_bounced";
+    c.staging = false;
+    c.shape = {131072};
+    c.batch = 8;
+    c.samples = 8 * 10 + 3;
+    c.depth = 4;
+    c.streams = 2;
+    c.load_concurrency = 4;
+    c.upload_concurrency = 2;
+    c.bounce_bytes = 1 << 20;
+    v.push_back(c);
+  }
+  {
+    Case c;  // bounce: off: cudaMemcpyAsync straight from pageable batches
+    c.name = "synthetic_pageable_bounce_off";
+    c.staging = false;
+    c.bounce = "off";
+    c.shape = {300};
+    c.batch = 32;
+    c.samples = 1000;
+    c.depth = 4;
+    v.push_back(c);
+  }
+  {
+    Case c;  // the memory loader's pinned data set, no staging node: nothing to bounce
+    c.name = "memory_pinned_no_staging_no_bounce";
+    c.staging = false;
+    c.loader = "memory";
+    c.shape = {1000};
+    c.batch = 16;
+    c.samples = 333;
+    c.depth = 4;
     v.push_back(c);
   }
   {

@@ -197,6 +197,24 @@ TEST(CudaConfig, CudaNodeParamsAreValidated) {
             "x.yaml:5:49: nodes[2].streams: 65 is out of range (must be between 1 and 64)");
 }
 
+TEST(CudaConfig, BounceParamsOfCudaUploadAreValidated) {
+  SKIP_WITHOUT_CUDA_BUILD();
+  const std::string yaml =
+      "pipeline: { batch_size: 8, device: cuda }\n"
+      "nodes:\n"
+      "  - { name: load, type: synthetic }\n"
+      "  - name: upload\n"
+      "    type: cuda_upload\n"
+      "    params: { bounce: always, bounce_bytes: 100, bounce_buffers: -2 }\n"
+      "  - { name: train, type: device_discard }\n";
+  EXPECT_EQ(config_error(yaml, cuda_registry(1)),
+            "x.yaml:6:23: nodes[1].params.bounce: 'always' is not one of auto, on, off\n"
+            "x.yaml:6:45: nodes[1].params.bounce_bytes: 100 is out of range (must be between 4096 "
+            "and 1000000000000)\n"
+            "x.yaml:6:66: nodes[1].params.bounce_buffers: -2 is out of range (must be between 0 "
+            "and 4096)");
+}
+
 TEST(CudaConfig, WrittenCudaParamsAreCheckedAgainstTheHostCounterpart) {
   SKIP_WITHOUT_CUDA_BUILD();
   const std::string yaml =

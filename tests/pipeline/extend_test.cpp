@@ -3,6 +3,7 @@
 #include "flowfeed/extend.hpp"
 
 #include <gtest/gtest.h>
+#include <oneapi/tbb/info.h>
 
 #include <atomic>
 #include <cstring>
@@ -292,6 +293,51 @@ nodes:
       ASSERT_EQ(got[s * 5 + j], -((raw[j] - 0.5f) * 4.0f)) << "sample " << s << " element " << j;
     }
   }
+}
+
+/// Keeps what its BuildContext said about the chain and the threads.
+class ContextProbe final : public Node {
+ public:
+  ContextProbe(std::vector<std::pair<bool, int>>* seen) : seen_(seen) {}
+  void setup(BuildContext& context) override {
+    seen_->emplace_back(context.after_staging(), context.threads());
+  }
+  void process(Batch&) override {}
+
+ private:
+  std::vector<std::pair<bool, int>>* seen_;
+};
+
+TEST(CustomTypes, TheBuildContextSaysWhetherAStagingNodeComesFirstAndHowManyThreadsRun) {
+  Registry registry;
+  register_builtin_nodes(registry);
+  std::vector<std::pair<bool, int>> seen;
+  for (Role role : {Role::transform, Role::upload}) {
+    NodeType t;
+    t.name = role == Role::upload ? "probe_upload" : "probe";
+    t.role = role;
+    t.create = [&seen](const NodeSpec&) { return std::make_unique<ContextProbe>(&seen); };
+    registry.set(std::move(t));
+  }
+  const std::string head =
+      "pipeline: { batch_size: 8, prefetch_depth: 2, device: host, threads: 3 }\n"
+      "nodes:\n"
+      "  - { name: load, type: synthetic, params: { samples: 16, sample_shape: [4] } }\n"
+      "  - { name: early, type: probe }\n";
+  Pipeline(load_config_string(head + "  - { name: stage, type: host_staging }\n"
+                                     "  - { name: late, type: probe }\n"
+                                     "  - { name: upload, type: probe_upload }\n"
+                                     "  - { name: train, type: discard }\n",
+                              registry),
+           registry);
+  EXPECT_EQ(seen, (std::vector<std::pair<bool, int>>{{false, 3}, {true, 3}, {true, 3}}));
+  seen.clear();
+  Pipeline(load_config_string(head + "  - { name: upload, type: probe_upload }\n"
+                                     "  - { name: train, type: discard }\n",
+                              registry, {"pipeline.threads=0"}),
+           registry);
+  EXPECT_EQ(seen, (std::vector<std::pair<bool, int>>{{false, tbb::info::default_concurrency()},
+                                                     {false, tbb::info::default_concurrency()}}));
 }
 
 TEST(CustomTypes, ATransformCannotGoBeforeTheLoader) {

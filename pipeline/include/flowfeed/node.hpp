@@ -70,6 +70,12 @@ class BuildContext {
   virtual const BatchLayout& layout() const = 0;
   /// The pipeline's loader (e.g. for a checksum sink that knows how the loader fills samples).
   virtual const LoaderNode& loader() const = 0;
+  /// True when a staging node comes before this node in the chain (so batches reach it in staging
+  /// buffers, unless the staging node passed them through).
+  virtual bool after_staging() const { return false; }
+  /// The TBB worker threads that run node bodies (`pipeline.threads`, else the core count); 0
+  /// when not known.
+  virtual int threads() const { return 0; }
   /// Creates a pool owned by the pipeline.
   virtual BufferPool& make_pool(const std::string& name, MemoryKind kind, std::size_t count,
                                 std::size_t bytes, Allocator allocator) = 0;

@@ -37,6 +37,19 @@ struct CudaUploadOptions {
   /// Allocates the device pool's buffers; empty: cudaMalloc on the pipeline's device. (Tests use it
   /// to make copies fail.)
   Allocator device_allocator;
+  /// How a batch that arrives in pageable memory (no staging node before the upload) is copied.
+  /// `on`: through a ring of small page-locked bounce buffers, in chunks copied in parallel
+  /// (tbb::parallel_for), each chunk's DMA started as soon as its host copy is done, so the copy
+  /// engine reads lines the CPU just wrote, still in its last-level cache, and the host copies
+  /// one chunk while the copy engine reads another; `off`: cudaMemcpyAsync straight from pageable
+  /// memory (the driver's staging, one thread); `automatic`: `on` when batches will arrive pageable
+  /// (no staging node before this one, and the loader's data set is not page-locked).
+  enum class Bounce { automatic, on, off };
+  Bounce bounce = Bounce::automatic;
+  /// Bytes per bounce buffer (a batch is copied in chunks of this size).
+  std::size_t bounce_bytes = std::size_t{4} << 20;
+  /// Bounce buffers in the ring; 0: twice the TBB worker threads.
+  std::size_t bounce_buffers = 0;
 };
 
 /// `pinned_staging`: copies each loaded batch into a pool of page-locked buffers (cudaHostAlloc,
@@ -48,6 +61,7 @@ std::unique_ptr<Node> make_pinned_staging(PinnedStagingOptions options = {});
 /// streams, records the batch's ready event, and completes the batch from one event-polling thread
 /// per node (no TBB worker waits, no host callback on the copy stream). Before it overwrites a
 /// device buffer its stream waits on that buffer's reuse event, which the consumer records.
+/// Batches that arrive in pageable memory go through its bounce buffers (CudaUploadOptions).
 std::unique_ptr<AsynchronousNode> make_cuda_upload(CudaUploadOptions options = {});
 
 /// `device_checksum`: verifies on the GPU that every byte of x and y equals the synthetic formula,
