@@ -104,7 +104,7 @@ class CudaUpload final : public AsynchronousNode {
     Lane& lane = *lanes_[index];
     const bool pageable = from == Tier::host &&
                           !(batch.host.pool() && batch.host.pool()->kind() == MemoryKind::pinned);
-    if (pageable && !bounce_.buffers.empty()) {
+    if (pageable && bounce_.pool) {
       // The host copies run in parallel without the submit lock; the stream waits for the
       // buffer's last reader before any chunk lands in it.
       {
@@ -162,7 +162,7 @@ class CudaUpload final : public AsynchronousNode {
     // How often a copy waited on a consumer's event before overwriting a buffer: once per batch,
     // or once per group when the consumer leaves fences.
     report.extra[name_ + ".reuse_waits"] = waits;
-    if (!bounce_.buffers.empty()) {
+    if (bounce_.pool) {
       report.extra[name_ + ".bounced_bytes"] =
           static_cast<double>(bounce_.bytes_copied.exchange(0));
       report.extra[name_ + ".bounce_chunks"] = static_cast<double>(bounce_.chunks.exchange(0));
@@ -194,7 +194,7 @@ class CudaUpload final : public AsynchronousNode {
   /// (the one whose DMA was enqueued longest ago is the likeliest to be done).
   struct BounceRing {
     std::size_t bytes = 0;
-    std::vector<std::byte*> buffers;
+    BufferPool* pool = nullptr;       // its buffers are leased by index, in the order of `free`
     std::vector<cudaEvent_t> copied;  // recorded after each buffer's last DMA
     std::mutex mutex;
     std::condition_variable returned;
@@ -217,13 +217,12 @@ class CudaUpload final : public AsynchronousNode {
     const std::size_t count = options_.bounce_buffers > 0 ? options_.bounce_buffers
                                                           : 2 * static_cast<std::size_t>(threads);
     bounce_.bytes = std::min(options_.bounce_bytes, context.layout().capacity());
-    BufferPool& pool = context.make_pool("bounce", MemoryKind::pinned, count, bounce_.bytes,
-                                         cuda::pinned_allocator());
+    bounce_.pool = &context.make_pool("bounce", MemoryKind::pinned, count, bounce_.bytes,
+                                      cuda::pinned_allocator());
     for (std::size_t i = 0; i < count; ++i) {
       cudaEvent_t e = nullptr;
       FLOWFEED_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
       bounce_.copied.push_back(e);
-      bounce_.buffers.push_back(pool.buffer(i));
       bounce_.free.push_back(i);
     }
   }
@@ -261,24 +260,28 @@ class CudaUpload final : public AsynchronousNode {
       slot = bounce_.free.front();
       bounce_.free.pop_front();
     }
-    struct GiveBack {
+    // Leased by index (the pool's counters then show the ring's use); returned, then put back in
+    // the ring, on every path.
+    struct Borrowed {
       BounceRing& ring;
       std::size_t slot;
-      ~GiveBack() {
+      Lease lease;
+      ~Borrowed() {
+        lease.reset();
         {
           std::lock_guard<std::mutex> lock(ring.mutex);
           ring.free.push_back(slot);
         }
         ring.returned.notify_one();
       }
-    } give_back{bounce_, slot};
+    } borrowed{bounce_, slot, bounce_.pool->acquire_at(slot)};
     cuda::set_device(device_);  // a TBB worker of the parallel loop may have another current
     cudaEvent_t copied = bounce_.copied[slot];
     // Its previous DMA has read the buffer (usually long done: the ring hands out the oldest).
     FLOWFEED_CUDA_CHECK(cudaEventSynchronize(copied));
-    std::memcpy(bounce_.buffers[slot], src, bytes);
+    std::memcpy(borrowed.lease.data(), src, bytes);
     FLOWFEED_CUDA_CHECK(
-        cudaMemcpyAsync(dst, bounce_.buffers[slot], bytes, cudaMemcpyHostToDevice, lane.stream));
+        cudaMemcpyAsync(dst, borrowed.lease.data(), bytes, cudaMemcpyHostToDevice, lane.stream));
     FLOWFEED_CUDA_CHECK(cudaEventRecord(copied, lane.stream));
     bounce_.chunks.fetch_add(1, std::memory_order_relaxed);
     bounce_.bytes_copied.fetch_add(bytes, std::memory_order_relaxed);

@@ -179,6 +179,8 @@ TEST_P(DeviceBytes, EveryByteArrivesInOrderWithNoAllocationAfterBuild) {
                   static_cast<double>(report.bytes_uploaded));
         EXPECT_EQ(report.extra.at("upload.bounce_chunks"),
                   static_cast<double>(epoch_chunks(c) * static_cast<std::uint64_t>(c.epochs)));
+        EXPECT_EQ(ring->acquisitions, epoch_chunks(c) * static_cast<std::uint64_t>(c.epochs));
+        EXPECT_LE(ring->high_water, ring->buffers);
       } else {
         EXPECT_EQ(report.extra.count("upload.bounced_bytes"), 0u);
       }
@@ -440,6 +442,29 @@ TEST(CudaConfigs, BandwidthConfigRunsFromThePinnedDataSetWithoutHostCopies) {
     EXPECT_EQ(report.allocations_after_build, 0u);
     EXPECT_GT(report.upload_gbps, 0.0);
     EXPECT_EQ(report.nodes.back().type, "device_discard");
+  });
+}
+
+TEST(CudaConfigs, BandwidthPageableConfigBouncesEveryByte) {
+  FLOWFEED_REQUIRE_GPU();
+  const Registry r = test::builtin_registry();
+  test::within(120, "configs/bandwidth_pageable.yaml", [&] {
+    Pipeline p(load_config_file(source_dir() + "/configs/bandwidth_pageable.yaml", r,
+                                {"pipeline.epochs=1"}),
+               r);
+    const RunReport report = p.run();
+    EXPECT_EQ(report.batches, 16u);
+    EXPECT_EQ(report.bytes_uploaded, 16u * 33554688u);
+    EXPECT_EQ(report.extra.at("upload.bounced_bytes"), static_cast<double>(report.bytes_uploaded));
+    // 32 MiB + 256 bytes of labels: 8 chunks of 4 MiB and one of 256 bytes per batch.
+    EXPECT_EQ(report.extra.at("upload.bounce_chunks"), 16.0 * 9);
+    EXPECT_EQ(report.allocations_after_build, 0u);
+    const auto ring = std::find_if(report.pools.begin(), report.pools.end(),
+                                   [](const PoolReport& pr) { return pr.name == "upload.bounce"; });
+    ASSERT_NE(ring, report.pools.end());
+    EXPECT_EQ(ring->kind, "pinned");
+    EXPECT_EQ(ring->bytes, ring->buffers * (std::size_t{4} << 20));
+    EXPECT_EQ(ring->acquisitions, 16u * 9);  // one lease per chunk
   });
 }
 
