@@ -8,9 +8,6 @@
 // complete in order, so when the newest is done all are).
 #include "flowfeed/nodes/cuda.hpp"
 
-#include <oneapi/tbb/blocked_range.h>
-#include <oneapi/tbb/parallel_for.h>
-#include <oneapi/tbb/partitioner.h>
 #include <oneapi/tbb/task_arena.h>
 
 #include <algorithm>
@@ -40,6 +37,7 @@ class CudaUpload final : public AsynchronousNode {
   }
 
   ~CudaUpload() override {
+    wait_chunk_tasks();
     if (poller_.joinable()) {
       stop_.store(true);
       outstanding_.fetch_add(1);
@@ -84,6 +82,7 @@ class CudaUpload final : public AsynchronousNode {
       lanes_.push_back(std::move(lane));
     }
     fences_.assign(depth, ReuseFence{});
+    for (std::size_t i = 0; i < depth; ++i) jobs_.push_back(std::make_unique<Job>());
     taken_.reserve(depth);
     setup_bounce(context);
     poller_ = std::thread([this] { poll(); });
@@ -105,23 +104,29 @@ class CudaUpload final : public AsynchronousNode {
     const bool pageable = from == Tier::host &&
                           !(batch.host.pool() && batch.host.pool()->kind() == MemoryKind::pinned);
     if (pageable && bounce_.pool) {
-      // The host copies run in parallel without the submit lock; the stream waits for the
-      // buffer's last reader before any chunk lands in it.
+      // The stream waits for the buffer's last reader before any chunk lands in it; then the
+      // chunks go to the arena as tasks and submit returns: the next batch's chunks may start
+      // while this one's last chunks are copied.
       {
         std::lock_guard<std::mutex> submitting(lane.submit_mutex);
         wait_reuse(lane, buffer);
       }
-      try {
-        bounce_copy(lane, device.data(), src, bytes);
-      } catch (...) {
-        // Chunks already enqueued may still write the buffer: whoever takes it next waits for
-        // them (its reuse event, recorded after them on this stream).
-        if (cudaEventRecord(reuse_[buffer], lane.stream) != cudaSuccess) cudaGetLastError();
-        fences_[buffer] = ReuseFence{};
-        throw;
+      Job& job = *jobs_[buffer];
+      job.batch = &batch;
+      job.done = std::move(done);
+      job.lane = &lane;
+      job.lane_index = index;
+      job.src = src;
+      job.bytes = bytes;
+      job.error = nullptr;
+      job.device = std::move(device);
+      const std::size_t chunks =
+          std::max<std::size_t>(1, (bytes + bounce_.bytes - 1) / bounce_.bytes);
+      job.remaining.store(chunks, std::memory_order_relaxed);
+      chunk_tasks_.fetch_add(static_cast<int>(chunks), std::memory_order_relaxed);
+      for (std::size_t i = 0; i < chunks; ++i) {
+        tbb::this_task_arena::enqueue([this, &job, i] { run_chunk(job, i); });
       }
-      std::lock_guard<std::mutex> submitting(lane.submit_mutex);
-      publish(lane, index, batch, std::move(device), std::move(done));
       return;
     }
     // One submitter per stream at a time, so that each stream's ring holds its copies in the order
@@ -142,6 +147,7 @@ class CudaUpload final : public AsynchronousNode {
   }
 
   void quiesce() noexcept override {
+    wait_chunk_tasks();
     if (!sticky_.load()) {
       for (auto& lane : lanes_) cudaStreamSynchronize(lane->stream);
       cudaGetLastError();
@@ -227,29 +233,76 @@ class CudaUpload final : public AsynchronousNode {
     }
   }
 
-  /// Copies a pageable batch to `dst` on the lane's stream through the bounce ring: chunks in
-  /// parallel, each chunk's DMA enqueued as soon as its host copy is done. Returns when every
-  /// chunk is enqueued (the source may then be reused; the DMAs may still run).
-  void bounce_copy(Lane& lane, std::byte* dst, const std::byte* src, std::size_t bytes) {
-    const std::size_t chunk = bounce_.bytes;
-    const std::size_t chunks = (bytes + chunk - 1) / chunk;
-    auto one = [&](std::size_t i) {
-      const std::size_t at = i * chunk;
-      bounce_chunk(lane, dst + at, src + at, std::min(chunk, bytes - at));
-    };
-    if (chunks <= 1) {
-      if (bytes > 0) one(0);
-      return;
+  /// A bounced batch while its chunks are copied: one per device buffer (a buffer belongs to one
+  /// batch at a time), reused once the batch is done with the buffer.
+  struct Job {
+    Batch* batch = nullptr;
+    Completion done;
+    Lease device;
+    Lane* lane = nullptr;
+    std::size_t lane_index = 0;
+    const std::byte* src = nullptr;
+    std::size_t bytes = 0;
+    std::atomic<std::size_t> remaining{0};  // chunks not yet enqueued on the stream
+    std::mutex mutex;
+    std::exception_ptr error;  // the first chunk's failure (under mutex)
+  };
+
+  /// One chunk of a bounced batch, as a task in the arena; the batch's last chunk publishes it
+  /// (or fails it). Never throws.
+  void run_chunk(Job& job, std::size_t i) noexcept {
+    try {
+      const std::size_t at = i * bounce_.bytes;
+      bounce_chunk(*job.lane, job.device.data() + at, job.src + at,
+                   std::min(bounce_.bytes, job.bytes - at));
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(job.mutex);
+      if (!job.error) job.error = std::current_exception();
     }
-    // Isolated: a thread waiting for the loop's other chunks runs none of the graph's tasks.
-    tbb::this_task_arena::isolate([&] {
-      tbb::parallel_for(
-          tbb::blocked_range<std::size_t>(0, chunks, 1),
-          [&](const tbb::blocked_range<std::size_t>& r) {
-            for (std::size_t i = r.begin(); i != r.end(); ++i) one(i);
-          },
-          tbb::simple_partitioner());
-    });
+    if (job.remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) finish_job(job);
+    if (chunk_tasks_.fetch_sub(1, std::memory_order_acq_rel) == 1) chunk_tasks_.notify_all();
+  }
+
+  /// After a bounced batch's last chunk: records its ready event and hands it to the completion
+  /// thread, or fails it. Takes everything out of `job` first (it may be reused at once).
+  void finish_job(Job& job) noexcept {
+    Batch& batch = *job.batch;
+    Lane& lane = *job.lane;
+    Completion done = std::move(job.done);
+    Lease device = std::move(job.device);
+    std::exception_ptr error;
+    {
+      std::lock_guard<std::mutex> lock(job.mutex);
+      error = std::move(job.error);
+    }
+    const std::size_t buffer = device.index();
+    // Every byte is on its way from the bounce buffers: the source can go back now.
+    batch.host.reset();
+    if (!error) {
+      try {
+        cuda::set_device(device_);
+        std::lock_guard<std::mutex> submitting(lane.submit_mutex);
+        publish(lane, job.lane_index, batch, std::move(device), done);
+        return;
+      } catch (...) {
+        error = std::current_exception();
+      }
+    }
+    // Chunks already enqueued may still write the buffer: whoever takes it next waits for them
+    // (its reuse event, recorded after them on this stream).
+    if (cudaEventRecord(reuse_[buffer], lane.stream) != cudaSuccess) cudaGetLastError();
+    fences_[buffer] = ReuseFence{};
+    batch.device.reset();
+    device.reset();
+    done(error);
+  }
+
+  /// Returns when no chunk task of this node is running or waiting to run.
+  void wait_chunk_tasks() noexcept {
+    for (int n = chunk_tasks_.load(std::memory_order_acquire); n != 0;
+         n = chunk_tasks_.load(std::memory_order_acquire)) {
+      chunk_tasks_.wait(n, std::memory_order_acquire);
+    }
   }
 
   void bounce_chunk(Lane& lane, std::byte* dst, const std::byte* src, std::size_t bytes) {
@@ -289,7 +342,7 @@ class CudaUpload final : public AsynchronousNode {
 
   /// Records the batch's ready event after its copy on the lane's stream and hands the copy to the
   /// completion thread. Under the lane's submit_mutex.
-  void publish(Lane& lane, std::size_t index, Batch& batch, Lease device, Completion done) {
+  void publish(Lane& lane, std::size_t index, Batch& batch, Lease&& device, Completion done) {
     const std::size_t buffer = device.index();
     FLOWFEED_CUDA_CHECK(cudaEventRecord(ready_[buffer], lane.stream));
     batch.device = std::move(device);
@@ -461,8 +514,10 @@ class CudaUpload final : public AsynchronousNode {
   // the consumer before it gives the buffer back, read and cleared here after taking it again).
   std::vector<ReuseFence> fences_;
   std::vector<std::unique_ptr<Lane>> lanes_;
-  BounceRing bounce_;           // empty unless pageable batches are expected (setup_bounce)
-  std::vector<Pending> taken_;  // the poller's scratch, reserved in setup
+  BounceRing bounce_;  // empty unless pageable batches are expected (setup_bounce)
+  std::vector<std::unique_ptr<Job>> jobs_;  // per device buffer
+  std::atomic<int> chunk_tasks_{0};         // enqueued chunk tasks not yet finished
+  std::vector<Pending> taken_;              // the poller's scratch, reserved in setup
   std::thread poller_;
   std::atomic<int> outstanding_{0};
   std::atomic<bool> stop_{false};
