@@ -38,9 +38,9 @@ struct CudaUploadOptions {
   /// to make copies fail.)
   Allocator device_allocator;
   /// How a batch that arrives in pageable memory (no staging node before the upload) is copied.
-  /// `on`: through a ring of small page-locked bounce buffers, in chunks copied in parallel
-  /// (tbb::parallel_for), each chunk's DMA started as soon as its host copy is done, so the copy
-  /// engine reads lines the CPU just wrote, still in its last-level cache, and the host copies
+  /// `on`: through a ring of small page-locked bounce buffers, in chunks copied in parallel (each
+  /// a task in the TBB arena), each chunk's DMA started as soon as its host copy is done, so the
+  /// copy engine reads lines the CPU just wrote, still in its last-level cache, and the host copies
   /// one chunk while the copy engine reads another; `off`: cudaMemcpyAsync straight from pageable
   /// memory (the driver's staging, one thread); `automatic`: `on` when batches will arrive pageable
   /// (no staging node before this one, and the loader's data set is not page-locked).
