@@ -124,8 +124,26 @@ class CudaUpload final : public AsynchronousNode {
           std::max<std::size_t>(1, (bytes + bounce_.bytes - 1) / bounce_.bytes);
       job.remaining.store(chunks, std::memory_order_relaxed);
       chunk_tasks_.fetch_add(static_cast<int>(chunks), std::memory_order_relaxed);
-      for (std::size_t i = 0; i < chunks; ++i) {
-        tbb::this_task_arena::enqueue([this, &job, i] { run_chunk(job, i); });
+      std::size_t enqueued = 0;
+      try {
+        for (; enqueued < chunks; ++enqueued) {
+          tbb::this_task_arena::enqueue([this, &job, i = enqueued] { run_chunk(job, i); });
+        }
+      } catch (...) {
+        // The chunks that never became tasks fail the batch; the last of the others (or this
+        // thread, when they are all done) finishes it.
+        {
+          std::lock_guard<std::mutex> lock(job.mutex);
+          if (!job.error) job.error = std::current_exception();
+        }
+        const std::size_t missing = chunks - enqueued;
+        if (job.remaining.fetch_sub(missing, std::memory_order_acq_rel) == missing) {
+          finish_job(job);
+        }
+        if (chunk_tasks_.fetch_sub(static_cast<int>(missing), std::memory_order_acq_rel) ==
+            static_cast<int>(missing)) {
+          chunk_tasks_.notify_all();
+        }
       }
       return;
     }
