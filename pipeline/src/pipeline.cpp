@@ -199,6 +199,11 @@ class Pipeline::Impl {
 
 namespace {
 
+/// The TBB arena's size: `pipeline.threads`, else the core count.
+int arena_threads(const PipelineConfig& config) {
+  return config.pipeline.threads > 0 ? config.pipeline.threads : tbb::info::default_concurrency();
+}
+
 class Context final : public BuildContext {
  public:
   Context(Pipeline::Impl& impl, const Stage& stage) : impl_(impl), stage_(stage) {}
@@ -213,10 +218,7 @@ class Context final : public BuildContext {
   int prefetch_depth() const override { return impl_.config_.pipeline.prefetch_depth; }
   const BatchLayout& layout() const override { return impl_.layout_; }
   const LoaderNode& loader() const override { return *impl_.loader_; }
-  int threads() const override {
-    return impl_.config_.pipeline.threads > 0 ? impl_.config_.pipeline.threads
-                                              : tbb::info::default_concurrency();
-  }
+  int threads() const override { return arena_threads(impl_.config_); }
   bool after_staging() const override {
     for (std::size_t i = 0; i < stage_.index && i < impl_.stages_.size(); ++i) {
       if (impl_.stages_[i]->spec.role == Role::staging) return true;
@@ -683,8 +685,7 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
   cancel_ = false;
   for (std::size_t i = 0; i < batches_.size(); ++i) slot_stage_[i] = -1;
 
-  const int threads =
-      config_.pipeline.threads > 0 ? config_.pipeline.threads : tbb::info::default_concurrency();
+  const int threads = arena_threads(config_);
   tbb::global_control parallelism(tbb::global_control::max_allowed_parallelism,
                                   static_cast<std::size_t>(std::max(threads, 1)) + 1);
   tbb::task_arena arena(threads);
@@ -1437,9 +1438,7 @@ Session Pipeline::start() {
   state->impl = &p;
   state->shared = std::make_shared<PullShared>();
   state->shared->ring.assign(static_cast<std::size_t>(p.config_.pipeline.prefetch_depth), nullptr);
-  const int threads = std::max(p.config_.pipeline.threads > 0 ? p.config_.pipeline.threads
-                                                              : tbb::info::default_concurrency(),
-                               1);
+  const int threads = std::max(arena_threads(p.config_), 1);
   // No slot is kept for an external thread: the caller never enters the arena, so all `threads`
   // slots go to workers.
   state->parallelism = std::make_unique<tbb::global_control>(
