@@ -114,10 +114,7 @@ class CudaUpload final : public AsynchronousNode {
       Job& job = *jobs_[buffer];
       job.batch = &batch;
       job.done = std::move(done);
-      job.lane = &lane;
       job.lane_index = index;
-      job.src = src;
-      job.bytes = bytes;
       job.error = nullptr;
       job.device = std::move(device);
       const std::size_t chunks =
@@ -251,16 +248,13 @@ class CudaUpload final : public AsynchronousNode {
     }
   }
 
-  /// A bounced batch while its chunks are copied: one per device buffer (a buffer belongs to one
-  /// batch at a time), reused once the batch is done with the buffer.
+  /// A bounced batch while its chunks are copied (from batch->host): one per device buffer (a
+  /// buffer belongs to one batch at a time), reused once the batch is done with the buffer.
   struct Job {
     Batch* batch = nullptr;
     Completion done;
     Lease device;
-    Lane* lane = nullptr;
     std::size_t lane_index = 0;
-    const std::byte* src = nullptr;
-    std::size_t bytes = 0;
     std::atomic<std::size_t> remaining{0};  // chunks not yet enqueued on the stream
     std::mutex mutex;
     std::exception_ptr error;  // the first chunk's failure (under mutex)
@@ -271,8 +265,8 @@ class CudaUpload final : public AsynchronousNode {
   void run_chunk(Job& job, std::size_t i) noexcept {
     try {
       const std::size_t at = i * bounce_.bytes;
-      bounce_chunk(*job.lane, job.device.data() + at, job.src + at,
-                   std::min(bounce_.bytes, job.bytes - at));
+      bounce_chunk(*lanes_[job.lane_index], job.device.data() + at, job.batch->host.data() + at,
+                   std::min(bounce_.bytes, job.batch->bytes() - at));
     } catch (...) {
       std::lock_guard<std::mutex> lock(job.mutex);
       if (!job.error) job.error = std::current_exception();
@@ -285,7 +279,7 @@ class CudaUpload final : public AsynchronousNode {
   /// thread, or fails it. Takes everything out of `job` first (it may be reused at once).
   void finish_job(Job& job) noexcept {
     Batch& batch = *job.batch;
-    Lane& lane = *job.lane;
+    Lane& lane = *lanes_[job.lane_index];
     Completion done = std::move(job.done);
     Lease device = std::move(job.device);
     std::exception_ptr error;
@@ -346,7 +340,7 @@ class CudaUpload final : public AsynchronousNode {
         ring.returned.notify_one();
       }
     } borrowed{bounce_, slot, bounce_.pool->acquire_at(slot)};
-    cuda::set_device(device_);  // a TBB worker of the parallel loop may have another current
+    cuda::set_device(device_);  // the TBB worker running this chunk may have another current
     cudaEvent_t copied = bounce_.copied[slot];
     // Its previous DMA has read the buffer (usually long done: the ring hands out the oldest).
     FLOWFEED_CUDA_CHECK(cudaEventSynchronize(copied));
