@@ -51,65 +51,56 @@ TEST(CudaCheck, NamesTheCallTheErrorAndWhetherItIsSticky) {
   EXPECT_EQ(sticky.code(), 700);
 }
 
-TEST(CudaFailure, AnInvalidCopyEndsTheRunNamingNodeBatchAndCall) {
-  FLOWFEED_REQUIRE_GPU();
+/// Runs `yaml` (named `file`) twice with an upload whose device pool hands out null pointers, so
+/// that cudaMemcpyAsync rejects the copy (bounced batches in chunks of `bounce_bytes`), and checks
+/// the message, which names the upload's line, and that every buffer came back.
+void expect_invalid_copy(const std::string& yaml, const std::string& file, int upload_line,
+                         std::size_t bounce_bytes) {
   Registry r = test::builtin_registry();
-  // An upload whose device pool hands out null pointers: cudaMemcpyAsync rejects the copy.
   NodeType upload = *r.find("cuda_upload");
-  upload.create = [](const NodeSpec& spec) -> std::unique_ptr<Node> {
+  upload.create = [bounce_bytes](const NodeSpec& spec) -> std::unique_ptr<Node> {
     CudaUploadOptions o;
     o.streams = spec.streams;
+    o.bounce_bytes = bounce_bytes;
     o.device_allocator = {[](std::size_t) -> void* { return nullptr; }, [](void*) {}};
     return make_cuda_upload(std::move(o));
   };
   r.set(std::move(upload));
-  const std::string yaml =
-      "pipeline: { batch_size: 16, prefetch_depth: 1, device: cuda, stall_timeout_s: 30 }\n"
-      "nodes:\n"
-      "  - { name: load, type: synthetic, params: { batches: 20, sample_shape: [100] } }\n"
-      "  - { name: stage, type: pinned_staging }\n"
-      "  - { name: upload, type: cuda_upload, streams: 2 }\n"
-      "  - { name: train, type: device_checksum }\n";
-  test::within(60, "invalid copy run", [&] {
-    Pipeline p(load_config_string(yaml, r, {}, "bad_copy.yaml"), r);
+  test::within(60, file, [&] {
+    Pipeline p(load_config_string(yaml, r, {}, file), r);
     for (int run = 0; run < 2; ++run) {
-      EXPECT_EQ(what_of_run(p),
-                "node 'upload' (cuda_upload, bad_copy.yaml:5) batch 0 (epoch 0): "
-                "cudaMemcpyAsync: invalid argument (cudaErrorInvalidValue = 1, not sticky)");
+      EXPECT_EQ(what_of_run(p), "node 'upload' (cuda_upload, " + file + ":" +
+                                    std::to_string(upload_line) +
+                                    ") batch 0 (epoch 0): cudaMemcpyAsync: invalid argument "
+                                    "(cudaErrorInvalidValue = 1, not sticky)");
       EXPECT_EQ(p.free_buffers(), p.total_buffers());
     }
   });
 }
 
+TEST(CudaFailure, AnInvalidCopyEndsTheRunNamingNodeBatchAndCall) {
+  FLOWFEED_REQUIRE_GPU();
+  expect_invalid_copy(
+      "pipeline: { batch_size: 16, prefetch_depth: 1, device: cuda, stall_timeout_s: 30 }\n"
+      "nodes:\n"
+      "  - { name: load, type: synthetic, params: { batches: 20, sample_shape: [100] } }\n"
+      "  - { name: stage, type: pinned_staging }\n"
+      "  - { name: upload, type: cuda_upload, streams: 2 }\n"
+      "  - { name: train, type: device_checksum }\n",
+      "bad_copy.yaml", 5, CudaUploadOptions{}.bounce_bytes);
+}
+
 TEST(CudaFailure, AnInvalidBouncedCopyEndsTheRunNamingNodeBatchAndCall) {
   FLOWFEED_REQUIRE_GPU();
-  Registry r = test::builtin_registry();
-  // No staging node: pageable batches go through the bounce buffers in 4 KiB chunks copied in
-  // parallel, and every chunk's cudaMemcpyAsync into the null device buffer fails.
-  NodeType upload = *r.find("cuda_upload");
-  upload.create = [](const NodeSpec& spec) -> std::unique_ptr<Node> {
-    CudaUploadOptions o;
-    o.streams = spec.streams;
-    o.bounce_bytes = 4096;
-    o.device_allocator = {[](std::size_t) -> void* { return nullptr; }, [](void*) {}};
-    return make_cuda_upload(std::move(o));
-  };
-  r.set(std::move(upload));
-  const std::string yaml =
+  // No staging node: pageable batches go through the bounce buffers in 4 KiB chunks, each a task,
+  // and every chunk's cudaMemcpyAsync into the null device buffer fails.
+  expect_invalid_copy(
       "pipeline: { batch_size: 16, prefetch_depth: 1, device: cuda, stall_timeout_s: 30 }\n"
       "nodes:\n"
       "  - { name: load, type: synthetic, params: { batches: 20, sample_shape: [1000] } }\n"
       "  - { name: upload, type: cuda_upload }\n"
-      "  - { name: train, type: device_checksum }\n";
-  test::within(60, "invalid bounced copy run", [&] {
-    Pipeline p(load_config_string(yaml, r, {}, "bad_bounce.yaml"), r);
-    for (int run = 0; run < 2; ++run) {
-      EXPECT_EQ(what_of_run(p),
-                "node 'upload' (cuda_upload, bad_bounce.yaml:4) batch 0 (epoch 0): "
-                "cudaMemcpyAsync: invalid argument (cudaErrorInvalidValue = 1, not sticky)");
-      EXPECT_EQ(p.free_buffers(), p.total_buffers());
-    }
-  });
+      "  - { name: train, type: device_checksum }\n",
+      "bad_bounce.yaml", 4, 4096);
 }
 
 /// A test-only transform after the upload: on batch `at` it overwrites one byte of the device

@@ -90,14 +90,20 @@ BatchLayout layout_of(const Case& c) {
       static_cast<std::size_t>(c.batch));
 }
 
-/// Bytes of one epoch: full batches and the last partial one.
-std::uint64_t epoch_bytes(const Case& c) {
+/// Bytes of each batch of one epoch: full batches and the last partial one.
+std::vector<std::uint64_t> batch_bytes(const Case& c) {
   const BatchLayout l = layout_of(c);
-  std::uint64_t bytes = 0;
+  std::vector<std::uint64_t> bytes;
   for (int first = 0; first < c.samples; first += c.batch) {
-    bytes += l.bytes(static_cast<std::size_t>(std::min(c.batch, c.samples - first)));
+    bytes.push_back(l.bytes(static_cast<std::size_t>(std::min(c.batch, c.samples - first))));
   }
   return bytes;
+}
+
+/// Bytes of one epoch.
+std::uint64_t epoch_bytes(const Case& c) {
+  const std::vector<std::uint64_t> bytes = batch_bytes(c);
+  return std::accumulate(bytes.begin(), bytes.end(), std::uint64_t{0});
 }
 
 /// True when the case's batches reach cuda_upload pageable and go through its bounce buffers.
@@ -112,11 +118,7 @@ std::uint64_t epoch_chunks(const Case& c) {
   const std::uint64_t chunk = std::min<std::uint64_t>(
       c.bounce_bytes >= 0 ? static_cast<std::uint64_t>(c.bounce_bytes) : 4u << 20, l.capacity());
   std::uint64_t chunks = 0;
-  for (int first = 0; first < c.samples; first += c.batch) {
-    chunks +=
-        (l.bytes(static_cast<std::size_t>(std::min(c.batch, c.samples - first))) + chunk - 1) /
-        chunk;
-  }
+  for (const std::uint64_t bytes : batch_bytes(c)) chunks += (bytes + chunk - 1) / chunk;
   return chunks;
 }
 
