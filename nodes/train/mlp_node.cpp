@@ -6,9 +6,9 @@
 #include <utility>
 
 #include "all_reduce.hpp"
+#include "flowfeed/gauge.hpp"
 #include "flowfeed/nodes/dataset.hpp"
 #include "flowfeed/registry.hpp"
-#include "flowfeed/trace.hpp"
 #include "load/idx_file.hpp"
 
 namespace flowfeed {
