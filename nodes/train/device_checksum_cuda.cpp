@@ -1,5 +1,7 @@
 // device_checksum: verifies on the GPU every byte of synthetic batches (the CUDA counterpart of
 // checksum), keeping to the CUDA contract through DeviceSink.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -325,11 +327,10 @@ class DeviceChecksum final : public DeviceSink<AsynchronousNode> {
     cuda::ChecksumRecord r{};
     FLOWFEED_CUDA_CHECK(cudaMemcpy(&r, record_, sizeof r, cudaMemcpyDeviceToHost));
     const auto& x = layout_->tensors()[0];
-    char bits[96];
+    std::string bits;
     std::string what;
     if (r.tensor == 0) {
-      std::snprintf(bits, sizeof bits, "expected element bits 0x%llx, got 0x%llx", r.expected,
-                    r.actual);
+      bits = fmt::format("expected element bits 0x{:x}, got 0x{:x}", r.expected, r.actual);
       what = "x differs at byte " + std::to_string(r.byte) + " of " +
              std::to_string(x.sample_bytes()) + " (" + bits + ")";
     } else {
