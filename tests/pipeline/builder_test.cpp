@@ -13,12 +13,6 @@
 namespace flowfeed {
 namespace {
 
-Registry builtins() {
-  Registry r;
-  register_builtin_nodes(r);
-  return r;
-}
-
 std::string at(int line) {
   return std::string(__FILE__) + ":" + std::to_string(line);
 }
@@ -34,7 +28,7 @@ std::vector<std::string> problems_of(const std::function<void()>& fn) {
 }
 
 TEST(PipelineBuilder, BuildsAndRunsWithoutYaml) {
-  Registry registry = builtins();
+  Registry registry = builtin_registry();
   Pipeline pipeline = PipelineBuilder()
                           .epochs(2)
                           .batch_size(64)
@@ -66,7 +60,7 @@ TEST(PipelineBuilder, BuildsAndRunsWithoutYaml) {
 }
 
 TEST(PipelineBuilder, TypedOptionsReachTheConfig) {
-  Registry registry = builtins();
+  Registry registry = builtin_registry();
   PipelineConfig c = PipelineBuilder()
                          .name("trainer")
                          .epochs(3)
@@ -106,7 +100,7 @@ TEST(PipelineBuilder, TypedOptionsReachTheConfig) {
 }
 
 TEST(PipelineBuilder, ReportsEveryProblemAtTheCallThatMadeIt) {
-  Registry registry = builtins();
+  Registry registry = builtin_registry();
   PipelineBuilder b;
   const int l_depth = __LINE__ + 1;
   b.prefetch_depth(0);
@@ -137,7 +131,7 @@ TEST(PipelineBuilder, ReportsEveryProblemAtTheCallThatMadeIt) {
 }
 
 TEST(PipelineBuilder, ChecksNodeSettingsAndParamValues) {
-  Registry registry = builtins();
+  Registry registry = builtin_registry();
   PipelineBuilder b;
   const int l_load = __LINE__ + 1;
   b.load("synthetic", {{"batches", 0}, {"sample_shape", {28, -1}}}).concurrency(0);
@@ -181,7 +175,7 @@ class FirstElementCheck final : public Node {
 };
 
 TEST(PipelineBuilder, TakesNodeObjectsWithoutARegistryEntry) {
-  Registry registry = builtins();
+  Registry registry = builtin_registry();
   std::atomic<std::size_t> transformed{0};
   auto check = std::make_unique<FirstElementCheck>();
   FirstElementCheck* check_ptr = check.get();
@@ -195,7 +189,7 @@ TEST(PipelineBuilder, TakesNodeObjectsWithoutARegistryEntry) {
                           .train(std::move(check))
                           .build(registry);
   // The registry passed in is not changed: the objects live in the pipeline only.
-  EXPECT_EQ(registry.names().size(), builtins().names().size());
+  EXPECT_EQ(registry.names().size(), builtin_registry().names().size());
   const PipelineConfig& c = pipeline.config();
   EXPECT_EQ(c.nodes[1].name, "transform");
   EXPECT_EQ(c.nodes[1].type, "flowfeed::CallableNode");
@@ -212,7 +206,7 @@ TEST(PipelineBuilder, TakesNodeObjectsWithoutARegistryEntry) {
 }
 
 TEST(PipelineBuilder, TwoObjectsOfOneClassGetDistinctTypeNames) {
-  Registry registry = builtins();
+  Registry registry = builtin_registry();
   PipelineConfig c;
   Pipeline pipeline = PipelineBuilder()
                           .load("synthetic", {{"batches", 2}})
@@ -254,7 +248,7 @@ class CountingLoader final : public LoaderNode {
 };
 
 TEST(PipelineBuilder, TakesALoaderObject) {
-  Registry registry = builtins();
+  Registry registry = builtin_registry();
   std::vector<std::int32_t> seen;
   Pipeline pipeline =
       PipelineBuilder()
@@ -275,7 +269,7 @@ TEST(PipelineBuilder, TakesALoaderObject) {
 }
 
 TEST(PipelineBuilder, ObjectNodeFailuresNameTheBuilderLine) {
-  Registry registry = builtins();
+  Registry registry = builtin_registry();
   PipelineBuilder b;
   b.load("synthetic", {{"batches", 5}});
   const int l_train = __LINE__ + 1;
@@ -295,7 +289,7 @@ TEST(PipelineBuilder, ObjectNodeFailuresNameTheBuilderLine) {
 }
 
 TEST(PipelineBuilder, ABuilderWithObjectsBuildsOnePipeline) {
-  Registry registry = builtins();
+  Registry registry = builtin_registry();
   PipelineBuilder b;
   b.load("synthetic", {{"batches", 1}}).train(make_node([](Batch&) {}));
   try {
@@ -320,7 +314,7 @@ TEST(PipelineBuilder, ABuilderWithObjectsBuildsOnePipeline) {
 }
 
 TEST(PipelineBuilder, ABuilderOfRegisteredTypesBuildsAgain) {
-  Registry registry = builtins();
+  Registry registry = builtin_registry();
   PipelineBuilder b;
   b.load("synthetic", {{"batches", 3}}).train("discard");
   Pipeline one = b.build(registry);
@@ -348,7 +342,7 @@ TEST(PipelineBuilder, ParamArgConvertsLikeYaml) {
 }
 
 TEST(PipelineBuilder, PipelinesMove) {
-  Registry registry = builtins();
+  Registry registry = builtin_registry();
   Pipeline a =
       PipelineBuilder().load("synthetic", {{"batches", 4}}).train("discard").build(registry);
   Pipeline b = std::move(a);
