@@ -12,33 +12,18 @@
 #include <vector>
 
 #include "flowfeed/error.hpp"
+#include "tests/nodes/test_files.hpp"
 
 namespace flowfeed {
 namespace {
 
 namespace fs = std::filesystem;
 
-using Bytes = std::vector<uint8_t>;
+using testing_files::Bytes;
 
 const char kRefetch[] = "re-download or re-extract the file";
 
-/// A fresh directory under the system temp dir, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "flowfeed_idx_XXXXXX").string();
-    if (mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
+using testing_files::TempDir;
 
 Bytes be32(uint32_t v) {
   return {uint8_t(v >> 24), uint8_t(v >> 16), uint8_t(v >> 8), uint8_t(v)};
@@ -81,15 +66,10 @@ Bytes read_file(const std::string& path) {
   return Bytes(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
 }
 
-/// The what() of the DataError that f throws, or a marker when it throws none.
+/// The what() of the DataError that f throws, or "<no exception>".
 template <class F>
 std::string data_error(F&& f) {
-  try {
-    f();
-  } catch (const DataError& e) {
-    return e.what();
-  }
-  return "<no DataError>";
+  return testing_files::error_of<DataError>(std::forward<F>(f));
 }
 
 std::string read_error(const std::string& path) {

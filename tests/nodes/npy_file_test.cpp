@@ -14,33 +14,18 @@
 #include <vector>
 
 #include "flowfeed/error.hpp"
+#include "tests/nodes/test_files.hpp"
 
 namespace flowfeed {
 namespace {
 
 namespace fs = std::filesystem;
 
-using Bytes = std::vector<uint8_t>;
+using testing_files::Bytes;
 
 const char kResave[] = "re-save the array with numpy.save";
 
-/// A fresh directory under the system temp dir, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "flowfeed_npy_XXXXXX").string();
-    if (mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
+using testing_files::TempDir;
 
 Bytes pattern(size_t n, unsigned mul = 7) {
   Bytes out(n);
@@ -76,14 +61,10 @@ std::string npy_bytes(int major, const std::string& dict, const std::string& pay
   return out + header + payload;
 }
 
+/// The what() of the DataError that f throws, or "<no exception>".
 template <class F>
 std::string data_error(F&& f) {
-  try {
-    f();
-  } catch (const DataError& e) {
-    return e.what();
-  }
-  return "<no DataError>";
+  return testing_files::error_of<DataError>(std::forward<F>(f));
 }
 
 std::string open_error(const std::string& path) {
