@@ -17,13 +17,9 @@
 namespace flowfeed {
 namespace {
 
-namespace fs = std::filesystem;
-
-using testing_files::Bytes;
-
 const char kRefetch[] = "re-download or re-extract the file";
 
-using testing_files::TempDir;
+using namespace testing_files;
 
 Bytes be32(uint32_t v) {
   return {uint8_t(v >> 24), uint8_t(v >> 16), uint8_t(v >> 8), uint8_t(v)};
@@ -64,12 +60,6 @@ void write_gz(const std::string& path, const Bytes& bytes) {
 Bytes read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   return Bytes(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-}
-
-/// The what() of the DataError that f throws, or "<no exception>".
-template <class F>
-std::string data_error(F&& f) {
-  return testing_files::error_of<DataError>(std::forward<F>(f));
 }
 
 std::string read_error(const std::string& path) {
@@ -183,7 +173,7 @@ TEST_F(IdxFileTest, MissingFile) {
 
 TEST_F(IdxFileTest, DirectoryInsteadOfFile) {
   std::string p = dir_.file("sub");
-  fs::create_directory(p);
+  std::filesystem::create_directory(p);
   EXPECT_EQ(read_error(p), p + ": cannot open (Is a directory)");
 }
 

@@ -19,13 +19,9 @@
 namespace flowfeed {
 namespace {
 
-namespace fs = std::filesystem;
-
-using testing_files::Bytes;
-
 const char kResave[] = "re-save the array with numpy.save";
 
-using testing_files::TempDir;
+using namespace testing_files;
 
 Bytes pattern(size_t n, unsigned mul = 7) {
   Bytes out(n);
@@ -61,12 +57,6 @@ std::string npy_bytes(int major, const std::string& dict, const std::string& pay
   return out + header + payload;
 }
 
-/// The what() of the DataError that f throws, or "<no exception>".
-template <class F>
-std::string data_error(F&& f) {
-  return testing_files::error_of<DataError>(std::forward<F>(f));
-}
-
 std::string open_error(const std::string& path) {
   return data_error([&] { NpyFile f(path); });
 }
@@ -100,7 +90,7 @@ TEST_F(NpyFileTest, EachDtypeRoundTrips) {
     EXPECT_EQ(f.rows(), 7u);
     EXPECT_EQ(f.row_bytes(), 3 * item);
     EXPECT_EQ(f.data_offset() % 64, 0u);
-    EXPECT_EQ(fs::file_size(p), f.data_offset() + data.size());
+    EXPECT_EQ(std::filesystem::file_size(p), f.data_offset() + data.size());
 
     Bytes all(data.size());
     f.read_rows(0, 7, all.data());

@@ -9,6 +9,7 @@
 #include "flowfeed/extend.hpp"
 #include "flowfeed/nodes/builtin.hpp"
 #include "flowfeed/nodes/synthetic.hpp"
+#include "tests/pipeline/int32_loader.hpp"
 
 namespace flowfeed {
 namespace {
@@ -222,29 +223,12 @@ TEST(PipelineBuilder, TwoObjectsOfOneClassGetDistinctTypeNames) {
 }
 
 /// A loader object: sample i has x = {i, i+1, i+2} as int32 and y = i % 3.
-class CountingLoader final : public LoaderNode {
+class CountingLoader final : public Int32Loader {
  public:
-  void setup(BuildContext& context) override {
-    pool_ = &context.make_batch_pool("host", MemoryKind::pageable, context.layout().capacity(),
-                                     Allocator::host());
+  CountingLoader()
+      : Int32Loader(
+            12, [](std::int32_t s, int j) { return s + j; }, [](std::int32_t s) { return s % 3; }) {
   }
-  void process(Batch& batch) override {
-    batch.host = pool_->acquire();
-    auto* x = reinterpret_cast<std::int32_t*>(batch.tensor(Tier::host, 0));
-    auto* y = reinterpret_cast<std::int32_t*>(batch.tensor(Tier::host, 1));
-    for (std::size_t r = 0; r < batch.rows(); ++r) {
-      const auto s = static_cast<std::int32_t>(batch.samples[r]);
-      for (int j = 0; j < 3; ++j) x[r * 3 + j] = s + j;
-      y[r] = s % 3;
-    }
-  }
-  std::size_t size() const override { return 12; }
-  std::vector<TensorSpec> sample_tensors() const override {
-    return {{"x", DType::int32, {3}}, {"y", DType::int32, {}}};
-  }
-
- private:
-  BufferPool* pool_ = nullptr;
 };
 
 TEST(PipelineBuilder, TakesALoaderObject) {
