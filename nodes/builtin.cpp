@@ -42,4 +42,10 @@ void register_builtin_nodes(Registry& registry) {
   register_cuda_nodes(registry);
 }
 
+Registry builtin_registry() {
+  Registry registry;
+  register_builtin_nodes(registry);
+  return registry;
+}
+
 }  // namespace flowfeed

@@ -1,4 +1,5 @@
 // The scenarios that run on any machine (host node types): overhead, seed, scaling.
+#include <fmt/format.h>
 #include <oneapi/tbb/flow_graph.h>
 
 #include <algorithm>
@@ -159,17 +160,16 @@ void scaling(Bench& bench) {
   const int batches = o.quick ? 40 : 200;
   constexpr int kConcurrencyDepth = 16;
   auto run = [&](const Shape& s, int depth, int concurrency) {
-    char yaml[1024];
-    std::snprintf(yaml, sizeof yaml,
-                  "pipeline: { epochs: 1, batch_size: 64, prefetch_depth: %d, threads: 16, "
-                  "device: host }\n"
-                  "nodes:\n"
-                  "  - { name: load, type: synthetic, concurrency: %d, params: { batches: %d, "
-                  "sample_shape: [64], delay_ms: %g } }\n"
-                  "  - { name: stage, type: host_staging, concurrency: 2 }\n"
-                  "  - { name: upload, type: host_upload }\n"
-                  "  - { name: train, type: sleep, params: { ms: %g } }\n",
-                  depth, concurrency, batches, s.load_ms, s.train_ms);
+    const std::string yaml = fmt::format(
+        "pipeline: {{ epochs: 1, batch_size: 64, prefetch_depth: {}, threads: 16, "
+        "device: host }}\n"
+        "nodes:\n"
+        "  - {{ name: load, type: synthetic, concurrency: {}, params: {{ batches: {}, "
+        "sample_shape: [64], delay_ms: {:g} }} }}\n"
+        "  - {{ name: stage, type: host_staging, concurrency: 2 }}\n"
+        "  - {{ name: upload, type: host_upload }}\n"
+        "  - {{ name: train, type: sleep, params: {{ ms: {:g} }} }}\n",
+        depth, concurrency, batches, s.load_ms, s.train_ms);
     const RunReport r =
         Pipeline(load_config_string(yaml, bench.registry(), {}, "scaling"), bench.registry()).run();
     return r.batches_per_second;

@@ -1,11 +1,15 @@
 #include "scaling_svg.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+
+#include "flowfeed/trace.hpp"
 
 namespace flowfeed::bench {
 
@@ -20,24 +24,8 @@ std::size_t knee_index(const std::vector<double>& y) {
 
 namespace {
 
-std::string escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
-
 std::string num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f", v);
-  return buf;
+  return fmt::format("{:.1f}", v);
 }
 
 }  // namespace
@@ -77,7 +65,7 @@ void write_scaling_svg(const std::string& path, const std::vector<ScalingSeries>
     auto py = [&](double y) { return y0 + kPanelH - y / ymax * kPanelH; };
     svg << "<g class=\"panel\">\n"
         << "<text x=\"" << num(x0 + kPanelW / 2) << "\" y=\"" << num(y0 - 20)
-        << "\" text-anchor=\"middle\" font-size=\"14\">batches/s vs " << escape(sweeps[p])
+        << "\" text-anchor=\"middle\" font-size=\"14\">batches/s vs " << escape_svg(sweeps[p])
         << "</text>\n"
         << "<rect x=\"" << num(x0) << "\" y=\"" << num(y0) << "\" width=\"" << num(kPanelW)
         << "\" height=\"" << num(kPanelH) << "\" fill=\"none\" stroke=\"#444\"/>\n";
@@ -93,13 +81,13 @@ void write_scaling_svg(const std::string& path, const std::vector<ScalingSeries>
           << "\" text-anchor=\"middle\">" << x << "</text>\n";
     }
     svg << "<text x=\"" << num(x0 + kPanelW / 2) << "\" y=\"" << num(y0 + kPanelH + 36)
-        << "\" text-anchor=\"middle\">" << escape(sweeps[p]) << " (log scale)</text>\n";
+        << "\" text-anchor=\"middle\">" << escape_svg(sweeps[p]) << " (log scale)</text>\n";
     for (const auto& s : series) {
       if (s.sweep != sweeps[p] || s.x.empty()) continue;
       const std::size_t ci = static_cast<std::size_t>(
           std::find(configs.begin(), configs.end(), s.config) - configs.begin());
       const char* color = colors[ci % 4];
-      svg << "<polyline class=\"series\" data-config=\"" << escape(s.config)
+      svg << "<polyline class=\"series\" data-config=\"" << escape_svg(s.config)
           << "\" fill=\"none\" stroke=\"" << color << "\" stroke-width=\"2\" points=\"";
       for (std::size_t i = 0; i < s.x.size(); ++i) {
         svg << (i ? " " : "") << num(px(s.x[i])) << "," << num(py(s.y[i]));
@@ -111,7 +99,7 @@ void write_scaling_svg(const std::string& path, const std::vector<ScalingSeries>
       }
       if (s.sweep == "prefetch_depth") {
         const std::size_t k = knee_index(s.y);
-        svg << "<circle class=\"knee\" data-config=\"" << escape(s.config) << "\" data-depth=\""
+        svg << "<circle class=\"knee\" data-config=\"" << escape_svg(s.config) << "\" data-depth=\""
             << s.x[k] << "\" cx=\"" << num(px(s.x[k])) << "\" cy=\"" << num(py(s.y[k]))
             << "\" r=\"8\" fill=\"none\" stroke=\"black\" stroke-width=\"2\"/>\n"
             << "<text class=\"knee-label\" x=\"" << num(px(s.x[k]) + 10) << "\" y=\""
@@ -125,8 +113,8 @@ void write_scaling_svg(const std::string& path, const std::vector<ScalingSeries>
     const double lx = kLeft + ci * 200, ly = kTop + kPanelH + 70;
     svg << "<line x1=\"" << num(lx) << "\" x2=\"" << num(lx + 30) << "\" y1=\"" << num(ly)
         << "\" y2=\"" << num(ly) << "\" stroke=\"" << colors[ci % 4] << "\" stroke-width=\"2\"/>\n"
-        << "<text x=\"" << num(lx + 36) << "\" y=\"" << num(ly + 4) << "\">" << escape(configs[ci])
-        << "</text>\n";
+        << "<text x=\"" << num(lx + 36) << "\" y=\"" << num(ly + 4) << "\">"
+        << escape_svg(configs[ci]) << "</text>\n";
   }
   svg << "<text x=\"" << num(kLeft + configs.size() * 200) << "\" y=\"" << num(kTop + kPanelH + 74)
       << "\">circle: knee (smallest depth reaching 95% of the best)</text>\n"

@@ -4,11 +4,10 @@
 // per sample, batch 1) through synthetic -> host_staging -> host_upload, either into a `discard`
 // train node (run) or out of Session::next()/release() into an empty loop (pull). Prints the best
 // of --repeat runs of each as batches/s and microseconds per batch.
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <flowfeed/flowfeed.hpp>
 #include <flowfeed/nodes/builtin.hpp>
 #include <string>
@@ -27,21 +26,16 @@ flowfeed::PipelineBuilder chain(long batches, int threads) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  CLI::App app{"flowfeed pull_bench: per-batch cost of pull mode against run()"};
   long batches = 200000;
   int threads = 0;
   int repeat = 3;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--batches"))
-      batches = std::atol(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--threads"))
-      threads = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--repeat"))
-      repeat = std::atoi(argv[i + 1]);
-    else {
-      std::fprintf(stderr, "usage: pull_bench [--batches N] [--threads N] [--repeat N]\n");
-      return 2;
-    }
-  }
+  app.add_option("--batches", batches, "batches per run")->check(CLI::PositiveNumber);
+  app.add_option("--threads", threads, "TBB worker threads (0: one per core)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--repeat", repeat, "runs of each (the best is printed)")
+      ->check(CLI::PositiveNumber);
+  CLI11_PARSE(app, argc, argv);
   flowfeed::Registry registry;
   flowfeed::register_builtin_nodes(registry);
   try {

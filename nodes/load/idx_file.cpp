@@ -1,6 +1,7 @@
 #include "idx_file.hpp"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -35,9 +36,7 @@ constexpr const char* kRefetch = "re-download or re-extract the file";
 }
 
 std::string hex(unsigned value, int digits) {
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "0x%0*X", digits, value);
-  return buf;
+  return fmt::format("0x{:0{}X}", value, digits);
 }
 
 bool ends_with(std::string_view s, std::string_view suffix) {
@@ -48,36 +47,24 @@ bool ends_with(std::string_view s, std::string_view suffix) {
 size_t idx_type_size(uint8_t code) {
   switch (code) {
     case 0x08:
-    case 0x09:
-      return 1;
-    case 0x0B:
-      return 2;
+    case 0x09: return 1;
+    case 0x0B: return 2;
     case 0x0C:
-    case 0x0D:
-      return 4;
-    case 0x0E:
-      return 8;
-    default:
-      return 0;
+    case 0x0D: return 4;
+    case 0x0E: return 8;
+    default: return 0;
   }
 }
 
 const char* idx_type_name(uint8_t code) {
   switch (code) {
-    case 0x08:
-      return "unsigned byte";
-    case 0x09:
-      return "signed byte";
-    case 0x0B:
-      return "short";
-    case 0x0C:
-      return "int";
-    case 0x0D:
-      return "float";
-    case 0x0E:
-      return "double";
-    default:
-      return "unknown";
+    case 0x08: return "unsigned byte";
+    case 0x09: return "signed byte";
+    case 0x0B: return "short";
+    case 0x0C: return "int";
+    case 0x0D: return "float";
+    case 0x0E: return "double";
+    default: return "unknown";
   }
 }
 

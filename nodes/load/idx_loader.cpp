@@ -1,5 +1,6 @@
 #include <cstring>
 
+#include "flowfeed/extend.hpp"
 #include "flowfeed/nodes/idx.hpp"
 #include "flowfeed/pool.hpp"
 #include "flowfeed/registry.hpp"
@@ -87,30 +88,28 @@ void IdxLoader::copy_all(std::size_t tensor, void* dst) const {
 }
 
 void register_idx(Registry& registry) {
-  NodeType t;
-  t.name = "idx";
-  t.role = Role::load;
-  t.doc =
-      "MNIST / Fashion-MNIST IDX image and label files (plain or .gz), read once at build; "
-      "x [rows, cols], y int32";
-  t.schema.add_string("images", "IDX image file (type 0x08, count x rows x cols), plain or gzip")
+  Schema schema;
+  schema.add_string("images", "IDX image file (type 0x08, count x rows x cols), plain or gzip")
       .make_required();
-  t.schema.add_string("labels", "IDX label file (type 0x08, count), plain or gzip").make_required();
-  t.schema
+  schema.add_string("labels", "IDX label file (type 0x08, count), plain or gzip").make_required();
+  schema
       .add_string("dtype",
                   "x as float32 (pixel / 255) or uint8 (the bytes; the train node "
                   "converts)",
                   std::string("float32"))
       .one_of({"float32", "uint8"});
-  t.schema.add_int("num_classes", "labels must be below this", 10).range(1, 256);
-  t.schema.add_bool("resident",
-                    "batches carry sample indices only; the train node (mlp) takes "
-                    "the whole set at build (pipeline load -> train)",
-                    false);
-  t.create = [](const NodeSpec& spec) {
-    return std::make_unique<IdxLoader>(IdxLoader::options_from(spec.params));
-  };
-  registry.set(std::move(t));
+  schema.add_int("num_classes", "labels must be below this", 10).range(1, 256);
+  schema.add_bool("resident",
+                  "batches carry sample indices only; the train node (mlp) takes "
+                  "the whole set at build (pipeline load -> train)",
+                  false);
+  registry.set(factory_type(
+      "idx", Role::load, std::move(schema),
+      [](const NodeSpec& spec) {
+        return std::make_unique<IdxLoader>(IdxLoader::options_from(spec.params));
+      },
+      "MNIST / Fashion-MNIST IDX image and label files (plain or .gz), read once at build; "
+      "x [rows, cols], y int32"));
 }
 
 }  // namespace flowfeed

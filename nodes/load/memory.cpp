@@ -11,6 +11,7 @@
 #endif
 
 #include "flowfeed/error.hpp"
+#include "flowfeed/extend.hpp"
 #include "flowfeed/pool.hpp"
 
 namespace flowfeed {
@@ -106,25 +107,23 @@ void MemoryLoader::process(Batch& batch) {
 }
 
 NodeType memory_node_type(HostPinning pinning) {
-  NodeType t;
-  t.name = "memory";
-  t.role = Role::load;
-  t.doc =
+  Schema schema;
+  add_synthetic_content_params(schema);
+  schema.add_bool("pin",
+                  "on CUDA, page-lock the data set once (cudaHostRegister) so uploads read it in "
+                  "place; ignored on the host backend",
+                  true);
+  schema.add_bool("huge_pages",
+                  "ask for transparent huge pages for the data set (madvise MADV_HUGEPAGE): "
+                  "fewer TLB misses for the copies that read it",
+                  true);
+  return factory_type(
+      "memory", Role::load, std::move(schema),
+      [pinning = std::move(pinning)](const NodeSpec& spec) {
+        return std::make_unique<MemoryLoader>(MemoryLoader::options_from(spec.params), pinning);
+      },
       "a synthetic data set built in memory once, pre-batched; serves each batch as a slice "
-      "without a copy (page-locked in place on CUDA); needs a sequential, unsharded sampler";
-  add_synthetic_content_params(t.schema);
-  t.schema.add_bool("pin",
-                    "on CUDA, page-lock the data set once (cudaHostRegister) so uploads read it in "
-                    "place; ignored on the host backend",
-                    true);
-  t.schema.add_bool("huge_pages",
-                    "ask for transparent huge pages for the data set (madvise MADV_HUGEPAGE): "
-                    "fewer TLB misses for the copies that read it",
-                    true);
-  t.create = [pinning = std::move(pinning)](const NodeSpec& spec) {
-    return std::make_unique<MemoryLoader>(MemoryLoader::options_from(spec.params), pinning);
-  };
-  return t;
+      "without a copy (page-locked in place on CUDA); needs a sequential, unsharded sampler");
 }
 
 void register_memory(Registry& registry) {

@@ -241,32 +241,22 @@ size_t pread_fully(int fd, void* dst, size_t n, uint64_t offset, int* error) {
 
 size_t npy_dtype_size(NpyDtype dtype) {
   switch (dtype) {
-    case NpyDtype::float32:
-      return 4;
-    case NpyDtype::float16:
-      return 2;
-    case NpyDtype::uint8:
-      return 1;
-    case NpyDtype::int32:
-      return 4;
-    case NpyDtype::int64:
-      return 8;
+    case NpyDtype::float32: return 4;
+    case NpyDtype::float16: return 2;
+    case NpyDtype::uint8: return 1;
+    case NpyDtype::int32: return 4;
+    case NpyDtype::int64: return 8;
   }
   return 0;
 }
 
 std::string_view npy_dtype_descr(NpyDtype dtype) {
   switch (dtype) {
-    case NpyDtype::float32:
-      return "<f4";
-    case NpyDtype::float16:
-      return "<f2";
-    case NpyDtype::uint8:
-      return "|u1";
-    case NpyDtype::int32:
-      return "<i4";
-    case NpyDtype::int64:
-      return "<i8";
+    case NpyDtype::float32: return "<f4";
+    case NpyDtype::float16: return "<f2";
+    case NpyDtype::uint8: return "|u1";
+    case NpyDtype::int32: return "<i4";
+    case NpyDtype::int64: return "<i8";
   }
   return "?";
 }

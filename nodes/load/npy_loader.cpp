@@ -1,6 +1,7 @@
 #include <cstring>
 #include <limits>
 
+#include "flowfeed/extend.hpp"
 #include "flowfeed/nodes/npy.hpp"
 #include "flowfeed/pool.hpp"
 #include "flowfeed/registry.hpp"
@@ -161,22 +162,20 @@ void NpyLoader::read_labels(const Batch& batch, std::int32_t* dst) const {
 }
 
 void register_npy(Registry& registry) {
-  NodeType t;
-  t.name = "npy";
-  t.role = Role::load;
-  t.doc =
-      "NumPy .npy features [N, ...] and labels [N], rows read with pread into pool buffers "
-      "(for data sets larger than memory); x keeps the file's dtype, y int32";
-  t.schema.add_string("features", ".npy features, C order, shape [N, ...]: <f4 <f2 |u1 <i4 <i8")
+  Schema schema;
+  schema.add_string("features", ".npy features, C order, shape [N, ...]: <f4 <f2 |u1 <i4 <i8")
       .make_required();
-  t.schema.add_string("labels", ".npy labels, shape [N]: |u1 <i4 <i8 (converted to int32)")
+  schema.add_string("labels", ".npy labels, shape [N]: |u1 <i4 <i8 (converted to int32)")
       .make_required();
-  t.schema.add_int("num_classes", "when > 0, labels must be in [0, num_classes)", 0)
+  schema.add_int("num_classes", "when > 0, labels must be in [0, num_classes)", 0)
       .range(0, 2147483647.0);
-  t.create = [](const NodeSpec& spec) {
-    return std::make_unique<NpyLoader>(NpyLoader::options_from(spec.params));
-  };
-  registry.set(std::move(t));
+  registry.set(factory_type(
+      "npy", Role::load, std::move(schema),
+      [](const NodeSpec& spec) {
+        return std::make_unique<NpyLoader>(NpyLoader::options_from(spec.params));
+      },
+      "NumPy .npy features [N, ...] and labels [N], rows read with pread into pool buffers "
+      "(for data sets larger than memory); x keeps the file's dtype, y int32"));
 }
 
 }  // namespace flowfeed

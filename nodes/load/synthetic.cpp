@@ -4,6 +4,7 @@
 #include <cstring>
 #include <thread>
 
+#include "flowfeed/extend.hpp"
 #include "flowfeed/pool.hpp"
 #include "flowfeed/registry.hpp"
 #include "flowfeed/sampler.hpp"
@@ -134,15 +135,14 @@ void SyntheticLoader::process(Batch& batch) {
 }
 
 void register_synthetic(Registry& registry) {
-  NodeType t;
-  t.name = "synthetic";
-  t.role = Role::load;
-  t.doc = "deterministic generated samples: x = f(seed, sample, element), y = label(seed, sample)";
-  add_synthetic_content_params(t.schema, /*delay=*/true);
-  t.create = [](const NodeSpec& spec) {
-    return std::make_unique<SyntheticLoader>(SyntheticLoader::options_from(spec.params));
-  };
-  registry.set(std::move(t));
+  Schema schema;
+  add_synthetic_content_params(schema, /*delay=*/true);
+  registry.set(factory_type(
+      "synthetic", Role::load, std::move(schema),
+      [](const NodeSpec& spec) {
+        return std::make_unique<SyntheticLoader>(SyntheticLoader::options_from(spec.params));
+      },
+      "deterministic generated samples: x = f(seed, sample, element), y = label(seed, sample)"));
 }
 
 }  // namespace flowfeed

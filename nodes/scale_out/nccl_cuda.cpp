@@ -2,6 +2,7 @@
 #include "nccl_cuda.hpp"
 
 #include <dlfcn.h>  // RTLD_*
+#include <fmt/format.h>
 #include <nccl.h>
 #include <unistd.h>
 
@@ -87,9 +88,7 @@ void pause(int round) {
 }
 
 std::string format_seconds(double s) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%g", s);
-  return text;
+  return fmt::format("{:g}", s);
 }
 
 UniqueId read_id_file(const std::string& path, double timeout_s) {

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "cuda/cuda_check.hpp"
+#include "flowfeed/extend.hpp"
 #include "flowfeed/nodes/cuda.hpp"
 #include "flowfeed/nodes/memory.hpp"
 #include "flowfeed/registry.hpp"
@@ -114,37 +115,35 @@ std::unique_ptr<Node> make_pinned_staging(PinnedStagingOptions options) {
 }
 
 void register_pinned_staging(Registry& registry) {
-  NodeType t;
-  t.name = "pinned_staging";
-  t.role = Role::staging;
-  t.doc =
-      "copies each batch into a pool of page-locked buffers (cudaHostAlloc, prefetch_depth of "
-      "them); passes already page-locked batches through";
-  t.backend = TypeBackend::cuda;
-  t.counterpart = "host_staging";
-  t.schema
+  Schema schema;
+  schema
       .add_int("chunk_bytes",
                "batches larger than this are copied in chunks of this size in parallel (0: one "
                "memcpy per batch)",
                std::int64_t{1} << 20)
       .range(0, 1e12);
-  t.schema
+  schema
       .add_string("stores",
                   "how the copy stores into the pinned buffer: streaming (non-temporal, bypassing "
                   "the CPU caches), cached (memcpy), or auto (streaming for a batch copied whole, "
                   "at most chunk_bytes; cached for larger ones)",
                   std::string("auto"))
       .one_of({"auto", "streaming", "cached"});
-  t.create = [](const NodeSpec& spec) {
-    PinnedStagingOptions o;
-    o.chunk_bytes = static_cast<std::size_t>(spec.params.get_int("chunk_bytes"));
-    const std::string& stores = spec.params.get_string("stores");
-    o.stores = stores == "streaming" ? Stores::streaming
-               : stores == "cached"  ? Stores::cached
-                                     : Stores::automatic;
-    return make_pinned_staging(o);
-  };
-  registry.set(std::move(t));
+  registry.set(
+      factory_type(
+          "pinned_staging", Role::staging, std::move(schema),
+          [](const NodeSpec& spec) {
+            PinnedStagingOptions o;
+            o.chunk_bytes = static_cast<std::size_t>(spec.params.get_int("chunk_bytes"));
+            const std::string& stores = spec.params.get_string("stores");
+            o.stores = stores == "streaming" ? Stores::streaming
+                       : stores == "cached"  ? Stores::cached
+                                             : Stores::automatic;
+            return make_pinned_staging(o);
+          },
+          "copies each batch into a pool of page-locked buffers (cudaHostAlloc, prefetch_depth of "
+          "them); passes already page-locked batches through")
+          .runs_on(TypeBackend::cuda, "host_staging"));
 }
 
 }  // namespace flowfeed

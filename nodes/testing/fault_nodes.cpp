@@ -10,6 +10,7 @@
 #include "flowfeed/error.hpp"
 #include "flowfeed/nodes/synthetic.hpp"
 #include "flowfeed/pool.hpp"
+#include "staging/host_copy.hpp"
 
 namespace flowfeed {
 
@@ -148,20 +149,16 @@ class FaultStaging final : public Node {
   explicit FaultStaging(FaultOptions fault) : fault_(std::move(fault), "fault_staging") {}
   void setup(BuildContext& context) override {
     fault_.bind(context);
-    pool_ = &context.make_batch_pool("staging", MemoryKind::pageable, context.layout().capacity(),
-                                     Allocator::host());
+    copy_.setup(context);
   }
   void process(Batch& batch) override {
-    Lease staging = pool_->acquire();
-    std::memcpy(staging.data(), batch.host.data(), batch.bytes());
-    batch.staging = std::move(staging);
-    batch.host.reset();
+    copy_.copy(batch);
     fault_.apply(batch, Tier::staging);
   }
 
  private:
   FaultInjector fault_;
-  BufferPool* pool_ = nullptr;
+  HostCopy copy_{Tier::staging};
 };
 
 /// An asynchronous upload (the shape of cuda_upload) with a fault. A good batch is copied and
@@ -174,8 +171,7 @@ class FaultUpload final : public AsynchronousNode {
   ~FaultUpload() override { join_stallers(); }
   void setup(BuildContext& context) override {
     fault_.bind(context);
-    pool_ = &context.make_batch_pool("device", MemoryKind::pageable, context.layout().capacity(),
-                                     Allocator::host());
+    copy_.setup(context);
   }
   void submit(Batch& batch, Completion done) override {
     const bool hit = fault_.hits(batch);
@@ -185,7 +181,7 @@ class FaultUpload final : public AsynchronousNode {
       done(fault_.error(batch));
       return;
     }
-    copy(batch);
+    copy_.copy(batch);
     if (hit && mode == FaultMode::corrupt) FaultInjector::corrupt(batch, Tier::device);
     if (hit && mode == FaultMode::stall) {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -200,14 +196,6 @@ class FaultUpload final : public AsynchronousNode {
   void quiesce() noexcept override { join_stallers(); }
 
  private:
-  void copy(Batch& batch) {
-    Lease device = pool_->acquire();
-    const Tier from = batch.staging ? Tier::staging : Tier::host;
-    std::memcpy(device.data(), batch.data(from), batch.bytes());
-    batch.device = std::move(device);
-    batch.staging.reset();
-    batch.host.reset();
-  }
   void join_stallers() noexcept {
     std::vector<std::thread> threads;
     {
@@ -218,7 +206,7 @@ class FaultUpload final : public AsynchronousNode {
   }
 
   FaultInjector fault_;
-  BufferPool* pool_ = nullptr;
+  HostCopy copy_{Tier::device};
   std::mutex mutex_;
   std::vector<std::thread> stallers_;
 };

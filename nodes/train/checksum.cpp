@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "flowfeed/error.hpp"
+#include "flowfeed/extend.hpp"
 #include "flowfeed/nodes/synthetic.hpp"
 #include "flowfeed/registry.hpp"
 #include "flowfeed/stats.hpp"
@@ -103,14 +104,11 @@ class Checksum final : public Node {
 }  // namespace
 
 void register_checksum(Registry& registry) {
-  NodeType t;
-  t.name = "checksum";
-  t.role = Role::train;
-  t.doc = "verifies every byte of synthetic batches and their order; fails loudly otherwise";
-  t.backend = TypeBackend::host;
-  t.counterpart = "device_checksum";
-  t.create = [](const NodeSpec&) { return std::make_unique<Checksum>(); };
-  registry.set(std::move(t));
+  registry.set(
+      factory_type(
+          "checksum", Role::train, {}, [](const NodeSpec&) { return std::make_unique<Checksum>(); },
+          "verifies every byte of synthetic batches and their order; fails loudly otherwise")
+          .runs_on(TypeBackend::host, "device_checksum"));
 }
 
 }  // namespace flowfeed

@@ -1,5 +1,7 @@
 // device_checksum: verifies on the GPU every byte of synthetic batches (the CUDA counterpart of
 // checksum), keeping to the CUDA contract through DeviceSink.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -8,6 +10,7 @@
 #include <vector>
 
 #include "cuda/cuda_check.hpp"
+#include "flowfeed/extend.hpp"
 #include "flowfeed/nodes/cuda.hpp"
 #include "flowfeed/nodes/synthetic.hpp"
 #include "flowfeed/registry.hpp"
@@ -325,11 +328,10 @@ class DeviceChecksum final : public DeviceSink<AsynchronousNode> {
     cuda::ChecksumRecord r{};
     FLOWFEED_CUDA_CHECK(cudaMemcpy(&r, record_, sizeof r, cudaMemcpyDeviceToHost));
     const auto& x = layout_->tensors()[0];
-    char bits[96];
+    std::string bits;
     std::string what;
     if (r.tensor == 0) {
-      std::snprintf(bits, sizeof bits, "expected element bits 0x%llx, got 0x%llx", r.expected,
-                    r.actual);
+      bits = fmt::format("expected element bits 0x{:x}, got 0x{:x}", r.expected, r.actual);
       what = "x differs at byte " + std::to_string(r.byte) + " of " +
              std::to_string(x.sample_bytes()) + " (" + bits + ")";
     } else {
@@ -379,24 +381,22 @@ std::unique_ptr<Node> make_device_checksum(int group) {
 }
 
 void register_device_checksum(Registry& registry) {
-  NodeType t;
-  t.name = "device_checksum";
-  t.role = Role::train;
-  t.doc =
-      "verifies on the GPU that every byte of synthetic batches arrived intact (one kernel per "
-      "group of batches), and on the host their order; fails naming batch, row and byte";
-  t.schema
+  Schema schema;
+  schema
       .add_int("group",
                "batches checked by one kernel launch (0: auto, prefetch_depth / 4 up to 8; "
                "1: a launch per batch)",
                0)
       .range(0, cuda::ChecksumArgs::kMaxBatches);
-  t.backend = TypeBackend::cuda;
-  t.counterpart = "checksum";
-  t.create = [](const NodeSpec& spec) {
-    return make_device_checksum(static_cast<int>(spec.params.get_int("group")));
-  };
-  registry.set(std::move(t));
+  registry.set(
+      factory_type(
+          "device_checksum", Role::train, std::move(schema),
+          [](const NodeSpec& spec) {
+            return make_device_checksum(static_cast<int>(spec.params.get_int("group")));
+          },
+          "verifies on the GPU that every byte of synthetic batches arrived intact (one kernel per "
+          "group of batches), and on the host their order; fails naming batch, row and byte")
+          .runs_on(TypeBackend::cuda, "checksum"));
 }
 
 }  // namespace flowfeed

@@ -3,6 +3,7 @@
 
 #include <memory>
 
+#include "flowfeed/extend.hpp"
 #include "flowfeed/nodes/cuda.hpp"
 #include "flowfeed/registry.hpp"
 #include "train/device_sink_cuda.hpp"
@@ -28,16 +29,12 @@ std::unique_ptr<Node> make_device_discard() {
 }
 
 void register_device_discard(Registry& registry) {
-  NodeType t;
-  t.name = "device_discard";
-  t.role = Role::train;
-  t.doc =
-      "waits on each batch's ready event and frees its device buffer (measures the pipeline "
-      "and the copies alone)";
-  t.backend = TypeBackend::cuda;
-  t.counterpart = "discard";
-  t.create = [](const NodeSpec&) { return make_device_discard(); };
-  registry.set(std::move(t));
+  registry.set(
+      factory_type(
+          "device_discard", Role::train, {}, [](const NodeSpec&) { return make_device_discard(); },
+          "waits on each batch's ready event and frees its device buffer (measures the pipeline "
+          "and the copies alone)")
+          .runs_on(TypeBackend::cuda, "discard"));
 }
 
 }  // namespace flowfeed

@@ -2,6 +2,7 @@
 
 #include <memory>
 
+#include "flowfeed/extend.hpp"
 #include "flowfeed/registry.hpp"
 
 namespace flowfeed {
@@ -17,12 +18,9 @@ class Null final : public Node {
 }  // namespace
 
 void register_discard(Registry& registry) {
-  NodeType t;
-  t.name = "discard";
-  t.role = Role::train;
-  t.doc = "takes every batch and does nothing (measures the pipeline alone)";
-  t.create = [](const NodeSpec&) { return std::make_unique<Null>(); };
-  registry.set(std::move(t));
+  registry.set(factory_type(
+      "discard", Role::train, {}, [](const NodeSpec&) { return std::make_unique<Null>(); },
+      "takes every batch and does nothing (measures the pipeline alone)"));
 }
 
 }  // namespace flowfeed

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "flowfeed/error.hpp"
+#include "flowfeed/extend.hpp"
 #include "flowfeed/registry.hpp"
 
 namespace flowfeed {
@@ -53,15 +54,12 @@ class Record final : public Node {
 }  // namespace
 
 void register_record(Registry& registry) {
-  NodeType t;
-  t.name = "record";
-  t.role = Role::train;
-  t.doc = "writes `epoch seq sample...` per batch to a text file (to check sampling)";
-  t.schema.add_string("path", "file to write").make_required();
-  t.create = [](const NodeSpec& spec) {
-    return std::make_unique<Record>(spec.params.get_string("path"));
-  };
-  registry.set(std::move(t));
+  Schema schema;
+  schema.add_string("path", "file to write").make_required();
+  registry.set(factory_type(
+      "record", Role::train, std::move(schema),
+      [](const NodeSpec& spec) { return std::make_unique<Record>(spec.params.get_string("path")); },
+      "writes `epoch seq sample...` per batch to a text file (to check sampling)"));
 }
 
 }  // namespace flowfeed

@@ -4,6 +4,7 @@
 #include <memory>
 #include <thread>
 
+#include "flowfeed/extend.hpp"
 #include "flowfeed/registry.hpp"
 
 namespace flowfeed {
@@ -25,15 +26,12 @@ class Sleep final : public Node {
 }  // namespace
 
 void register_sleep(Registry& registry) {
-  NodeType t;
-  t.name = "sleep";
-  t.role = Role::train;
-  t.doc = "simulated train step: sleeps `ms` per batch";
-  t.schema.add_number("ms", "milliseconds per batch", 0.0).range(0, 1e7);
-  t.create = [](const NodeSpec& spec) {
-    return std::make_unique<Sleep>(spec.params.get_number("ms"));
-  };
-  registry.set(std::move(t));
+  Schema schema;
+  schema.add_number("ms", "milliseconds per batch", 0.0).range(0, 1e7);
+  registry.set(factory_type(
+      "sleep", Role::train, std::move(schema),
+      [](const NodeSpec& spec) { return std::make_unique<Sleep>(spec.params.get_number("ms")); },
+      "simulated train step: sleeps `ms` per batch"));
 }
 
 }  // namespace flowfeed

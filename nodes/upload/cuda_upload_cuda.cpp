@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "cuda/cuda_check.hpp"
+#include "flowfeed/extend.hpp"
 #include "flowfeed/nodes/memory.hpp"
 #include "flowfeed/registry.hpp"
 #include "flowfeed/stats.hpp"
@@ -544,16 +545,8 @@ std::unique_ptr<AsynchronousNode> make_cuda_upload(CudaUploadOptions options) {
 }
 
 void register_cuda_upload(Registry& registry) {
-  NodeType t;
-  t.name = "cuda_upload";
-  t.role = Role::upload;
-  t.doc =
-      "copies staging -> a device pool buffer on the node's own non-blocking streams "
-      "(`streams: K`, batch seq % K), records a ready event per batch, completes batches from "
-      "one event-polling thread; pageable batches go through page-locked bounce buffers";
-  t.backend = TypeBackend::cuda;
-  t.counterpart = "host_upload";
-  t.schema
+  Schema schema;
+  schema
       .add_string("bounce",
                   "how batches that arrive pageable (no staging node before this one) are copied: "
                   "on (in parallel chunks through a ring of page-locked bounce buffers, each "
@@ -562,25 +555,31 @@ void register_cuda_upload(Registry& registry) {
                   "staging node comes first and the loader's data set is not page-locked)",
                   std::string("auto"))
       .one_of({"auto", "on", "off"});
-  t.schema
+  schema
       .add_int("bounce_bytes", "bytes per bounce buffer: the chunk size of a bounced batch",
                std::int64_t{4} << 20)
       .range(4096, 1e12);
-  t.schema
+  schema
       .add_int("bounce_buffers", "bounce buffers in the ring (0: twice the TBB worker threads)", 0)
       .range(0, 4096);
-  t.create = [](const NodeSpec& spec) {
-    CudaUploadOptions o;
-    o.streams = spec.streams;
-    const std::string& bounce = spec.params.get_string("bounce");
-    o.bounce = bounce == "on"    ? CudaUploadOptions::Bounce::on
-               : bounce == "off" ? CudaUploadOptions::Bounce::off
-                                 : CudaUploadOptions::Bounce::automatic;
-    o.bounce_bytes = static_cast<std::size_t>(spec.params.get_int("bounce_bytes"));
-    o.bounce_buffers = static_cast<std::size_t>(spec.params.get_int("bounce_buffers"));
-    return make_cuda_upload(std::move(o));
-  };
-  registry.set(std::move(t));
+  registry.set(
+      factory_type(
+          "cuda_upload", Role::upload, std::move(schema),
+          [](const NodeSpec& spec) {
+            CudaUploadOptions o;
+            o.streams = spec.streams;
+            const std::string& bounce = spec.params.get_string("bounce");
+            o.bounce = bounce == "on"    ? CudaUploadOptions::Bounce::on
+                       : bounce == "off" ? CudaUploadOptions::Bounce::off
+                                         : CudaUploadOptions::Bounce::automatic;
+            o.bounce_bytes = static_cast<std::size_t>(spec.params.get_int("bounce_bytes"));
+            o.bounce_buffers = static_cast<std::size_t>(spec.params.get_int("bounce_buffers"));
+            return make_cuda_upload(std::move(o));
+          },
+          "copies staging -> a device pool buffer on the node's own non-blocking streams "
+          "(`streams: K`, batch seq % K), records a ready event per batch, completes batches from "
+          "one event-polling thread; pageable batches go through page-locked bounce buffers")
+          .runs_on(TypeBackend::cuda, "host_upload"));
 }
 
 }  // namespace flowfeed

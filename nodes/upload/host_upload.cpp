@@ -1,7 +1,6 @@
-#include <cstring>
-
-#include "flowfeed/pool.hpp"
+#include "flowfeed/extend.hpp"
 #include "flowfeed/registry.hpp"
+#include "staging/host_copy.hpp"
 
 namespace flowfeed {
 
@@ -11,34 +10,21 @@ namespace {
 /// cuda_upload, with the same inputs (a staging or host buffer) and output (a device buffer).
 class HostUpload final : public Node {
  public:
-  void setup(BuildContext& context) override {
-    pool_ = &context.make_batch_pool("device", MemoryKind::pageable, context.layout().capacity(),
-                                     Allocator::host());
-  }
-  void process(Batch& batch) override {
-    Lease device = pool_->acquire();
-    const Tier from = batch.staging ? Tier::staging : Tier::host;
-    std::memcpy(device.data(), batch.data(from), batch.bytes());
-    batch.device = std::move(device);
-    batch.staging.reset();
-    batch.host.reset();
-  }
+  void setup(BuildContext& context) override { copy_.setup(context); }
+  void process(Batch& batch) override { copy_.copy(batch); }
 
  private:
-  BufferPool* pool_ = nullptr;
+  HostCopy copy_{Tier::device};
 };
 
 }  // namespace
 
 void register_host_upload(Registry& registry) {
-  NodeType t;
-  t.name = "host_upload";
-  t.role = Role::upload;
-  t.doc = "copies each batch into a pooled host buffer (stands in for cuda_upload)";
-  t.backend = TypeBackend::host;
-  t.counterpart = "cuda_upload";
-  t.create = [](const NodeSpec&) { return std::make_unique<HostUpload>(); };
-  registry.set(std::move(t));
+  registry.set(factory_type(
+                   "host_upload", Role::upload, {},
+                   [](const NodeSpec&) { return std::make_unique<HostUpload>(); },
+                   "copies each batch into a pooled host buffer (stands in for cuda_upload)")
+                   .runs_on(TypeBackend::host, "cuda_upload"));
 }
 
 }  // namespace flowfeed

@@ -9,6 +9,16 @@ namespace flowfeed {
 namespace {
 std::atomic<std::uint64_t> g_allocations{0};
 constexpr std::align_val_t kHostAlignment{4096};
+/// Counts one buffer lent: acquisitions, buffers in use and their high-water mark.
+void count_loan(std::atomic<std::uint64_t>& acquisitions, std::atomic<std::size_t>& in_use,
+                std::atomic<std::size_t>& high_water) noexcept {
+  acquisitions.fetch_add(1, std::memory_order_relaxed);
+  const std::size_t used = in_use.fetch_add(1, std::memory_order_relaxed) + 1;
+  std::size_t hw = high_water.load(std::memory_order_relaxed);
+  while (used > hw && !high_water.compare_exchange_weak(hw, used, std::memory_order_relaxed)) {
+  }
+}
+
 }  // namespace
 
 std::uint64_t allocation_count() noexcept {
@@ -91,11 +101,7 @@ Lease BufferPool::acquire() {
     index = free_.back();
     free_.pop_back();
   }
-  acquisitions_.fetch_add(1, std::memory_order_relaxed);
-  std::size_t used = in_use_.fetch_add(1, std::memory_order_relaxed) + 1;
-  std::size_t hw = high_water_.load(std::memory_order_relaxed);
-  while (used > hw && !high_water_.compare_exchange_weak(hw, used, std::memory_order_relaxed)) {
-  }
+  count_loan(acquisitions_, in_use_, high_water_);
   return Lease(this, index, buffers_[index]);
 }
 
@@ -114,11 +120,7 @@ Lease BufferPool::acquire_at(std::size_t index) {
     *it = free_.back();
     free_.pop_back();
   }
-  acquisitions_.fetch_add(1, std::memory_order_relaxed);
-  std::size_t used = in_use_.fetch_add(1, std::memory_order_relaxed) + 1;
-  std::size_t hw = high_water_.load(std::memory_order_relaxed);
-  while (used > hw && !high_water_.compare_exchange_weak(hw, used, std::memory_order_relaxed)) {
-  }
+  count_loan(acquisitions_, in_use_, high_water_);
   return Lease(this, index, buffers_[index]);
 }
 

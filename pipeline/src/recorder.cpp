@@ -1,5 +1,7 @@
 #include "detail/recorder.hpp"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -12,18 +14,15 @@ namespace {
 constexpr auto kSamplePeriod = std::chrono::milliseconds(1);
 
 std::string format_eta(double seconds) {
-  char buf[32];
   if (!std::isfinite(seconds) || seconds < 0) return "?";
   if (seconds < 60) {
-    std::snprintf(buf, sizeof buf, "%.1f s", seconds);
+    return fmt::format("{:.1f} s", seconds);
   } else if (seconds < 3600) {
-    std::snprintf(buf, sizeof buf, "%dm%02ds", static_cast<int>(seconds) / 60,
-                  static_cast<int>(seconds) % 60);
+    return fmt::format("{}m{:02}s", static_cast<int>(seconds) / 60, static_cast<int>(seconds) % 60);
   } else {
-    std::snprintf(buf, sizeof buf, "%dh%02dm", static_cast<int>(seconds) / 3600,
-                  static_cast<int>(seconds) / 60 % 60);
+    return fmt::format("{}h{:02}m", static_cast<int>(seconds) / 3600,
+                       static_cast<int>(seconds) / 60 % 60);
   }
-  return buf;
 }
 
 std::atomic<std::uint32_t> g_next_thread{0};
@@ -229,11 +228,9 @@ void Recorder::print_progress(std::uint64_t t, bool last) {
   for (const auto& g : setup_.gauges) {
     const double v = g.second->get();
     if (std::isnan(v)) continue;
-    char buf[96];
-    std::snprintf(buf, sizeof buf, ", %s %.4g", g.first.c_str(), v);
-    gauges += buf;
+    gauges += fmt::format(", {} {:.4g}", g.first.c_str(), v);
   }
-  char line[512];
+  std::string line;
   if (setup_.bar) {
     constexpr int kWidth = 24;
     char bar[kWidth + 1];
@@ -241,20 +238,20 @@ void Recorder::print_progress(std::uint64_t t, bool last) {
     for (int i = 0; i < kWidth; ++i) bar[i] = i < filled ? '#' : '-';
     bar[kWidth] = '\0';
     // \r and erase-line redraw the one status line in place.
-    std::snprintf(line, sizeof line,
-                  "\r\033[Kepoch %d/%d [%s] %3.0f%% %llu/%llu batches, %.0f batches/s, ETA %s%s%s",
-                  epoch, setup_.epochs, bar, fraction * 100, static_cast<unsigned long long>(done),
-                  static_cast<unsigned long long>(expected), rate, format_eta(eta).c_str(),
-                  gauges.c_str(), last ? "\n" : "");
+    line = fmt::format(
+        "\r\033[Kepoch {}/{} [{}] {:3.0f}% {}/{} batches, {:.0f} batches/s, ETA {}{}{}", epoch,
+        setup_.epochs, bar, fraction * 100, static_cast<unsigned long long>(done),
+        static_cast<unsigned long long>(expected), rate, format_eta(eta).c_str(), gauges.c_str(),
+        last ? "\n" : "");
     bar_drawn_ = true;
   } else {
-    std::snprintf(line, sizeof line,
-                  "flowfeed: epoch %d/%d, %llu/%llu batches (%.0f%%), %.0f batches/s, ETA %s%s\n",
-                  epoch, setup_.epochs, static_cast<unsigned long long>(done),
-                  static_cast<unsigned long long>(expected), fraction * 100, rate,
-                  format_eta(eta).c_str(), gauges.c_str());
+    line =
+        fmt::format("flowfeed: epoch {}/{}, {}/{} batches ({:.0f}%), {:.0f} batches/s, ETA {}{}\n",
+                    epoch, setup_.epochs, static_cast<unsigned long long>(done),
+                    static_cast<unsigned long long>(expected), fraction * 100, rate,
+                    format_eta(eta).c_str(), gauges.c_str());
   }
-  std::fputs(line, stderr);
+  std::fputs(line.c_str(), stderr);
   std::fflush(stderr);
 }
 

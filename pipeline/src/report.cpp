@@ -1,3 +1,5 @@
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -14,9 +16,7 @@ nlohmann::json optional_number(double v) {
 }
 
 std::string percent(double fraction) {
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "%.0f%%", std::clamp(fraction, 0.0, 9.99) * 100);
-  return buf;
+  return fmt::format("{:.0f}%", std::clamp(fraction, 0.0, 9.99) * 100);
 }
 
 // Thresholds of the diagnosis (docs/REPORT.md lists them).
@@ -89,8 +89,7 @@ Verdict diagnose(const RunReport& r) {
                               (top ? top->name + " " + percent(top_load) : std::string("none")) +
                               ")";
   if (per_batch < kOverheadPerBatch) {
-    char cost[32];
-    std::snprintf(cost, sizeof cost, "%.2f us", per_batch * 1e6);
+    const std::string cost = fmt::format("{:.2f} us", per_batch * 1e6);
     return {"", "overhead-bound: " + busiest + ", the framework's per-batch cost dominates (" +
                     cost + " per batch); use larger batches" + waits};
   }
@@ -201,85 +200,70 @@ std::string RunReport::to_json() const {
 
 std::string RunReport::to_table() const {
   std::ostringstream os;
-  char line[256];
-  std::snprintf(line, sizeof line,
-                "%s on %s: %llu batches, %llu samples in %.3f s = %.0f batches/s (%.0f samples/s), "
-                "%.3f GB/s uploaded\n",
-                config.c_str(), device.c_str(), static_cast<unsigned long long>(batches),
-                static_cast<unsigned long long>(samples), seconds, batches_per_second,
-                samples_per_second, upload_gbps);
-  os << line;
+  std::string line;
+  os << fmt::format(
+      "{} on {}: {} batches, {} samples in {:.3f} s = {:.0f} batches/s ({:.0f} samples/s), "
+      "{:.3f} GB/s uploaded\n",
+      config.c_str(), device.c_str(), static_cast<unsigned long long>(batches),
+      static_cast<unsigned long long>(samples), seconds, batches_per_second, samples_per_second,
+      upload_gbps);
   if (!verdict.empty()) os << "verdict: " << verdict << "\n";
-  std::snprintf(line, sizeof line, "in flight: max %d of prefetch_depth %d", max_in_flight,
-                prefetch_depth);
-  os << line;
+  os << fmt::format("in flight: max {} of prefetch_depth {}", max_in_flight, prefetch_depth);
   if (sampled) {
-    std::snprintf(line, sizeof line, " (all %d admitted %.0f%% of the time)", prefetch_depth,
-                  full_fraction * 100);
-    os << line;
+    os << fmt::format(" (all {} admitted {:.0f}% of the time)", prefetch_depth,
+                      full_fraction * 100);
   }
-  std::snprintf(line, sizeof line,
-                "; threads %d; allocations after build: %llu; uploaded %.3f GB\n", threads,
-                static_cast<unsigned long long>(allocations_after_build),
-                static_cast<double>(bytes_uploaded) * 1e-9);
-  os << line;
-  std::snprintf(line, sizeof line, "%-14s %-14s %-9s %4s %9s %9s %5s %9s %9s %9s %6s\n", "node",
-                "type", "role", "conc", "items", "busy s", "util", "wait in", "wait out",
-                "wait cpu", "queue");
-  os << line;
+  os << fmt::format("; threads {}; allocations after build: {}; uploaded {:.3f} GB\n", threads,
+                    static_cast<unsigned long long>(allocations_after_build),
+                    static_cast<double>(bytes_uploaded) * 1e-9);
+  os << fmt::format("{:<14} {:<14} {:<9} {:>4} {:>9} {:>9} {:>5} {:>9} {:>9} {:>9} {:>6}\n", "node",
+                    "type", "role", "conc", "items", "busy s", "util", "wait in", "wait out",
+                    "wait cpu", "queue");
   for (const auto& n : nodes) {
-    std::snprintf(line, sizeof line, "%-14s %-14s %-9s %4d %9llu %9.3f %4.0f%%", n.name.c_str(),
-                  n.type.c_str(), n.role.c_str(), n.concurrency,
-                  static_cast<unsigned long long>(n.items), n.busy_seconds, n.utilization * 100);
-    os << line;
+    os << fmt::format("{:<14} {:<14} {:<9} {:4} {:9} {:9.3f} {:4.0f}%", n.name.c_str(),
+                      n.type.c_str(), n.role.c_str(), n.concurrency,
+                      static_cast<unsigned long long>(n.items), n.busy_seconds,
+                      n.utilization * 100);
     if (sampled) {
-      std::snprintf(line, sizeof line, " %9.3f %9.3f %9.3f %6llu\n", n.wait_input_seconds,
-                    n.wait_output_seconds, n.wait_cpu_seconds,
-                    static_cast<unsigned long long>(n.queue_high_water));
+      line = fmt::format(" {:9.3f} {:9.3f} {:9.3f} {:6}\n", n.wait_input_seconds,
+                         n.wait_output_seconds, n.wait_cpu_seconds,
+                         static_cast<unsigned long long>(n.queue_high_water));
     } else {
-      std::snprintf(line, sizeof line, " %9s %9s %9s %6s\n", "-", "-", "-", "-");
+      line = fmt::format(" {:>9} {:>9} {:>9} {:>6}\n", "-", "-", "-", "-");
     }
     os << line;
   }
   for (const auto& n : nodes) {
     if (!n.asynchronous) continue;
-    std::snprintf(line, sizeof line,
-                  "%s is asynchronous: busy counts submit() only; work in flight %.3f s (%.0f%% of "
-                  "the run)\n",
-                  n.name.c_str(), n.pending_seconds,
-                  seconds > 0 ? n.pending_seconds / seconds * 100 : 0);
-    os << line;
+    os << fmt::format(
+        "{} is asynchronous: busy counts submit() only; work in flight {:.3f} s ({:.0f}% of "
+        "the run)\n",
+        n.name.c_str(), n.pending_seconds, seconds > 0 ? n.pending_seconds / seconds * 100 : 0);
   }
   for (const auto& p : pools) {
-    std::snprintf(line, sizeof line,
-                  "pool %-22s %-8s %4zu x %10zu bytes, high water %zu, %llu acquisitions\n",
-                  p.name.c_str(), p.kind.c_str(), p.buffers, p.buffers ? p.bytes / p.buffers : 0,
-                  p.high_water, static_cast<unsigned long long>(p.acquisitions));
-    os << line;
+    os << fmt::format("pool {:<22} {:<8} {:4} x {:10} bytes, high water {}, {} acquisitions\n",
+                      p.name.c_str(), p.kind.c_str(), p.buffers,
+                      p.buffers ? p.bytes / p.buffers : 0, p.high_water,
+                      static_cast<unsigned long long>(p.acquisitions));
   }
   for (const auto& b : branches) {
-    std::snprintf(line, sizeof line,
-                  "branch %d on device %d: %llu batches, %llu samples, %.3f GB uploaded, train "
-                  "busy %.3f s\n",
-                  b.branch, b.device, static_cast<unsigned long long>(b.batches),
-                  static_cast<unsigned long long>(b.samples),
-                  static_cast<double>(b.bytes_uploaded) * 1e-9, b.train_busy_seconds);
-    os << line;
+    os << fmt::format(
+        "branch {} on device {}: {} batches, {} samples, {:.3f} GB uploaded, train "
+        "busy {:.3f} s\n",
+        b.branch, b.device, static_cast<unsigned long long>(b.batches),
+        static_cast<unsigned long long>(b.samples), static_cast<double>(b.bytes_uploaded) * 1e-9,
+        b.train_busy_seconds);
   }
   if (train.stall_fraction >= 0) {
-    std::snprintf(line, sizeof line, "train stall: %.1f%%", train.stall_fraction * 100);
-    os << line;
+    os << fmt::format("train stall: {:.1f}%", train.stall_fraction * 100);
     if (train.loss >= 0) {
-      std::snprintf(line, sizeof line, ", loss %.4f", train.loss);
-      os << line;
+      os << fmt::format(", loss {:.4f}", train.loss);
     }
     if (train.accuracy >= 0) {
-      std::snprintf(line, sizeof line, ", accuracy %.4f", train.accuracy);
-      os << line;
+      os << fmt::format(", accuracy {:.4f}", train.accuracy);
     }
     if (train.steps_per_second >= 0) {
-      std::snprintf(line, sizeof line, ", %.0f steps/s", train.steps_per_second);
-      os << line;
+      os << fmt::format(", {:.0f} steps/s", train.steps_per_second);
     }
     os << "\n";
   }

@@ -2,6 +2,7 @@
 // thread turns abort requests and stalls into graph::cancel(), then checks that every batch
 // arrived and makes the report. Also the per-run reset and end checks that pull mode shares.
 
+#include <fmt/format.h>
 #include <oneapi/tbb/global_control.h>
 #include <oneapi/tbb/task_arena.h>
 
@@ -79,10 +80,8 @@ std::string PipelineImpl::lost_batches(const std::string& end) const {
 }
 
 std::string PipelineImpl::stall_message(const std::string& what) const {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%g", config_.pipeline.stall_timeout_s);
-  return "run stalled: no " + what + " for " + std::string(buf) +
-         " s (pipeline.stall_timeout_s): " + stuck_stage();
+  return fmt::format("run stalled: no {} for {:g} s (pipeline.stall_timeout_s): {}", what,
+                     config_.pipeline.stall_timeout_s, stuck_stage());
 }
 
 RunReport PipelineImpl::run(const RunOptions& options) {

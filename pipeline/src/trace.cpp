@@ -1,10 +1,13 @@
 #include "flowfeed/trace.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <ostream>
 #include <sstream>
 #include <tuple>
@@ -14,40 +17,6 @@
 namespace flowfeed {
 
 namespace {
-
-/// Escapes text for a JSON string or XML text/attribute (both kinds of special characters).
-std::string escape_json(const std::string& s) {
-  std::string out;
-  for (char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += ch;
-    } else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else {
-      out += ch;
-    }
-  }
-  return out;
-}
-
-std::string escape_xml(const std::string& s) {
-  std::string out;
-  for (char ch : s) {
-    switch (ch) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default:
-        if (static_cast<unsigned char>(ch) >= 0x20 || ch == '\n' || ch == '\t') out += ch;
-    }
-  }
-  return out;
-}
 
 /// A track of the picture: one node's spans on one thread, or on one stream (asynchronous).
 struct Track {
@@ -130,17 +99,10 @@ double nice_step(double span, int target) {
 }
 
 std::string format_time(double seconds, double step) {
-  char buf[32];
-  if (step >= 1) {
-    std::snprintf(buf, sizeof buf, "%.0f s", seconds);
-  } else if (step >= 0.1) {
-    std::snprintf(buf, sizeof buf, "%.1f s", seconds);
-  } else if (step >= 0.001) {
-    std::snprintf(buf, sizeof buf, "%.0f ms", seconds * 1e3);
-  } else {
-    std::snprintf(buf, sizeof buf, "%.0f us", seconds * 1e6);
-  }
-  return buf;
+  if (step >= 1) return fmt::format("{:.0f} s", seconds);
+  if (step >= 0.1) return fmt::format("{:.1f} s", seconds);
+  if (step >= 0.001) return fmt::format("{:.0f} ms", seconds * 1e3);
+  return fmt::format("{:.0f} us", seconds * 1e6);
 }
 
 // Eight hues: a batch keeps its colour in every lane, neighbours differ.
@@ -148,6 +110,21 @@ constexpr const char* kPalette[] = {"#4e79a7", "#f28e2b", "#59a14f", "#e15759",
                                     "#76b7b2", "#edc948", "#b07aa1", "#9c755f"};
 
 }  // namespace
+
+std::string escape_svg(std::string_view s) {
+  std::string out;
+  for (char ch : s) {
+    switch (ch) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default:
+        if (static_cast<unsigned char>(ch) >= 0x20 || ch == '\n' || ch == '\t') out += ch;
+    }
+  }
+  return out;
+}
 
 Trace::Trace(std::size_t max_batches) : max_batches_(std::max<std::size_t>(max_batches, 1)) {}
 
@@ -181,45 +158,58 @@ void Trace::add(const TraceSpan* spans) noexcept {
 }
 
 void Trace::write_chrome_trace(std::ostream& out) const {
+  using nlohmann::json;
   std::vector<Track> lanes = node_lanes(nodes_, spans_);
-  out << "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"config\":\"" << escape_json(config_)
-      << "\",\"seconds\":" << seconds_ << ",\"batches_seen\":" << seen_
-      << ",\"batches_kept\":" << (nodes_.empty() ? 0 : spans_.size() / nodes_.size())
-      << ",\"stride\":" << stride_ << "},\n\"traceEvents\":[\n";
+  // Streamed, one event a line: a long run keeps hundreds of thousands of spans.
+  const json other = {{"config", config_},
+                      {"seconds", seconds_},
+                      {"batches_seen", seen_},
+                      {"batches_kept", nodes_.empty() ? 0 : spans_.size() / nodes_.size()},
+                      {"stride", stride_}};
+  out << R"({"displayTimeUnit":"ms","otherData":)" << other.dump() << ",\n\"traceEvents\":[\n";
+  bool first = true;
+  auto event = [&out, &first](const json& e) {
+    out << (first ? "" : ",\n") << e.dump();
+    first = false;
+  };
+  auto meta = [&event](int pid, int tid, const char* name, json args) {
+    json e = {{"ph", "M"}, {"pid", pid}, {"name", name}, {"args", std::move(args)}};
+    if (tid > 0) e["tid"] = tid;
+    event(e);
+  };
+  // Microseconds, kept to the nanosecond.
+  auto us = [](double seconds) { return std::round(seconds * 1e9) / 1e3; };
+  auto span = [&event, &us](int pid, int tid, const std::string& name, const std::string& cat,
+                            const TraceSpan& s) {
+    json args = {{"seq", s.seq}, {"epoch", s.epoch}};
+    if (s.stream >= 0) args["stream"] = s.stream;
+    event({{"ph", "X"},
+           {"pid", pid},
+           {"tid", tid},
+           {"name", name + std::to_string(s.seq)},
+           {"cat", cat},
+           {"ts", us(s.start)},
+           {"dur", us(std::max(0.0, s.end - s.start))},
+           {"args", std::move(args)}});
+  };
+  auto track = [&meta](int pid, int tid, const std::string& name) {
+    meta(pid, tid, "thread_name", {{"name", name}});
+    meta(pid, tid, "thread_sort_index", {{"sort_index", tid}});
+  };
   // Process 1: a track per node (and per stream of an asynchronous node), split into sub-tracks
   // where spans overlap (concurrency). Process 2: a track per worker thread.
-  out << "{\"ph\":\"M\",\"pid\":1,\"name\":\"process_name\",\"args\":{\"name\":\"nodes: "
-      << escape_json(config_) << "\"}},\n"
-      << "{\"ph\":\"M\",\"pid\":1,\"name\":\"process_sort_index\",\"args\":{\"sort_index\":1}},\n"
-      << "{\"ph\":\"M\",\"pid\":2,\"name\":\"process_name\",\"args\":{\"name\":\"worker "
-         "threads\"}},\n"
-      << "{\"ph\":\"M\",\"pid\":2,\"name\":\"process_sort_index\",\"args\":{\"sort_index\":2}}";
-  auto track = [&out](int pid, int tid, const std::string& name) {
-    out << ",\n{\"ph\":\"M\",\"pid\":" << pid << ",\"tid\":" << tid
-        << ",\"name\":\"thread_name\",\"args\":{\"name\":\"" << escape_json(name) << "\"}}"
-        << ",\n{\"ph\":\"M\",\"pid\":" << pid << ",\"tid\":" << tid
-        << ",\"name\":\"thread_sort_index\",\"args\":{\"sort_index\":" << tid << "}}";
-  };
-  auto span = [&out](int pid, int tid, const std::string& name, const std::string& cat,
-                     const TraceSpan& s) {
-    char times[96];
-    std::snprintf(times, sizeof times, "\"ts\":%.3f,\"dur\":%.3f", s.start * 1e6,
-                  std::max(0.0, s.end - s.start) * 1e6);
-    out << ",\n{\"ph\":\"X\",\"pid\":" << pid << ",\"tid\":" << tid << ",\"name\":\"" << name
-        << s.seq << "\",\"cat\":\"" << cat << "\"," << times << ",\"args\":{\"seq\":" << s.seq
-        << ",\"epoch\":" << s.epoch;
-    if (s.stream >= 0) out << ",\"stream\":" << s.stream;
-    out << "}}";
-  };
+  meta(1, 0, "process_name", {{"name", "nodes: " + config_}});
+  meta(1, 0, "process_sort_index", {{"sort_index", 1}});
+  meta(2, 0, "process_name", {{"name", "worker threads"}});
+  meta(2, 0, "process_sort_index", {{"sort_index", 2}});
   int tid = 0;
   for (auto& lane : lanes) {
     assign_rows(lane, 64);
     const TraceNode& node = nodes_[lane.node];
     const int base = tid + 1;
     for (int r = 0; r < lane.rows; ++r) track(1, ++tid, track_name(node, lane, r));
-    const std::string cat = escape_json(node.name);
     for (std::size_t i = 0; i < lane.spans.size(); ++i) {
-      span(1, base + lane.row[i], "batch ", cat, *lane.spans[i]);
+      span(1, base + lane.row[i], "batch ", node.name, *lane.spans[i]);
     }
   }
   // Threads in order of first appearance: worker 0, 1, ...
@@ -228,7 +218,7 @@ void Trace::write_chrome_trace(std::ostream& out) const {
     if (s.node >= nodes_.size() || nodes_[s.node].asynchronous) continue;
     auto [it, fresh] = threads.emplace(s.thread, static_cast<int>(threads.size()) + 1);
     if (fresh) track(2, it->second, "worker " + std::to_string(it->second - 1));
-    const std::string cat = escape_json(nodes_[s.node].name);
+    const std::string& cat = nodes_[s.node].name;
     span(2, it->second, cat + " batch ", cat, s);
   }
   out << "\n]}\n";
@@ -265,26 +255,19 @@ void Trace::write_timeline_svg(std::ostream& out, const TimelineOptions& options
 
   const std::size_t kept = nodes_.empty() ? 0 : spans_.size() / nodes_.size();
   const std::string title = options.title.empty() ? "flowfeed timeline: " + config_ : options.title;
-  char buf[512];
   out << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
-  std::snprintf(buf, sizeof buf,
-                "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
-                "viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\" font-size=\"12\">\n",
-                width, height, width, height);
-  out << buf;
+  out << fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{:.0f}\" height=\"{:.0f}\" "
+      "viewBox=\"0 0 {:.0f} {:.0f}\" font-family=\"sans-serif\" font-size=\"12\">\n",
+      width, height, width, height);
   out << "<style>text{fill:#222}.lane{fill:#f4f4f4}.grid{stroke:#ccc;stroke-width:0.5}"
          ".sub{fill:#555;font-size:11px}";
   for (int i = 0; i < 8; ++i) out << ".c" << i << "{fill:" << kPalette[i] << "}";
   out << "</style>\n";
   out << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  out << "<text x=\"10\" y=\"20\" font-size=\"15\" font-weight=\"bold\">" << escape_xml(title)
+  out << "<text x=\"10\" y=\"20\" font-size=\"15\" font-weight=\"bold\">" << escape_svg(title)
       << "</text>\n";
-  std::string subtitle = std::to_string(seen_) + " batches in ";
-  {
-    char s[32];
-    std::snprintf(s, sizeof s, "%.3f s", seconds_);
-    subtitle += s;
-  }
+  std::string subtitle = fmt::format("{} batches in {:.3f} s", seen_, seconds_);
   if (stride_ > 1) {
     subtitle +=
         ", every " + std::to_string(stride_) + "th batch kept (" + std::to_string(kept) + ")";
@@ -292,7 +275,7 @@ void Trace::write_timeline_svg(std::ostream& out, const TimelineOptions& options
   subtitle += bars ? "; one bar per batch and node (asynchronous nodes: submit to completion), "
                      "colour follows the batch"
                    : "; shaded height: share of the lane's slots busy in each column";
-  out << "<text class=\"sub\" x=\"10\" y=\"38\">" << escape_xml(subtitle) << "</text>\n";
+  out << "<text class=\"sub\" x=\"10\" y=\"38\">" << escape_svg(subtitle) << "</text>\n";
 
   // Lanes and their labels, then the grid, then the bars on top.
   for (std::size_t l = 0; l < lanes.size(); ++l) {
@@ -304,22 +287,20 @@ void Trace::write_timeline_svg(std::ostream& out, const TimelineOptions& options
                (node.concurrency > 1 ? " x" + std::to_string(node.concurrency) : std::string()) +
                ")";
     }
-    std::snprintf(buf, sizeof buf,
-                  "<rect class=\"lane\" x=\"%.0f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\"/>\n",
-                  kLeft, lane_y[l], plot, lane_h[l]);
-    out << buf;
+    out << fmt::format(
+        "<rect class=\"lane\" x=\"{:.0f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\"/>\n",
+        kLeft, lane_y[l], plot, lane_h[l]);
     out << "<text x=\"" << kLeft - 8 << "\" y=\"" << lane_y[l] + std::min(lane_h[l], kRow) - 3
-        << "\" text-anchor=\"end\">" << escape_xml(label) << "</text>\n";
+        << "\" text-anchor=\"end\">" << escape_svg(label) << "</text>\n";
   }
   // Time axis and grid.
   const double step = nice_step(t_end, 10);
   for (double t = 0; t <= t_end + step * 1e-9; t += step) {
     const double x = kLeft + t * scale;
-    std::snprintf(buf, sizeof buf,
-                  "<line class=\"grid\" x1=\"%.1f\" y1=\"%.0f\" x2=\"%.1f\" y2=\"%.0f\"/>"
-                  "<text class=\"sub\" x=\"%.1f\" y=\"%.0f\" text-anchor=\"middle\">%s</text>\n",
-                  x, kTop - 6, x, height - 24, x, kTop - 10, format_time(t, step).c_str());
-    out << buf;
+    out << fmt::format(
+        "<line class=\"grid\" x1=\"{:.1f}\" y1=\"{:.0f}\" x2=\"{:.1f}\" y2=\"{:.0f}\"/>"
+        "<text class=\"sub\" x=\"{:.1f}\" y=\"{:.0f}\" text-anchor=\"middle\">{}</text>\n",
+        x, kTop - 6, x, height - 24, x, kTop - 10, format_time(t, step).c_str());
   }
 
   for (std::size_t l = 0; l < lanes.size(); ++l) {
@@ -330,13 +311,12 @@ void Trace::write_timeline_svg(std::ostream& out, const TimelineOptions& options
         const TraceSpan& s = *lane.spans[i];
         const double x = kLeft + s.start * scale;
         const double w = std::max(0.6, (s.end - s.start) * scale);
-        std::snprintf(buf, sizeof buf,
-                      "<rect class=\"c%d\" x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.0f\">"
-                      "<title>batch %llu (epoch %u) %s: %.3f-%.3f ms</title></rect>\n",
-                      static_cast<int>(s.seq % 8), x, lane_y[l] + lane.row[i] * kRow + 1, w,
-                      kRow - 2, static_cast<unsigned long long>(s.seq), s.epoch,
-                      escape_xml(node.name).c_str(), s.start * 1e3, s.end * 1e3);
-        out << buf;
+        out << fmt::format(
+            "<rect class=\"c{}\" x=\"{:.2f}\" y=\"{:.1f}\" width=\"{:.2f}\" height=\"{:.0f}\">"
+            "<title>batch {} (epoch {}) {}: {:.3f}-{:.3f} ms</title></rect>\n",
+            static_cast<int>(s.seq % 8), x, lane_y[l] + lane.row[i] * kRow + 1, w, kRow - 2,
+            static_cast<unsigned long long>(s.seq), s.epoch, escape_svg(node.name).c_str(),
+            s.start * 1e3, s.end * 1e3);
       }
     } else {
       // Occupancy: per column, the spans' time inside it (scaled up by the sampling stride) over

@@ -24,12 +24,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-Registry builtins() {
-  Registry r;
-  register_builtin_nodes(r);
-  return r;
-}
-
 std::string two_branches(int streams, bool ordered) {
   return "pipeline: { epochs: 2, batch_size: 64, prefetch_depth: 6, device: cuda, devices: [0, "
          "0], ordered: " +
@@ -50,7 +44,7 @@ class TwoBranchesOnOneGpu : public ::testing::TestWithParam<bool> {};
 
 TEST_P(TwoBranchesOnOneGpu, EachBranchVerifiesItsBytesOnItsOwnStreams) {
   FLOWFEED_REQUIRE_GPU();
-  Registry r = builtins();
+  Registry r = builtin_registry();
   Pipeline p(load_config_string(two_branches(2, GetParam()), r, {}, "x.yaml"), r);
   for (int run = 0; run < 2; ++run) {
     const RunReport report = test::within(120, "two-branch run", [&] { return p.run(); });
@@ -126,7 +120,7 @@ std::string mlp_config(const std::string& all_reduce, const std::string& id_file
 
 /// Runs the config; returns the mlp node's final parameters, flattened, and the report.
 std::vector<float> train(const std::string& yaml, RunReport* report) {
-  Registry r = builtins();
+  Registry r = builtin_registry();
   MlpNode* mlp = nullptr;
   NodeType type = *r.find("mlp");
   auto create = type.create;

@@ -25,11 +25,7 @@
 namespace flowfeed::test {
 
 /// A registry of every built-in node type (tests add or replace their own types in it).
-inline Registry builtin_registry() {
-  Registry r;
-  register_builtin_nodes(r);
-  return r;
-}
+using ::flowfeed::builtin_registry;
 
 /// Runs f on its own thread and returns its result (or rethrows). If f has not returned after
 /// `seconds`, prints that `what` hung and ends the process: a hang fails the test instead of

@@ -12,6 +12,7 @@
 #include "flowfeed/nodes/resident.hpp"
 #include "flowfeed/pipeline.hpp"
 #include "nodes/train/mlp/mlp_node.hpp"
+#include "tests/nodes/mlp_registry.hpp"
 #include "tests/nodes/test_files.hpp"
 
 namespace flowfeed {
@@ -28,21 +29,6 @@ int visible_devices() {
   do {                                                                                         \
     if (visible_devices() == 0) GTEST_SKIP() << "no CUDA device visible (cudaGetDeviceCount)"; \
   } while (0)
-
-/// Built-ins, with `mlp` wrapped so that the test reaches the nodes it creates.
-Registry registry_keeping(std::vector<MlpNode*>* nodes) {
-  Registry r;
-  register_builtin_nodes(r);
-  NodeType mlp = *r.find("mlp");
-  auto create = mlp.create;
-  mlp.create = [create, nodes](const NodeSpec& spec) {
-    std::unique_ptr<Node> node = create(spec);
-    nodes->push_back(dynamic_cast<MlpNode*>(node.get()));
-    return node;
-  };
-  r.set(std::move(mlp));
-  return r;
-}
 
 std::string chain(const std::string& device, const std::string& images, const std::string& labels,
                   const std::string& dtype) {

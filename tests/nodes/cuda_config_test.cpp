@@ -7,6 +7,7 @@
 #include "flowfeed/config.hpp"
 #include "flowfeed/nodes/builtin.hpp"
 #include "flowfeed/pipeline.hpp"
+#include "tests/nodes/test_files.hpp"
 
 namespace flowfeed {
 namespace {
@@ -51,12 +52,8 @@ bool cuda_in_build() {
   if (!cuda_in_build()) GTEST_SKIP() << "built without CUDA (FLOWFEED_CUDA=OFF)"
 
 std::string config_error(const std::string& yaml, const Registry& registry) {
-  try {
-    load_config_string(yaml, registry, {}, "x.yaml");
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "no error";
+  return testing_files::error_of<ConfigError>(
+      [&] { load_config_string(yaml, registry, {}, "x.yaml"); });
 }
 
 TEST(CudaConfig, CudaWithoutADeviceIsAConfigErrorAtTheDeviceKey) {

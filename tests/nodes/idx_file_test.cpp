@@ -12,33 +12,14 @@
 #include <vector>
 
 #include "flowfeed/error.hpp"
+#include "tests/nodes/test_files.hpp"
 
 namespace flowfeed {
 namespace {
 
-namespace fs = std::filesystem;
-
-using Bytes = std::vector<uint8_t>;
-
 const char kRefetch[] = "re-download or re-extract the file";
 
-/// A fresh directory under the system temp dir, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "flowfeed_idx_XXXXXX").string();
-    if (mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
+using namespace testing_files;
 
 Bytes be32(uint32_t v) {
   return {uint8_t(v >> 24), uint8_t(v >> 16), uint8_t(v >> 8), uint8_t(v)};
@@ -79,17 +60,6 @@ void write_gz(const std::string& path, const Bytes& bytes) {
 Bytes read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   return Bytes(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-}
-
-/// The what() of the DataError that f throws, or a marker when it throws none.
-template <class F>
-std::string data_error(F&& f) {
-  try {
-    f();
-  } catch (const DataError& e) {
-    return e.what();
-  }
-  return "<no DataError>";
 }
 
 std::string read_error(const std::string& path) {
@@ -203,7 +173,7 @@ TEST_F(IdxFileTest, MissingFile) {
 
 TEST_F(IdxFileTest, DirectoryInsteadOfFile) {
   std::string p = dir_.file("sub");
-  fs::create_directory(p);
+  std::filesystem::create_directory(p);
   EXPECT_EQ(read_error(p), p + ": cannot open (Is a directory)");
 }
 

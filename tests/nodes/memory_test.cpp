@@ -12,12 +12,6 @@
 namespace flowfeed {
 namespace {
 
-Registry builtin() {
-  Registry r;
-  register_builtin_nodes(r);
-  return r;
-}
-
 std::string memory_config(const std::string& sampler, const std::string& params) {
   return "pipeline: { batch_size: 16, prefetch_depth: 4, epochs: 2, device: host }\n" + sampler +
          "nodes:\n"
@@ -30,7 +24,7 @@ std::string memory_config(const std::string& sampler, const std::string& params)
 }
 
 TEST(MemoryLoader, ServesEveryBatchAsASliceThatTheChecksumAccepts) {
-  const Registry r = builtin();
+  const Registry r = builtin_registry();
   // 100 samples of 13 bytes: six full batches and a last one of 4.
   Pipeline p(load_config_string(
                  memory_config("", "samples: 100, sample_shape: [13], dtype: uint8, seed: 3"), r),
@@ -52,7 +46,7 @@ TEST(MemoryLoader, ServesEveryBatchAsASliceThatTheChecksumAccepts) {
 }
 
 TEST(MemoryLoader, PinIsIgnoredOnTheHostBackend) {
-  const Registry r = builtin();
+  const Registry r = builtin_registry();
   Pipeline p(load_config_string(memory_config("", "batches: 3, sample_shape: [4], pin: true"), r),
              r);
   RunReport report = p.run();
@@ -61,7 +55,7 @@ TEST(MemoryLoader, PinIsIgnoredOnTheHostBackend) {
 }
 
 TEST(MemoryLoader, AShuffledSamplerFailsWithAMessageThatSaysWhatToDo) {
-  const Registry r = builtin();
+  const Registry r = builtin_registry();
   Pipeline p(load_config_string(memory_config("sampler: { shuffle: true, seed: 1 }\n",
                                               "batches: 4, sample_shape: [4]"),
                                 r, {}, "m.yaml"),

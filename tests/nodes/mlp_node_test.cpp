@@ -16,6 +16,7 @@
 #include "flowfeed/nodes/synthetic.hpp"
 #include "flowfeed/pipeline.hpp"
 #include "nodes/load/idx_file.hpp"
+#include "tests/nodes/mlp_registry.hpp"
 #include "tests/nodes/test_files.hpp"
 
 namespace flowfeed {
@@ -63,21 +64,6 @@ std::string train_chain(const std::string& images, const std::string& labels,
          "    type: mlp\n"
          "    params: { " +
          train_params + " }\n";
-}
-
-/// The built-in registry, with `mlp` wrapped so that the test can reach the nodes it creates.
-Registry registry_keeping(std::vector<MlpNode*>* nodes) {
-  Registry r;
-  register_builtin_nodes(r);
-  NodeType mlp = *r.find("mlp");
-  auto create = mlp.create;
-  mlp.create = [create, nodes](const NodeSpec& spec) {
-    std::unique_ptr<Node> node = create(spec);
-    nodes->push_back(dynamic_cast<MlpNode*>(node.get()));
-    return node;
-  };
-  r.set(std::move(mlp));
-  return r;
 }
 
 TEST(MlpNode, LearnsAFashionMnistSubset) {

@@ -14,33 +14,14 @@
 #include <vector>
 
 #include "flowfeed/error.hpp"
+#include "tests/nodes/test_files.hpp"
 
 namespace flowfeed {
 namespace {
 
-namespace fs = std::filesystem;
-
-using Bytes = std::vector<uint8_t>;
-
 const char kResave[] = "re-save the array with numpy.save";
 
-/// A fresh directory under the system temp dir, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "flowfeed_npy_XXXXXX").string();
-    if (mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
+using namespace testing_files;
 
 Bytes pattern(size_t n, unsigned mul = 7) {
   Bytes out(n);
@@ -76,16 +57,6 @@ std::string npy_bytes(int major, const std::string& dict, const std::string& pay
   return out + header + payload;
 }
 
-template <class F>
-std::string data_error(F&& f) {
-  try {
-    f();
-  } catch (const DataError& e) {
-    return e.what();
-  }
-  return "<no DataError>";
-}
-
 std::string open_error(const std::string& path) {
   return data_error([&] { NpyFile f(path); });
 }
@@ -119,7 +90,7 @@ TEST_F(NpyFileTest, EachDtypeRoundTrips) {
     EXPECT_EQ(f.rows(), 7u);
     EXPECT_EQ(f.row_bytes(), 3 * item);
     EXPECT_EQ(f.data_offset() % 64, 0u);
-    EXPECT_EQ(fs::file_size(p), f.data_offset() + data.size());
+    EXPECT_EQ(std::filesystem::file_size(p), f.data_offset() + data.size());
 
     Bytes all(data.size());
     f.read_rows(0, 7, all.data());

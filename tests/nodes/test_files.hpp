@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "flowfeed/batch.hpp"
+#include "flowfeed/error.hpp"
 #include "flowfeed/registry.hpp"
 
 namespace flowfeed::testing_files {
@@ -152,6 +153,12 @@ std::string error_of(F&& f) {
     return e.what();
   }
   return "<no exception>";
+}
+
+/// The message of the DataError f throws, or "<no exception>".
+template <typename F>
+std::string data_error(F&& f) {
+  return error_of<DataError>(std::forward<F>(f));
 }
 
 }  // namespace flowfeed::testing_files

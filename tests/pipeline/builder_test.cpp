@@ -9,15 +9,10 @@
 #include "flowfeed/extend.hpp"
 #include "flowfeed/nodes/builtin.hpp"
 #include "flowfeed/nodes/synthetic.hpp"
+#include "tests/pipeline/int32_loader.hpp"
 
 namespace flowfeed {
 namespace {
-
-Registry builtins() {
-  Registry r;
-  register_builtin_nodes(r);
-  return r;
-}
 
 std::string at(int line) {
   return std::string(__FILE__) + ":" + std::to_string(line);
@@ -34,7 +29,7 @@ std::vector<std::string> problems_of(const std::function<void()>& fn) {
 }
 
 TEST(PipelineBuilder, BuildsAndRunsWithoutYaml) {
-  Registry registry = builtins();
+  Registry registry = builtin_registry();
   Pipeline pipeline = PipelineBuilder()
                           .epochs(2)
                           .batch_size(64)
@@ -66,7 +61,7 @@ TEST(PipelineBuilder, BuildsAndRunsWithoutYaml) {
 }
 
 TEST(PipelineBuilder, TypedOptionsReachTheConfig) {
-  Registry registry = builtins();
+  Registry registry = builtin_registry();
   PipelineConfig c = PipelineBuilder()
                          .name("trainer")
                          .epochs(3)
@@ -106,7 +101,7 @@ TEST(PipelineBuilder, TypedOptionsReachTheConfig) {
 }
 
 TEST(PipelineBuilder, ReportsEveryProblemAtTheCallThatMadeIt) {
-  Registry registry = builtins();
+  Registry registry = builtin_registry();
   PipelineBuilder b;
   const int l_depth = __LINE__ + 1;
   b.prefetch_depth(0);
@@ -137,7 +132,7 @@ TEST(PipelineBuilder, ReportsEveryProblemAtTheCallThatMadeIt) {
 }
 
 TEST(PipelineBuilder, ChecksNodeSettingsAndParamValues) {
-  Registry registry = builtins();
+  Registry registry = builtin_registry();
   PipelineBuilder b;
   const int l_load = __LINE__ + 1;
   b.load("synthetic", {{"batches", 0}, {"sample_shape", {28, -1}}}).concurrency(0);
@@ -181,7 +176,7 @@ class FirstElementCheck final : public Node {
 };
 
 TEST(PipelineBuilder, TakesNodeObjectsWithoutARegistryEntry) {
-  Registry registry = builtins();
+  Registry registry = builtin_registry();
   std::atomic<std::size_t> transformed{0};
   auto check = std::make_unique<FirstElementCheck>();
   FirstElementCheck* check_ptr = check.get();
@@ -195,7 +190,7 @@ TEST(PipelineBuilder, TakesNodeObjectsWithoutARegistryEntry) {
                           .train(std::move(check))
                           .build(registry);
   // The registry passed in is not changed: the objects live in the pipeline only.
-  EXPECT_EQ(registry.names().size(), builtins().names().size());
+  EXPECT_EQ(registry.names().size(), builtin_registry().names().size());
   const PipelineConfig& c = pipeline.config();
   EXPECT_EQ(c.nodes[1].name, "transform");
   EXPECT_EQ(c.nodes[1].type, "flowfeed::CallableNode");
@@ -212,7 +207,7 @@ TEST(PipelineBuilder, TakesNodeObjectsWithoutARegistryEntry) {
 }
 
 TEST(PipelineBuilder, TwoObjectsOfOneClassGetDistinctTypeNames) {
-  Registry registry = builtins();
+  Registry registry = builtin_registry();
   PipelineConfig c;
   Pipeline pipeline = PipelineBuilder()
                           .load("synthetic", {{"batches", 2}})
@@ -228,33 +223,16 @@ TEST(PipelineBuilder, TwoObjectsOfOneClassGetDistinctTypeNames) {
 }
 
 /// A loader object: sample i has x = {i, i+1, i+2} as int32 and y = i % 3.
-class CountingLoader final : public LoaderNode {
+class CountingLoader final : public Int32Loader {
  public:
-  void setup(BuildContext& context) override {
-    pool_ = &context.make_batch_pool("host", MemoryKind::pageable, context.layout().capacity(),
-                                     Allocator::host());
+  CountingLoader()
+      : Int32Loader(
+            12, [](std::int32_t s, int j) { return s + j; }, [](std::int32_t s) { return s % 3; }) {
   }
-  void process(Batch& batch) override {
-    batch.host = pool_->acquire();
-    auto* x = reinterpret_cast<std::int32_t*>(batch.tensor(Tier::host, 0));
-    auto* y = reinterpret_cast<std::int32_t*>(batch.tensor(Tier::host, 1));
-    for (std::size_t r = 0; r < batch.rows(); ++r) {
-      const auto s = static_cast<std::int32_t>(batch.samples[r]);
-      for (int j = 0; j < 3; ++j) x[r * 3 + j] = s + j;
-      y[r] = s % 3;
-    }
-  }
-  std::size_t size() const override { return 12; }
-  std::vector<TensorSpec> sample_tensors() const override {
-    return {{"x", DType::int32, {3}}, {"y", DType::int32, {}}};
-  }
-
- private:
-  BufferPool* pool_ = nullptr;
 };
 
 TEST(PipelineBuilder, TakesALoaderObject) {
-  Registry registry = builtins();
+  Registry registry = builtin_registry();
   std::vector<std::int32_t> seen;
   Pipeline pipeline =
       PipelineBuilder()
@@ -275,7 +253,7 @@ TEST(PipelineBuilder, TakesALoaderObject) {
 }
 
 TEST(PipelineBuilder, ObjectNodeFailuresNameTheBuilderLine) {
-  Registry registry = builtins();
+  Registry registry = builtin_registry();
   PipelineBuilder b;
   b.load("synthetic", {{"batches", 5}});
   const int l_train = __LINE__ + 1;
@@ -295,7 +273,7 @@ TEST(PipelineBuilder, ObjectNodeFailuresNameTheBuilderLine) {
 }
 
 TEST(PipelineBuilder, ABuilderWithObjectsBuildsOnePipeline) {
-  Registry registry = builtins();
+  Registry registry = builtin_registry();
   PipelineBuilder b;
   b.load("synthetic", {{"batches", 1}}).train(make_node([](Batch&) {}));
   try {
@@ -320,7 +298,7 @@ TEST(PipelineBuilder, ABuilderWithObjectsBuildsOnePipeline) {
 }
 
 TEST(PipelineBuilder, ABuilderOfRegisteredTypesBuildsAgain) {
-  Registry registry = builtins();
+  Registry registry = builtin_registry();
   PipelineBuilder b;
   b.load("synthetic", {{"batches", 3}}).train("discard");
   Pipeline one = b.build(registry);
@@ -348,7 +326,7 @@ TEST(PipelineBuilder, ParamArgConvertsLikeYaml) {
 }
 
 TEST(PipelineBuilder, PipelinesMove) {
-  Registry registry = builtins();
+  Registry registry = builtin_registry();
   Pipeline a =
       PipelineBuilder().load("synthetic", {{"batches", 4}}).train("discard").build(registry);
   Pipeline b = std::move(a);

@@ -13,14 +13,8 @@
 namespace flowfeed {
 namespace {
 
-Registry builtins() {
-  Registry r;
-  register_builtin_nodes(r);
-  return r;
-}
-
 std::string config_error(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
-  Registry r = builtins();
+  Registry r = builtin_registry();
   try {
     (void)load_config_string(yaml, r, overrides, "f.yaml");
   } catch (const ConfigError& e) {
@@ -46,7 +40,7 @@ TEST(ConfigRobustness, NodeOverrideWithAScalarInTheNodeList) {
 
 // Every seed of the fuzzer's corpus loads or is rejected with a ConfigError.
 TEST(ConfigRobustness, FuzzSeedCorpusLoads) {
-  Registry r = builtins();
+  Registry r = builtin_registry();
   int files = 0;
   for (const auto& entry : std::filesystem::directory_iterator(std::string(FLOWFEED_SOURCE_DIR) +
                                                                "/tests/fuzz/corpus")) {

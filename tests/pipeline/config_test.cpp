@@ -8,22 +8,16 @@
 namespace flowfeed {
 namespace {
 
-Registry builtins() {
-  Registry r;
-  register_builtin_nodes(r);
-  return r;
-}
-
 /// "a, b, c": every registered type, as an unknown-type error lists them.
 std::string known_types() {
   std::string out;
-  for (const auto& n : builtins().names()) out += (out.empty() ? "" : ", ") + n;
+  for (const auto& n : builtin_registry().names()) out += (out.empty() ? "" : ", ") + n;
   return out;
 }
 
 /// The whole message of the ConfigError that loading `yaml` throws.
 std::string error_of(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
-  Registry r = builtins();
+  Registry r = builtin_registry();
   try {
     load_config_string(yaml, r, overrides, "t.yaml");
   } catch (const ConfigError& e) {
@@ -46,7 +40,7 @@ nodes:
 )";
 
 TEST(Config, ParsesValuesAndFillsDefaults) {
-  Registry r = builtins();
+  Registry r = builtin_registry();
   PipelineConfig c = load_config_string(kGood, r, {}, "t.yaml");
   EXPECT_EQ(c.pipeline.epochs, 2);
   EXPECT_EQ(c.pipeline.prefetch_depth, 4);
@@ -62,7 +56,7 @@ TEST(Config, ParsesValuesAndFillsDefaults) {
 }
 
 TEST(Config, OverridesAddressNodesByName) {
-  Registry r = builtins();
+  Registry r = builtin_registry();
   PipelineConfig c = load_config_string(
       kGood, r,
       {"nodes.load.concurrency=8", "pipeline.prefetch_depth=3", "nodes.load.params.delay_ms=2.5"},
@@ -162,7 +156,7 @@ TEST(Config, InvalidYamlNamesLineAndColumn) {
 }
 
 TEST(Config, MissingFileSaysSo) {
-  Registry r = builtins();
+  Registry r = builtin_registry();
   try {
     load_config_file("/nonexistent/x.yaml", r);
     FAIL();
@@ -172,7 +166,7 @@ TEST(Config, MissingFileSaysSo) {
 }
 
 TEST(Config, DeviceChoiceWithoutCudaOrWithoutDevice) {
-  Registry r = builtins();
+  Registry r = builtin_registry();
   if (r.cuda_built()) {
     r.set_device_probe([] { return 0; });
     try {
@@ -206,7 +200,7 @@ TEST(Config, DeviceChoiceWithoutCudaOrWithoutDevice) {
 }
 
 TEST(Config, CppBuiltConfigsGetTheSameChecks) {
-  Registry r = builtins();
+  Registry r = builtin_registry();
   PipelineConfig c;
   c.file = "app.cpp";
   NodeSpec load;

@@ -17,6 +17,7 @@
 #include "flowfeed/builder.hpp"
 #include "flowfeed/nodes/builtin.hpp"
 #include "flowfeed/pipeline.hpp"
+#include "tests/nodes/test_files.hpp"
 
 namespace flowfeed {
 namespace {
@@ -314,12 +315,8 @@ TEST(Branches, AFailureInABranchEndsTheRunNamingTheBranchNode) {
 }
 
 std::string config_error(const std::string& yaml, const Registry& registry) {
-  try {
-    load_config_string(yaml, registry, {}, "x.yaml");
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "no error";
+  return testing_files::error_of<ConfigError>(
+      [&] { load_config_string(yaml, registry, {}, "x.yaml"); });
 }
 
 std::string small(const std::string& pipeline_keys, const std::string& last = "checksum") {

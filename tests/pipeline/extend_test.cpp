@@ -13,16 +13,21 @@
 #include "flowfeed/nodes/builtin.hpp"
 #include "flowfeed/nodes/synthetic.hpp"
 #include "flowfeed/pipeline.hpp"
+#include "tests/pipeline/int32_loader.hpp"
 
 namespace flowfeed {
 namespace {
 
 /// Sample s: x = {s, 2s, 3s} as int32 (scaled by `scale`), y = s % 2.
-class TripleLoader final : public LoaderNode {
+class TripleLoader final : public Int32Loader {
  public:
   explicit TripleLoader(const Params& params)
-      : samples_(static_cast<std::size_t>(params.get_int("samples"))),
-        scale_(static_cast<std::int32_t>(params.get_int("scale"))) {}
+      : Int32Loader(
+            static_cast<std::size_t>(params.get_int("samples")),
+            [scale = static_cast<std::int32_t>(params.get_int("scale"))](std::int32_t s, int j) {
+              return scale * s * (j + 1);
+            },
+            [](std::int32_t s) { return s % 2; }) {}
   static Schema schema() {
     Schema s;
     s.add_int("samples", "data set size").range(1, 1e6).make_required();
@@ -31,29 +36,6 @@ class TripleLoader final : public LoaderNode {
     s.add_bool("verbose", "say more", false);
     return s;
   }
-  void setup(BuildContext& context) override {
-    pool_ = &context.make_batch_pool("host", MemoryKind::pageable, context.layout().capacity(),
-                                     Allocator::host());
-  }
-  void process(Batch& batch) override {
-    batch.host = pool_->acquire();
-    auto* x = reinterpret_cast<std::int32_t*>(batch.tensor(Tier::host, 0));
-    auto* y = reinterpret_cast<std::int32_t*>(batch.tensor(Tier::host, 1));
-    for (std::size_t r = 0; r < batch.rows(); ++r) {
-      const auto s = static_cast<std::int32_t>(batch.samples[r]);
-      for (int j = 0; j < 3; ++j) x[r * 3 + j] = scale_ * s * (j + 1);
-      y[r] = s % 2;
-    }
-  }
-  std::size_t size() const override { return samples_; }
-  std::vector<TensorSpec> sample_tensors() const override {
-    return {{"x", DType::int32, {3}}, {"y", DType::int32, {}}};
-  }
-
- private:
-  std::size_t samples_;
-  std::int32_t scale_;
-  BufferPool* pool_ = nullptr;
 };
 
 /// Records x[r][0] and y[r] of every row it sees, from the newest tier.

@@ -26,12 +26,6 @@
 namespace flowfeed {
 namespace {
 
-Registry builtin_registry() {
-  Registry registry;
-  register_builtin_nodes(registry);
-  return registry;
-}
-
 RunReport run_yaml(const std::string& yaml, const Registry& registry, RunOptions options = {}) {
   Pipeline pipeline(load_config_string(yaml, registry), registry);
   return pipeline.run(options);

@@ -10,12 +10,6 @@
 namespace flowfeed {
 namespace {
 
-Registry builtins() {
-  Registry r;
-  register_builtin_nodes(r);
-  return r;
-}
-
 std::string chain(int load_conc, int stage_conc, int depth, bool ordered, const std::string& sink,
                   const std::string& extra_load = "") {
   return "pipeline: { epochs: 2, batch_size: 16, prefetch_depth: " + std::to_string(depth) +
@@ -42,7 +36,7 @@ class ThroughTheGraph : public ::testing::TestWithParam<Shape> {};
 
 TEST_P(ThroughTheGraph, EveryByteArrivesInOrderWithinTheBound) {
   const Shape s = GetParam();
-  Registry r = builtins();
+  Registry r = builtin_registry();
   Pipeline p(load_config_string(chain(s.load, s.stage, s.depth, s.ordered, "checksum"), r), r);
   RunReport report = p.run();
   // 1000 samples / 16 = 63 batches (the last has 8 rows), two epochs.
@@ -65,14 +59,14 @@ INSTANTIATE_TEST_SUITE_P(Shapes, ThroughTheGraph,
                                            Shape{8, 8, 32, true}));
 
 TEST(Pipeline, UnorderedRunsDeliverEverySampleOnce) {
-  Registry r = builtins();
+  Registry r = builtin_registry();
   // checksum checks each sample arrives once per epoch; it only checks order when ordered.
   Pipeline p(load_config_string(chain(4, 4, 8, false, "checksum"), r), r);
   EXPECT_EQ(p.run().samples, 2000u);
 }
 
 TEST(Pipeline, InFlightStaysWithinDepthUnderASlowSink) {
-  Registry r = builtins();
+  Registry r = builtin_registry();
   std::string yaml =
       "pipeline: { batch_size: 4, prefetch_depth: 3, device: host, threads: 4 }\n"
       "nodes:\n"
@@ -110,7 +104,7 @@ class FailureIn : public ::testing::TestWithParam<std::tuple<int, int>> {};
 
 TEST_P(FailureIn, AnyNodeEndsTheRunWithItsNameAndNothingLeaks) {
   const auto [position, at] = GetParam();
-  Registry r = builtins();
+  Registry r = builtin_registry();
   register_fail(r, "fail_transform", Role::transform);
   register_fail(r, "fail_train", Role::train);
   std::string yaml =
@@ -146,7 +140,7 @@ INSTANTIATE_TEST_SUITE_P(FirstMiddleLast, FailureIn,
                          ::testing::Combine(::testing::Values(0, 1), ::testing::Values(0, 9, 19)));
 
 TEST(Pipeline, RequestStopDrainsAndReportsInterrupted) {
-  Registry r = builtins();
+  Registry r = builtin_registry();
   std::string yaml =
       "pipeline: { batch_size: 4, prefetch_depth: 2, device: host }\n"
       "nodes:\n"
@@ -166,7 +160,7 @@ TEST(Pipeline, RequestStopDrainsAndReportsInterrupted) {
 }
 
 TEST(Pipeline, DatasetSmallerThanABatchWithDropLastIsAConfigError) {
-  Registry r = builtins();
+  Registry r = builtin_registry();
   std::string yaml =
       "pipeline: { batch_size: 64 }\nsampler: { drop_last: true }\n"
       "nodes:\n  - { name: load, type: synthetic, params: { samples: 10 } }\n"

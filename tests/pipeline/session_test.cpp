@@ -19,12 +19,6 @@
 namespace flowfeed {
 namespace {
 
-Registry builtins() {
-  Registry r;
-  register_builtin_nodes(r);
-  return r;
-}
-
 std::string at(int line) {
   return std::string(__FILE__) + ":" + std::to_string(line);
 }
@@ -54,7 +48,7 @@ void expect_synthetic_bytes(const Batch& b) {
 }
 
 TEST(Session, DeliversEveryBatchInOrderWithItsBytes) {
-  Registry registry = builtins();
+  Registry registry = builtin_registry();
   Pipeline pipeline = feeder(1000, 64, 4, 2).build(registry);
   Session session = pipeline.start();
   std::uint64_t expected_seq = 0;
@@ -85,7 +79,7 @@ TEST(Session, DeliversEveryBatchInOrderWithItsBytes) {
 }
 
 TEST(Session, TheCallerMayHoldBatchesUpToTheBound) {
-  Registry registry = builtins();
+  Registry registry = builtin_registry();
   Pipeline pipeline = feeder(64 * 20, 64, 3).build(registry);
   Session session = pipeline.start();
   std::vector<Batch*> held;
@@ -121,7 +115,7 @@ TEST(Session, TheCallerMayHoldBatchesUpToTheBound) {
 }
 
 TEST(Session, ReleaseRejectsForeignAndRepeatedBatches) {
-  Registry registry = builtins();
+  Registry registry = builtin_registry();
   Pipeline pipeline = feeder(64 * 4, 64, 2).build(registry);
   Session session = pipeline.start();
   Batch* b = session.next();
@@ -140,7 +134,7 @@ TEST(Session, ReleaseRejectsForeignAndRepeatedBatches) {
 }
 
 TEST(Session, TheCallersThreadRunsNoNode) {
-  Registry registry = builtins();
+  Registry registry = builtin_registry();
   std::mutex mutex;
   std::set<std::thread::id> node_threads;
   auto record = [&](Batch&) {
@@ -167,7 +161,7 @@ TEST(Session, TheCallersThreadRunsNoNode) {
 }
 
 TEST(Session, DestroyingItEarlyStopsAndDrains) {
-  Registry registry = builtins();
+  Registry registry = builtin_registry();
   Pipeline pipeline = feeder(64 * 200, 64, 6).build(registry);
   {
     Session session = pipeline.start();
@@ -190,7 +184,7 @@ TEST(Session, DestroyingItEarlyStopsAndDrains) {
 }
 
 TEST(Session, RethrowsANodeFailureFromNext) {
-  Registry registry = builtins();
+  Registry registry = builtin_registry();
   PipelineBuilder b;
   b.prefetch_depth(4);
   b.load("synthetic", {{"batches", 50}, {"sample_shape", {4}}});
@@ -230,7 +224,7 @@ TEST(Session, RethrowsANodeFailureFromNext) {
 }
 
 TEST(Session, AFailureWakesACallerThatHoldsBatches) {
-  Registry registry = builtins();
+  Registry registry = builtin_registry();
   PipelineBuilder b;
   b.prefetch_depth(4).ordered(false);
   b.load("synthetic", {{"batches", 50}, {"sample_shape", {4}}});
@@ -261,7 +255,7 @@ TEST(Session, AFailureWakesACallerThatHoldsBatches) {
 }
 
 TEST(Session, RequestStopEndsAfterTheBatchesInFlight) {
-  Registry registry = builtins();
+  Registry registry = builtin_registry();
   Pipeline pipeline = feeder(64 * 1000, 64, 4).build(registry);
   Session session = pipeline.start();
   std::uint64_t n = 0;
@@ -279,7 +273,7 @@ TEST(Session, RequestStopEndsAfterTheBatchesInFlight) {
 }
 
 TEST(Session, RequestAbortEndsAtOnce) {
-  Registry registry = builtins();
+  Registry registry = builtin_registry();
   Pipeline pipeline = feeder(64 * 100000, 64, 8).build(registry);
   Session session = pipeline.start();
   std::uint64_t n = 0;
@@ -295,7 +289,7 @@ TEST(Session, RequestAbortEndsAtOnce) {
 }
 
 TEST(Session, SkippedBatchesNeverReachTheCaller) {
-  Registry registry = builtins();
+  Registry registry = builtin_registry();
   PipelineBuilder b;
   b.prefetch_depth(4).on_error(OnError::skip, 2);
   b.load("synthetic", {{"batches", 12}, {"sample_shape", {4}}});
@@ -318,7 +312,7 @@ TEST(Session, SkippedBatchesNeverReachTheCaller) {
 }
 
 TEST(Session, AStalledGraphFailsNextAfterTheTimeout) {
-  Registry registry = builtins();
+  Registry registry = builtin_registry();
   PipelineBuilder b;
   b.prefetch_depth(2).stall_timeout(0.2);
   b.load("synthetic", {{"batches", 10}, {"sample_shape", {4}}});
@@ -343,7 +337,7 @@ TEST(Session, AStalledGraphFailsNextAfterTheTimeout) {
 }
 
 TEST(Session, StartNeedsModePull) {
-  Registry registry = builtins();
+  Registry registry = builtin_registry();
   PipelineConfig config = load_config_string(R"(
 pipeline: { epochs: 1 }
 nodes:
@@ -365,7 +359,7 @@ nodes:
 }
 
 TEST(Session, RunRefusesModePull) {
-  Registry registry = builtins();
+  Registry registry = builtin_registry();
   PipelineConfig config = load_config_string(R"(
 pipeline: { mode: pull }
 nodes:
@@ -394,7 +388,7 @@ nodes:
 }
 
 TEST(Session, ModePullMeansNoTrainNode) {
-  Registry registry = builtins();
+  Registry registry = builtin_registry();
   try {
     load_config_string(R"(
 pipeline: { mode: pull }
@@ -413,7 +407,7 @@ nodes:
 }
 
 TEST(Session, TheBuilderPicksModePullWithoutATrainNode) {
-  Registry registry = builtins();
+  Registry registry = builtin_registry();
   PipelineConfig pull = feeder(64, 64, 2).config(registry);
   EXPECT_EQ(pull.pipeline.mode, RunMode::pull);
   PipelineBuilder b = feeder(64, 64, 2);
@@ -433,7 +427,7 @@ TEST(Session, TheBuilderPicksModePullWithoutATrainNode) {
 }
 
 TEST(Session, OneRunOrSessionAtATime) {
-  Registry registry = builtins();
+  Registry registry = builtin_registry();
   Pipeline pipeline = feeder(64 * 10, 64, 2).build(registry);
   Session session = pipeline.start();
   try {
@@ -447,7 +441,7 @@ TEST(Session, OneRunOrSessionAtATime) {
 }
 
 TEST(Session, APipelineDestroyedFirstEndsItsSession) {
-  Registry registry = builtins();
+  Registry registry = builtin_registry();
   auto pipeline = std::make_unique<Pipeline>(feeder(64 * 100, 64, 4).build(registry));
   Session session = pipeline->start();
   Batch* b = session.next();
@@ -460,7 +454,7 @@ TEST(Session, APipelineDestroyedFirstEndsItsSession) {
 }
 
 TEST(Session, UnorderedDeliveryGivesEachBatchOnce) {
-  Registry registry = builtins();
+  Registry registry = builtin_registry();
   PipelineBuilder b = feeder(64 * 300, 64, 8);
   b.ordered(false);
   Pipeline pipeline = b.build(registry);
@@ -475,7 +469,7 @@ TEST(Session, UnorderedDeliveryGivesEachBatchOnce) {
 }
 
 TEST(Session, RefusesToStartWithoutAWorkerThread) {
-  Registry registry = builtins();
+  Registry registry = builtin_registry();
   Pipeline pipeline = feeder(64 * 4, 64, 2).build(registry);
   {
     // An application that holds TBB to one thread: the caller's thread runs no node in pull
@@ -501,7 +495,7 @@ TEST(Session, RefusesToStartWithoutAWorkerThread) {
 }
 
 TEST(Session, AMovedSessionKeepsRunning) {
-  Registry registry = builtins();
+  Registry registry = builtin_registry();
   Pipeline pipeline = feeder(64 * 6, 64, 2).build(registry);
   Session first = pipeline.start();
   first.release(first.next());

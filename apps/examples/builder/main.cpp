@@ -16,6 +16,8 @@
 #include <mutex>
 #include <vector>
 
+#include "../report_error.hpp"
+
 namespace {
 
 constexpr std::size_t kFeatures = 64;
@@ -106,11 +108,7 @@ int main() {
     std::cout << report.to_table();
     std::printf("checked %zu normalized samples, %zu values differed\n", checked, wrong);
     return checked == 2 * 5000 && wrong == 0 ? 0 : 1;
-  } catch (const flowfeed::ConfigError& e) {
-    std::cerr << e.what() << "\n";
-    return 2;
   } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    return 1;
+    return flowfeed::examples::report_error(e);
   }
 }

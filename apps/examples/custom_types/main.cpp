@@ -11,6 +11,8 @@
 #include <flowfeed/nodes/builtin.hpp>
 #include <iostream>
 
+#include "../report_error.hpp"
+
 namespace {
 
 /// Sample s has x[j] = (s * features + j) % 97 as float32 and y = s % 3.
@@ -125,11 +127,7 @@ int main(int argc, char** argv) {
                    report.extra.at("feature_rows") == static_cast<double>(samples * epochs)
                ? 0
                : 1;
-  } catch (const flowfeed::ConfigError& e) {
-    std::cerr << e.what() << "\n";
-    return 2;
   } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    return 1;
+    return flowfeed::examples::report_error(e);
   }
 }

@@ -22,6 +22,8 @@
 #include <iostream>
 #include <vector>
 
+#include "../report_error.hpp"
+
 namespace {
 
 constexpr int kFeatures = 28 * 28;
@@ -113,11 +115,7 @@ nodes:
       return 1;
     }
     return 0;
-  } catch (const flowfeed::ConfigError& e) {
-    std::cerr << e.what() << "\n";
-    return 2;
   } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    return 1;
+    return flowfeed::examples::report_error(e);
   }
 }

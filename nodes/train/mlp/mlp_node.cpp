@@ -5,6 +5,7 @@
 #include <cstring>
 #include <utility>
 
+#include "flowfeed/extend.hpp"
 #include "flowfeed/gauge.hpp"
 #include "flowfeed/nodes/dataset.hpp"
 #include "flowfeed/registry.hpp"
@@ -397,51 +398,48 @@ MlpParams MlpNode::params() const {
 }
 
 void register_mlp(Registry& registry) {
-  NodeType t;
-  t.name = "mlp";
-  t.role = Role::train;
-  t.doc =
-      "multilayer perceptron (ReLU, softmax cross-entropy, SGD with momentum): the CPU "
-      "reference on the host backend, cuBLAS on cuda";
-  t.schema
-      .add_int_list("hidden", "widths of the ReLU hidden layers", std::vector<std::int64_t>{256})
+  Schema schema;
+  schema.add_int_list("hidden", "widths of the ReLU hidden layers", std::vector<std::int64_t>{256})
       .range(1, 1 << 20);
-  t.schema.add_int("classes", "output classes; labels must be below this", 10).range(1, 1 << 20);
-  t.schema.add_number("lr", "SGD learning rate", 0.05).range(1e-12, 1e6);
-  t.schema.add_number("momentum", "heavy-ball momentum in [0, 1)", 0.0).range(0, 0.999999);
-  t.schema.add_int("seed", "weight initialisation seed (the same weights on CPU and GPU)", 1)
+  schema.add_int("classes", "output classes; labels must be below this", 10).range(1, 1 << 20);
+  schema.add_number("lr", "SGD learning rate", 0.05).range(1e-12, 1e6);
+  schema.add_number("momentum", "heavy-ball momentum in [0, 1)", 0.0).range(0, 0.999999);
+  schema.add_int("seed", "weight initialisation seed (the same weights on CPU and GPU)", 1)
       .range(0, 9.2e18);
-  t.schema.add_string("eval_images",
-                      "IDX test images, evaluated every eval_every epochs and at "
-                      "the end");
-  t.schema.add_string("eval_labels", "IDX test labels (with eval_images)");
-  t.schema.add_int("eval_every", "evaluate after every N-th epoch (and after the last)", 1)
+  schema.add_string("eval_images",
+                    "IDX test images, evaluated every eval_every epochs and at "
+                    "the end");
+  schema.add_string("eval_labels", "IDX test labels (with eval_images)");
+  schema.add_int("eval_every", "evaluate after every N-th epoch (and after the last)", 1)
       .range(1, 1e9);
-  t.schema
+  schema
       .add_int("steps_ahead",
                "cuda: most steps the host enqueues before it waits for the "
                "device (bounds run-ahead so stall_fraction reflects device time)",
                2)
       .range(1, 1024);
-  t.schema
+  schema
       .add_string("all_reduce",
                   "data-parallel gradient exchange: auto (none for one rank, else mpi on host, "
                   "nccl on cuda), none (one model per rank), mpi, nccl",
                   std::string("auto"))
       .one_of({"auto", "none", "mpi", "nccl"});
-  t.schema.add_string("nccl_id_file",
-                      "nccl without mpirun: rank 0 writes the NCCL id to this path, the other "
-                      "ranks read it (a fresh path per job)");
-  t.schema
+  schema.add_string("nccl_id_file",
+                    "nccl without mpirun: rank 0 writes the NCCL id to this path, the other "
+                    "ranks read it (a fresh path per job)");
+  schema
       .add_number("collective_timeout_s",
                   "most seconds a rank waits for the others (id file, NCCL init, a step's "
                   "all-reduce) before the run fails",
                   300.0)
       .range(0.001, 1e6);
-  t.create = [](const NodeSpec& spec) {
-    return std::make_unique<MlpNode>(MlpNode::options_from(spec), spec.name, spec.loc);
-  };
-  registry.set(std::move(t));
+  registry.set(factory_type(
+      "mlp", Role::train, std::move(schema),
+      [](const NodeSpec& spec) {
+        return std::make_unique<MlpNode>(MlpNode::options_from(spec), spec.name, spec.loc);
+      },
+      "multilayer perceptron (ReLU, softmax cross-entropy, SGD with momentum): the CPU "
+      "reference on the host backend, cuBLAS on cuda"));
 }
 
 }  // namespace flowfeed

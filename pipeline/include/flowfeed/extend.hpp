@@ -56,6 +56,12 @@ NodeType callable_type(std::string name, Role role, ProcessFn process, std::stri
 NodeType callable_type(std::string name, Role role, Schema schema,
                        std::function<ProcessFn(const Params& params)> make, std::string doc = {});
 
+/// A registry entry whose nodes `create` makes from the validated spec (its params with the
+/// schema's defaults filled in), e.g. a Node subclass built from options parsed out of the params.
+NodeType factory_type(std::string name, Role role, Schema schema,
+                      std::function<std::unique_ptr<Node>(const NodeSpec& spec)> create,
+                      std::string doc = {});
+
 /// A registry entry for your Node subclass `T`. Each pipeline gets a new `T`, constructed from
 /// `(const NodeSpec&)`, `(const Params&)` or `()`, whichever `T` has (in that order). `schema`
 /// declares the params YAML may set for it. A load type must derive from LoaderNode
@@ -67,24 +73,22 @@ NodeType node_type(std::string name, Role role, Schema schema = {}, std::string 
     throw std::invalid_argument("node type '" + name +
                                 "': a load type must derive from flowfeed::LoaderNode");
   }
-  NodeType type;
-  type.name = std::move(name);
-  type.role = role;
-  type.schema = std::move(schema);
-  type.doc = std::move(doc);
-  type.create = [](const NodeSpec& spec) -> std::unique_ptr<Node> {
-    if constexpr (std::is_constructible_v<T, const NodeSpec&>) {
-      return std::make_unique<T>(spec);
-    } else if constexpr (std::is_constructible_v<T, const Params&>) {
-      return std::make_unique<T>(spec.params);
-    } else {
-      static_assert(std::is_default_constructible_v<T>,
-                    "node_type<T>: T needs a constructor from (const NodeSpec&), (const Params&) "
-                    "or ()");
-      return std::make_unique<T>();
-    }
-  };
-  return type;
+  return factory_type(
+      std::move(name), role, std::move(schema),
+      [](const NodeSpec& spec) -> std::unique_ptr<Node> {
+        if constexpr (std::is_constructible_v<T, const NodeSpec&>) {
+          return std::make_unique<T>(spec);
+        } else if constexpr (std::is_constructible_v<T, const Params&>) {
+          return std::make_unique<T>(spec.params);
+        } else {
+          static_assert(
+              std::is_default_constructible_v<T>,
+              "node_type<T>: T needs a constructor from (const NodeSpec&), (const Params&) "
+              "or ()");
+          return std::make_unique<T>();
+        }
+      },
+      std::move(doc));
 }
 
 }  // namespace flowfeed

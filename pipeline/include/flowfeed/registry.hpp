@@ -38,6 +38,14 @@ struct NodeType {
   /// Creates the node from its validated spec. Called once per pipeline, and once per branch for
   /// the nodes that `pipeline.devices` replicates.
   std::function<std::unique_ptr<Node>(const NodeSpec& spec)> create;
+
+  /// Sets where the type runs and its counterpart on the other backend; returns the type (to
+  /// chain after node_type() or factory_type()).
+  NodeType& runs_on(TypeBackend where, std::string other = {}) {
+    backend = where;
+    counterpart = std::move(other);
+    return *this;
+  }
 };
 
 /// Node types by name. A registry is a plain value: build one, add the built-ins and your own

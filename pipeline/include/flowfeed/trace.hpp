@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace flowfeed {
@@ -94,5 +95,9 @@ class Trace {
   double seconds_ = 0;
   std::string config_;
 };
+
+/// Escapes text for SVG (XML) text and attribute values: & < > " become entities, control
+/// characters other than newline and tab are dropped. The one escaper of flowfeed's pictures.
+std::string escape_svg(std::string_view text);
 
 }  // namespace flowfeed

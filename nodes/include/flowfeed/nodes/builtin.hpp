@@ -10,6 +10,8 @@ namespace flowfeed {
 /// Every built-in type: load, staging, upload and train families, and the CUDA family (real types
 /// when built with CUDA, placeholders that fail validation otherwise).
 void register_builtin_nodes(Registry& registry);
+/// A registry holding every built-in type (register_builtin_nodes on an empty one).
+Registry builtin_registry();
 
 /// `synthetic`, `memory`, `idx`, `npy`.
 void register_load_nodes(Registry& registry);

@@ -1,0 +1,40 @@
+#pragma once
+// What the host stand-ins for the CUDA staging and upload nodes do: copy each batch into a pooled
+// host buffer of the next tier. host_staging, host_upload and the fault-injecting test types
+// share it.
+
+#include <cstring>
+
+#include "flowfeed/node.hpp"
+#include "flowfeed/pool.hpp"
+
+namespace flowfeed {
+
+/// A pool of per-batch host buffers standing for tier `to` (staging or device), and the copy of a
+/// batch into one of them.
+class HostCopy {
+ public:
+  explicit HostCopy(Tier to) : to_(to) {}
+  /// Makes the pool: one pageable buffer per batch in flight, named after the tier.
+  void setup(BuildContext& context) {
+    pool_ =
+        &context.make_batch_pool(to_ == Tier::staging ? "staging" : "device", MemoryKind::pageable,
+                                 context.layout().capacity(), Allocator::host());
+  }
+  /// Copies the batch (from its host buffer into staging; from staging, else host, into device)
+  /// and gives back the buffers it came from.
+  void copy(Batch& batch) {
+    Lease out = pool_->acquire();
+    const Tier from = to_ == Tier::device && batch.staging ? Tier::staging : Tier::host;
+    std::memcpy(out.data(), batch.data(from), batch.bytes());
+    batch.lease(to_) = std::move(out);
+    if (to_ == Tier::device) batch.staging.reset();
+    batch.host.reset();
+  }
+
+ private:
+  Tier to_;
+  BufferPool* pool_ = nullptr;
+};
+
+}  // namespace flowfeed
