@@ -3,13 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <ostream>
 #include <sstream>
 #include <tuple>
 
 #include "flowfeed/error.hpp"
+#include "flowfeed/output.hpp"
 
 namespace flowfeed {
 
@@ -379,14 +379,13 @@ void Trace::write_timeline_svg(std::ostream& out, const TimelineOptions& options
 }
 
 void Trace::save(const std::string& path, bool svg) const {
-  std::ofstream out(path, std::ios::binary);
+  std::ostringstream out;
   if (svg) {
     write_timeline_svg(out);
   } else {
     write_chrome_trace(out);
   }
-  out.flush();
-  if (!out) throw Error("cannot write " + path + " (check the directory exists and is writable)");
+  write_output_file(path, out.str(), svg ? "timeline" : "trace");
 }
 
 }  // namespace flowfeed
