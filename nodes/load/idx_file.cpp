@@ -48,36 +48,24 @@ bool ends_with(std::string_view s, std::string_view suffix) {
 size_t idx_type_size(uint8_t code) {
   switch (code) {
     case 0x08:
-    case 0x09:
-      return 1;
-    case 0x0B:
-      return 2;
+    case 0x09: return 1;
+    case 0x0B: return 2;
     case 0x0C:
-    case 0x0D:
-      return 4;
-    case 0x0E:
-      return 8;
-    default:
-      return 0;
+    case 0x0D: return 4;
+    case 0x0E: return 8;
+    default: return 0;
   }
 }
 
 const char* idx_type_name(uint8_t code) {
   switch (code) {
-    case 0x08:
-      return "unsigned byte";
-    case 0x09:
-      return "signed byte";
-    case 0x0B:
-      return "short";
-    case 0x0C:
-      return "int";
-    case 0x0D:
-      return "float";
-    case 0x0E:
-      return "double";
-    default:
-      return "unknown";
+    case 0x08: return "unsigned byte";
+    case 0x09: return "signed byte";
+    case 0x0B: return "short";
+    case 0x0C: return "int";
+    case 0x0D: return "float";
+    case 0x0E: return "double";
+    default: return "unknown";
   }
 }
 
@@ -406,6 +394,11 @@ IdxDataset load_idx_dataset(const std::string& images_path, const std::string& l
                             std::to_string(i) + " (num_classes is " + std::to_string(num_classes) +
                             ")");
     }
+  }
+  if (images.dims[1] == 0 || images.dims[2] == 0) {
+    fail(images_path, "each image holds no pixels (" + dims_text(images.dims) +
+                          ": rows or columns are 0) use an image file with images of at least "
+                          "1 x 1");
   }
   IdxDataset out;
   out.count = images.dims[0];

@@ -11,6 +11,7 @@
 #endif
 
 #include "flowfeed/error.hpp"
+#include "flowfeed/memory_budget.hpp"
 #include "flowfeed/pool.hpp"
 
 namespace flowfeed {
@@ -51,7 +52,19 @@ void MemoryLoader::setup(BuildContext& context) {
   slices_ = (size_ + batch_size_ - 1) / batch_size_;
   const std::size_t stride = (layout.capacity() + BatchLayout::kAlignment - 1) /
                              BatchLayout::kAlignment * BatchLayout::kAlignment;
-  bytes_ = slices_ * stride;
+  const auto bytes = checked_mul(slices_, stride);
+  const std::string keys = c.samples > 0 ? "nodes[0].params.samples, nodes[0].params.sample_shape"
+                                         : "nodes[0].params.batches, nodes[0].params.sample_shape";
+  if (!bytes) {
+    throw ConfigError({context.spec().loc.str() + ": " + keys + ": the data set of " +
+                       std::to_string(size_) + " samples would take more than 16 EiB lower " +
+                       keys});
+  }
+  bytes_ = *bytes;
+  context.claim_memory(options_.pin && context.backend() == Backend::cuda && pinning_.pin
+                           ? MemoryKind::pinned
+                           : MemoryKind::pageable,
+                       bytes_, "the data set (" + std::to_string(size_) + " samples)", keys);
   data_ = static_cast<std::byte*>(::operator new(bytes_, kPageAlignment));
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
   // Before the first touch below; a hint only (no huge pages when THP is off).
@@ -85,6 +98,7 @@ void MemoryLoader::setup(BuildContext& context) {
   std::byte* base = data_;
   Allocator slices{[base, stride, next](std::size_t) -> void* { return base + (*next)++ * stride; },
                    [](void*) {}};
+  slices.owns_memory = false;  // claimed above, as the data set
   pool_ = &context.make_pool("data", pinned_ ? MemoryKind::pinned : MemoryKind::pageable, slices_,
                              layout.capacity(), std::move(slices));
 }
