@@ -10,6 +10,7 @@
 #include <sys/mman.h>
 #endif
 
+#include "flowfeed/config.hpp"
 #include "flowfeed/error.hpp"
 #include "flowfeed/memory_budget.hpp"
 #include "flowfeed/pool.hpp"
@@ -137,6 +138,23 @@ NodeType memory_node_type(HostPinning pinning) {
                     true);
   t.create = [pinning = std::move(pinning)](const NodeSpec& spec) {
     return std::make_unique<MemoryLoader>(MemoryLoader::options_from(spec.params), pinning);
+  };
+  // Batch k is slice k: only a sequential, unsharded sampler asks for slices.
+  t.check = [](const NodeSpec& spec, const PipelineConfig& config) {
+    std::vector<ConfigProblem> out;
+    const std::string why =
+        " (the memory loader '" + spec.name +
+        "' serves batch k as the pre-batched slice of samples [k*batch_size, (k+1)*batch_size))";
+    if (config.sampler.shuffle) {
+      out.push_back({"sampler.shuffle", "true does not fit" + why +
+                                            " set sampler.shuffle: false, or use the "
+                                            "synthetic loader"});
+    }
+    if (config.sampler.world > 1) {
+      out.push_back({"sampler.world", std::to_string(config.sampler.world) + " shards do not fit" +
+                                          why + " run one process, or use the synthetic loader"});
+    }
+    return out;
   };
   return t;
 }
