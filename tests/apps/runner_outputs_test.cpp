@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -133,6 +134,27 @@ TEST(RunnerArguments, RangeErrorsShowTheBoundsAndTellANonNumberApart) {
   EXPECT_EQ(zero.err(),
             "--trace-limit: '0' is out of range (must be between 1 and 1000000000)\n"
             "Run with --help for more information.\n");
+}
+
+TEST(RunnerMemory, APipelineThatDoesNotFitFailsAtBuildWithExit2) {
+  // The figure the build reads, lowered for the child (inherited through the environment).
+  setenv("FLOWFEED_AVAILABLE_MEMORY", "1G", 1);
+  Runner r({write_config("memory",
+                         "pipeline: { epochs: 1, batch_size: 64, prefetch_depth: 8, device: host "
+                         "}\n"
+                         "nodes:\n"
+                         "  - { name: load, type: synthetic, params: { batches: 4, sample_shape: "
+                         "[1024, 1024] } }\n"
+                         "  - { name: train, type: discard }\n"),
+            "--quiet"});
+  unsetenv("FLOWFEED_AVAILABLE_MEMORY");
+  EXPECT_EQ(r.wait(kExitBound), 2);
+  EXPECT_EQ(r.err(), temp_path("memory.yaml") +
+                         ":3:5: pipeline.prefetch_depth, pipeline.batch_size: pool 'load.host' (8 "
+                         "buffers of 256.0 MiB) needs 2.0 GiB of host memory, and 1.0 GiB is "
+                         "available (FLOWFEED_AVAILABLE_MEMORY; the process would be killed for "
+                         "want of memory mid-run) lower pipeline.prefetch_depth, "
+                         "pipeline.batch_size\n");
 }
 
 /// True once `pid` has a handler installed for `sig` (its SigCgt mask in /proc).

@@ -10,8 +10,12 @@
 #include <string>
 
 #include "flowfeed/batch.hpp"
+#include "flowfeed/config.hpp"
 #include "flowfeed/error.hpp"
+#include "flowfeed/nodes/builtin.hpp"
+#include "flowfeed/pipeline.hpp"
 #include "flowfeed/pool.hpp"
+#include "flowfeed/registry.hpp"
 
 namespace flowfeed {
 namespace {
@@ -122,6 +126,60 @@ TEST(BufferPool, AFailedAllocationNamesThePoolItsKindAndSize) {
                  "pool 'stage.pinned' (pinned memory): cannot allocate buffer 3 of 8 (8 buffers "
                  "of 3145728 bytes = 24.0 MiB): out of memory (std::bad_alloc)");
   }
+}
+
+/// The ConfigError building `yaml` throws (validation passes: the problem is found at build).
+std::string build_error(const std::string& yaml) {
+  Registry r;
+  register_builtin_nodes(r);
+  const PipelineConfig config = load_config_string(yaml, r, {}, "m.yaml");
+  try {
+    Pipeline p(config, r);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "(built)";
+}
+
+TEST(MemoryCheck, PoolsBeyondTheAvailableMemoryFailTheBuildBeforeTheyAreAllocated) {
+  // 8 pools of 256 MiB would be 2 GiB per stage; the check refuses them unallocated.
+  ScopedEnv env("FLOWFEED_AVAILABLE_MEMORY", "3G");
+  EXPECT_EQ(build_error("pipeline: { epochs: 1, batch_size: 64, prefetch_depth: 8, device: host }\n"
+                        "nodes:\n"
+                        "  - { name: load, type: synthetic, params: { batches: 4, sample_shape: "
+                        "[1024, 1024] } }\n"
+                        "  - { name: stage, type: host_staging }\n"
+                        "  - { name: upload, type: host_upload }\n"
+                        "  - { name: train, type: discard }\n"),
+            "m.yaml:4:5: pipeline.prefetch_depth, pipeline.batch_size: pool 'stage.staging' (8 "
+            "buffers of 256.0 MiB) needs 2.0 GiB of host memory, and 3.0 GiB is available "
+            "(FLOWFEED_AVAILABLE_MEMORY, 2.0 GiB of it already claimed by the pools and data sets "
+            "before it; the process would be killed for want of memory mid-run) lower "
+            "pipeline.prefetch_depth, pipeline.batch_size");
+}
+
+TEST(MemoryCheck, ADataSetHeldWholeIsClaimedByItsLoader) {
+  ScopedEnv env("FLOWFEED_AVAILABLE_MEMORY", "1G");
+  EXPECT_EQ(build_error("pipeline: { epochs: 1, batch_size: 64, device: host }\n"
+                        "nodes:\n"
+                        "  - { name: load, type: memory, params: { samples: 2000000, "
+                        "sample_shape: [784] } }\n"
+                        "  - { name: train, type: discard }\n"),
+            "m.yaml:3:5: nodes[0].params.samples, nodes[0].params.sample_shape: the data set "
+            "(2000000 samples) of node 'load' needs 5.8 GiB of host memory, and 1.0 GiB is "
+            "available (FLOWFEED_AVAILABLE_MEMORY; the process would be killed for want of memory "
+            "mid-run) lower nodes[0].params.samples, nodes[0].params.sample_shape");
+}
+
+TEST(MemoryCheck, ASampleShapeWhoseSizeOverflowsIsAConfigErrorNotASmallBuffer) {
+  EXPECT_EQ(build_error("pipeline: { epochs: 1, batch_size: 64, device: host }\n"
+                        "nodes:\n"
+                        "  - { name: load, type: synthetic, params: { batches: 2, sample_shape: "
+                        "[1000000000, 1000000000, 1000000000], dtype: int64 } }\n"
+                        "  - { name: train, type: discard }\n"),
+            "m.yaml:3:5: nodes[0].params: a batch of 64 samples of x [1000000000, 1000000000, "
+            "1000000000] int64, y [] int32 would take more than 16 EiB (its size overflows 64 "
+            "bits) use a smaller sample shape or pipeline.batch_size");
 }
 
 }  // namespace
