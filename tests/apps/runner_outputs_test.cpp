@@ -157,35 +157,60 @@ TEST(RunnerMemory, APipelineThatDoesNotFitFailsAtBuildWithExit2) {
                          "pipeline.batch_size\n");
 }
 
-/// True once `pid` has a handler installed for `sig` (its SigCgt mask in /proc).
-bool catches(pid_t pid, int sig) {
-  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-  for (std::string line; std::getline(status, line);) {
-    if (line.rfind("SigCgt:", 0) == 0) {
-      return (std::stoull(line.substr(7), nullptr, 16) >> (sig - 1)) & 1;
-    }
+/// True once `pid` is blocked opening a FIFO that has no writer (its wait channel in /proc).
+bool waits_for_a_writer(pid_t pid) {
+  std::ifstream wchan("/proc/" + std::to_string(pid) + "/wchan");
+  std::string where;
+  std::getline(wchan, where);
+  return where == "wait_for_partner";
+}
+
+/// Waits (up to 30 s) until the runner blocks on a FIFO, then sends SIGTERM; returns its exit code
+/// and checks that it ended promptly.
+int terminate_while_blocked(Runner& r) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!waits_for_a_writer(r.pid()) && std::chrono::steady_clock::now() < end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  return false;
+  EXPECT_TRUE(waits_for_a_writer(r.pid()));
+  const auto sent = std::chrono::steady_clock::now();
+  r.signal(SIGTERM);
+  const int code = r.wait(kExitBound);
+  EXPECT_LT(std::chrono::steady_clock::now() - sent, std::chrono::seconds(10));
+  return code;
 }
 
 TEST(RunnerSignal, SigtermWhileTheConfigIsReadExits143SayingWhatWasInterrupted) {
-  // A FIFO nobody writes to: open() blocks until the signal comes.
+  // A FIFO nobody writes to: open() blocks until the signal comes. It is not reported as an
+  // interrupted system call.
   const std::string fifo = temp_path("config.fifo");
   std::remove(fifo.c_str());
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
   Runner r({fifo, "--quiet"});
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (!catches(r.pid(), SIGTERM) && std::chrono::steady_clock::now() < end) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  const auto sent = std::chrono::steady_clock::now();
-  r.signal(SIGTERM);
-  EXPECT_EQ(r.wait(kExitBound), 143);
-  EXPECT_LT(std::chrono::steady_clock::now() - sent, std::chrono::seconds(10));
+  EXPECT_EQ(terminate_while_blocked(r), 143);
   EXPECT_EQ(r.err(),
             "pipeline_runner: SIGTERM while reading the config: stopped before the pipeline was "
             "built\n");
+  std::remove(fifo.c_str());
+}
+
+TEST(RunnerSignal, SigtermWhileThePipelineIsBuiltExits143SayingWhatWasInterrupted) {
+  // The config is valid; building it opens the data file, a FIFO nobody writes to.
+  const std::string fifo = temp_path("features.fifo");
+  std::remove(fifo.c_str());
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  Runner r({write_config("slow_build",
+                         "pipeline: { epochs: 1, batch_size: 4, device: host }\n"
+                         "nodes:\n"
+                         "  - { name: load, type: npy, params: { features: " +
+                             fifo + ", labels: " + fifo +
+                             " } }\n"
+                             "  - { name: train, type: discard }\n"),
+            "--quiet"});
+  EXPECT_EQ(terminate_while_blocked(r), 143);
+  EXPECT_EQ(r.err(),
+            "pipeline_runner: SIGTERM while building the pipeline: stopped before the run "
+            "started\n");
   std::remove(fifo.c_str());
 }
 
