@@ -75,7 +75,7 @@ TEST(ConfigLimits, AFileLargerThanAnyConfigIsRefusedUnread) {
   ASSERT_EQ(truncate(path.c_str(), 17 << 20), 0);
   EXPECT_EQ(file_error(path),
             path +
-                ": the file holds 17.0 MiB, too large for a config (a config holds at most 16.0 "
+                ": the file holds 17.0 MiB, too large for a config (a config holds at most 1.0 "
                 "MiB; the largest example config is 2 KiB) check that this is the config file");
   std::remove(path.c_str());
 }

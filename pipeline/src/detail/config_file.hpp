@@ -6,8 +6,9 @@
 
 namespace flowfeed::detail {
 
-/// The most bytes a config file may hold (16 MiB: the largest config in configs/ is 2 KiB).
-constexpr std::size_t kMaxConfigBytes = std::size_t{16} << 20;
+/// The most bytes a config file may hold (1 MiB: the largest config in configs/ is 2 KiB, and
+/// yaml-cpp takes ~90 bytes of memory per byte of a file of many small keys).
+constexpr std::size_t kMaxConfigBytes = std::size_t{1} << 20;
 
 /// Reads the config file at `path` whole. Throws ConfigError, with a message of its own, for a
 /// path that cannot be opened, a directory, a character or block device (`/dev/zero`,
