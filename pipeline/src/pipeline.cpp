@@ -60,8 +60,8 @@ class Context final : public BuildContext {
                                 format_bytes(bytes) + ")",
                             stage_.spec.loc.str(), keys});
     }
-    impl_.pools_.push_back(std::make_unique<BufferPool>(stage_.spec.name + "." + name, kind, count,
-                                                        bytes, std::move(allocator)));
+    impl_.pools_.push_back(
+        std::make_unique<BufferPool>(pool, kind, count, bytes, std::move(allocator)));
     return *impl_.pools_.back();
   }
   void claim_memory(MemoryKind kind, std::uint64_t bytes, const std::string& what,
