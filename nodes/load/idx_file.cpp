@@ -48,24 +48,36 @@ bool ends_with(std::string_view s, std::string_view suffix) {
 size_t idx_type_size(uint8_t code) {
   switch (code) {
     case 0x08:
-    case 0x09: return 1;
-    case 0x0B: return 2;
+    case 0x09:
+      return 1;
+    case 0x0B:
+      return 2;
     case 0x0C:
-    case 0x0D: return 4;
-    case 0x0E: return 8;
-    default: return 0;
+    case 0x0D:
+      return 4;
+    case 0x0E:
+      return 8;
+    default:
+      return 0;
   }
 }
 
 const char* idx_type_name(uint8_t code) {
   switch (code) {
-    case 0x08: return "unsigned byte";
-    case 0x09: return "signed byte";
-    case 0x0B: return "short";
-    case 0x0C: return "int";
-    case 0x0D: return "float";
-    case 0x0E: return "double";
-    default: return "unknown";
+    case 0x08:
+      return "unsigned byte";
+    case 0x09:
+      return "signed byte";
+    case 0x0B:
+      return "short";
+    case 0x0C:
+      return "int";
+    case 0x0D:
+      return "float";
+    case 0x0E:
+      return "double";
+    default:
+      return "unknown";
   }
 }
 
