@@ -15,7 +15,6 @@
 // 2 bad arguments, 3 the scenario needs a CUDA device (or a CUDA build) that is not there.
 #include <CLI/CLI.hpp>
 #include <cstdio>
-#include <fstream>
 #include <functional>
 #include <iostream>
 #include <string>
@@ -23,6 +22,7 @@
 #include <vector>
 
 #include "bench.hpp"
+#include "flowfeed/output.hpp"
 
 namespace {
 
@@ -126,10 +126,10 @@ int main(int argc, char** argv) {
   }
   bench.print_results();
   if (!json_path.empty()) {
-    std::ofstream out(json_path);
-    out << bench.to_json().dump(2) << "\n";
-    if (!out) {
-      std::cerr << "pipeline_bench: cannot write " << json_path << "\n";
+    try {
+      flowfeed::write_output_file(json_path, bench.to_json().dump(2) + "\n", "results");
+    } catch (const std::exception& e) {
+      std::cerr << "pipeline_bench: " << e.what() << "\n";
       return 1;
     }
   }

@@ -5,11 +5,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <sstream>
 #include <stdexcept>
 
 #include "flowfeed/trace.hpp"
+#include "flowfeed/output.hpp"
 
 namespace flowfeed::bench {
 
@@ -119,9 +119,7 @@ void write_scaling_svg(const std::string& path, const std::vector<ScalingSeries>
   svg << "<text x=\"" << num(kLeft + configs.size() * 200) << "\" y=\"" << num(kTop + kPanelH + 74)
       << "\">circle: knee (smallest depth reaching 95% of the best)</text>\n"
       << "</svg>\n";
-  std::ofstream out(path);
-  out << svg.str();
-  if (!out) throw std::runtime_error("scaling: cannot write " + path);
+  write_output_file(path, svg.str(), "scaling chart");
 }
 
 }  // namespace flowfeed::bench

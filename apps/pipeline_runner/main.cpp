@@ -1,18 +1,21 @@
 // pipeline_runner CONFIG [--set key.path=value]... [--epochs N] [--report FILE.json]
 //                 [--timeline FILE.svg] [--trace FILE.json] [--trace-limit N] [--no-stats]
 //                 [--resident | --compare-resident] [--enable-fault-nodes] [--quiet]
-// Exit codes: 0 done, 1 run-time failure, 2 config error, 130/143 stopped by SIGINT/SIGTERM.
-// The first SIGINT/SIGTERM stops the source and drains the batches in flight, then prints the
-// summary so far; a second one cancels the graph; if the run still has not ended
-// kAbortGraceSeconds later (a node stuck in a call that never returns), the process exits anyway.
+// Exit codes: 0 done, 1 run-time failure (a write error included), 2 config error, 130/143
+// stopped by SIGINT/SIGTERM.
+// A SIGINT/SIGTERM while the config is read or the pipeline built ends the process at once, with a
+// line saying what was interrupted. During a run the first one stops the source and drains the
+// batches in flight, then prints the summary so far; a second one cancels the graph; if the run
+// still has not ended kAbortGraceSeconds later (a node stuck in a call that never returns), the
+// process exits anyway.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <atomic>
+#include <charconv>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -22,6 +25,7 @@
 #include "flowfeed/flowfeed.hpp"
 #include "flowfeed/nodes/builtin.hpp"
 #include "flowfeed/nodes/resident.hpp"
+#include "flowfeed/output.hpp"
 #include "testing/fault_nodes.hpp"
 
 namespace {
@@ -31,14 +35,32 @@ using flowfeed::apps::steady_steps_per_second;
 
 constexpr unsigned kAbortGraceSeconds = 2;
 
+/// What the process is doing, for the signal handler.
+enum Phase : int { kLoading, kBuilding, kRunning, kFinishing };
+
 std::atomic<flowfeed::Pipeline*> g_pipeline{nullptr};
+volatile std::sig_atomic_t g_phase = kLoading;
 volatile std::sig_atomic_t g_first_signal = 0;
 volatile std::sig_atomic_t g_signals = 0;
+
+void say(const char* message) {
+  ssize_t ignored = write(STDERR_FILENO, message, std::strlen(message));
+  (void)ignored;
+}
 
 // Only async-signal-safe calls here: atomic stores (request_stop/abort), alarm, write, _exit.
 void on_signal(int sig) {
   if (g_signals == 0) g_first_signal = sig;
   g_signals = g_signals + 1;
+  const int phase = g_phase;
+  if (phase == kLoading || phase == kBuilding) {
+    // Nothing has run and nothing is written yet: there is nothing to drain or save.
+    const bool term = sig == SIGTERM;
+    say(term ? "pipeline_runner: SIGTERM" : "pipeline_runner: SIGINT");
+    say(phase == kLoading ? " while reading the config: stopped before the pipeline was built\n"
+                          : " while building the pipeline: stopped before the run started\n");
+    _exit(128 + sig);
+  }
   flowfeed::Pipeline* pipeline = g_pipeline.load();
   if (g_signals == 1) {
     if (pipeline) pipeline->request_stop();
@@ -49,11 +71,11 @@ void on_signal(int sig) {
 }
 
 void on_alarm(int) {
-  static const char message[] =
-      "pipeline_runner: the run did not end within 2 s of the abort (a node is stuck in a call "
-      "that does not return); exiting\n";
-  ssize_t ignored = write(STDERR_FILENO, message, sizeof message - 1);
-  (void)ignored;
+  say(g_phase == kRunning
+          ? "pipeline_runner: the run did not end within 2 s of the abort (a node is stuck in a "
+            "call that does not return); exiting\n"
+          : "pipeline_runner: the outputs were not written within 2 s of the second signal; "
+            "exiting\n");
   _exit(128 + (g_first_signal ? static_cast<int>(g_first_signal) : SIGINT));
 }
 
@@ -66,6 +88,27 @@ void install_signal_handlers() {
   sigaction(SIGTERM, &action, nullptr);
   action.sa_handler = on_alarm;
   sigaction(SIGALRM, &action, nullptr);
+}
+
+/// A CLI11 check that an integer option lies in [min, max], with a message that shows the
+/// bounds as written and says what was wrong with a value that is not a number at all.
+CLI::Validator int_range(long long min, long long max) {
+  return CLI::Validator(
+      [min, max](std::string& text) -> std::string {
+        long long v = 0;
+        const char* b = text.data();
+        const char* e = b + text.size();
+        auto [p, ec] = std::from_chars(b, e, v);
+        if (ec == std::errc::invalid_argument || p != e || b == e) {
+          return "'" + text + "' is not a whole number";
+        }
+        if (ec == std::errc::result_out_of_range || v < min || v > max) {
+          return "'" + text + "' is out of range (must be between " + std::to_string(min) +
+                 " and " + std::to_string(max) + ")";
+        }
+        return "";
+      },
+      "INT in [" + std::to_string(min) + " - " + std::to_string(max) + "]", "int_range");
 }
 
 /// One line per epoch, then the final figures, for a run whose train node reports them.
@@ -110,7 +153,7 @@ int main(int argc, char** argv) {
   bool compare_resident = false;
   app.add_option("config", config_path, "pipeline YAML file");
   app.add_option("--set", overrides, "override a config value: key.path=value (nodes by name)");
-  app.add_option("--epochs", epochs, "override pipeline.epochs")->check(CLI::PositiveNumber);
+  app.add_option("--epochs", epochs, "override pipeline.epochs")->check(int_range(1, 1000000));
   app.add_option("--report", report_path, "write the run report as JSON to this file");
   app.add_option("--timeline", timeline_path,
                  "write an SVG timeline of the run (a lane per node and stream, a bar per batch)");
@@ -118,7 +161,7 @@ int main(int argc, char** argv) {
                  "write a Chrome trace-event JSON file (open in Perfetto or chrome://tracing)");
   app.add_option("--trace-limit", trace_limit,
                  "batches kept for --timeline/--trace; longer runs keep an even sample")
-      ->check(CLI::PositiveNumber);
+      ->check(int_range(1, 1000000000));
   app.add_flag("--no-stats", no_stats,
                "skip the sampled wait figures, queue high-water marks and the verdict");
   app.add_flag("--quiet,-q", quiet, "print nothing but errors");
@@ -150,9 +193,17 @@ int main(int argc, char** argv) {
   }
   if (epochs > 0) overrides.push_back("pipeline.epochs=" + std::to_string(epochs));
 
-  // Installed before the pipeline is built, so that a signal during a long build is not lost: the
-  // run then stops at once.
+  // Installed before the config is read, so that a signal at any moment is handled.
   install_signal_handlers();
+  try {
+    // Checked now, not after a run of hours.
+    if (!report_path.empty()) flowfeed::check_output_path(report_path, "report");
+    if (!timeline_path.empty()) flowfeed::check_output_path(timeline_path, "timeline");
+    if (!trace_path.empty()) flowfeed::check_output_path(trace_path, "trace");
+  } catch (const std::exception& e) {
+    std::cerr << "pipeline_runner: " << e.what() << "\n";
+    return 1;
+  }
   try {
     flowfeed::PipelineConfig config = flowfeed::load_config_file(config_path, registry, overrides);
     if (resident) config = flowfeed::resident_config(config, registry);
@@ -174,12 +225,16 @@ int main(int argc, char** argv) {
       if (!trace_path.empty()) trace->save(trace_path, false);
     };
     auto run = [&](flowfeed::PipelineConfig c, const char* label) {
+      g_phase = kBuilding;
       flowfeed::Pipeline pipeline(std::move(c), registry);
       struct Unpublish {
-        ~Unpublish() { g_pipeline = nullptr; }
+        ~Unpublish() {
+          g_pipeline = nullptr;
+          g_phase = kFinishing;
+        }
       } unpublish;  // destroyed before the pipeline, on every path
       g_pipeline = &pipeline;
-      if (g_signals > 0) pipeline.request_stop();  // a signal came while the pipeline was built
+      g_phase = kRunning;
       flowfeed::RunReport r;
       try {
         r = pipeline.run(options);
@@ -218,12 +273,17 @@ int main(int argc, char** argv) {
       report.interrupted = base.interrupted;
     }
     if (!report_path.empty()) {
-      std::ofstream out(report_path);
-      out << report.to_json() << "\n";
-      if (!out) {
-        std::cerr << "pipeline_runner: cannot write report " << report_path << "\n";
-        return 1;
-      }
+      flowfeed::write_output_file(report_path, report.to_json() + "\n", "report");
+    }
+    if (report.skipped_batches > 0) {
+      // On stderr, so that --quiet does not hide that data was left out.
+      std::cerr << "pipeline_runner: " << report.skipped_batches << " of "
+                << report.skipped_batches + report.batches
+                << " batches skipped (pipeline.on_error: skip); "
+                << (report_path.empty()
+                        ? std::string("run with --report FILE.json to list the first 20 errors")
+                        : "the first 20 errors are under \"warnings\" in " + report_path)
+                << "\n";
     }
     if (report.interrupted) {
       return 128 + (g_first_signal ? static_cast<int>(g_first_signal) : SIGINT);

@@ -54,6 +54,20 @@ int device_count() noexcept {
   return n;
 }
 
+std::optional<std::uint64_t> device_free_memory(int device) noexcept {
+  int previous = 0;
+  if (cudaGetDevice(&previous) != cudaSuccess || cudaSetDevice(device) != cudaSuccess) {
+    cudaGetLastError();
+    return std::nullopt;
+  }
+  std::size_t free = 0, total = 0;
+  const bool ok = cudaMemGetInfo(&free, &total) == cudaSuccess;
+  if (!ok) cudaGetLastError();
+  if (cudaSetDevice(previous) != cudaSuccess) cudaGetLastError();
+  if (!ok) return std::nullopt;
+  return free;
+}
+
 std::string device_description(int device) {
   cudaDeviceProp prop{};
   if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "flowfeed/error.hpp"
@@ -39,6 +40,8 @@ inline void check(cudaError_t error, const char* call) {
 
 /// Visible CUDA devices; 0 when the runtime reports an error (35: no driver, 100: no device, ...).
 int device_count() noexcept;
+/// Free memory on `device` (cudaMemGetInfo), or nullopt when it cannot be read.
+std::optional<std::uint64_t> device_free_memory(int device) noexcept;
 /// "cuda:N (<device name>)"; "cuda:N" when the name cannot be read.
 std::string device_description(int device);
 /// cudaSetDevice, checked.

@@ -39,6 +39,7 @@ void register_cuda_nodes(Registry& registry) {
   register_device_discard(registry);
   registry.set(memory_node_type(cuda_host_pinning()));
   registry.set_device_probe([] { return cuda::device_count(); });
+  registry.set_device_memory_probe([](int device) { return cuda::device_free_memory(device); });
   registry.set_cuda_built(true);
 }
 

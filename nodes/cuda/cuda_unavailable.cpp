@@ -25,6 +25,7 @@ void register_cuda_placeholders(Registry& registry) {
     registry.set(std::move(t));
   }
   registry.set_device_probe(nullptr);
+  registry.set_device_memory_probe(nullptr);
   registry.set_cuda_built(false);
 }
 

@@ -394,6 +394,11 @@ IdxDataset load_idx_dataset(const std::string& images_path, const std::string& l
                             ")");
     }
   }
+  if (images.dims[1] == 0 || images.dims[2] == 0) {
+    fail(images_path, "each image holds no pixels (" + dims_text(images.dims) +
+                          ": rows or columns are 0) use an image file with images of at least "
+                          "1 x 1");
+  }
   IdxDataset out;
   out.count = images.dims[0];
   out.rows = images.dims[1];

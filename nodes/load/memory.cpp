@@ -10,8 +10,10 @@
 #include <sys/mman.h>
 #endif
 
+#include "flowfeed/config.hpp"
 #include "flowfeed/error.hpp"
 #include "flowfeed/extend.hpp"
+#include "flowfeed/memory_budget.hpp"
 #include "flowfeed/pool.hpp"
 
 namespace flowfeed {
@@ -52,7 +54,19 @@ void MemoryLoader::setup(BuildContext& context) {
   slices_ = (size_ + batch_size_ - 1) / batch_size_;
   const std::size_t stride = (layout.capacity() + BatchLayout::kAlignment - 1) /
                              BatchLayout::kAlignment * BatchLayout::kAlignment;
-  bytes_ = slices_ * stride;
+  const auto bytes = checked_mul(slices_, stride);
+  const std::string keys = c.samples > 0 ? "nodes[0].params.samples, nodes[0].params.sample_shape"
+                                         : "nodes[0].params.batches, nodes[0].params.sample_shape";
+  if (!bytes) {
+    throw ConfigError({context.spec().loc.str() + ": " + keys + ": the data set of " +
+                       std::to_string(size_) + " samples would take more than 16 EiB lower " +
+                       keys});
+  }
+  bytes_ = *bytes;
+  context.claim_memory(options_.pin && context.backend() == Backend::cuda && pinning_.pin
+                           ? MemoryKind::pinned
+                           : MemoryKind::pageable,
+                       bytes_, "the data set (" + std::to_string(size_) + " samples)", keys);
   data_ = static_cast<std::byte*>(::operator new(bytes_, kPageAlignment));
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
   // Before the first touch below; a hint only (no huge pages when THP is off).
@@ -86,6 +100,7 @@ void MemoryLoader::setup(BuildContext& context) {
   std::byte* base = data_;
   Allocator slices{[base, stride, next](std::size_t) -> void* { return base + (*next)++ * stride; },
                    [](void*) {}};
+  slices.owns_memory = false;  // claimed above, as the data set
   pool_ = &context.make_pool("data", pinned_ ? MemoryKind::pinned : MemoryKind::pageable, slices_,
                              layout.capacity(), std::move(slices));
 }
@@ -117,13 +132,31 @@ NodeType memory_node_type(HostPinning pinning) {
                   "ask for transparent huge pages for the data set (madvise MADV_HUGEPAGE): "
                   "fewer TLB misses for the copies that read it",
                   true);
-  return factory_type(
+  NodeType t = factory_type(
       "memory", Role::load, std::move(schema),
       [pinning = std::move(pinning)](const NodeSpec& spec) {
         return std::make_unique<MemoryLoader>(MemoryLoader::options_from(spec.params), pinning);
       },
       "a synthetic data set built in memory once, pre-batched; serves each batch as a slice "
       "without a copy (page-locked in place on CUDA); needs a sequential, unsharded sampler");
+  // Batch k is slice k: only a sequential, unsharded sampler asks for slices.
+  t.check = [](const NodeSpec& spec, const PipelineConfig& config) {
+    std::vector<ConfigProblem> out;
+    const std::string why =
+        " (the memory loader '" + spec.name +
+        "' serves batch k as the pre-batched slice of samples [k*batch_size, (k+1)*batch_size))";
+    if (config.sampler.shuffle) {
+      out.push_back({"sampler.shuffle", "true does not fit" + why +
+                                            " set sampler.shuffle: false, or use the "
+                                            "synthetic loader"});
+    }
+    if (config.sampler.world > 1) {
+      out.push_back({"sampler.world", std::to_string(config.sampler.world) + " shards do not fit" +
+                                          why + " run one process, or use the synthetic loader"});
+    }
+    return out;
+  };
+  return t;
 }
 
 void register_memory(Registry& registry) {

@@ -59,6 +59,11 @@ NpyLoader::NpyLoader(NpyLoaderOptions options) : options_(std::move(options)) {
   if (features_->rows() == 0) {
     throw DataError(options_.features + ": holds no samples (shape " + shape_text(fshape) + ")");
   }
+  if (features_->row_bytes() == 0) {
+    throw DataError(options_.features + ": each sample holds no values (shape " +
+                    shape_text(fshape) +
+                    ": a feature dimension is 0) save features with at least one value a sample");
+  }
   const auto& lshape = labels_->shape();
   const NpyDtype ld = labels_->dtype();
   if (ld != NpyDtype::uint8 && ld != NpyDtype::int32 && ld != NpyDtype::int64) {

@@ -1,13 +1,15 @@
 // `record`: writes which samples each batch held to a text file.
 
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
+#include <fmt/format.h>
+
+#include <iterator>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "flowfeed/error.hpp"
 #include "flowfeed/extend.hpp"
+#include "flowfeed/output.hpp"
 #include "flowfeed/registry.hpp"
 
 namespace flowfeed {
@@ -15,40 +17,41 @@ namespace flowfeed {
 namespace {
 
 /// Writes each batch's epoch, sequence number and sample indices to a text file, one line per
-/// batch: `epoch seq i0 i1 ...` (for checking sampling and sharding from outside the process).
+/// batch: `epoch seq i0 i1 ...` (for checking sampling and sharding from outside the process). The
+/// file appears under its name only when the run ends (see output.hpp); a write error fails the
+/// run with its reason.
 class Record final : public Node {
  public:
   explicit Record(std::string path) : path_(std::move(path)) {}
-  ~Record() override {
-    if (file_) std::fclose(file_);
-  }
   void setup(BuildContext& context) override {
     // Each `pipeline.devices` branch writes its own file: PATH.0, PATH.1, ...
-    if (context.replicas() > 1) {
-      path_ += '.';
-      path_ += std::to_string(context.replica());
-    }
-    file_ = std::fopen(path_.c_str(), "w");
-    if (!file_) {
-      throw DataError(path_ + ": cannot open for writing (" + std::strerror(errno) + ")");
+    if (context.replicas() > 1) path_ += fmt::format(".{}", context.replica());
+    try {
+      check_output_path(path_, "record file");
+    } catch (const Error& e) {
+      throw DataError(e.what());
     }
   }
   void begin_run() override {
-    if (file_) file_ = std::freopen(path_.c_str(), "w", file_);
+    file_.reset();  // a failed run's file is dropped, never renamed into place
+    file_.emplace(path_, "record file");
   }
   void process(Batch& batch) override {
-    std::fprintf(file_, "%u %llu", batch.epoch, static_cast<unsigned long long>(batch.seq));
-    for (auto s : batch.samples) std::fprintf(file_, " %u", s);
-    std::fputc('\n', file_);
+    line_.clear();
+    fmt::format_to(std::back_inserter(line_), "{} {}", batch.epoch, batch.seq);
+    for (auto s : batch.samples) fmt::format_to(std::back_inserter(line_), " {}", s);
+    line_ += '\n';
+    file_->write(line_);
   }
-  void finish(RunReport&) override { std::fflush(file_); }
-  void quiesce() noexcept override {
-    if (file_) std::fflush(file_);
+  void finish(RunReport&) override {
+    if (file_) file_->commit();
+    file_.reset();
   }
 
  private:
   std::string path_;
-  std::FILE* file_ = nullptr;
+  std::optional<OutputFile> file_;
+  std::string line_;
 };
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "flowfeed/batch.hpp"
 
+#include "flowfeed/memory_budget.hpp"
+
 namespace flowfeed {
 
 std::size_t dtype_size(DType dtype) noexcept {
@@ -35,6 +37,31 @@ std::size_t TensorSpec::sample_elements() const noexcept {
   std::size_t n = 1;
   for (auto d : shape) n *= static_cast<std::size_t>(d);
   return n;
+}
+
+std::optional<std::size_t> TensorSpec::checked_sample_bytes() const noexcept {
+  std::uint64_t n = dtype_size(dtype);
+  for (auto d : shape) {
+    if (d < 0) return std::nullopt;
+    auto next = checked_mul(n, static_cast<std::uint64_t>(d));
+    if (!next) return std::nullopt;
+    n = *next;
+  }
+  return n;
+}
+
+std::optional<std::size_t> BatchLayout::checked_capacity() const noexcept {
+  std::uint64_t off = 0;
+  for (std::size_t i = 0; i < tensors_.size(); ++i) {
+    auto sample = tensors_[i].checked_sample_bytes();
+    auto rows = sample ? checked_mul(*sample, batch_size_) : std::nullopt;
+    auto end = rows ? checked_add(off, *rows) : std::nullopt;
+    // Room for the alignment padding after it.
+    auto padded = end ? checked_add(*end, kAlignment) : std::nullopt;
+    if (!padded) return std::nullopt;
+    off = i + 1 < tensors_.size() ? (*end + kAlignment - 1) / kAlignment * kAlignment : *end;
+  }
+  return off;
 }
 
 namespace {

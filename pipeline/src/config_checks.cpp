@@ -11,6 +11,12 @@
 namespace flowfeed::detail {
 
 void Problems::add_at(const std::string& where, const std::string& path, const std::string& what) {
+  // Past the first kMaxListedProblems a problem is only counted: a file of a million bad keys
+  // costs a number, not a line each.
+  if (lines_.size() >= ConfigError::kMaxListedProblems) {
+    ++unlisted_;
+    return;
+  }
   std::string line = where + ": ";
   if (!path.empty()) line += path + ": ";
   line += what;
@@ -20,14 +26,20 @@ void Problems::add_at(const std::string& where, const std::string& path, const s
 std::string Problems::where(const std::string& path, const SourceLoc& loc) const {
   for (const auto& [p, text] : overrides_) {
     if (path == p || path.rfind(p + ".", 0) == 0 || path.rfind(p + "[", 0) == 0) {
-      return "--set " + text;
+      return "--set " + shortened(text);
+    }
+  }
+  // A key that only an override made (e.g. `foo` from `--set foo.bar=1`) has no position.
+  if (loc.line == 0) {
+    for (const auto& [p, text] : overrides_) {
+      if (p.rfind(path + ".", 0) == 0) return "--set " + shortened(text);
     }
   }
   return loc.str();
 }
 
 void Problems::throw_if_any() const {
-  if (!lines_.empty()) throw ConfigError(lines_);
+  if (!lines_.empty()) throw ConfigError(lines_, unlisted_);
 }
 
 std::string format_number(double v) {
@@ -65,7 +77,7 @@ std::string describe_value(const ParamValue& v) {
   if (const auto* b = std::get_if<bool>(&v)) return *b ? "true" : "false";
   if (const auto* i = std::get_if<std::int64_t>(&v)) return std::to_string(*i);
   if (const auto* d = std::get_if<double>(&v)) return format_number(*d);
-  if (const auto* s = std::get_if<std::string>(&v)) return "'" + *s + "'";
+  if (const auto* s = std::get_if<std::string>(&v)) return quoted(*s);
   if (std::holds_alternative<std::vector<std::int64_t>>(v)) return "a list";
   return "nothing";
 }
@@ -108,7 +120,7 @@ bool check_value(const ParamValue& v, const ParamSpec& spec, const std::string& 
           std::find(spec.choices.begin(), spec.choices.end(), *s) == spec.choices.end()) {
         const std::string hint = closest(*s, spec.choices);
         problems.add_at(where, path,
-                        "'" + *s + "' is not one of " + join(spec.choices, ", ") +
+                        quoted(*s) + " is not one of " + join(spec.choices, ", ") +
                             (hint.empty() ? "" : " (did you mean '" + hint + "'?)"));
         return false;
       }

@@ -13,14 +13,15 @@ namespace flowfeed::detail {
 void apply_overrides(YAML::Node& root, const std::vector<std::string>& overrides,
                      std::map<std::string, std::string>& canonical,
                      std::vector<std::string>& errors) {
-  for (const auto& text : overrides) {
-    auto eq = text.find('=');
+  for (const auto& full_text : overrides) {
+    const std::string text = shortened(full_text);  // as messages quote it
+    auto eq = full_text.find('=');
     if (eq == std::string::npos || eq == 0) {
       errors.push_back("--set " + text + ": expected key.path=value");
       continue;
     }
-    std::string path = text.substr(0, eq);
-    std::string value = text.substr(eq + 1);
+    std::string path = full_text.substr(0, eq);
+    std::string value = full_text.substr(eq + 1);
     std::vector<std::string> keys;
     std::stringstream ss(path);
     for (std::string k; std::getline(ss, k, '.');) keys.push_back(k);

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "detail/config_check.hpp"
+#include "detail/config_file.hpp"
 #include "detail/config_yaml.hpp"
 #include "detail/text.hpp"
 #include "flowfeed/registry.hpp"
@@ -47,7 +48,7 @@ class Reader {
 
 std::string describe_scalar(const YAML::Node& n) {
   if (n.IsNull()) return "nothing";
-  if (n.IsScalar()) return "'" + n.Scalar() + "'";
+  if (n.IsScalar()) return quoted(n.Scalar());
   if (n.IsSequence()) return "a list";
   if (n.IsMap()) return "a map";
   return "an undefined value";
@@ -173,12 +174,14 @@ void validate_map(const YAML::Node& map, const Schema& schema, const std::string
                   const std::vector<std::string>& extra = {}) {
   std::map<std::string, YAML::Mark> first_at;
   std::vector<std::string> known = key_names(schema);
-  known.insert(known.end(), extra.begin(), extra.end());
+  for (const auto& e : extra) {
+    if (!schema.find(e)) known.push_back(e);
+  }
   std::vector<std::string> written;
   if (map.IsDefined() && !map.IsNull()) {
     for (auto it = map.begin(); it != map.end(); ++it) {
       const std::string key = it->first.Scalar();
-      const std::string key_path = path.empty() ? key : path + "." + key;
+      const std::string key_path = path.empty() ? shortened(key) : path + "." + shortened(key);
       if (first_at.count(key)) {
         const YAML::Mark& f = first_at[key];
         in.add(key_path, it->first.Mark(),
@@ -258,12 +261,19 @@ PipelineConfig parse(const YAML::Node& root_in, const std::string& file, const R
   config.file = file;
 
   // Top level.
+  std::map<std::string, YAML::Mark> top_first_at;
   for (auto it = root.begin(); it != root.end(); ++it) {
     const std::string key = it->first.Scalar();
+    if (auto [first, inserted] = top_first_at.emplace(key, it->first.Mark()); !inserted) {
+      problems.add(shortened(key), it->first.Mark(),
+                   "duplicate key (first at line " + std::to_string(first->second.line + 1) +
+                       "; YAML would silently keep the first) remove one");
+      continue;
+    }
     static const std::vector<std::string> top = {"pipeline", "sampler", "nodes"};
     if (std::find(top.begin(), top.end(), key) == top.end()) {
       std::string hint = closest(key, top);
-      problems.add(key, it->first.Mark(),
+      problems.add(shortened(key), it->first.Mark(),
                    "unknown key" + (hint.empty() ? " (the top level has pipeline, sampler, nodes)"
                                                  : " (did you mean '" + hint + "'?)"));
     }
@@ -359,6 +369,18 @@ PipelineConfig parse(const YAML::Node& root_in, const std::string& file, const R
     if (sampler.IsMap() && sampler["rank"].IsDefined()) {
       at.rank = problems.where("sampler.rank", sampler["rank"].Mark());
     }
+    at.locate = [&](const std::string& path) {
+      // "sampler.shuffle" → root["sampler"]["shuffle"], where it was written.
+      YAML::Node cur = root;
+      std::stringstream keys(path);
+      for (std::string key; std::getline(keys, key, '.');) {
+        if (!cur.IsMap() || !cur[key].IsDefined()) {
+          return problems.where(path, YAML::Mark::null_mark());
+        }
+        cur.reset(cur[key]);
+      }
+      return problems.where(path, cur.Mark());
+    };
     check_config(config, registry, collected, at);
   }
   collected.throw_if_any();
@@ -374,7 +396,15 @@ PipelineConfig load_config_string(const std::string& yaml, const Registry& regis
                                   const std::string& name) {
   YAML::Node root;
   try {
-    root = YAML::Load(yaml);
+    std::vector<YAML::Node> documents = YAML::LoadAll(yaml);
+    if (documents.size() > 1) {
+      const YAML::Mark at = documents[1].Mark();
+      throw ConfigError({SourceLoc{name, at.line + 1, at.column + 1}.str() +
+                         ": a second YAML document (a config is one document; '---' starts "
+                         "another, which would be ignored) remove it, or merge it into the "
+                         "first"});
+    }
+    if (!documents.empty()) root = documents.front();
   } catch (const YAML::ParserException& e) {
     throw ConfigError({SourceLoc{name, e.mark.line + 1, e.mark.column + 1}.str() +
                        ": invalid YAML (" + e.msg + ")"});
@@ -384,13 +414,7 @@ PipelineConfig load_config_string(const std::string& yaml, const Registry& regis
 
 PipelineConfig load_config_file(const std::string& path, const Registry& registry,
                                 const std::vector<std::string>& overrides) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw ConfigError({path + ": cannot open config (" + std::strerror(errno) + ")"});
-  }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return load_config_string(ss.str(), registry, overrides, path);
+  return load_config_string(detail::read_config_file(path), registry, overrides, path);
 }
 
 }  // namespace flowfeed

@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "detail/pipeline_impl.hpp"
+#include "flowfeed/memory_budget.hpp"
 
 namespace flowfeed {
 
@@ -44,9 +45,29 @@ class Context final : public BuildContext {
   }
   BufferPool& make_pool(const std::string& name, MemoryKind kind, std::size_t count,
                         std::size_t bytes, Allocator allocator) override {
-    impl_.pools_.push_back(std::make_unique<BufferPool>(stage_.spec.name + "." + name, kind, count,
-                                                        bytes, std::move(allocator)));
+    const std::string pool = stage_.spec.name + "." + name;
+    if (allocator.owns_memory) {
+      const auto total = checked_mul(count, bytes);
+      // The buffers' count follows pipeline.prefetch_depth, their size a batch's bytes.
+      const std::string keys = "pipeline.prefetch_depth, pipeline.batch_size";
+      if (!total) {
+        throw ConfigError({stage_.spec.loc.str() + ": " + keys + ": pool '" + pool + "' (" +
+                           std::to_string(count) + " buffers of " + std::to_string(bytes) +
+                           " bytes) would take more than 16 EiB lower " + keys});
+      }
+      impl_.budget_->claim({kind, *total,
+                            "pool '" + pool + "' (" + std::to_string(count) + " buffers of " +
+                                format_bytes(bytes) + ")",
+                            stage_.spec.loc.str(), keys});
+    }
+    impl_.pools_.push_back(
+        std::make_unique<BufferPool>(pool, kind, count, bytes, std::move(allocator)));
     return *impl_.pools_.back();
+  }
+  void claim_memory(MemoryKind kind, std::uint64_t bytes, const std::string& what,
+                    const std::string& keys) override {
+    impl_.budget_->claim(
+        {kind, bytes, what + " of node '" + stage_.spec.name + "'", stage_.spec.loc.str(), keys});
   }
   std::uint64_t batches_per_epoch() const override {
     if (!impl_.sampler_)
@@ -125,6 +146,24 @@ PipelineImpl::PipelineImpl(PipelineConfig config, const Registry& registry)
   if (batch_size == 0) batch_size = preferred ? preferred : 64;
   config_.pipeline.batch_size = batch_size;
   layout_ = BatchLayout(loader_->sample_tensors(), batch_size);
+  if (!layout_.checked_capacity()) {
+    std::string tensors;
+    for (const auto& t : layout_.tensors()) {
+      std::string shape;
+      for (auto d : t.shape) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+      tensors += (tensors.empty() ? "" : ", ") + t.name + " [" + shape + "] " + dtype_name(t.dtype);
+    }
+    throw ConfigError({config_.nodes.front().loc.str() + ": nodes[0].params: a batch of " +
+                       std::to_string(batch_size) + " samples of " + tensors +
+                       " would take more than 16 EiB (its size overflows 64 bits) use a smaller "
+                       "sample shape or pipeline.batch_size"});
+  }
+  // Pools and data sets are checked against what the machine offers as they are claimed, before
+  // each is allocated. Device memory is checked for a pipeline on one device.
+  budget_.emplace(
+      available_memory(config_.backend == Backend::cuda && config_.pipeline.devices.size() <= 1
+                           ? registry.device_free_memory(config_.pipeline.device_id)
+                           : std::nullopt));
   auto setup = [this](Stage& stage) {
     Context context(*this, stage);
     try {

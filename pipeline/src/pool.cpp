@@ -1,8 +1,13 @@
 #include "flowfeed/pool.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <new>
 #include <stdexcept>
+
+#include "flowfeed/error.hpp"
+#include "flowfeed/memory_budget.hpp"
 
 namespace flowfeed {
 
@@ -79,8 +84,22 @@ BufferPool::BufferPool(std::string name, MemoryKind kind, std::size_t count, std
       note_allocation();
     }
   } catch (...) {
+    const std::size_t done = buffers_.size();
     for (auto* b : buffers_) allocator_.deallocate(b);
-    throw;
+    buffers_.clear();
+    const std::string what = fmt::format(
+        "pool '{}' ({} memory): cannot allocate buffer {} of {} ({} buffers of {} bytes = {})",
+        name_, memory_kind_name(kind_), done + 1, count, count, bytes,
+        checked_mul(count, bytes) ? format_bytes(*checked_mul(count, bytes)) : "over 16 EiB");
+    try {
+      throw;
+    } catch (const std::bad_alloc&) {
+      throw Error(what + ": out of memory (std::bad_alloc)");
+    } catch (const CudaError& e) {
+      throw CudaError(what + ": " + e.what(), e.code(), e.sticky());
+    } catch (const std::exception& e) {
+      throw Error(what + ": " + e.what());
+    }
   }
   for (std::size_t i = count; i-- > 0;) free_.push_back(i);
 }

@@ -31,6 +31,36 @@ std::string closest(const std::string& word, const std::vector<std::string>& can
   return best;
 }
 
+namespace {
+/// The first ~60 bytes of `text`, cut before a UTF-8 continuation byte.
+std::string head(const std::string& text) {
+  std::size_t n = 60;
+  while (n > 0 && (static_cast<unsigned char>(text[n]) & 0xC0) == 0x80) --n;
+  return text.substr(0, n);
+}
+}  // namespace
+
+std::string quoted(const std::string& text) {
+  std::string out(1, '\'');
+  out += shortened(text);
+  // The quote closes the text, before the size note of a shortened one.
+  if (text.size() <= kMaxQuoted) {
+    out += '\'';
+  } else {
+    out.insert(out.rfind(" ("), 1, '\'');
+  }
+  return out;
+}
+
+std::string shortened(const std::string& text) {
+  if (text.size() <= kMaxQuoted) return text;
+  std::string out = head(text);
+  out += "… (";
+  out += std::to_string(text.size());
+  out += " bytes)";
+  return out;
+}
+
 std::string join(const std::vector<std::string>& items, const std::string& sep) {
   std::string out;
   for (const auto& item : items) {

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <ostream>
@@ -13,6 +12,7 @@
 #include <tuple>
 
 #include "flowfeed/error.hpp"
+#include "flowfeed/output.hpp"
 
 namespace flowfeed {
 
@@ -359,14 +359,13 @@ void Trace::write_timeline_svg(std::ostream& out, const TimelineOptions& options
 }
 
 void Trace::save(const std::string& path, bool svg) const {
-  std::ofstream out(path, std::ios::binary);
+  std::ostringstream out;
   if (svg) {
     write_timeline_svg(out);
   } else {
     write_chrome_trace(out);
   }
-  out.flush();
-  if (!out) throw Error("cannot write " + path + " (check the directory exists and is writable)");
+  write_output_file(path, out.str(), svg ? "timeline" : "trace");
 }
 
 }  // namespace flowfeed

@@ -171,7 +171,7 @@ void check_config(PipelineConfig& config, const Registry& registry, Problems& pr
       auto [it, inserted] = names.emplace(node.name, i);
       if (!inserted) {
         problems.add_at(node.loc.str(), path + ".name",
-                        "duplicate node name '" + node.name + "' (first declared at " +
+                        "duplicate node name " + quoted(node.name) + " (first declared at " +
                             config.nodes[it->second].loc.str() + ") names must be unique");
       }
     }
@@ -180,7 +180,7 @@ void check_config(PipelineConfig& config, const Registry& registry, Problems& pr
     if (!type) {
       std::string hint = closest(node.declared_type, known_types);
       problems.add_at(twhere, path + ".type",
-                      "unknown node type '" + node.declared_type + "' (" +
+                      "unknown node type " + quoted(node.declared_type) + " (" +
                           (hint.empty() ? "" : "did you mean '" + hint + "'? ") +
                           "known types: " + join(known_types) + ")");
       continue;
@@ -268,6 +268,22 @@ void check_config(PipelineConfig& config, const Registry& registry, Problems& pr
                           " replicate the chain from its upload node on, and this chain has "
                           "none add an upload node (cuda_upload or host_upload) before the "
                           "train node");
+    }
+  }
+  // Each node type's own checks of the rest of the config (e.g. a loader that needs a sequential
+  // sampler).
+  for (const NodeSpec& node : config.nodes) {
+    const NodeType* type = node.type.empty() ? nullptr : registry.find(node.type);
+    if (!type || !type->check) continue;
+    for (const ConfigProblem& p : type->check(node, config)) {
+      std::string where = at.locate ? at.locate(p.path) : "";
+      if (where.empty()) {
+        auto set_at = config.option_locs.find(p.path);
+        where = set_at != config.option_locs.end() && !set_at->second.file.empty()
+                    ? set_at->second.str()
+                    : config.file;
+      }
+      problems.add_at(where, p.path, p.message);
     }
   }
   if (config.sampler.rank >= config.sampler.world) {

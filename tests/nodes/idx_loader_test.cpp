@@ -167,6 +167,15 @@ TEST_F(IdxBadFiles, NotGzipThoughNamedGz) {
                 "magic 1f 8b) decompress it or remove the .gz suffix");
 }
 
+TEST_F(IdxBadFiles, ImagesWithNoPixelsAreBlamedOnTheFile) {
+  const auto [images, labels] = write_idx_pair(dir_, make_idx_pair(10, 2, 2, 10), "a", false);
+  write_bytes(images, idx_bytes(0x08, {10, 5, 0}, {}), false);
+  EXPECT_EQ(build_error(images, labels),
+            "node 'load' (idx, <string>:4): " + images +
+                ": each image holds no pixels (10 x 5 x 0: rows or columns are 0) use an image "
+                "file with images of at least 1 x 1");
+}
+
 TEST_F(IdxBadFiles, MissingFile) {
   const auto [images, labels] = write_idx_pair(dir_, make_idx_pair(10, 2, 2, 10), "a", false);
   const std::string missing = dir_.file("nope");

@@ -169,6 +169,15 @@ TEST_F(NpyLoaderTest, FeaturesWithoutAFeatureDimension) {
                 "but the shape is (50,) (save an [N, ...] array)");
 }
 
+TEST_F(NpyLoaderTest, SamplesWithNoValuesAreBlamedOnTheFile) {
+  const std::string x = dir_.file("x0.npy");
+  write_npy(x, NpyDtype::float32, {50, 0}, nullptr);
+  EXPECT_EQ(build_error(npy_chain(x, write_labels(NpyDtype::int64))),
+            "node 'load' (npy, <string>:4): " + x +
+                ": each sample holds no values (shape (50, 0): a feature dimension is 0) save "
+                "features with at least one value a sample");
+}
+
 TEST_F(NpyLoaderTest, ShortFileAtBuild) {
   const std::string x = write_features();
   std::filesystem::resize_file(x, std::filesystem::file_size(x) - 5);

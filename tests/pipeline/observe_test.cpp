@@ -488,8 +488,7 @@ TEST(ObserveTrace, SaveReportsAnUnwritablePath) {
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(),
-                 "cannot write /nonexistent-dir/t.svg (check the directory exists and is "
-                 "writable)");
+                 "cannot write timeline /nonexistent-dir/t.svg (No such file or directory)");
   }
 }
 

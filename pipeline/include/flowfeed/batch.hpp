@@ -39,6 +39,9 @@ struct TensorSpec {
   std::size_t sample_elements() const noexcept;
   /// Bytes per sample.
   std::size_t sample_bytes() const noexcept { return sample_elements() * dtype_size(dtype); }
+  /// sample_bytes() with overflow checks: nullopt when the shape's size does not fit in 64 bits
+  /// (a negative dimension counts as overflow too).
+  std::optional<std::size_t> checked_sample_bytes() const noexcept;
 };
 
 /// Where each tensor of a batch of `rows` samples sits inside the batch buffer. Tensors follow each
@@ -60,6 +63,9 @@ class BatchLayout {
   std::size_t batch_size() const noexcept { return batch_size_; }
   /// Buffer size that holds a full batch.
   std::size_t capacity() const noexcept { return bytes(batch_size_); }
+  /// capacity() with overflow checks: nullopt when a full batch would need more than 2^64 bytes
+  /// (a huge sample shape or batch size). The pipeline checks it before the layout is used.
+  std::optional<std::size_t> checked_capacity() const noexcept;
   /// Bytes used by a batch of `rows` samples.
   std::size_t bytes(std::size_t rows) const noexcept;
   /// Byte offset of tensor `index` in a batch of `rows` samples.

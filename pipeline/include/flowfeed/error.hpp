@@ -2,6 +2,7 @@
 /// \file
 /// The flowfeed error hierarchy. Every error's what() is the complete, user-facing message.
 
+#include <cstddef>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -29,12 +30,17 @@ class Error : public std::runtime_error {
 /// line.
 class ConfigError : public Error {
  public:
-  /// An error listing `problems`; what() joins them with newlines.
-  explicit ConfigError(std::vector<std::string> problems);
-  /// Each problem as `file:line:col: key.path: problem (why) fix`.
+  /// At most this many problems are listed; a last line says how many more there were.
+  static constexpr std::size_t kMaxListedProblems = 50;
+  /// An error listing `problems` (the first kMaxListedProblems of them), then, when some were left
+  /// out or `unlisted` > 0, "and K more problems (...)"; what() joins them with newlines.
+  explicit ConfigError(std::vector<std::string> problems, std::size_t unlisted = 0);
+  /// Each problem as `file:line:col: key.path: problem (why) fix`, as listed.
   const std::vector<std::string>& problems() const noexcept { return problems_; }
 
  private:
+  struct Capped {};
+  ConfigError(std::vector<std::string> problems, Capped);
   std::vector<std::string> problems_;
 };
 

@@ -81,7 +81,9 @@ class BuildContext {
   /// when not known.
   virtual int threads() const { return 0; }
   /// Creates a pool owned by the pipeline, of `count` buffers of `bytes` each. For the buffers a
-  /// batch carries (one per batch in flight) use make_batch_pool() instead.
+  /// batch carries (one per batch in flight) use make_batch_pool() instead. The pool's
+  /// `count × bytes` are first claimed against the memory the machine offers (see
+  /// claim_memory), unless the allocator does not own its memory.
   virtual BufferPool& make_pool(const std::string& name, MemoryKind kind, std::size_t count,
                                 std::size_t bytes, Allocator allocator) = 0;
   /// Creates the pool of a node's per-batch buffers: one buffer for every batch that can be in
@@ -89,6 +91,14 @@ class BuildContext {
   /// owns the in-flight bound, so a stage never waits for or fails to get such a buffer.
   BufferPool& make_batch_pool(const std::string& name, MemoryKind kind, std::size_t bytes,
                               Allocator allocator);
+  /// Claims `bytes` of `kind` memory that the node is about to allocate itself (a data set held
+  /// whole), before it allocates it. `what` names it in a message ("the data set (60000
+  /// samples)"), `keys` are the config keys that drive its size ("nodes[0].params.samples").
+  /// Together with every pool it must fit in what the machine offers (memory_budget.hpp); else
+  /// this throws ConfigError naming the keys, the bytes needed and available. The default accepts
+  /// any claim.
+  virtual void claim_memory(MemoryKind /*kind*/, std::uint64_t /*bytes*/,
+                            const std::string& /*what*/, const std::string& /*keys*/) {}
   /// Batches per epoch for this rank. Not available to the loader's setup (it decides the size).
   virtual std::uint64_t batches_per_epoch() const = 0;
   /// True when the train node sees batches in sequence order (`pipeline.ordered`).

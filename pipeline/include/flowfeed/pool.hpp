@@ -24,6 +24,9 @@ struct Allocator {
   std::function<void*(std::size_t bytes)> allocate;
   /// Frees what allocate() returned; called by the pool's destructor only.
   std::function<void(void* data)> deallocate;
+  /// False for an allocator that hands out slices of memory its owner already holds (a data set
+  /// held whole): the pipeline's memory budget then does not count the pool a second time.
+  bool owns_memory = true;
   /// Aligned host allocation (4 KiB alignment).
   static Allocator host();
 };
@@ -75,7 +78,9 @@ class Lease {
 /// that acquire() never finds the pool empty. Thread-safe.
 class BufferPool {
  public:
-  /// Allocates `count` buffers of `bytes` each with `allocator`, now. Throws what it throws.
+  /// Allocates `count` buffers of `bytes` each with `allocator`, now. When an allocation fails,
+  /// throws Error (std::bad_alloc) or CudaError (a CUDA allocator) naming the pool, its kind and
+  /// the sizes; what was allocated is freed first.
   BufferPool(std::string name, MemoryKind kind, std::size_t count, std::size_t bytes,
              Allocator allocator = Allocator::host());
   /// Frees every buffer; no lease may be outstanding.

@@ -2,9 +2,11 @@
 /// \file
 /// The table of node types a pipeline can be built from, by name.
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,6 +15,14 @@
 #include "flowfeed/schema.hpp"
 
 namespace flowfeed {
+
+struct PipelineConfig;  ///< config.hpp
+
+/// One problem a NodeType::check finds: the key it is about and what is wrong.
+struct ConfigProblem {
+  std::string path;     ///< e.g. "sampler.shuffle"
+  std::string message;  ///< "problem (why) fix"
+};
 
 /// Which backend a node type runs on.
 enum class TypeBackend {
@@ -46,6 +56,11 @@ struct NodeType {
     counterpart = std::move(other);
     return *this;
   }
+  /// Optional: checks, at validation, how the rest of the config fits this type (e.g. a loader
+  /// that needs a sequential sampler). Returns each problem as {key path, message}, e.g.
+  /// {"sampler.shuffle", "... (why) fix"}; the message is placed at the key's position.
+  std::function<std::vector<ConfigProblem>(const NodeSpec& spec, const PipelineConfig& config)>
+      check;
 };
 
 /// Node types by name. A registry is a plain value: build one, add the built-ins and your own
@@ -66,6 +81,15 @@ class Registry {
   int device_count() const;
   /// Installs the function device_count() calls (the CUDA family's cudaGetDeviceCount probe).
   void set_device_probe(std::function<int()> probe) { probe_ = std::move(probe); }
+  /// Free memory on CUDA device `device`, for the build's memory check; nullopt when not known
+  /// (no probe installed, as without CUDA).
+  std::optional<std::uint64_t> device_free_memory(int device) const {
+    return memory_probe_ ? memory_probe_(device) : std::nullopt;
+  }
+  /// Installs the function device_free_memory() calls (the CUDA family's cudaMemGetInfo).
+  void set_device_memory_probe(std::function<std::optional<std::uint64_t>(int)> probe) {
+    memory_probe_ = std::move(probe);
+  }
   /// True when the CUDA family was compiled in (FLOWFEED_CUDA on).
   bool cuda_built() const noexcept { return cuda_built_; }
   /// Set by register_cuda_nodes: whether the real CUDA types (not placeholders) are registered.
@@ -78,6 +102,7 @@ class Registry {
  private:
   std::map<std::string, NodeType> types_;
   std::function<int()> probe_;
+  std::function<std::optional<std::uint64_t>(int)> memory_probe_;
   bool cuda_built_ = false;
   RangeHooks range_hooks_;
 };

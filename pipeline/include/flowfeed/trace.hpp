@@ -74,8 +74,8 @@ class Trace {
   void write_chrome_trace(std::ostream& out) const;
   /// Writes the SVG timeline.
   void write_timeline_svg(std::ostream& out, const TimelineOptions& options = {}) const;
-  /// Writes one of the two to a file, chosen by `svg`; throws Error when the file cannot be
-  /// written.
+  /// Writes one of the two to a file, chosen by `svg`, whole or not at all (see output.hpp);
+  /// throws Error with the reason when the file cannot be written.
   void save(const std::string& path, bool svg) const;
 
  private:

@@ -39,6 +39,7 @@ class Problems {
   std::string file_;
   std::map<std::string, std::string> overrides_;
   std::vector<std::string> lines_;
+  std::size_t unlisted_ = 0;  ///< problems past ConfigError::kMaxListedProblems
 };
 
 /// A number as messages print it (integers without a fraction).
@@ -98,6 +99,9 @@ struct Positions {
   std::vector<bool> yaml_checked;
   std::string rank;
   std::string devices;
+  /// Where the key at a path (e.g. "sampler.shuffle") was written, for the problems node types
+  /// find (NodeType::check); unset: the C++ call that set it, else the config's file.
+  std::function<std::string(const std::string& path)> locate;
 };
 void check_config(PipelineConfig& config, const Registry& registry, Problems& problems,
                   const Positions& at);

@@ -12,12 +12,14 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "detail/recorder.hpp"
+#include "flowfeed/memory_budget.hpp"
 #include "flowfeed/pipeline.hpp"
 #include "flowfeed/sampler.hpp"
 
@@ -164,6 +166,7 @@ class PipelineImpl {
   std::vector<std::unique_ptr<Stage>> stages_;
   LoaderNode* loader_ = nullptr;
   BatchLayout layout_;
+  std::optional<MemoryBudget> budget_;  ///< what pools and data sets claimed, during the build
   std::unique_ptr<Sampler> sampler_;
   std::vector<std::unique_ptr<BufferPool>> pools_;
   std::vector<std::unique_ptr<Batch>> batches_;

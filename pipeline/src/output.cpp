@@ -1,0 +1,180 @@
+#include "flowfeed/output.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+
+#include "flowfeed/error.hpp"
+
+namespace flowfeed {
+
+namespace {
+
+// Writes are gathered to this size before a write() call (a `record` file writes a line a batch).
+constexpr std::size_t kBufferBytes = 1 << 16;
+
+std::atomic<unsigned> g_temp_counter{0};
+
+/// The directory part of `path` ("." when it has none).
+std::string parent_of(const std::string& path) {
+  const auto slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+/// Follows a symbolic link, so that the rename replaces the file it points to, not the link.
+std::string resolved(const std::string& path) {
+  struct stat st;
+  if (lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+    char buf[PATH_MAX];
+    if (realpath(path.c_str(), buf)) return buf;
+  }
+  return path;
+}
+
+Error cannot_write(const std::string& what, const std::string& path, const std::string& why) {
+  return Error(fmt::format("cannot write {} {} ({})", what, path, why));
+}
+
+}  // namespace
+
+void check_output_path(const std::string& path_in, const std::string& what) {
+  if (path_in.empty()) throw cannot_write(what, "''", "the path is empty");
+  const std::string path = resolved(path_in);
+  struct stat st;
+  if (stat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) throw cannot_write(what, path_in, "it is a directory");
+    if (!S_ISREG(st.st_mode)) {
+      if (access(path.c_str(), W_OK) != 0) throw cannot_write(what, path_in, std::strerror(errno));
+      return;
+    }
+  }
+  const std::string dir = parent_of(path);
+  struct stat dst;
+  if (stat(dir.c_str(), &dst) != 0) {
+    throw cannot_write(what, path_in, fmt::format("directory {}: {}", dir, std::strerror(errno)));
+  }
+  if (!S_ISDIR(dst.st_mode)) {
+    throw cannot_write(what, path_in, fmt::format("{} is not a directory", dir));
+  }
+  if (access(dir.c_str(), W_OK | X_OK) != 0) {
+    throw cannot_write(what, path_in, fmt::format("directory {}: {}", dir, std::strerror(errno)));
+  }
+}
+
+OutputFile::OutputFile(std::string path, std::string what)
+    : path_(std::move(path)), what_(std::move(what)) {
+  const std::string target = resolved(path_);
+  struct stat st;
+  if (stat(target.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    if (S_ISDIR(st.st_mode)) throw cannot_write(what_, path_, "it is a directory");
+    do {
+      fd_ = ::open(target.c_str(), O_WRONLY | O_CLOEXEC);
+    } while (fd_ < 0 && errno == EINTR);
+    if (fd_ < 0) throw cannot_write(what_, path_, std::strerror(errno));
+    return;
+  }
+  temp_ = fmt::format("{}.tmp.{}.{}", target, static_cast<long>(getpid()),
+                      g_temp_counter.fetch_add(1, std::memory_order_relaxed));
+  // 0666 less the umask, as for any file the process creates.
+  do {
+    fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  } while (fd_ < 0 && errno == EINTR);
+  if (fd_ < 0) {
+    const int error = errno;
+    temp_.clear();
+    throw cannot_write(what_, path_, std::strerror(error));
+  }
+  buffer_.reserve(kBufferBytes);
+}
+
+OutputFile::~OutputFile() {
+  discard();
+}
+
+OutputFile::OutputFile(OutputFile&& other) noexcept
+    : path_(std::move(other.path_)),
+      what_(std::move(other.what_)),
+      temp_(std::move(other.temp_)),
+      buffer_(std::move(other.buffer_)),
+      fd_(other.fd_) {
+  other.fd_ = -1;
+  other.temp_.clear();
+}
+
+void OutputFile::discard() noexcept {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  if (!temp_.empty()) ::unlink(temp_.c_str());
+  temp_.clear();
+  buffer_.clear();
+}
+
+void OutputFile::fail(int error) {
+  discard();
+  throw cannot_write(what_, path_, std::strerror(error));
+}
+
+void OutputFile::flush_buffer() {
+  const char* p = buffer_.data();
+  std::size_t left = buffer_.size();
+  while (left > 0) {
+    const ssize_t n = ::write(fd_, p, left);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail(errno);
+    }
+    p += n;
+    left -= static_cast<std::size_t>(n);
+  }
+  buffer_.clear();
+}
+
+void OutputFile::write(std::string_view bytes) {
+  if (fd_ < 0) throw cannot_write(what_, path_, "the file was already closed");
+  buffer_.append(bytes);
+  if (buffer_.size() >= kBufferBytes) flush_buffer();
+}
+
+void OutputFile::commit() {
+  if (fd_ < 0) throw cannot_write(what_, path_, "the file was already closed");
+  flush_buffer();
+  if (temp_.empty()) {
+    // A special file: nothing to rename, but a close error still says the data did not arrive.
+    const int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0 && errno != EINTR) throw cannot_write(what_, path_, std::strerror(errno));
+    return;
+  }
+  // The data reaches the disk before the name does, so a crash leaves the old file or the new one.
+  if (::fsync(fd_) != 0) fail(errno);
+  const int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0 && errno != EINTR) {
+    const int error = errno;
+    discard();
+    throw cannot_write(what_, path_, std::strerror(error));
+  }
+  if (std::rename(temp_.c_str(), resolved(path_).c_str()) != 0) {
+    const int error = errno;
+    discard();
+    throw cannot_write(what_, path_, std::strerror(error));
+  }
+  temp_.clear();
+}
+
+void write_output_file(const std::string& path, std::string_view bytes, const std::string& what) {
+  OutputFile out(path, what);
+  out.write(bytes);
+  out.commit();
+}
+
+}  // namespace flowfeed
