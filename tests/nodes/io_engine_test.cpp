@@ -45,7 +45,7 @@ TEST(IoEngine, HeadMiddleAndTailOfADirectReadLandInPlace) {
     EXPECT_EQ(report.extra["x.io_bytes"], 40900.0 + 3000.0);
     // [4096, 40960): 36864 bytes direct.
     EXPECT_EQ(report.extra["x.io_direct_bytes"], 36864.0);
-    EXPECT_EQ(report.extra["x.io_uring"], engine == IoOptions::Engine::io_uring ? 1.0 : 0.0);
+    EXPECT_EQ(report.extra["x.io_uring"], io.engine() == IoOptions::Engine::io_uring ? 1.0 : 0.0);
     ::operator delete (buffer, std::align_val_t{4096});
   }
 }

@@ -13,6 +13,7 @@
 #include "flowfeed/nodes/builtin.hpp"
 #include "flowfeed/pipeline.hpp"
 #include "flowfeed/stats.hpp"
+#include "nodes/load/io_engine.hpp"
 #include "nodes/load/npy_file.hpp"
 #include "tests/nodes/test_files.hpp"
 
@@ -116,6 +117,15 @@ class NpyStorageTest : public ::testing::Test {
   std::size_t samples_ = 0;
   std::shared_ptr<Captured> seen_ = std::make_shared<Captured>();
 };
+
+/// True when io_uring can start here (a container's seccomp profile may refuse it; the loader then
+/// falls back to pread, which io_fallback_test checks).
+inline bool io_uring_works() {
+  IoOptions o;
+  o.engine = IoOptions::Engine::io_uring;
+  static const bool works = IoEngine(o, 1, "probe").engine() == IoOptions::Engine::io_uring;
+  return works;
+}
 
 inline double extra(const RunReport& report, const std::string& key) {
   const auto it = report.extra.find(key);

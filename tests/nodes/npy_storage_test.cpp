@@ -100,9 +100,12 @@ TEST_P(NpyEngineTest, EveryByteArrivesInOrder) {
   ASSERT_EQ(order.size(), 90u);
   for (std::size_t i = 0; i < order.size(); ++i) ASSERT_EQ(order[i], i % 45);
   EXPECT_EQ(extra(report, "load.io_bytes"), 90.0 * static_cast<double>(c.row_bytes));
-  EXPECT_EQ(extra(report, "load.io_uring"), std::string(c.io) == "io_uring" ? 1.0 : 0.0);
-  EXPECT_TRUE(report.warnings.empty()) << report.warnings.front();
-  if (std::string(c.io) == "io_uring") {
+  const bool uring = std::string(c.io) == "io_uring" && io_uring_works();
+  EXPECT_EQ(extra(report, "load.io_uring"), uring ? 1.0 : 0.0);
+  if (uring || std::string(c.io) == "pread") {
+    EXPECT_TRUE(report.warnings.empty()) << report.warnings.front();
+  }
+  if (uring) {
     // Several reads of one batch were in flight together.
     EXPECT_GE(extra(report, "load.io_max_in_flight"), 2.0);
   }
