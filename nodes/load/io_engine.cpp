@@ -113,6 +113,10 @@ void add_io_params(Schema& schema) {
                   "open files with O_DIRECT: reads bypass the page cache (the 4 KiB-aligned part "
                   "of each read; heads and tails go through the cache)",
                   false);
+  schema.add_bool("io_async",
+                  "io_uring: reads through the page cache run on the kernel's worker threads "
+                  "(IOSQE_ASYNC), so one batch's cached reads are copied in parallel",
+                  false);
   schema.add_bool("io_fallback",
                   "when io_uring or O_DIRECT is unavailable (kernel, seccomp, file system): log "
                   "it and read with pread / through the page cache (true) or fail (false)",
@@ -127,6 +131,7 @@ IoOptions io_options_from(const Params& params) {
   o.queue_depth = static_cast<int>(params.get_int("queue_depth"));
   o.direct = params.get_bool("direct");
   o.fallback = params.get_bool("io_fallback");
+  o.async = params.get_bool("io_async");
   return o;
 }
 
@@ -337,6 +342,7 @@ void IoEngine::read_uring(Ring& ring, const ReadRequest* requests, std::size_t c
     io_uring_prep_read(sqe, p.direct ? p.file->direct_fd_ : p.file->fd_, p.dst,
                        static_cast<unsigned>(p.bytes), p.offset);
     io_uring_sqe_set_data64(sqe, slot);
+    if (options_.async && !p.direct) io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
     ++in_flight;
     reads_.fetch_add(1, std::memory_order_relaxed);
   };

@@ -95,6 +95,7 @@ TEST(PipelineBench, StorageQuickMeasuresColdAndWarmReadsBesideTheirBaselines) {
     EXPECT_EQ(d.at(std::string("cold_") + io).at("extra").at("load.io_direct_bytes"),
               48.0 * (1 << 20));
   }
+  expect_row(r, "storage_warm_io_uring_async", "GB/s");
   // The data set of a quick run is removed afterwards.
   EXPECT_FALSE(fs::exists(r.json.at("scenarios").at("storage").at("features").get<std::string>()));
 }

@@ -82,7 +82,8 @@ struct EngineCase {
   const char* io;
   bool direct;
   std::size_t row_bytes;
-  std::size_t align;  // where the payload starts in the file
+  std::size_t align;   // where the payload starts in the file
+  bool async = false;  // io_async
 };
 
 class NpyEngineTest : public NpyStorageTest, public ::testing::WithParamInterface<EngineCase> {};
@@ -91,9 +92,9 @@ TEST_P(NpyEngineTest, EveryByteArrivesInOrder) {
   const EngineCase c = GetParam();
   // 45 samples: the last batch of each epoch has 5 rows.
   write_shards({45}, c.row_bytes, c.align);
-  const std::string io = std::string(", io: ") + c.io +
-                         ", direct: " + (c.direct ? "true" : "false") +
-                         ", read_bytes: 8192, queue_depth: 4";
+  const std::string io =
+      std::string(", io: ") + c.io + ", direct: " + (c.direct ? "true" : "false") +
+      ", io_async: " + (c.async ? "true" : "false") + ", read_bytes: 8192, queue_depth: 4";
   // Sequential: runs of 8 rows become one request each, split into 8 KiB reads.
   RunReport report = run(chain(glob_params(io), "shuffle: false"));
   std::vector<std::uint32_t> order = check_bytes();
@@ -134,20 +135,19 @@ TEST_P(NpyEngineTest, EveryByteArrivesInOrder) {
             std::vector<std::uint32_t>(order.begin() + 45, order.end()));
 }
 
-INSTANTIATE_TEST_SUITE_P(Engines, NpyEngineTest,
-                         ::testing::Values(EngineCase{"pread", false, 4096, 4096},
-                                           EngineCase{"pread", false, 5000, 64},
-                                           EngineCase{"pread", true, 4096, 4096},
-                                           EngineCase{"pread", true, 5000, 4096},
-                                           EngineCase{"io_uring", false, 4096, 4096},
-                                           EngineCase{"io_uring", false, 5000, 64},
-                                           EngineCase{"io_uring", true, 4096, 4096},
-                                           EngineCase{"io_uring", true, 5000, 4096}),
-                         [](const ::testing::TestParamInfo<EngineCase>& info) {
-                           return std::string(info.param.io) +
-                                  (info.param.direct ? "_direct_" : "_cached_") +
-                                  std::to_string(info.param.row_bytes);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Engines, NpyEngineTest,
+    ::testing::Values(EngineCase{"pread", false, 4096, 4096}, EngineCase{"pread", false, 5000, 64},
+                      EngineCase{"pread", true, 4096, 4096}, EngineCase{"pread", true, 5000, 4096},
+                      EngineCase{"io_uring", false, 4096, 4096},
+                      EngineCase{"io_uring", false, 5000, 64},
+                      EngineCase{"io_uring", true, 4096, 4096},
+                      EngineCase{"io_uring", true, 5000, 4096},
+                      EngineCase{"io_uring", false, 5000, 64, true}),
+    [](const ::testing::TestParamInfo<EngineCase>& info) {
+      return std::string(info.param.io) + (info.param.direct ? "_direct_" : "_cached_") +
+             (info.param.async ? "async_" : "") + std::to_string(info.param.row_bytes);
+    });
 
 /// A file cut after the build fails the batch that reads past its end, naming file and offset,
 /// for every engine.

@@ -18,6 +18,9 @@ struct IoOptions {
   /// When io_uring or O_DIRECT is unavailable (kernel, seccomp, file system): true logs it and
   /// reads with pread / through the page cache; false throws.
   bool fallback = true;
+  /// io_uring: hand reads through the page cache to the kernel's worker threads (IOSQE_ASYNC), so
+  /// the copies of one batch's cached reads run in parallel instead of in the submitting thread.
+  bool async = false;
 };
 
 }  // namespace flowfeed
