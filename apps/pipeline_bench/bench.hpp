@@ -68,6 +68,13 @@ struct Options {
   std::string seed_config;
   // scaling
   std::string svg = "scaling.svg";
+  // storage
+  std::uint64_t storage_bytes = std::uint64_t{16} << 30;  ///< size of the data set it writes
+  std::string storage_dir;      ///< where (empty: <temp dir>/flowfeed_storage_bench)
+  int storage_loaders = 8;      ///< npy concurrency (prefetch_depth is twice it)
+  int storage_batch = 64;       ///< rows of 512 KiB: 64 is a 32 MiB batch
+  int storage_warm_epochs = 2;  ///< epochs of the warm runs and of the memory baseline
+  bool storage_keep = false;    ///< keep the data set for the next run (it is reused when found)
 };
 
 /// Results and per-scenario details of one pipeline_bench process.
@@ -118,5 +125,6 @@ void resident_vs_streamed(Bench& bench);
 void overhead(Bench& bench);
 void seed(Bench& bench);
 void scaling(Bench& bench);
+void storage(Bench& bench);
 
 }  // namespace flowfeed::bench

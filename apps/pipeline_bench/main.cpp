@@ -9,6 +9,8 @@
 //   overhead              zero-work batches through the graph vs a bare oneTBB chain
 //   seed                  configs/seed_prefetch.yaml vs its ideal time
 //   scaling               batches/s vs prefetch_depth and load concurrency (table + SVG)
+//   storage               a .npy data set on disk (npy -> staging -> upload): cold vs raw parallel
+//                         O_DIRECT reads, warm vs the memory loader, for pread and io_uring
 //   all                   every scenario; those needing a GPU are skipped, with the reason, without
 // The last lines are `RESULT <name> <figure> <unit> baseline <baseline> ratio <ratio>`; --json FILE
 // writes them (with targets) and every scenario's details. Exit codes: 0 done, 1 a failure,
@@ -80,6 +82,17 @@ int main(int argc, char** argv) {
   seed->add_option("--config", o.seed_config, "the seed config");
   app.add_subcommand("scaling",
                      "batches/s vs prefetch_depth and load concurrency, load- and train-bound");
+  auto* storage = app.add_subcommand(
+      "storage", "a .npy data set on disk, cold and warm, pread and io_uring (host or GPU)");
+  storage->add_option("--size", o.storage_bytes, "bytes of the data set it writes (16GiB, 4GB)")
+      ->transform(CLI::AsSizeValue(false));
+  storage->add_option("--dir", o.storage_dir, "where to write it (a disk, not tmpfs)");
+  storage->add_option("--loaders", o.storage_loaders, "npy concurrency")->check(CLI::Range(1, 256));
+  storage->add_option("--batch", o.storage_batch, "rows of 512 KiB per batch")
+      ->check(CLI::Range(1, 4096));
+  storage->add_option("--warm-epochs", o.storage_warm_epochs, "epochs of the warm runs")
+      ->check(CLI::Range(1, 1000));
+  storage->add_flag("--keep", o.storage_keep, "keep the data set (a later run reuses it)");
   auto* all = app.add_subcommand("all", "every scenario in turn");
 
   app.add_option("--raw-seconds", o.raw_seconds, "length of each raw copy loop");
@@ -101,10 +114,13 @@ int main(int argc, char** argv) {
       {"small_batches", flowfeed::bench::small_batches},
       {"bandwidth", flowfeed::bench::bandwidth},
       {"resident_vs_streamed", flowfeed::bench::resident_vs_streamed},
+      {"storage", flowfeed::bench::storage},
   };
   int rc = 0;
   for (const auto& [name, run] : scenarios) {
     if (!*all && !*app.get_subcommand(name)) continue;
+    // storage writes a data set of --size bytes (16 GiB): only when asked for, or --quick.
+    if (*all && name == "storage" && !o.quick) continue;
     try {
       std::fflush(stdout);
       run(bench);

@@ -121,6 +121,15 @@ Allocator pinned_allocator(unsigned flags) {
           }};
 }
 
+Allocator pinned_allocator_on(int device) {
+  Allocator pinned = pinned_allocator();
+  pinned.allocate = [device, allocate = pinned.allocate](std::size_t bytes) {
+    set_device(device);
+    return allocate(bytes);
+  };
+  return pinned;
+}
+
 nvtxDomainHandle_t nvtx_domain() noexcept {
   static nvtxDomainHandle_t domain = nvtxDomainCreateA("flowfeed");
   return domain;

@@ -51,6 +51,9 @@ void set_device(int device);
 Allocator device_allocator(int device);
 /// cudaHostAlloc(flags), checked and counted / cudaFreeHost, errors ignored.
 Allocator pinned_allocator(unsigned flags = cudaHostAllocPortable);
+/// Portable page-locked memory allocated with `device` current (for pools a node makes for
+/// another, e.g. the loader's fill pool: BuildContext::make_fill_pool).
+Allocator pinned_allocator_on(int device);
 /// One counted pinned allocation (for small per-node buffers outside pools).
 void* pinned_alloc(std::size_t bytes, unsigned flags);
 /// One counted device allocation on the current device.

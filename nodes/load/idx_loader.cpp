@@ -57,17 +57,18 @@ std::vector<TensorSpec> IdxLoader::sample_tensors() const {
 void IdxLoader::setup(BuildContext& context) {
   // Resident batches carry indices only: no host buffers at all.
   if (options_.resident) return;
-  pool_ = &context.make_batch_pool("host", MemoryKind::pageable, context.layout().capacity(),
-                                   Allocator::host());
+  // Straight into the staging node's memory when one follows (pinned on CUDA).
+  tier_ = context.fill_tier();
+  pool_ = &context.make_fill_pool(tier_ == Tier::staging ? "staging" : "host");
 }
 
 void IdxLoader::process(Batch& batch) {
   if (options_.resident) return;
-  batch.host = pool_->acquire();
+  batch.lease(tier_) = pool_->acquire();
   const std::size_t pixels = rows_ * cols_;
   const std::size_t sample_bytes = pixels * dtype_size(options_.dtype);
-  std::byte* xs = batch.tensor(Tier::host, 0);
-  auto* ys = reinterpret_cast<std::int32_t*>(batch.tensor(Tier::host, 1));
+  std::byte* xs = batch.tensor(tier_, 0);
+  auto* ys = reinterpret_cast<std::int32_t*>(batch.tensor(tier_, 1));
   for (std::size_t r = 0; r < batch.rows(); ++r) {
     const std::size_t sample = batch.samples[r];
     convert_pixels(images_.data() + sample * pixels, pixels, options_.dtype, xs + r * sample_bytes);

@@ -411,26 +411,19 @@ void NpyFile::read_rows(size_t first, size_t count, void* dst) const {
   }
 }
 
-void write_npy(const std::string& path, NpyDtype dtype, const std::vector<int64_t>& shape,
-               const void* data) {
-  size_t total = npy_dtype_size(dtype);
+std::string npy_header(NpyDtype dtype, const std::vector<int64_t>& shape, size_t align) {
+  if (align == 0 || align % 64 != 0) {
+    throw std::invalid_argument("align " + std::to_string(align) + " is not a multiple of 64");
+  }
   for (int64_t d : shape) {
-    if (d < 0) {
-      throw std::invalid_argument("write_npy: " + path + ": negative dimension in shape " +
-                                  shape_text(shape));
-    }
-    if (d != 0 && total > std::numeric_limits<size_t>::max() / static_cast<size_t>(d)) {
-      throw std::invalid_argument("write_npy: " + path + ": shape " + shape_text(shape) +
-                                  " is too large");
-    }
-    total *= static_cast<size_t>(d);
+    if (d < 0) throw std::invalid_argument("negative dimension in shape " + shape_text(shape));
   }
   std::string dict = "{'descr': '" + std::string(npy_dtype_descr(dtype)) +
                      "', 'fortran_order': False, 'shape': " + shape_text(shape) + ", }";
   size_t unpadded = 10 + dict.size() + 1;
-  std::string header = dict + std::string((64 - unpadded % 64) % 64, ' ') + "\n";
+  std::string header = dict + std::string((align - unpadded % align) % align, ' ') + "\n";
   if (header.size() > 0xFFFF) {
-    throw std::invalid_argument("write_npy: " + path + ": shape " + shape_text(shape) +
+    throw std::invalid_argument("shape " + shape_text(shape) +
                                 " does not fit a version 1.0 header");
   }
   std::string preamble(kMagic, kMagicSize);
@@ -438,7 +431,25 @@ void write_npy(const std::string& path, NpyDtype dtype, const std::vector<int64_
   preamble += '\x00';
   preamble += static_cast<char>(header.size() & 0xFF);
   preamble += static_cast<char>(header.size() >> 8);
-  preamble += header;
+  return preamble + header;
+}
+
+void write_npy(const std::string& path, NpyDtype dtype, const std::vector<int64_t>& shape,
+               const void* data, size_t align) {
+  std::string preamble;
+  try {
+    preamble = npy_header(dtype, shape, align);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument("write_npy: " + path + ": " + e.what());
+  }
+  size_t total = npy_dtype_size(dtype);
+  for (int64_t d : shape) {
+    if (d != 0 && total > std::numeric_limits<size_t>::max() / static_cast<size_t>(d)) {
+      throw std::invalid_argument("write_npy: " + path + ": shape " + shape_text(shape) +
+                                  " is too large");
+    }
+    total *= static_cast<size_t>(d);
+  }
 
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail_errno(path, "cannot create", errno);

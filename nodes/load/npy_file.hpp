@@ -60,10 +60,18 @@ class NpyFile {
   size_t data_offset_ = 0;
 };
 
+/// The bytes a C-order .npy (version 1.0) file starts with: magic, version, header length and
+/// the header dict, padded so that the payload starts at a multiple of `align` bytes (for writers
+/// that stream the payload themselves). Throws std::invalid_argument for a negative dimension, an
+/// `align` that is not a multiple of 64, or a header too long for version 1.0.
+std::string npy_header(NpyDtype dtype, const std::vector<int64_t>& shape, size_t align = 64);
+
 /// Writes a C-order .npy (version 1.0) file holding prod(shape) elements from `data`; used by tests
-/// and tools. Throws DataError if the file cannot be written, std::invalid_argument for a
-/// negative dimension.
+/// and tools. The payload starts at a multiple of `align` bytes (numpy's 64; 4096 lets O_DIRECT
+/// read rows whose size is a multiple of 4096 straight into place). Throws DataError if the file
+/// cannot be written, std::invalid_argument for a negative dimension or an `align` that is not a
+/// multiple of 64.
 void write_npy(const std::string& path, NpyDtype dtype, const std::vector<int64_t>& shape,
-               const void* data);
+               const void* data, size_t align = 64);
 
 }  // namespace flowfeed

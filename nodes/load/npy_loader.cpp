@@ -1,10 +1,14 @@
+#include <algorithm>
+#include <array>
 #include <cstring>
 #include <limits>
 
 #include "flowfeed/extend.hpp"
+#include "file_set.hpp"
 #include "flowfeed/nodes/npy.hpp"
 #include "flowfeed/pool.hpp"
 #include "flowfeed/registry.hpp"
+#include "io_engine.hpp"
 #include "npy_file.hpp"
 
 namespace flowfeed {
@@ -44,63 +48,108 @@ void for_each_run(const std::vector<std::uint32_t>& samples, F&& f) {
   }
 }
 
+// Reads go to the engine in groups of this many requests (a stack array: nothing allocated per
+// batch); each group's reads are in flight together.
+constexpr std::size_t kRequestGroup = 128;
+
 }  // namespace
 
+struct NpyLoader::Shard {
+  std::unique_ptr<NpyFile> features;
+  std::unique_ptr<NpyFile> labels;
+  IoFile file;  // the features, opened by the engine
+};
+
 NpyLoader::NpyLoader(NpyLoaderOptions options) : options_(std::move(options)) {
-  features_ = std::make_unique<NpyFile>(options_.features);
-  labels_ = std::make_unique<NpyFile>(options_.labels);
-  const auto& fshape = features_->shape();
+  const std::vector<std::string> features = expand_file_set(options_.features, "features");
+  const std::vector<std::string> labels = expand_file_set(options_.labels, "labels");
+  if (labels.size() != features.size()) {
+    throw DataError("labels: " + std::to_string(labels.size()) + " files but features names " +
+                    std::to_string(features.size()) +
+                    " (each features file needs the labels file of its rows, in the same order)");
+  }
+  engine_ =
+      std::make_unique<IoEngine>(options_.io, options_.concurrency, "node '" + options_.name + "'");
+  shards_.reserve(features.size());
+  for (std::size_t i = 0; i < features.size(); ++i) add_shard(features[i], labels[i]);
+  if (size_ > std::numeric_limits<std::uint32_t>::max()) {
+    throw DataError(features.front() + ": " + std::to_string(size_) +
+                    " samples is more than the 2^32 - 1 a sampler addresses");
+  }
+}
+
+void NpyLoader::add_shard(const std::string& features_path, const std::string& labels_path) {
+  Shard shard;
+  shard.features = std::make_unique<NpyFile>(features_path);
+  shard.labels = std::make_unique<NpyFile>(labels_path);
+  const NpyFile& f = *shard.features;
+  const auto& fshape = f.shape();
   if (fshape.size() < 2) {
-    throw DataError(options_.features +
+    throw DataError(features_path +
                     ": features must have a sample dimension and at least one "
                     "feature dimension, but the shape is " +
                     shape_text(fshape) + " (save an [N, ...] array)");
   }
-  if (features_->rows() == 0) {
-    throw DataError(options_.features + ": holds no samples (shape " + shape_text(fshape) + ")");
+  if (f.rows() == 0) {
+    throw DataError(features_path + ": holds no samples (shape " + shape_text(fshape) + ")");
   }
-  if (features_->row_bytes() == 0) {
-    throw DataError(options_.features + ": each sample holds no values (shape " +
-                    shape_text(fshape) +
+  if (f.row_bytes() == 0) {
+    throw DataError(features_path + ": each sample holds no values (shape " + shape_text(fshape) +
                     ": a feature dimension is 0) save features with at least one value a sample");
   }
-  const auto& lshape = labels_->shape();
-  const NpyDtype ld = labels_->dtype();
+  const TensorSpec x{"x", to_dtype(f.dtype()),
+                     std::vector<std::int64_t>(fshape.begin() + 1, fshape.end())};
+  if (shards_.empty()) {
+    x_ = x;
+  } else if (x.dtype != x_.dtype || x.shape != x_.shape) {
+    const NpyFile& first = *shards_.front().features;
+    throw DataError(features_path + ": dtype " + std::string(npy_dtype_descr(f.dtype())) +
+                    " and sample shape " + shape_text(x.shape) + " differ from " + first.path() +
+                    "'s " + std::string(npy_dtype_descr(first.dtype())) + " and " +
+                    shape_text(x_.shape) + " (every shard needs the same dtype and sample shape)");
+  }
+  const NpyFile& l = *shard.labels;
+  const NpyDtype ld = l.dtype();
   if (ld != NpyDtype::uint8 && ld != NpyDtype::int32 && ld != NpyDtype::int64) {
-    throw DataError(options_.labels +
+    throw DataError(labels_path +
                     ": labels must be integers (uint8, int32 or int64), but the "
                     "dtype is " +
                     std::string(npy_dtype_descr(ld)));
   }
-  if (lshape.size() != 1) {
-    throw DataError(options_.labels + ": labels must be one-dimensional, but the shape is " +
-                    shape_text(lshape) + " (save an [N] array)");
+  if (l.shape().size() != 1) {
+    throw DataError(labels_path + ": labels must be one-dimensional, but the shape is " +
+                    shape_text(l.shape()) + " (save an [N] array)");
   }
-  if (labels_->rows() != features_->rows()) {
-    throw DataError(options_.labels + ": " + std::to_string(labels_->rows()) + " labels but " +
-                    options_.features + " holds " + std::to_string(features_->rows()) +
+  if (l.rows() != f.rows()) {
+    throw DataError(labels_path + ": " + std::to_string(l.rows()) + " labels but " + features_path +
+                    " holds " + std::to_string(f.rows()) +
                     " samples (both files need the same first dimension)");
   }
-  if (features_->rows() > std::numeric_limits<std::uint32_t>::max()) {
-    throw DataError(options_.features + ": " + std::to_string(features_->rows()) +
-                    " samples is more than the 2^32 - 1 a sampler addresses");
-  }
-  x_ = TensorSpec{"x", to_dtype(features_->dtype()),
-                  std::vector<std::int64_t>(fshape.begin() + 1, fshape.end())};
+  shard.file = engine_->open(features_path);
+  starts_.push_back(size_);
+  size_ += f.rows();
+  shards_.push_back(std::move(shard));
 }
 
 NpyLoader::~NpyLoader() = default;
 
 NpyLoaderOptions NpyLoader::options_from(const Params& params) {
   NpyLoaderOptions o;
-  o.features = params.get_string("features");
-  o.labels = params.get_string("labels");
+  o.features = params.get_string_list("features");
+  o.labels = params.get_string_list("labels");
   o.num_classes = static_cast<int>(params.get_int("num_classes"));
+  o.io = io_options_from(params);
   return o;
 }
 
 std::size_t NpyLoader::size() const {
-  return features_->rows();
+  return size_;
+}
+
+std::vector<std::string> NpyLoader::feature_files() const {
+  std::vector<std::string> out;
+  for (const Shard& s : shards_) out.push_back(s.features->path());
+  return out;
 }
 
 std::vector<TensorSpec> NpyLoader::sample_tensors() const {
@@ -108,79 +157,124 @@ std::vector<TensorSpec> NpyLoader::sample_tensors() const {
 }
 
 void NpyLoader::setup(BuildContext& context) {
-  pool_ = &context.make_batch_pool("host", MemoryKind::pageable, context.layout().capacity(),
-                                   Allocator::host());
+  // Straight into the staging node's memory when one follows (pinned on CUDA).
+  tier_ = context.fill_tier();
+  pool_ = &context.make_fill_pool(tier_ == Tier::staging ? "staging" : "host");
+}
+
+template <typename F>
+void NpyLoader::for_each_shard_run(const Batch& batch, F&& f) const {
+  for_each_run(batch.samples, [&](std::size_t row, std::size_t first, std::size_t count) {
+    while (count > 0) {
+      // The shard holding `first`: the last whose start is not after it.
+      const auto it = std::upper_bound(starts_.begin(), starts_.end(), first);
+      const auto s = static_cast<std::size_t>(it - starts_.begin()) - 1;
+      const std::size_t local = first - starts_[s];
+      const std::size_t n = std::min(count, shards_[s].features->rows() - local);
+      f(shards_[s], row, local, n);
+      row += n;
+      first += n;
+      count -= n;
+    }
+  });
 }
 
 void NpyLoader::process(Batch& batch) {
-  batch.host = pool_->acquire();
-  std::byte* xs = batch.tensor(Tier::host, 0);
-  const std::size_t row_bytes = features_->row_bytes();
-  for_each_run(batch.samples, [&](std::size_t row, std::size_t first, std::size_t count) {
-    features_->read_rows(first, count, xs + row * row_bytes);
-  });
-  read_labels(batch, reinterpret_cast<std::int32_t*>(batch.tensor(Tier::host, 1)));
+  batch.lease(tier_) = pool_->acquire();
+  std::byte* xs = batch.tensor(tier_, 0);
+  const std::size_t row_bytes = x_.sample_bytes();
+  std::array<ReadRequest, kRequestGroup> group;
+  std::size_t queued = 0;
+  for_each_shard_run(
+      batch, [&](const Shard& shard, std::size_t row, std::size_t first, std::size_t count) {
+        if (queued == group.size()) {
+          engine_->read(group.data(), queued);
+          queued = 0;
+        }
+        group[queued++] = ReadRequest{
+            &shard.file, shard.features->data_offset() + std::uint64_t{first} * row_bytes,
+            count * row_bytes, xs + row * row_bytes};
+      });
+  engine_->read(group.data(), queued);
+  read_labels(batch, reinterpret_cast<std::int32_t*>(batch.tensor(tier_, 1)));
 }
 
-void NpyLoader::label_error(std::int64_t label, std::size_t index) const {
+void NpyLoader::finish(RunReport& report) {
+  engine_->report(report, options_.name);
+}
+
+void NpyLoader::label_error(const Shard& shard, std::int64_t label, std::size_t index) const {
   std::string range = "for int32";
   if (options_.num_classes > 0) {
     range = "[0, ";
     range += std::to_string(options_.num_classes);
     range += ")";
   }
-  throw DataError(options_.labels + ": label " + std::to_string(label) + " at index " +
+  throw DataError(shard.labels->path() + ": label " + std::to_string(label) + " at index " +
                   std::to_string(index) + " is out of range " + range);
 }
 
 void NpyLoader::read_labels(const Batch& batch, std::int32_t* dst) const {
-  const NpyDtype dtype = labels_->dtype();
-  const std::size_t item = npy_dtype_size(dtype);
   // Read through a small stack buffer: int64 labels do not fit in the int32 slots.
   constexpr std::size_t kChunk = 512;
   alignas(8) std::byte raw[kChunk * 8];
-  for_each_run(batch.samples, [&](std::size_t row, std::size_t first, std::size_t count) {
-    for (std::size_t done = 0; done < count;) {
-      const std::size_t n = std::min(kChunk, count - done);
-      labels_->read_rows(first + done, n, raw);
-      for (std::size_t i = 0; i < n; ++i) {
-        std::int64_t v = 0;
-        if (dtype == NpyDtype::uint8) {
-          v = static_cast<std::uint8_t>(raw[i]);
-        } else if (dtype == NpyDtype::int32) {
-          std::int32_t w;
-          std::memcpy(&w, raw + i * item, sizeof w);
-          v = w;
-        } else {
-          std::memcpy(&v, raw + i * item, sizeof v);
+  for_each_shard_run(
+      batch, [&](const Shard& shard, std::size_t row, std::size_t first, std::size_t count) {
+        const NpyDtype dtype = shard.labels->dtype();
+        const std::size_t item = npy_dtype_size(dtype);
+        for (std::size_t done = 0; done < count;) {
+          const std::size_t n = std::min(kChunk, count - done);
+          shard.labels->read_rows(first + done, n, raw);
+          for (std::size_t i = 0; i < n; ++i) {
+            std::int64_t v = 0;
+            if (dtype == NpyDtype::uint8) {
+              v = static_cast<std::uint8_t>(raw[i]);
+            } else if (dtype == NpyDtype::int32) {
+              std::int32_t w;
+              std::memcpy(&w, raw + i * item, sizeof w);
+              v = w;
+            } else {
+              std::memcpy(&v, raw + i * item, sizeof v);
+            }
+            const bool out_of_range = options_.num_classes > 0
+                                          ? (v < 0 || v >= options_.num_classes)
+                                          : (v < std::numeric_limits<std::int32_t>::min() ||
+                                             v > std::numeric_limits<std::int32_t>::max());
+            if (out_of_range) label_error(shard, v, first + done + i);
+            dst[row + done + i] = static_cast<std::int32_t>(v);
+          }
+          done += n;
         }
-        const bool out_of_range = options_.num_classes > 0
-                                      ? (v < 0 || v >= options_.num_classes)
-                                      : (v < std::numeric_limits<std::int32_t>::min() ||
-                                         v > std::numeric_limits<std::int32_t>::max());
-        if (out_of_range) label_error(v, first + done + i);
-        dst[row + done + i] = static_cast<std::int32_t>(v);
-      }
-      done += n;
-    }
-  });
+      });
 }
 
 void register_npy(Registry& registry) {
   Schema schema;
-  schema.add_string("features", ".npy features, C order, shape [N, ...]: <f4 <f2 |u1 <i4 <i8")
+  schema
+      .add_string_list("features",
+                       ".npy features, C order, shape [N, ...]: <f4 <f2 |u1 <i4 <i8; a path, a "
+                       "glob (data/train-*.npy) or a list of them: shards in that order, globs "
+                       "sorted")
       .make_required();
-  schema.add_string("labels", ".npy labels, shape [N]: |u1 <i4 <i8 (converted to int32)")
+  schema
+      .add_string_list("labels",
+                       ".npy labels, shape [N]: |u1 <i4 <i8 (converted to int32); one per "
+                       "features file, named the same way")
       .make_required();
   schema.add_int("num_classes", "when > 0, labels must be in [0, num_classes)", 0)
       .range(0, 2147483647.0);
+  add_io_params(schema);
   registry.set(factory_type(
       "npy", Role::load, std::move(schema),
       [](const NodeSpec& spec) {
-        return std::make_unique<NpyLoader>(NpyLoader::options_from(spec.params));
+        NpyLoaderOptions o = NpyLoader::options_from(spec.params);
+        o.concurrency = spec.concurrency;
+        o.name = spec.name;
+        return std::make_unique<NpyLoader>(std::move(o));
       },
-      "NumPy .npy features [N, ...] and labels [N], rows read with pread into pool buffers "
-      "(for data sets larger than memory); x keeps the file's dtype, y int32"));
+      "NumPy .npy features [N, ...] and labels [N], one pair or shards (lists or globs) as one "
+      "data set; rows read with pread or io_uring straight into the next stage's buffers (for "
+      "data sets larger than memory); x keeps the file's dtype, y int32"));
 }
 
 }  // namespace flowfeed

@@ -55,14 +55,19 @@ class PinnedStaging final : public Node {
  public:
   explicit PinnedStaging(PinnedStagingOptions options) : options_(options) {}
 
+  std::optional<FillMemory> fill_memory(const BuildContext& context) const override {
+    return FillMemory{MemoryKind::pinned, cuda::pinned_allocator_on(context.device_id())};
+  }
+
   void setup(BuildContext& context) override {
     device_ = context.device_id();
     name_ = context.spec().name;
     nvtx_ = cuda::nvtx_name(name_);
     cuda::set_device(device_);
-    // Batches from a page-locked memory data set pass through: no pool to allocate.
+    // Batches from a page-locked memory data set, or read by the loader straight into pinned
+    // memory, pass through: no pool to allocate.
     const auto* memory = dynamic_cast<const MemoryLoader*>(&context.loader());
-    if (memory && memory->pinned()) return;
+    if ((memory && memory->pinned()) || context.fill_tier() == Tier::staging) return;
     pool_ = &context.make_batch_pool("staging", MemoryKind::pinned, context.layout().capacity(),
                                      cuda::pinned_allocator());
   }
@@ -70,7 +75,10 @@ class PinnedStaging final : public Node {
   void process(Batch& batch) override {
     cuda::NvtxRange range(nvtx_, batch.seq);
     if (!batch.host) {
-      if (batch.staging) return;  // the loader wrote straight into a staging buffer
+      if (batch.staging) {  // the loader read straight into a pinned buffer
+        passed_.fetch_add(1, std::memory_order_relaxed);
+        return;
+      }
       throw Error("pinned_staging: the batch has no host buffer (the loader filled none)");
     }
     if (batch.host.pool() && batch.host.pool()->kind() == MemoryKind::pinned) {
@@ -82,8 +90,8 @@ class PinnedStaging final : public Node {
     if (!pool_) {
       throw Error(
           "pinned_staging: a pageable batch arrived, but the loader's data set is "
-          "page-locked, so no staging pool was allocated (a node between the loader and "
-          "staging replaced the host buffer)");
+          "page-locked or the loader reads into pinned memory itself, so no staging pool was "
+          "allocated (a node between the loader and staging replaced the host buffer)");
     }
     Lease staging = pool_->acquire();
     const std::size_t bytes = batch.bytes();

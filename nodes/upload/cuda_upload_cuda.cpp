@@ -54,6 +54,12 @@ class CudaUpload final : public AsynchronousNode {
     cudaGetLastError();
   }
 
+  std::optional<FillMemory> fill_memory(const BuildContext& context) const override {
+    // One device's upload reads the loader's buffers; replicas on several devices do not.
+    if (context.replicas() > 1) return std::nullopt;
+    return FillMemory{MemoryKind::pinned, cuda::pinned_allocator_on(context.device_id())};
+  }
+
   void setup(BuildContext& context) override {
     device_ = context.device_id();
     name_ = context.spec().name;
@@ -229,8 +235,9 @@ class CudaUpload final : public AsynchronousNode {
     using Bounce = CudaUploadOptions::Bounce;
     bool wanted = options_.bounce == Bounce::on;
     if (options_.bounce == Bounce::automatic && !context.after_staging()) {
+      // Batches arrive pageable unless the data set or the loader's buffers are page-locked.
       const auto* memory = dynamic_cast<const MemoryLoader*>(&context.loader());
-      wanted = !(memory && memory->pinned());
+      wanted = !(memory && memory->pinned()) && context.fill_tier() != Tier::staging;
     }
     if (!wanted) return;
     if (options_.bounce_bytes == 0) throw Error("cuda_upload: bounce_bytes must be > 0");

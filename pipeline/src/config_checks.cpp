@@ -79,6 +79,7 @@ std::string describe_value(const ParamValue& v) {
   if (const auto* d = std::get_if<double>(&v)) return format_number(*d);
   if (const auto* s = std::get_if<std::string>(&v)) return quoted(*s);
   if (std::holds_alternative<std::vector<std::int64_t>>(v)) return "a list";
+  if (std::holds_alternative<std::vector<std::string>>(v)) return "a list of strings";
   return "nothing";
 }
 
@@ -126,6 +127,10 @@ bool check_value(const ParamValue& v, const ParamSpec& spec, const std::string& 
       }
       return true;
     }
+    case ParamType::string_list:
+      return std::holds_alternative<std::string>(v) ||
+             std::holds_alternative<std::vector<std::string>>(v) ||
+             mismatch("a string or a list of strings");
     case ParamType::int_list: {
       const auto* list = std::get_if<std::vector<std::int64_t>>(&v);
       if (!list) return mismatch("a list of ints");

@@ -92,6 +92,9 @@ std::string describe_schema(const Registry& registry) {
         for (std::size_t i = 0; i < l->size(); ++i) os << (i ? ", " : "") << (*l)[i];
         os << "]";
       }
+      if (const auto* l = std::get_if<std::vector<std::string>>(&p.default_value)) {
+        os << ", default [" << detail::join(*l, ", ") << "]";
+      }
       if (p.min || p.max) os << ", " << detail::range_text(p);
       if (!p.choices.empty()) os << ", one of " << detail::join(p.choices, "|");
       os << "): " << p.doc << "\n";

@@ -161,6 +161,25 @@ ParamValue convert(const YAML::Node& value, const ParamSpec& spec, const std::st
       if (!ok) return {};
       return out;
     }
+    case ParamType::string_list: {
+      if (value.IsScalar()) {
+        v = value.Scalar();
+        break;
+      }
+      if (!value.IsSequence() || value.size() == 0) {
+        return expected(path, "a string or a non-empty list of strings", value);
+      }
+      std::vector<std::string> out;
+      for (std::size_t i = 0; i < value.size(); ++i) {
+        const YAML::Node item = value[i];
+        if (!item.IsScalar()) {
+          return expected(path + "[" + std::to_string(i) + "]", "a string", item);
+        }
+        out.push_back(item.Scalar());
+      }
+      v = std::move(out);
+      break;
+    }
   }
   if (!check_value(v, spec, path, in.where(path, mark), in.problems())) return {};
   return v;

@@ -43,6 +43,18 @@ class Context final : public BuildContext {
     }
     return false;
   }
+  Tier fill_tier() const override {
+    const bool staged =
+        stage_.index == 0 ? impl_.fill_memory_.has_value() : impl_.fill_pool_ != nullptr;
+    return staged ? Tier::staging : Tier::host;
+  }
+  BufferPool& make_fill_pool(const std::string& name) override {
+    if (stage_.index != 0) throw std::logic_error("make_fill_pool is for the loader's setup");
+    if (!impl_.fill_memory_) return BuildContext::make_fill_pool(name);
+    impl_.fill_pool_ = &make_batch_pool(name, impl_.fill_memory_->kind, layout().capacity(),
+                                        impl_.fill_memory_->allocator);
+    return *impl_.fill_pool_;
+  }
   BufferPool& make_pool(const std::string& name, MemoryKind kind, std::size_t count,
                         std::size_t bytes, Allocator allocator) override {
     const std::string pool = stage_.spec.name + "." + name;
@@ -176,6 +188,22 @@ PipelineImpl::PipelineImpl(PipelineConfig config, const Registry& registry)
       throw NodeError(stage.label + ": " + e.what(), stage.spec.name, stage.spec.type, -1);
     }
   };
+  // The loader's reads land in the memory of the first staging or upload node after it, when
+  // that node takes batches in place (transforms between them work on whichever tier is newest).
+  for (std::size_t i = 1; i < stages_.size(); ++i) {
+    const Role role = stages_[i]->spec.role;
+    if (role == Role::transform) continue;
+    if (role == Role::staging || role == Role::upload) {
+      Context context(*this, *stages_[i]);
+      try {
+        fill_memory_ = stages_[i]->node->fill_memory(context);
+      } catch (const std::exception& e) {
+        throw NodeError(stages_[i]->label + ": " + e.what(), stages_[i]->spec.name,
+                        stages_[i]->spec.type, -1);
+      }
+    }
+    break;
+  }
   // The loader is set up first: it may learn the data set's size only then.
   setup(*stages_.front());
   sampler_ = std::make_unique<Sampler>(config_.sampler, loader_->size(), batch_size);

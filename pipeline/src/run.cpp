@@ -214,7 +214,8 @@ RunReport PipelineImpl::run(const RunOptions& options) {
   for (auto& s : stages_) s->node->finish(report);
   if (branches_ > 1) fill_branch_report(report, seconds);
   recorder_.fill(report);
-  report.warnings = warnings_;
+  // Skipped batches first, then what nodes noted in finish() (e.g. an I/O fallback).
+  report.warnings.insert(report.warnings.begin(), warnings_.begin(), warnings_.end());
   return report;
 }
 

@@ -11,6 +11,7 @@ const char* param_type_name(ParamType type) noexcept {
     case ParamType::number: return "number";
     case ParamType::string: return "string";
     case ParamType::int_list: return "list of int";
+    case ParamType::string_list: return "string or list of strings";
   }
   return "?";
 }
@@ -51,6 +52,13 @@ ParamSpec& Schema::add_string(std::string name, std::string doc, std::optional<s
 ParamSpec& Schema::add_int_list(std::string name, std::string doc,
                                 std::optional<std::vector<std::int64_t>> def) {
   ParamSpec s{std::move(name), ParamType::int_list, {}, false, {}, {}, {}, std::move(doc)};
+  if (def) s.default_value = *def;
+  return add(std::move(s));
+}
+
+ParamSpec& Schema::add_string_list(std::string name, std::string doc,
+                                   std::optional<std::vector<std::string>> def) {
+  ParamSpec s{std::move(name), ParamType::string_list, {}, false, {}, {}, {}, std::move(doc)};
   if (def) s.default_value = *def;
   return add(std::move(s));
 }
@@ -104,6 +112,11 @@ const std::string& Params::get_string(const std::string& name) const {
 }
 const std::vector<std::int64_t>& Params::get_int_list(const std::string& name) const {
   return get_as<std::vector<std::int64_t>>(at(name), name, "list of int");
+}
+std::vector<std::string> Params::get_string_list(const std::string& name) const {
+  const ParamValue& v = at(name);
+  if (const auto* s = std::get_if<std::string>(&v)) return {*s};
+  return get_as<std::vector<std::string>>(v, name, "string or list of strings");
 }
 SourceLoc Params::loc(const std::string& name) const {
   auto it = locs_.find(name);

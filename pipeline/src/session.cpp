@@ -151,7 +151,7 @@ RunReport SessionState::make_report(double seconds, bool complete, bool interrup
     for (auto& s : p.stages_) s->node->finish(report);
   }
   std::lock_guard<std::mutex> lock(const_cast<PipelineImpl&>(p).warn_mutex_);
-  report.warnings = p.warnings_;
+  report.warnings.insert(report.warnings.begin(), p.warnings_.begin(), p.warnings_.end());
   return report;
 }
 

@@ -71,6 +71,35 @@ TEST(PipelineBench, OverheadQuick) {
   EXPECT_EQ(r.json.at("scenarios").at("overhead").at("nodes"), 4);
 }
 
+TEST(PipelineBench, StorageQuickMeasuresColdAndWarmReadsBesideTheirBaselines) {
+  const BenchRun r = run_bench("storage --quick", "storage");
+  ASSERT_EQ(r.code, 0) << r.output;
+  for (const char* io : {"pread", "io_uring"}) {
+    SCOPED_TRACE(io);
+    expect_row(r, std::string("storage_cold_") + io, "GB/s");
+    expect_row(r, std::string("storage_warm_") + io, "GB/s");
+    const nlohmann::json& cold = find_row(r.json, std::string("storage_cold_") + io)->at("target");
+    EXPECT_EQ(cold.at("value"), 0.95);
+    EXPECT_EQ(cold.at("of"), "ratio");
+    const nlohmann::json& d = r.json.at("scenarios").at("storage");
+    for (const char* kind : {"cold_", "warm_"}) {
+      const nlohmann::json& run = d.at(std::string(kind) + io);
+      // 48 MiB of 512 KiB rows in batches of 8: 12 batches, read straight into staging memory.
+      EXPECT_EQ(run.at("batches"), 12);
+      EXPECT_EQ(run.at("allocations_after_build"), 0);
+      EXPECT_EQ(run.at("extra").at("stage.copied_bytes"), 0.0);
+      EXPECT_EQ(run.at("extra").at("stage.passed_through_batches"), 12.0);
+      EXPECT_EQ(run.at("extra").at("load.io_bytes"), 48.0 * (1 << 20));
+    }
+    // Cold runs read direct: every byte of 4 KiB-aligned rows behind a 4 KiB header.
+    EXPECT_EQ(d.at(std::string("cold_") + io).at("extra").at("load.io_direct_bytes"),
+              48.0 * (1 << 20));
+  }
+  expect_row(r, "storage_warm_io_uring_async", "GB/s");
+  // The data set of a quick run is removed afterwards.
+  EXPECT_FALSE(fs::exists(r.json.at("scenarios").at("storage").at("features").get<std::string>()));
+}
+
 TEST(PipelineBench, SeedQuick) {
   const BenchRun r = run_bench("seed --quick", "seed");
   ASSERT_EQ(r.code, 0) << r.output;
@@ -178,6 +207,7 @@ TEST(PipelineBench, AllWithoutAGpuRunsTheHostScenariosAndSaysWhatItSkipped) {
   expect_row(r, "seed", "s");
   expect_row(r, "scaling_load_bound", "batches/s");
   expect_row(r, "scaling_train_bound", "batches/s");
+  expect_row(r, "storage_warm_io_uring", "GB/s");
   EXPECT_TRUE(fs::exists(svg));
   std::vector<std::string> skipped;
   for (const auto& s : r.json.at("skipped")) {

@@ -24,11 +24,13 @@ namespace flowfeed::testing_files {
 
 using Bytes = std::vector<std::uint8_t>;
 
-/// A fresh directory under the system temp dir, removed with everything in it.
+/// A fresh directory under `base` (default: the system temp dir), removed with everything in it.
 class TempDir {
  public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "flowfeed_loader_XXXXXX").string();
+  explicit TempDir(const std::string& base = "") {
+    const std::filesystem::path under =
+        base.empty() ? std::filesystem::temp_directory_path() : std::filesystem::path(base);
+    std::string tmpl = (under / "flowfeed_loader_XXXXXX").string();
     if (mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
     path_ = tmpl;
   }

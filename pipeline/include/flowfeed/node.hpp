@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,13 @@ struct NodeSpec {
   int streams = 1;            ///< CUDA streams an upload node owns
   Params params;  ///< the type's params, validated against its schema, defaults filled in
   SourceLoc loc;  ///< where the node was declared
+};
+
+/// Memory a staging or upload node can take a loader's batch in without copying it first (see
+/// Node::fill_memory and BuildContext::make_fill_pool).
+struct FillMemory {
+  MemoryKind kind = MemoryKind::pageable;  ///< pinned for a CUDA staging or upload node
+  Allocator allocator;                     ///< allocates one buffer (call note_allocation())
 };
 
 class LoaderNode;  ///< below
@@ -80,6 +88,20 @@ class BuildContext {
   /// The TBB worker threads that run node bodies (`pipeline.threads`, else the core count); 0
   /// when not known.
   virtual int threads() const { return 0; }
+  /// Where the loader's reads land. For the loader: Tier::staging when the first node after it
+  /// that is not a transform (a staging or upload node) takes batches in its own memory without a
+  /// copy (Node::fill_memory), else Tier::host. For the nodes after the loader: Tier::staging only
+  /// when the loader made its pool with make_fill_pool() and that pool is the staging node's
+  /// memory, so a staging node then passes batches through and needs no pool of its own.
+  virtual Tier fill_tier() const { return Tier::host; }
+  /// For a loader: makes the pool it fills batches in, one buffer of layout().capacity() bytes
+  /// per batch in flight (as make_batch_pool), of the memory fill_tier() names (pinned when a
+  /// pinned_staging or cuda_upload follows, pageable host memory otherwise). Put each lease in
+  /// `batch.lease(fill_tier())`: bytes read into it are then written once on the host (by the
+  /// read) and read once (by the device copy).
+  virtual BufferPool& make_fill_pool(const std::string& name) {
+    return make_batch_pool(name, MemoryKind::pageable, layout().capacity(), Allocator::host());
+  }
   /// Creates a pool owned by the pipeline, of `count` buffers of `bytes` each. For the buffers a
   /// batch carries (one per batch in flight) use make_batch_pool() instead. The pool's
   /// `count × bytes` are first claimed against the memory the machine offers (see
@@ -157,6 +179,14 @@ class Node {
   /// Called once while the pipeline is built, in chain order (the loader first). Allocate every
   /// buffer the node will need here; nothing may be allocated per batch.
   virtual void setup(BuildContext& /*context*/) {}
+  /// For a staging or upload node: the memory it takes a loader's batch in without a copy, or
+  /// nullopt (the default). When this node is the first after the loader that is not a
+  /// transform, the loader may fill buffers of this memory (BuildContext::make_fill_pool); its
+  /// batches then arrive with `batch.staging` set and `batch.host` empty. Called once, before
+  /// any node's setup(), with this node's context (its device, replicas; no pools yet).
+  virtual std::optional<FillMemory> fill_memory(const BuildContext& /*context*/) const {
+    return std::nullopt;
+  }
   /// Called on every node at the start of every run, before the first batch (a pipeline may run
   /// several times, also after a failed or interrupted run): reset per-run state here.
   virtual void begin_run() {}

@@ -14,13 +14,13 @@
 namespace flowfeed {
 
 /// The type of a parameter.
-enum class ParamType { boolean, integer, number, string, int_list };
-/// "bool", "int", "number", "string" or "list of int".
+enum class ParamType { boolean, integer, number, string, int_list, string_list };
+/// "bool", "int", "number", "string", "list of int" or "string or list of strings".
 const char* param_type_name(ParamType type) noexcept;
 
 /// A parameter's value: one of the ParamType alternatives (monostate = unset).
 using ParamValue = std::variant<std::monostate, bool, std::int64_t, double, std::string,
-                                std::vector<std::int64_t>>;
+                                std::vector<std::int64_t>, std::vector<std::string>>;
 
 /// The declaration of one parameter: its name, type, default, allowed range or choices and doc.
 struct ParamSpec {
@@ -74,6 +74,10 @@ class Schema {
   /// Declares a list-of-int param (`range` bounds each item).
   ParamSpec& add_int_list(std::string name, std::string doc,
                           std::optional<std::vector<std::int64_t>> def = std::nullopt);
+  /// Declares a param that takes one string or a list of strings (e.g. file paths or globs); a
+  /// single string reads as a list of one.
+  ParamSpec& add_string_list(std::string name, std::string doc,
+                             std::optional<std::vector<std::string>> def = std::nullopt);
 
   /// Every declared param, in declaration order.
   const std::vector<ParamSpec>& params() const noexcept { return params_; }
@@ -104,6 +108,8 @@ class Params {
   const std::string& get_string(const std::string& name) const;
   /// The list-of-int value of `name`.
   const std::vector<std::int64_t>& get_int_list(const std::string& name) const;
+  /// The strings of a string-list param (a single string gives a list of one).
+  std::vector<std::string> get_string_list(const std::string& name) const;
   /// Where the value was written (the PipelineBuilder call for C++; empty file for a default).
   SourceLoc loc(const std::string& name) const;
   /// Every value by name.

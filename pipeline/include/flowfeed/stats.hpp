@@ -103,7 +103,8 @@ struct RunReport {
   /// Per `pipeline.devices` branch, when there are several (empty otherwise).
   std::vector<BranchReport> branches;
   TrainReport train;  ///< the train step's figures (in pull mode: the caller's waiting)
-  /// Batches skipped under `on_error: skip`, with their messages (the first 20).
+  /// Batches skipped under `on_error: skip`, with their messages (the first 20), then what nodes
+  /// noted in finish() (e.g. a loader that fell back from io_uring to pread).
   std::vector<std::string> warnings;
   /// Extra figures nodes add (name → value).
   std::map<std::string, double> extra;

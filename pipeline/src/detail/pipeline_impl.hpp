@@ -11,6 +11,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -169,6 +170,10 @@ class PipelineImpl {
   std::optional<MemoryBudget> budget_;  ///< what pools and data sets claimed, during the build
   std::unique_ptr<Sampler> sampler_;
   std::vector<std::unique_ptr<BufferPool>> pools_;
+  // The memory of the node after the loader that takes its batches without a copy, and the
+  // loader's pool of it once made (BuildContext::fill_tier / make_fill_pool).
+  std::optional<FillMemory> fill_memory_;
+  BufferPool* fill_pool_ = nullptr;
   std::vector<std::unique_ptr<Batch>> batches_;
   tbb::concurrent_queue<Batch*> free_batches_;
   std::uint64_t allocations_at_build_ = 0;

@@ -31,7 +31,9 @@ class IdxLoader final : public LoaderNode, public InMemoryDataset {
   static IdxLoaderOptions options_from(const Params& params);
 
   void setup(BuildContext& context) override;
-  /// Fills x and y of the batch's rows into a host pool buffer (nothing in resident mode).
+  /// Fills x and y of the batch's rows into a buffer of the pool BuildContext::make_fill_pool
+  /// gives (pinned staging memory when a pinned_staging or cuda_upload follows; nothing in
+  /// resident mode).
   void process(Batch& batch) override;
   std::size_t size() const override { return count_; }
   std::vector<TensorSpec> sample_tensors() const override;
@@ -53,6 +55,7 @@ class IdxLoader final : public LoaderNode, public InMemoryDataset {
   std::size_t rows_ = 0;
   std::size_t cols_ = 0;
   BufferPool* pool_ = nullptr;
+  Tier tier_ = Tier::host;  // where batches are filled (BuildContext::fill_tier)
 };
 
 }  // namespace flowfeed

@@ -1,53 +1,74 @@
 #pragma once
 /// \file
-/// The `npy` loader: a features .npy file and a labels .npy file, read row by row with pread into
-/// pool buffers, so a data set larger than memory streams with resident memory bounded by the
-/// pools.
+/// The `npy` loader: features and labels .npy files (one pair, or shards named by lists or globs
+/// read as one data set), read row by row into the buffers of the stage after the loader, so a
+/// data set larger than memory streams with resident memory bounded by the pools.
 
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "flowfeed/node.hpp"
+#include "flowfeed/nodes/io.hpp"
 
 namespace flowfeed {
 
-class NpyFile;
+class IoEngine;
 
 /// Options of the `npy` loader (the params of its schema).
 struct NpyLoaderOptions {
-  std::string features;  ///< C-order .npy, shape [N, ...]: float32, float16, uint8, int32 or int64
-  std::string labels;    ///< .npy of N integers (uint8, int32 or int64), converted to int32
-  int num_classes = 0;   ///< when > 0, every label must be in [0, num_classes)
+  /// C-order .npy files, shape [N, ...]: float32, float16, uint8, int32 or int64. Paths or glob
+  /// patterns, expanded in a stable order (expand_file_set): the shards of one data set, each of
+  /// the same dtype and sample shape.
+  std::vector<std::string> features;
+  /// .npy files of N integers (uint8, int32 or int64), converted to int32: one per features
+  /// file, in the same order, each with that file's row count.
+  std::vector<std::string> labels;
+  int num_classes = 0;        ///< when > 0, every label must be in [0, num_classes)
+  IoOptions io;               ///< how the features are read
+  int concurrency = 1;        ///< process() calls at once (the node's `concurrency`)
+  std::string name = "load";  ///< the node's name, for report figures and log lines
 };
 
-/// The `npy` loader node. The constructor opens both files and validates their headers and sizes
-/// (DataError naming the file); process() reads the batch's rows with pread (runs of consecutive
-/// samples in one call) straight into a host pool buffer. Tensors: `x` of the features file's
-/// dtype and shape[1:], and `y` int32 [].
+/// The `npy` loader node. The constructor expands the file lists, opens every file and validates
+/// headers, dtypes, shapes and sizes (DataError naming the file); process() reads the batch's rows
+/// (runs of consecutive samples in one request, split at shard ends) with the I/O engine straight
+/// into a buffer of the pool BuildContext::make_fill_pool gives (pinned staging memory when a
+/// pinned_staging or cuda_upload follows). Tensors: `x` of the features' dtype and shape[1:], and
+/// `y` int32 [].
 class NpyLoader final : public LoaderNode {
  public:
   explicit NpyLoader(NpyLoaderOptions options);
   ~NpyLoader() override;
   /// Options from validated params.
   static NpyLoaderOptions options_from(const Params& params);
-
   void setup(BuildContext& context) override;
   void process(Batch& batch) override;
+  void finish(RunReport& report) override;
   std::size_t size() const override;
   std::vector<TensorSpec> sample_tensors() const override;
-
   const NpyLoaderOptions& options() const noexcept { return options_; }
+  /// The features files in data set order (the lists and globs expanded).
+  std::vector<std::string> feature_files() const;
 
  private:
+  struct Shard;
+  void add_shard(const std::string& features, const std::string& labels);
+  /// Calls f(shard, row in the batch, first row in the shard, count) for each run of consecutive
+  /// samples inside one shard.
+  template <typename F>
+  void for_each_shard_run(const Batch& batch, F&& f) const;
   void read_labels(const Batch& batch, std::int32_t* dst) const;
-  [[noreturn]] void label_error(std::int64_t label, std::size_t index) const;
+  [[noreturn]] void label_error(const Shard& shard, std::int64_t label, std::size_t index) const;
 
   NpyLoaderOptions options_;
-  std::unique_ptr<NpyFile> features_;
-  std::unique_ptr<NpyFile> labels_;
+  std::unique_ptr<IoEngine> engine_;
+  std::vector<Shard> shards_;
+  std::vector<std::size_t> starts_;  // global index of each shard's first row
+  std::size_t size_ = 0;
   TensorSpec x_;
   BufferPool* pool_ = nullptr;
+  Tier tier_ = Tier::host;
 };
 
 }  // namespace flowfeed

@@ -1,0 +1,25 @@
+#pragma once
+/// \file
+/// A data set's files named by a list of paths and glob patterns, expanded once into a stable
+/// order (for sharded data sets: `features: data/train-*.npy`).
+
+#include <string>
+#include <vector>
+
+namespace flowfeed {
+
+/// Expands `patterns` into the files they name, in a stable order: the patterns in the order
+/// given, the matches of each glob pattern (`*`, `?`, `[...]`) sorted by byte value (name shards
+/// with zero-padded numbers: train-00009 before train-00010). A pattern without glob characters
+/// names one file as it is. Every file is checked up front: a pattern that matches nothing, a
+/// file that does not exist or cannot be opened for reading, a directory, and a file named twice
+/// throw DataError naming it, e.g. `data/train-*.npy: matches no file` or
+/// `data/train-3.npy: cannot open (Permission denied)`. `what` (e.g. "features") starts the
+/// message of an empty list. Thread-safe.
+std::vector<std::string> expand_file_set(const std::vector<std::string>& patterns,
+                                         const std::string& what);
+
+/// True when `pattern` holds a glob character (`*`, `?` or `[`).
+bool is_glob_pattern(const std::string& pattern) noexcept;
+
+}  // namespace flowfeed

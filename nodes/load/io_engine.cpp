@@ -1,0 +1,420 @@
+#include "io_engine.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+#include <utility>
+
+#if FLOWFEED_WITH_URING
+#include <liburing.h>
+#endif
+
+#include "flowfeed/error.hpp"
+#include "flowfeed/schema.hpp"
+#include "flowfeed/stats.hpp"
+
+namespace flowfeed {
+
+namespace {
+
+// O_DIRECT alignment of offsets, lengths and buffers: 4 KiB covers every common block size.
+constexpr std::uint64_t kDirectAlign = 4096;
+
+[[noreturn]] void short_read(const std::string& path, std::uint64_t offset, int error,
+                             std::size_t missing) {
+  if (error != 0) {
+    throw DataError(path + ": short read at offset " + std::to_string(offset) + " (" +
+                    std::strerror(error) + ")");
+  }
+  throw DataError(path + ": short read at offset " + std::to_string(offset) + " (end of file, " +
+                  std::to_string(missing) +
+                  " more bytes wanted) the file was truncated while open");
+}
+
+/// A part of a request that one read asks for.
+struct Piece {
+  const IoFile* file = nullptr;
+  bool direct = false;
+  std::uint64_t offset = 0;
+  std::size_t bytes = 0;
+  std::byte* dst = nullptr;
+};
+
+/// Splits requests into pieces of at most `read_bytes`; with O_DIRECT, into a buffered head up
+/// to the next aligned offset, an aligned direct middle and a buffered tail.
+class PieceCursor {
+ public:
+  PieceCursor(const ReadRequest* requests, std::size_t count, std::size_t read_bytes)
+      : requests_(requests), count_(count), read_bytes_(read_bytes) {}
+
+  /// The next piece; false when every request is covered.
+  bool next(Piece& piece) {
+    while (r_ < count_ && pos_ >= requests_[r_].bytes) {
+      ++r_;
+      pos_ = 0;
+    }
+    if (r_ == count_) return false;
+    const ReadRequest& q = requests_[r_];
+    std::size_t len = std::min(read_bytes_, q.bytes - pos_);
+    const std::uint64_t offset = q.offset + pos_;
+    std::byte* dst = q.dst + pos_;
+    bool direct = false;
+    const auto address = reinterpret_cast<std::uintptr_t>(dst);
+    if (q.file->direct() && (address - offset) % kDirectAlign == 0) {
+      const std::uint64_t misalign = offset % kDirectAlign;
+      if (misalign != 0) {
+        len = std::min<std::size_t>(len, kDirectAlign - misalign);
+      } else if (len >= kDirectAlign) {
+        len -= len % kDirectAlign;
+        direct = true;
+      }
+    }
+    piece = Piece{q.file, direct, offset, len, dst};
+    pos_ += len;
+    return true;
+  }
+
+ private:
+  const ReadRequest* requests_;
+  std::size_t count_;
+  std::size_t read_bytes_;
+  std::size_t r_ = 0;
+  std::size_t pos_ = 0;
+};
+
+}  // namespace
+
+/// One io_uring instance and the reads in flight on it (a slot per read).
+struct IoEngine::Ring {
+#if FLOWFEED_WITH_URING
+  io_uring ring{};
+#endif
+  std::vector<Piece> slots;
+  std::vector<std::uint32_t> free_slots;
+};
+
+void add_io_params(Schema& schema) {
+  schema
+      .add_string("io",
+                  "how files are read: pread (one read at a time per loader call) or io_uring "
+                  "(queue_depth reads in flight per batch)",
+                  std::string("pread"))
+      .one_of({"pread", "io_uring"});
+  schema.add_int("read_bytes", "the most bytes one read asks for", std::int64_t{1} << 20)
+      .range(4096, 1 << 30);
+  schema.add_int("queue_depth", "io_uring: reads in flight per batch", 32).range(1, 4096);
+  schema.add_bool("direct",
+                  "open files with O_DIRECT: reads bypass the page cache (the 4 KiB-aligned part "
+                  "of each read; heads and tails go through the cache)",
+                  false);
+  schema.add_bool("io_async",
+                  "io_uring: reads through the page cache run on the kernel's worker threads "
+                  "(IOSQE_ASYNC), so one batch's cached reads are copied in parallel",
+                  false);
+  schema.add_bool("io_fallback",
+                  "when io_uring or O_DIRECT is unavailable (kernel, seccomp, file system): log "
+                  "it and read with pread / through the page cache (true) or fail (false)",
+                  true);
+}
+
+IoOptions io_options_from(const Params& params) {
+  IoOptions o;
+  o.engine = params.get_string("io") == "io_uring" ? IoOptions::Engine::io_uring
+                                                   : IoOptions::Engine::pread;
+  o.read_bytes = static_cast<std::size_t>(params.get_int("read_bytes"));
+  o.queue_depth = static_cast<int>(params.get_int("queue_depth"));
+  o.direct = params.get_bool("direct");
+  o.fallback = params.get_bool("io_fallback");
+  o.async = params.get_bool("io_async");
+  return o;
+}
+
+const char* io_engine_name(IoOptions::Engine engine) noexcept {
+  return engine == IoOptions::Engine::io_uring ? "io_uring" : "pread";
+}
+
+IoFile::IoFile(IoFile&& other) noexcept
+    : path_(std::move(other.path_)),
+      fd_(std::exchange(other.fd_, -1)),
+      direct_fd_(std::exchange(other.direct_fd_, -1)),
+      size_(other.size_) {}
+
+IoFile& IoFile::operator=(IoFile&& other) noexcept {
+  if (this != &other) {
+    IoFile old(std::move(*this));
+    path_ = std::move(other.path_);
+    fd_ = std::exchange(other.fd_, -1);
+    direct_fd_ = std::exchange(other.direct_fd_, -1);
+    size_ = other.size_;
+  }
+  return *this;
+}
+
+IoFile::~IoFile() {
+  if (fd_ >= 0) ::close(fd_);
+  if (direct_fd_ >= 0) ::close(direct_fd_);
+}
+
+IoEngine::IoEngine(IoOptions options, int callers, std::string owner)
+    : options_(options), owner_(std::move(owner)) {
+  // Direct pieces are whole multiples of the alignment, so the read size must be one too.
+  if (options_.direct) {
+    options_.read_bytes = std::max<std::size_t>(
+        kDirectAlign, options_.read_bytes - options_.read_bytes % kDirectAlign);
+  }
+  if (options_.engine != IoOptions::Engine::io_uring) return;
+  std::string failure;
+#if FLOWFEED_WITH_URING
+  for (int i = 0; i < std::max(callers, 1); ++i) {
+    auto ring = std::make_unique<Ring>();
+    const int rc = io_uring_queue_init(static_cast<unsigned>(options_.queue_depth), &ring->ring, 0);
+    if (rc < 0) {
+      failure = std::string("io_uring_queue_init: ") + std::strerror(-rc);
+      break;
+    }
+    ring->slots.resize(static_cast<std::size_t>(options_.queue_depth));
+    for (std::size_t s = ring->slots.size(); s > 0; --s) {
+      ring->free_slots.push_back(static_cast<std::uint32_t>(s - 1));
+    }
+    free_rings_.push_back(ring.get());
+    rings_.push_back(std::move(ring));
+  }
+#else
+  (void)callers;
+  failure = "this build has no liburing (install liburing-dev and reconfigure)";
+#endif
+  if (failure.empty()) {
+    engine_ = IoOptions::Engine::io_uring;
+    return;
+  }
+  for (auto& ring : rings_) {
+#if FLOWFEED_WITH_URING
+    io_uring_queue_exit(&ring->ring);
+#endif
+    ring.reset();
+  }
+  rings_.clear();
+  free_rings_.clear();
+  if (!options_.fallback) {
+    throw DataError("io: io_uring is unavailable (" + failure +
+                    ") set io: pread, or io_fallback: true to fall back to it");
+  }
+  note("io_uring is unavailable (" + failure + "); reading with pread");
+}
+
+IoEngine::~IoEngine() {
+#if FLOWFEED_WITH_URING
+  for (auto& ring : rings_) io_uring_queue_exit(&ring->ring);
+#endif
+}
+
+void IoEngine::note(const std::string& line) {
+  const std::string text = owner_ + ": " + line;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (std::find(notes_.begin(), notes_.end(), text) != notes_.end()) return;
+    notes_.push_back(text);
+  }
+  std::fprintf(stderr, "flowfeed: %s\n", text.c_str());
+}
+
+std::vector<std::string> IoEngine::notes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return notes_;
+}
+
+void IoEngine::report(RunReport& report, const std::string& prefix) const {
+  report.extra[prefix + ".io_reads"] = static_cast<double>(reads_.load());
+  report.extra[prefix + ".io_bytes"] = static_cast<double>(bytes_.load());
+  report.extra[prefix + ".io_direct_bytes"] = static_cast<double>(direct_bytes_.load());
+  report.extra[prefix + ".io_max_in_flight"] = static_cast<double>(max_in_flight_.load());
+  report.extra[prefix + ".io_uring"] = engine_ == IoOptions::Engine::io_uring ? 1.0 : 0.0;
+  for (const std::string& n : notes()) report.warnings.push_back(n);
+}
+
+IoFile IoEngine::open(const std::string& path) {
+  IoFile file;
+  file.path_ = path;
+  file.fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (file.fd_ < 0) throw DataError(path + ": cannot open (" + std::strerror(errno) + ")");
+  struct stat st {};
+  if (::fstat(file.fd_, &st) != 0) {
+    throw DataError(path + ": cannot open (" + std::strerror(errno) + ")");
+  }
+  file.size_ = static_cast<std::uint64_t>(st.st_size);
+  if (options_.direct) {
+    file.direct_fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
+    if (file.direct_fd_ < 0) {
+      const int error = errno;
+      if (!options_.fallback) {
+        throw DataError(path + ": cannot open with O_DIRECT (" + std::strerror(error) +
+                        ") set direct: false, or io_fallback: true to read it through the page "
+                        "cache");
+      }
+      note(path + ": O_DIRECT is unavailable (" + std::strerror(error) +
+           "); reading it through the page cache");
+    }
+  }
+  return file;
+}
+
+void IoEngine::read(const ReadRequest* requests, std::size_t count) {
+  if (engine_ != IoOptions::Engine::io_uring) {
+    read_pread(requests, count);
+    return;
+  }
+  Ring* ring = take_ring();
+  try {
+    read_uring(*ring, requests, count);
+  } catch (...) {
+    give_ring(ring);
+    throw;
+  }
+  give_ring(ring);
+}
+
+IoEngine::Ring* IoEngine::take_ring() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (free_rings_.empty()) {
+    throw std::logic_error("io: more concurrent reads than the rings made for them");
+  }
+  Ring* ring = free_rings_.back();
+  free_rings_.pop_back();
+  return ring;
+}
+
+void IoEngine::give_ring(Ring* ring) noexcept {
+  std::lock_guard<std::mutex> lock(mutex_);
+  free_rings_.push_back(ring);
+}
+
+void IoEngine::read_pread(const ReadRequest* requests, std::size_t count) {
+  PieceCursor cursor(requests, count, options_.read_bytes);
+  Piece p;
+  if (max_in_flight_.load(std::memory_order_relaxed) < 1) max_in_flight_.store(1);
+  while (cursor.next(p)) {
+    std::size_t done = 0;
+    while (done < p.bytes) {
+      const int fd = p.direct ? p.file->direct_fd_ : p.file->fd_;
+      const ssize_t got =
+          ::pread(fd, p.dst + done, p.bytes - done, static_cast<off_t>(p.offset + done));
+      reads_.fetch_add(1, std::memory_order_relaxed);
+      if (got < 0 && errno == EINTR) continue;
+      if (got < 0 && errno == EINVAL && p.direct) {
+        // The file system opened the file direct but refuses this read: read it buffered.
+        note(p.file->path_ + ": O_DIRECT read refused (" + std::strerror(EINVAL) +
+             "); reading it through the page cache");
+        p.direct = false;
+        continue;
+      }
+      if (got < 0) short_read(p.file->path_, p.offset + done, errno, 0);
+      if (got == 0) short_read(p.file->path_, p.offset + done, 0, p.bytes - done);
+      bytes_.fetch_add(static_cast<std::uint64_t>(got), std::memory_order_relaxed);
+      if (p.direct) direct_bytes_.fetch_add(static_cast<std::uint64_t>(got));
+      done += static_cast<std::size_t>(got);
+      // After a short read the rest may start unaligned (the end of a file that shrank).
+      if (done < p.bytes) p.direct = false;
+    }
+  }
+}
+
+void IoEngine::read_uring(Ring& ring, const ReadRequest* requests, std::size_t count) {
+#if FLOWFEED_WITH_URING
+  PieceCursor cursor(requests, count, options_.read_bytes);
+  int in_flight = 0;
+  // The first failure: reported once every read in flight has completed (they write into the
+  // caller's buffer, which goes back to its pool when this call throws).
+  std::string failed_path;
+  std::uint64_t failed_offset = 0;
+  int failed_error = 0;
+  std::size_t failed_missing = 0;
+  bool failed = false;
+  auto queue = [&](std::uint32_t slot) {
+    const Piece& p = ring.slots[slot];
+    io_uring_sqe* sqe = io_uring_get_sqe(&ring.ring);
+    // A slot per sqe: the ring has queue_depth entries and at most queue_depth reads are out.
+    io_uring_prep_read(sqe, p.direct ? p.file->direct_fd_ : p.file->fd_, p.dst,
+                       static_cast<unsigned>(p.bytes), p.offset);
+    io_uring_sqe_set_data64(sqe, slot);
+    if (options_.async && !p.direct) io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
+    ++in_flight;
+    reads_.fetch_add(1, std::memory_order_relaxed);
+  };
+  for (;;) {
+    while (!failed && !ring.free_slots.empty()) {
+      Piece p;
+      if (!cursor.next(p)) break;
+      const std::uint32_t slot = ring.free_slots.back();
+      ring.free_slots.pop_back();
+      ring.slots[slot] = p;
+      queue(slot);
+    }
+    if (in_flight == 0) break;
+    int peak = max_in_flight_.load(std::memory_order_relaxed);
+    while (in_flight > peak && !max_in_flight_.compare_exchange_weak(peak, in_flight)) {
+    }
+    const int rc = io_uring_submit_and_wait(&ring.ring, 1);
+    if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {
+      // The ring itself failed (a kernel failure, not a data error): the run ends.
+      throw std::runtime_error(std::string("io_uring_submit_and_wait: ") + std::strerror(-rc));
+    }
+    io_uring_cqe* cqe = nullptr;
+    unsigned head = 0;
+    unsigned seen = 0;
+    io_uring_for_each_cqe(&ring.ring, head, cqe) {
+      ++seen;
+      --in_flight;
+      const auto slot = static_cast<std::uint32_t>(io_uring_cqe_get_data64(cqe));
+      Piece& p = ring.slots[slot];
+      const int res = cqe->res;
+      bool again = false;
+      if (res == -EINTR || res == -EAGAIN) {
+        again = true;
+      } else if (res == -EINVAL && p.direct) {
+        note(p.file->path_ + ": O_DIRECT read refused (" + std::strerror(EINVAL) +
+             "); reading it through the page cache");
+        p.direct = false;
+        again = true;
+      } else if (res <= 0) {
+        // The failure at the lowest offset is the one reported (several reads may fail).
+        if (!failed || (p.file->path_ == failed_path && p.offset < failed_offset)) {
+          failed = true;
+          failed_path = p.file->path_;
+          failed_offset = p.offset;
+          failed_error = -res;
+          failed_missing = p.bytes;
+        }
+      } else {
+        const auto got = static_cast<std::size_t>(res);
+        bytes_.fetch_add(got, std::memory_order_relaxed);
+        if (p.direct) direct_bytes_.fetch_add(got, std::memory_order_relaxed);
+        p.offset += got;
+        p.dst += got;
+        p.bytes -= got;
+        again = p.bytes > 0;  // a short read: ask for the rest (buffered: it may be unaligned)
+        if (again) p.direct = false;
+      }
+      // The rest of a short read is asked for even after another read failed: the failure at
+      // the lowest offset wins, whichever completes first.
+      if (again) {
+        queue(slot);
+      } else {
+        ring.free_slots.push_back(slot);
+      }
+    }
+    io_uring_cq_advance(&ring.ring, seen);
+  }
+  if (failed) short_read(failed_path, failed_offset, failed_error, failed_missing);
+#else
+  (void)ring;
+  read_pread(requests, count);
+#endif
+}
+
+}  // namespace flowfeed
