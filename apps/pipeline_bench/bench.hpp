@@ -68,6 +68,13 @@ struct Options {
   std::string seed_config;
   // scaling
   std::string svg = "scaling.svg";
+  // tokens
+  std::size_t tokens_file_mib = 1024;    ///< size of the uint16 token file written and read warm
+  std::size_t tokens_windows = 5000000;  ///< windows per run (whole epochs, at least one)
+  int tokens_batch = 256;                ///< windows per batch
+  int tokens_loaders = 8;                ///< tokens loader concurrency
+  int tokens_stage_concurrency = 4;      ///< staging concurrency
+  int tokens_depth = 32;                 ///< prefetch_depth
 };
 
 /// Results and per-scenario details of one pipeline_bench process.
@@ -118,5 +125,6 @@ void resident_vs_streamed(Bench& bench);
 void overhead(Bench& bench);
 void seed(Bench& bench);
 void scaling(Bench& bench);
+void tokens(Bench& bench);
 
 }  // namespace flowfeed::bench
