@@ -1,7 +1,8 @@
 // The tokens scenario: language-model windows of 1,024 uint16 tokens from a warm token file to the
 // device (device: auto: pinned_staging + cuda_upload on a GPU, host_staging + host_upload here),
-// random and sequential positions, against the memory loader serving batches of the same bytes
-// from memory through the same graph, and a bare copy loop of the same windows, in one process.
+// random and sequential positions read with pread and random positions copied from the mapped
+// file, against the memory loader serving batches of the same bytes from memory through the same
+// graph, and a bare copy loop of the same windows, in one process.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -92,7 +93,7 @@ void tokens(Bench& bench) {
     return "pipeline: { epochs: " + std::to_string(epochs) +
            ", batch_size: " + std::to_string(batch) +
            ", prefetch_depth: " + std::to_string(o.tokens_depth) +
-           ", ordered: false, device: auto }\n"
+           ", ordered: true, device: auto }\n"
            "nodes:\n"
            "  - { name: load, " +
            load +
@@ -104,12 +105,13 @@ void tokens(Bench& bench) {
            "  - { name: train, type: discard }\n";
   };
   const std::string loaders = std::to_string(o.tokens_loaders);
-  auto tokens_yaml = [&](const char* positions) {
+  auto tokens_yaml = [&](const char* positions, const char* io = "pread") {
     return graph("type: tokens, concurrency: " + loaders + ", params: { files: " + path +
-                 ", context: 1024, positions: " + positions + " }");
+                 ", context: 1024, positions: " + positions + ", io: " + io + " }");
   };
   // The same batch bytes served from memory: per window 4,096 bytes (x and y), labels beside. The
-  // memory loader lends its slices in place, so it needs more slices than batches in flight.
+  // memory loader lends its slices in place, so it needs more slices than batches in flight, and
+  // the runs are ordered: unordered, the memory loader sometimes finds a slice still on loan.
   const std::size_t memory_batches =
       std::max<std::size_t>(64, 2 * static_cast<std::size_t>(o.tokens_depth));
   const std::string memory_yaml =
@@ -118,6 +120,8 @@ void tokens(Bench& bench) {
   const PipelineConfig random = load_config_string(tokens_yaml("random"), registry, {}, "tokens");
   const PipelineConfig sequential =
       load_config_string(tokens_yaml("sequential"), registry, {}, "tokens");
+  const PipelineConfig mapped =
+      load_config_string(tokens_yaml("random", "mmap"), registry, {}, "tokens");
   PipelineConfig memory = load_config_string(memory_yaml, registry, {}, "tokens");
   memory.pipeline.epochs = static_cast<int>(
       std::max<std::size_t>(1, epochs * windows_per_epoch / (memory_batches * batch)));
@@ -145,10 +149,15 @@ void tokens(Bench& bench) {
   print_run("graph, tokens, random positions", r);
   const RunReport s = Pipeline(sequential, registry).run();
   print_run("graph, tokens, sequential positions", s);
-  std::printf("  windows/s: random %.0f, sequential %.0f, memory loader %.0f\n",
-              r.samples_per_second, s.samples_per_second, memory_windows);
+  const RunReport mm = Pipeline(mapped, registry).run();
+  print_run("graph, tokens, random positions, io: mmap", mm);
+  std::printf(
+      "  windows/s: random %.0f, sequential %.0f, random from the mapping %.0f, memory "
+      "loader %.0f\n",
+      r.samples_per_second, s.samples_per_second, mm.samples_per_second, memory_windows);
   bench.result("tokens_random_windows", r.samples_per_second, "windows/s", memory_windows);
   bench.result("tokens_sequential_windows", s.samples_per_second, "windows/s", memory_windows);
+  bench.result("tokens_random_windows_mmap", mm.samples_per_second, "windows/s", memory_windows);
   bench.result("tokens_random_vs_target", r.samples_per_second, "windows/s", 1e6,
                Target{1e6, false, false});
   bench.details("tokens") = {{"file_tokens", file_tokens},
@@ -159,7 +168,8 @@ void tokens(Bench& bench) {
                              {"copy_loop_windows_per_second", copies},
                              {"memory", nlohmann::json::parse(m.to_json())},
                              {"random", nlohmann::json::parse(r.to_json())},
-                             {"sequential", nlohmann::json::parse(s.to_json())}};
+                             {"sequential", nlohmann::json::parse(s.to_json())},
+                             {"random_mmap", nlohmann::json::parse(mm.to_json())}};
 }
 
 }  // namespace flowfeed::bench

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -207,7 +208,7 @@ void write_megatron(const std::string& prefix, DType dtype,
 }
 
 TokenStream::TokenStream(const std::vector<std::string>& files, TokenFormat format,
-                         std::optional<DType> dtype)
+                         std::optional<DType> dtype, TokenIo io)
     : wanted_(dtype) {
   if (files.empty()) throw DataError("tokens: no token files given");
   if (format == TokenFormat::raw && !wanted_) wanted_ = DType::uint16;
@@ -219,15 +220,35 @@ TokenStream::TokenStream(const std::vector<std::string>& files, TokenFormat form
         open_megatron(strip_megatron_extension(file));
       }
     }
+    if (io == TokenIo::mmap) map_pieces();
   } catch (...) {
-    for (const Piece& p : pieces_) ::close(p.fd);
+    close_pieces();
     throw;
   }
   document_starts_.push_back(tokens_);
 }
 
 TokenStream::~TokenStream() {
-  for (const Piece& p : pieces_) ::close(p.fd);
+  close_pieces();
+}
+
+void TokenStream::close_pieces() noexcept {
+  for (const Piece& p : pieces_) {
+    if (p.map) ::munmap(const_cast<std::byte*>(p.map), p.count * width_);
+    ::close(p.fd);
+  }
+}
+
+void TokenStream::map_pieces() {
+  for (Piece& p : pieces_) {
+    if (p.count == 0) continue;
+    void* map = ::mmap(nullptr, p.count * width_, PROT_READ, MAP_SHARED, p.fd, 0);
+    if (map == MAP_FAILED) {
+      throw DataError(
+          fmt::format("{}: cannot map the file ({}) use io: pread", p.path, std::strerror(errno)));
+    }
+    p.map = static_cast<const std::byte*>(map);
+  }
 }
 
 int TokenStream::open_file(const std::string& path, std::uint64_t* bytes) {
@@ -309,6 +330,11 @@ void TokenStream::read(std::uint64_t first, std::uint64_t count, std::byte* dst)
     const std::uint64_t n = std::min(count, it->first + it->count - first);
     std::uint64_t offset = (first - it->first) * width_;
     std::size_t want = static_cast<std::size_t>(n * width_);
+    if (it->map) {
+      std::memcpy(dst, it->map + offset, want);
+      dst += want;
+      want = 0;
+    }
     while (want > 0) {
       const ssize_t got = ::pread(it->fd, dst, want, static_cast<off_t>(offset));
       if (got < 0 && errno == EINTR) continue;

@@ -42,8 +42,8 @@ class TokenStream {
   /// Opens every file (raw: the path; megatron: `<prefix>.bin` and `<prefix>.idx`), checks sizes
   /// and indexes, and lays them end to end in the order given. `dtype` nullopt: uint16 for raw
   /// files, the index's for Megatron. Throws DataError naming the file.
-  TokenStream(const std::vector<std::string>& files, TokenFormat format,
-              std::optional<DType> dtype);
+  TokenStream(const std::vector<std::string>& files, TokenFormat format, std::optional<DType> dtype,
+              TokenIo io = TokenIo::pread);
   ~TokenStream();
   TokenStream(const TokenStream&) = delete;
   TokenStream& operator=(const TokenStream&) = delete;
@@ -57,18 +57,22 @@ class TokenStream {
   /// First token of each document, then tokens(): a raw file is one document, a Megatron index
   /// gives its own; documents never span two files.
   const std::vector<std::uint64_t>& document_starts() const noexcept { return document_starts_; }
-  /// Copies tokens [first, first + count) into `dst` (count * width() bytes), one pread per file
-  /// the range touches. Throws DataError naming file and offset on a short read (the file shrank
-  /// while open) or an I/O error; std::out_of_range when the range is outside the stream.
+  /// Copies tokens [first, first + count) into `dst` (count * width() bytes): one pread per file
+  /// the range touches, or one memcpy from each file's mapping (TokenIo::mmap). Throws DataError
+  /// naming file and offset on a short read (the file shrank while open) or an I/O error;
+  /// std::out_of_range when the range is outside the stream.
   void read(std::uint64_t first, std::uint64_t count, std::byte* dst) const;
 
  private:
   struct Piece {
     std::string path;
     int fd = -1;
-    std::uint64_t first = 0;  ///< stream index of the file's first token
-    std::uint64_t count = 0;  ///< tokens in the file
+    std::uint64_t first = 0;         ///< stream index of the file's first token
+    std::uint64_t count = 0;         ///< tokens in the file
+    const std::byte* map = nullptr;  ///< the whole file, read-only (TokenIo::mmap, count > 0)
   };
+  void map_pieces();
+  void close_pieces() noexcept;
   void open_raw(const std::string& path);
   void open_megatron(const std::string& prefix);
   int open_file(const std::string& path, std::uint64_t* bytes);

@@ -58,7 +58,8 @@ std::string describe(const std::vector<std::string>& files) {
 
 TokensLoader::TokensLoader(TokensOptions options) : options_(std::move(options)) {
   if (options_.context == 0) throw DataError("tokens: context must be at least 1");
-  stream_ = std::make_unique<TokenStream>(options_.files, options_.format, options_.dtype);
+  stream_ =
+      std::make_unique<TokenStream>(options_.files, options_.format, options_.dtype, options_.io);
   windows_ = std::make_unique<TokenWindows>(stream_->document_starts(), options_,
                                             describe(options_.files));
 }
@@ -77,6 +78,7 @@ TokensOptions TokensLoader::options_from(const Params& params) {
   o.cross_documents = params.get_bool("cross_documents");
   o.seed = static_cast<std::uint64_t>(params.get_int("seed"));
   o.windows = static_cast<std::uint64_t>(params.get_int("windows"));
+  o.io = params.get_string("io") == "mmap" ? TokenIo::mmap : TokenIo::pread;
   return o;
 }
 
@@ -179,6 +181,13 @@ void register_tokens(Registry& registry) {
   t.schema
       .add_int("windows", "random positions: windows per epoch (0: as many as sequential ones)", 0)
       .range(0, 4294967295.0);
+  t.schema
+      .add_string("io",
+                  "pread: one read per run of adjacent windows (a file that shrinks fails the "
+                  "batch); mmap: copies from the file mapped once, no system call per window (a "
+                  "file truncated while mapped kills the process)",
+                  "pread")
+      .one_of({"pread", "mmap"});
   t.create = [](const NodeSpec& spec) {
     return std::make_unique<TokensLoader>(TokensLoader::options_from(spec.params));
   };

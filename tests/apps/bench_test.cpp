@@ -86,6 +86,7 @@ TEST(PipelineBench, TokensQuick) {
   ASSERT_EQ(r.code, 0) << r.output;
   expect_row(r, "tokens_random_windows", "windows/s");
   expect_row(r, "tokens_sequential_windows", "windows/s");
+  expect_row(r, "tokens_random_windows_mmap", "windows/s");
   expect_row(r, "tokens_random_vs_target", "windows/s");
   EXPECT_EQ(find_row(r.json, "tokens_random_vs_target")->at("target").at("value"), 1e6);
   const nlohmann::json& d = r.json.at("scenarios").at("tokens");

@@ -153,12 +153,22 @@ TEST_F(TokensLoaderTest, SeveralFilesAreOneStream) {
   const std::string list =
       dir_.file("shard-0.bin") + "," + dir_.file("shard-1.bin") + ", " + dir_.file("shard-2.bin");
   for (const std::string& files : {list, dir_.file("shard-*.bin")}) {
-    SCOPED_TRACE(files);
-    // Across files: the concatenation, windows spanning the shard boundaries included.
-    run(yaml("files: '" + files + "', context: 1000"));
+    for (const char* io : {"pread", "mmap"}) {
+      SCOPED_TRACE(files + " " + io);
+      // Across files: the concatenation, windows spanning the shard boundaries included.
+      run(yaml("files: '" + files + "', context: 1000, io: " + io));
+      expect_windows(*seen_, c.tokens, 1000, 2,
+                     [](std::uint32_t, std::uint32_t s) { return std::uint64_t{s} * 1000; });
+      expect_each_window_once_per_epoch((c.tokens.size() - 1) / 1000, 2);
+    }
+  }
+  // Random positions across the files, read from their mappings.
+  {
+    const std::vector<std::uint64_t> starts = all_starts({0, c.tokens.size()}, 1000, true);
+    run(yaml("files: '" + list + "', context: 1000, io: mmap, positions: random, seed: 2",
+             "shuffle: true"));
     expect_windows(*seen_, c.tokens, 1000, 2,
-                   [](std::uint32_t, std::uint32_t s) { return std::uint64_t{s} * 1000; });
-    expect_each_window_once_per_epoch((c.tokens.size() - 1) / 1000, 2);
+                   [&](std::uint32_t e, std::uint32_t s) { return random_start(starts, 2, e, s); });
   }
   // cross_documents: false: each file is a document, no window spans two.
   const std::vector<std::uint64_t> bounds = {0, a, b, c.tokens.size()};
@@ -200,10 +210,10 @@ TEST_F(TokensLoaderTest, MegatronDocumentsBoundWindowsUnlessCrossed) {
           ASSERT_NE(c.names[static_cast<std::size_t>(doc - c.document_starts.begin())], "BSD");
         }
       }
-      // Across documents: the .bin is one stream.
+      // Across documents: the .bin is one stream (read here from its mapping).
       const std::vector<std::uint64_t> whole = {0, c.tokens.size()};
       const std::vector<std::uint64_t> crossing = all_starts(whole, kContext, random);
-      run(yaml(files + positions, "shuffle: true, seed: 1"));
+      run(yaml(files + positions + ", io: mmap", "shuffle: true, seed: 1"));
       expect_windows(*seen_, c.tokens, kContext, width, [&](std::uint32_t e, std::uint32_t s) {
         return random ? random_start(crossing, 4, e, s) : crossing[s];
       });

@@ -26,6 +26,13 @@ enum class TokenFormat {
   megatron,  ///< Megatron-LM `<prefix>.bin` + `<prefix>.idx`; the index gives the documents
 };
 
+/// How a `tokens` loader reads its files.
+enum class TokenIo {
+  pread,  ///< one pread per run of adjacent windows; a file that shrinks gives a DataError
+  mmap,   ///< files mapped read-only once, windows copied from the mapping: no system call per
+          ///< window; a file truncated while mapped kills the process (SIGBUS)
+};
+
 /// Where windows start.
 enum class WindowPositions {
   sequential,  ///< window i starts at token i * context: non-overlapping, the same every epoch
@@ -49,13 +56,14 @@ struct TokensOptions {
   std::uint64_t seed = 0;  ///< random positions: the seed of the draw
   /// Random positions: windows per epoch; 0 = as many as sequential positions give.
   std::uint64_t windows = 0;
+  TokenIo io = TokenIo::pread;  ///< how windows are read
 };
 
 /// The `tokens` loader node. The constructor opens and validates every file (DataError naming
 /// file, field and offset) and decides the windows; size() is the number of windows per epoch,
 /// so the sampler's shuffle, drop_last and rank/world sharding apply to windows. process() reads
-/// each run of adjacent windows with one pread into a scratch buffer and copies x and y from it;
-/// memory is the pools, never the files.
+/// each run of adjacent windows with one pread (or one copy from the mapped file) into a scratch
+/// buffer and copies x and y from it; memory is the pools, never the files.
 class TokensLoader final : public LoaderNode {
  public:
   explicit TokensLoader(TokensOptions options);
