@@ -41,7 +41,7 @@ std::vector<std::string> expand_token_files(const std::string& spec) {
       files.insert(files.end(), found.begin(), found.end());
     }
     ::globfree(&matches);
-    if (rc == GLOB_NOMATCH) throw DataError(fmt::format("{}: no file matches", item));
+    if (rc == GLOB_NOMATCH) throw DataError(fmt::format("{}: matches no file", item));
     if (rc != 0) throw DataError(fmt::format("{}: cannot expand the pattern", item));
   }
   if (files.empty()) throw DataError(fmt::format("'{}': names no token file", spec));

@@ -210,7 +210,7 @@ TEST(TokenFiles, MissingFileAndEmptyGlob) {
   EXPECT_EQ(build_error("files: '" + here + "," + missing + "', context: 4"),
             kPrefix + missing + ": cannot open (No such file or directory)");
   EXPECT_EQ(build_error("files: " + dir.file("train-*.bin") + ", context: 4"),
-            kPrefix + dir.file("train-*.bin") + ": no file matches");
+            kPrefix + dir.file("train-*.bin") + ": matches no file");
 }
 
 TEST(TokenFiles, ContextLargerThanTheData) {
