@@ -75,6 +75,13 @@ struct Options {
   int storage_batch = 64;       ///< rows of 512 KiB: 64 is a 32 MiB batch
   int storage_warm_epochs = 2;  ///< epochs of the warm runs and of the memory baseline
   bool storage_keep = false;    ///< keep the data set for the next run (it is reused when found)
+  // tokens
+  std::size_t tokens_file_mib = 1024;    ///< size of the uint16 token file written and read warm
+  std::size_t tokens_windows = 5000000;  ///< windows per run (whole epochs, at least one)
+  int tokens_batch = 256;                ///< windows per batch
+  int tokens_loaders = 8;                ///< tokens loader concurrency
+  int tokens_stage_concurrency = 4;      ///< staging concurrency
+  int tokens_depth = 32;                 ///< prefetch_depth
 };
 
 /// Results and per-scenario details of one pipeline_bench process.
@@ -126,5 +133,6 @@ void overhead(Bench& bench);
 void seed(Bench& bench);
 void scaling(Bench& bench);
 void storage(Bench& bench);
+void tokens(Bench& bench);
 
 }  // namespace flowfeed::bench

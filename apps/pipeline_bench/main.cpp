@@ -11,6 +11,8 @@
 //   scaling               batches/s vs prefetch_depth and load concurrency (table + SVG)
 //   storage               a .npy data set on disk (npy -> staging -> upload): cold vs raw parallel
 //                         O_DIRECT reads, warm vs the memory loader, for pread and io_uring
+//   tokens                windows/s of 1,024 uint16 tokens from a warm token file to the device vs
+//                         the memory loader serving the same bytes through the same graph
 //   all                   every scenario; those needing a GPU are skipped, with the reason, without
 // The last lines are `RESULT <name> <figure> <unit> baseline <baseline> ratio <ratio>`; --json FILE
 // writes them (with targets) and every scenario's details. Exit codes: 0 done, 1 a failure,
@@ -93,6 +95,18 @@ int main(int argc, char** argv) {
   storage->add_option("--warm-epochs", o.storage_warm_epochs, "epochs of the warm runs")
       ->check(CLI::Range(1, 1000));
   storage->add_flag("--keep", o.storage_keep, "keep the data set (a later run reuses it)");
+  auto* tokens = app.add_subcommand(
+      "tokens", "language-model windows from a warm token file vs the same bytes from memory");
+  tokens->add_option("--file-mib", o.tokens_file_mib, "size of the uint16 token file written")
+      ->check(CLI::Range(1, 1 << 20));
+  tokens->add_option("--windows", o.tokens_windows, "windows per run (whole epochs)")
+      ->check(CLI::PositiveNumber);
+  tokens->add_option("--batch", o.tokens_batch, "windows per batch")->check(CLI::Range(1, 65536));
+  tokens->add_option("--loaders", o.tokens_loaders, "tokens loader concurrency")
+      ->check(CLI::Range(1, 256));
+  tokens->add_option("--stage-concurrency", o.tokens_stage_concurrency, "staging concurrency")
+      ->check(CLI::Range(1, 256));
+  tokens->add_option("--depth", o.tokens_depth, "prefetch_depth")->check(CLI::Range(1, 4096));
   auto* all = app.add_subcommand("all", "every scenario in turn");
 
   app.add_option("--raw-seconds", o.raw_seconds, "length of each raw copy loop");
@@ -110,6 +124,7 @@ int main(int argc, char** argv) {
       {"overhead", flowfeed::bench::overhead},
       {"seed", flowfeed::bench::seed},
       {"scaling", flowfeed::bench::scaling},
+      {"tokens", flowfeed::bench::tokens},
       {"naive", flowfeed::bench::naive},
       {"small_batches", flowfeed::bench::small_batches},
       {"bandwidth", flowfeed::bench::bandwidth},

@@ -61,6 +61,8 @@ void synthetic_fill(std::uint64_t seed, std::uint64_t sample, DType dtype, std::
       for (std::size_t j = 0; j < elements; ++j) p[j] = formula::element_bits(type, h, j);
       break;
     }
+    case DType::uint16:
+    case DType::uint32: break;  // token types: the synthetic schema does not offer them
   }
 }
 

@@ -11,6 +11,8 @@ std::size_t dtype_size(DType dtype) noexcept {
     case DType::uint8: return 1;
     case DType::int32: return 4;
     case DType::int64: return 8;
+    case DType::uint16: return 2;
+    case DType::uint32: return 4;
   }
   return 0;
 }
@@ -22,12 +24,15 @@ const char* dtype_name(DType dtype) noexcept {
     case DType::uint8: return "uint8";
     case DType::int32: return "int32";
     case DType::int64: return "int64";
+    case DType::uint16: return "uint16";
+    case DType::uint32: return "uint32";
   }
   return "?";
 }
 
 std::optional<DType> parse_dtype(std::string_view name) noexcept {
-  for (DType d : {DType::float32, DType::float16, DType::uint8, DType::int32, DType::int64}) {
+  for (DType d : {DType::float32, DType::float16, DType::uint8, DType::int32, DType::int64,
+                  DType::uint16, DType::uint32}) {
     if (name == dtype_name(d)) return d;
   }
   return std::nullopt;

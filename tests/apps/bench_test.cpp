@@ -110,6 +110,22 @@ TEST(PipelineBench, SeedQuick) {
   EXPECT_NEAR(d.at("ideal_seconds").get<double>(), 0.42, 1e-9);
 }
 
+TEST(PipelineBench, TokensQuick) {
+  const BenchRun r = run_bench("tokens --quick", "tokens");
+  ASSERT_EQ(r.code, 0) << r.output;
+  expect_row(r, "tokens_random_windows", "windows/s");
+  expect_row(r, "tokens_sequential_windows", "windows/s");
+  expect_row(r, "tokens_random_windows_mmap", "windows/s");
+  expect_row(r, "tokens_random_vs_target", "windows/s");
+  EXPECT_EQ(find_row(r.json, "tokens_random_vs_target")->at("target").at("value"), 1e6);
+  const nlohmann::json& d = r.json.at("scenarios").at("tokens");
+  EXPECT_EQ(d.at("context"), 1024);
+  // 8 MiB of uint16 tokens: 4,095 windows of 1,024 (+1) an epoch, 20,000 windows: 4 epochs.
+  EXPECT_EQ(d.at("windows_per_epoch"), 4095);
+  EXPECT_EQ(d.at("random").at("samples"), 4 * 4095);
+  EXPECT_EQ(d.at("random").at("allocations_after_build"), 0);
+}
+
 /// Element names and attributes of an XML file, parsed with expat; false when it is not
 /// well-formed.
 struct Xml {
@@ -208,6 +224,7 @@ TEST(PipelineBench, AllWithoutAGpuRunsTheHostScenariosAndSaysWhatItSkipped) {
   expect_row(r, "scaling_load_bound", "batches/s");
   expect_row(r, "scaling_train_bound", "batches/s");
   expect_row(r, "storage_warm_io_uring", "GB/s");
+  expect_row(r, "tokens_random_windows", "windows/s");
   EXPECT_TRUE(fs::exists(svg));
   std::vector<std::string> skipped;
   for (const auto& s : r.json.at("skipped")) {

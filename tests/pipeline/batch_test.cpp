@@ -18,11 +18,16 @@ TEST(BatchLayout, PacksTensorsOnAlignedOffsetsForAnyRowCount) {
 }
 
 TEST(DType, NamesRoundTrip) {
-  for (DType d : {DType::float32, DType::float16, DType::uint8, DType::int32, DType::int64}) {
+  for (DType d : {DType::float32, DType::float16, DType::uint8, DType::int32, DType::int64,
+                  DType::uint16, DType::uint32}) {
     EXPECT_EQ(parse_dtype(dtype_name(d)), d);
   }
   EXPECT_FALSE(parse_dtype("float64").has_value());
   EXPECT_EQ(dtype_size(DType::float16), 2u);
+  EXPECT_EQ(parse_dtype("uint16"), DType::uint16);
+  EXPECT_EQ(dtype_size(DType::uint16), 2u);
+  EXPECT_EQ(parse_dtype("uint32"), DType::uint32);
+  EXPECT_EQ(dtype_size(DType::uint32), 4u);
 }
 
 TEST(Batch, ResetReturnsEveryLease) {

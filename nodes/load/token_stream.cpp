@@ -1,0 +1,360 @@
+#include "token_stream.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <stdexcept>
+
+#include "flowfeed/error.hpp"
+
+namespace flowfeed {
+
+namespace {
+
+constexpr char kMagic[] = "MMIDIDX\x00\x00";  // 9 bytes (the literal's own NUL is not part of it)
+constexpr std::size_t kMagicBytes = 9;
+constexpr std::size_t kHeaderBytes = 34;  // magic, version u64, dtype u8, sequences u64, docs u64
+
+/// Megatron-LM's DType codes (megatron/core/datasets/indexed_dataset.py).
+const char* megatron_code_name(unsigned code) {
+  static const char* const names[] = {"?",     "uint8",   "int8",    "int16", "int32",
+                                      "int64", "float64", "float32", "uint16"};
+  return code < std::size(names) ? names[code] : "unknown";
+}
+
+std::optional<DType> megatron_token_dtype(unsigned code) {
+  switch (code) {
+    case 1: return DType::uint8;
+    case 4: return DType::int32;
+    case 8: return DType::uint16;
+    default: return std::nullopt;
+  }
+}
+
+unsigned megatron_code(DType dtype) {
+  switch (dtype) {
+    case DType::uint8: return 1;
+    case DType::int32: return 4;
+    case DType::uint16: return 8;
+    default: throw std::invalid_argument("write_megatron: tokens must be uint8, uint16 or int32");
+  }
+}
+
+template <typename T>
+T load_le(const std::vector<std::byte>& data, std::uint64_t offset) {
+  T v;
+  std::memcpy(&v, data.data() + offset, sizeof v);  // little-endian hosts only (x86-64, arm64)
+  return v;
+}
+
+std::vector<std::byte> read_whole(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) throw DataError(fmt::format("{}: cannot open ({})", path, std::strerror(errno)));
+  std::vector<std::byte> data(static_cast<std::size_t>(in.tellg()));
+  in.seekg(0);
+  in.read(reinterpret_cast<char*>(data.data()), static_cast<std::streamsize>(data.size()));
+  if (!in) throw DataError(fmt::format("{}: read failed ({})", path, std::strerror(errno)));
+  return data;
+}
+
+std::string strip_megatron_extension(const std::string& path) {
+  for (const char* ext : {".bin", ".idx"}) {
+    if (path.size() > 4 && path.compare(path.size() - 4, 4, ext) == 0) {
+      return path.substr(0, path.size() - 4);
+    }
+  }
+  return path;
+}
+
+}  // namespace
+
+MegatronIndex read_megatron_index(const std::string& idx_path, std::uint64_t bin_bytes,
+                                  const std::string& bin_path) {
+  const std::vector<std::byte> data = read_whole(idx_path);
+  auto fail = [&](std::uint64_t offset, const std::string& problem) {
+    throw DataError(fmt::format("{}: offset {}: {}", idx_path, offset, problem));
+  };
+  if (data.size() < kHeaderBytes) {
+    fail(0, fmt::format("the file has {} bytes, less than the {}-byte header of a Megatron-LM "
+                        "index (truncated, or not an .idx file)",
+                        data.size(), kHeaderBytes));
+  }
+  if (std::memcmp(data.data(), kMagic, kMagicBytes) != 0) {
+    fail(0, "magic is not \"MMIDIDX\\x00\\x00\" (not a Megatron-LM indexed data set index)");
+  }
+  const auto version = load_le<std::uint64_t>(data, 9);
+  if (version != 1) fail(9, fmt::format("version is {}, only version 1 is known", version));
+  const auto code = static_cast<unsigned>(load_le<std::uint8_t>(data, 17));
+  const std::optional<DType> dtype = megatron_token_dtype(code);
+  if (!dtype) {
+    fail(17, fmt::format("dtype code {} ({}) is not a token type (1 uint8, 4 int32 or 8 uint16)",
+                         code, megatron_code_name(code)));
+  }
+  const auto sequences = load_le<std::uint64_t>(data, 18);
+  const auto documents = load_le<std::uint64_t>(data, 26);
+  if (documents == 0) {
+    fail(26,
+         "document_count is 0 (the document indices start with 0 and end with the sequence "
+         "count, so there are at least 1)");
+  }
+  const std::uint64_t size = data.size();
+  // Lengths int32, pointers int64, document indices int64, then int8 modes when multimodal.
+  const bool counts_fit = sequences < size / 12 + 1 && documents < size / 8 + 1;
+  const std::uint64_t expected = kHeaderBytes + sequences * 12 + documents * 8;
+  if (!counts_fit || (size != expected && size != expected + sequences)) {
+    fail(18,
+         fmt::format("sequence_count {} and document_count {} need {} bytes, the file has {} "
+                     "(truncated, or the counts are corrupt)",
+                     sequences, documents,
+                     counts_fit ? std::to_string(expected) : std::string("more than that"), size));
+  }
+  const std::uint64_t lengths_at = kHeaderBytes;
+  const std::uint64_t pointers_at = lengths_at + sequences * 4;
+  const std::uint64_t documents_at = pointers_at + sequences * 8;
+  const std::uint64_t width = dtype_size(*dtype);
+
+  MegatronIndex index;
+  index.dtype = *dtype;
+  // Token offset of each sequence's start, while checking that sequences follow each other.
+  std::vector<std::uint64_t> starts(sequences + 1);
+  for (std::uint64_t s = 0; s < sequences; ++s) {
+    const auto length = load_le<std::int32_t>(data, lengths_at + s * 4);
+    if (length < 0) fail(lengths_at + s * 4, fmt::format("sequence_lengths[{}] is {}", s, length));
+    const auto pointer = load_le<std::int64_t>(data, pointers_at + s * 8);
+    const std::uint64_t want = starts[s] * width;
+    if (pointer < 0 || static_cast<std::uint64_t>(pointer) != want) {
+      fail(pointers_at + s * 8,
+           fmt::format("sequence_pointers[{}] is {}, expected {} (sequences must follow each "
+                       "other in the .bin, as Megatron-LM writes them)",
+                       s, pointer, want));
+    }
+    starts[s + 1] = starts[s] + static_cast<std::uint64_t>(length);
+  }
+  index.tokens = starts[sequences];
+  if (index.tokens * width != bin_bytes) {
+    throw DataError(
+        fmt::format("{}: the file has {} bytes, but {} indexes {} tokens of {} "
+                    "bytes ({} bytes) (the .bin and .idx do not belong together, or "
+                    "one is truncated)",
+                    bin_path, bin_bytes, idx_path, index.tokens, width, index.tokens * width));
+  }
+  index.document_starts.reserve(documents);
+  std::uint64_t previous = 0;
+  for (std::uint64_t d = 0; d < documents; ++d) {
+    const std::uint64_t at = documents_at + d * 8;
+    const auto value = load_le<std::int64_t>(data, at);
+    const std::string field = fmt::format("document_indices[{}] is {}", d, value);
+    if (d == 0 && value != 0) fail(at, field + ", expected 0 (the first document starts at 0)");
+    if (value < 0 || static_cast<std::uint64_t>(value) > sequences) {
+      fail(at, fmt::format("{}, beyond sequence_count {}", field, sequences));
+    }
+    if (static_cast<std::uint64_t>(value) < previous) {
+      fail(at, fmt::format("{}, less than document_indices[{}] ({})", field, d - 1, previous));
+    }
+    if (d + 1 == documents && static_cast<std::uint64_t>(value) != sequences) {
+      fail(at, fmt::format("{}, expected sequence_count {} (the last document ends at the last "
+                           "sequence)",
+                           field, sequences));
+    }
+    previous = static_cast<std::uint64_t>(value);
+    index.document_starts.push_back(starts[previous]);
+  }
+  return index;
+}
+
+void write_megatron(const std::string& prefix, DType dtype,
+                    const std::vector<std::vector<std::uint32_t>>& documents) {
+  const unsigned code = megatron_code(dtype);
+  const std::size_t width = dtype_size(dtype);
+  std::vector<std::byte> bin;
+  std::vector<std::int32_t> lengths;
+  std::vector<std::int64_t> pointers;
+  std::vector<std::int64_t> document_indices = {0};
+  for (const auto& document : documents) {
+    pointers.push_back(static_cast<std::int64_t>(bin.size()));
+    lengths.push_back(static_cast<std::int32_t>(document.size()));
+    for (std::uint32_t token : document) {
+      const std::size_t at = bin.size();
+      bin.resize(at + width);
+      std::memcpy(bin.data() + at, &token, width);  // the low bytes, little-endian
+    }
+    document_indices.push_back(static_cast<std::int64_t>(lengths.size()));
+  }
+  std::string idx(kMagic, kMagicBytes);
+  auto put = [&idx](const auto& value) {
+    idx.append(reinterpret_cast<const char*>(&value), sizeof value);
+  };
+  put(std::uint64_t{1});
+  put(static_cast<std::uint8_t>(code));
+  put(static_cast<std::uint64_t>(lengths.size()));
+  put(static_cast<std::uint64_t>(document_indices.size()));
+  for (auto v : lengths) put(v);
+  for (auto v : pointers) put(v);
+  for (auto v : document_indices) put(v);
+  auto write = [](const std::string& path, const void* bytes, std::size_t size) {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(static_cast<const char*>(bytes), static_cast<std::streamsize>(size));
+    if (!out) throw DataError(fmt::format("{}: cannot write ({})", path, std::strerror(errno)));
+  };
+  write(prefix + ".bin", bin.data(), bin.size());
+  write(prefix + ".idx", idx.data(), idx.size());
+}
+
+TokenStream::TokenStream(const std::vector<std::string>& files, TokenFormat format,
+                         std::optional<DType> dtype, TokenIo io)
+    : wanted_(dtype) {
+  if (files.empty()) throw DataError("tokens: no token files given");
+  if (format == TokenFormat::raw && !wanted_) wanted_ = DType::uint16;
+  try {
+    for (const std::string& file : files) {
+      if (format == TokenFormat::raw) {
+        open_raw(file);
+      } else {
+        open_megatron(strip_megatron_extension(file));
+      }
+    }
+    if (io == TokenIo::mmap) map_pieces();
+  } catch (...) {
+    close_pieces();
+    throw;
+  }
+  document_starts_.push_back(tokens_);
+}
+
+TokenStream::~TokenStream() {
+  close_pieces();
+}
+
+void TokenStream::close_pieces() noexcept {
+  for (const Piece& p : pieces_) {
+    if (p.map) ::munmap(const_cast<std::byte*>(p.map), p.count * width_);
+    ::close(p.fd);
+  }
+}
+
+void TokenStream::map_pieces() {
+  for (Piece& p : pieces_) {
+    if (p.count == 0) continue;
+    void* map = ::mmap(nullptr, p.count * width_, PROT_READ, MAP_SHARED, p.fd, 0);
+    if (map == MAP_FAILED) {
+      throw DataError(
+          fmt::format("{}: cannot map the file ({}) use io: pread", p.path, std::strerror(errno)));
+    }
+    p.map = static_cast<const std::byte*>(map);
+  }
+}
+
+int TokenStream::open_file(const std::string& path, std::uint64_t* bytes) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw DataError(fmt::format("{}: cannot open ({})", path, std::strerror(errno)));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    const int error = errno;
+    ::close(fd);
+    throw DataError(fmt::format("{}: not a regular file{}", path,
+                                error != 0 ? fmt::format(" ({})", std::strerror(error)) : ""));
+  }
+  *bytes = static_cast<std::uint64_t>(st.st_size);
+  return fd;
+}
+
+void TokenStream::check_dtype(const std::string& path, DType found) {
+  if (pieces_.empty() && !wanted_) wanted_ = found;
+  if (found != *wanted_) {
+    throw DataError(fmt::format(
+        "{}: tokens are {}, but {} (every file of a stream holds one token type)", path,
+        dtype_name(found),
+        pieces_.empty() ? fmt::format("params.dtype is {}", dtype_name(*wanted_))
+                        : fmt::format("{} holds {}", pieces_.front().path, dtype_name(*wanted_))));
+  }
+  dtype_ = found;
+  width_ = dtype_size(found);
+}
+
+void TokenStream::open_raw(const std::string& path) {
+  std::uint64_t bytes = 0;
+  Piece piece{path, open_file(path, &bytes), tokens_, 0};
+  dtype_ = *wanted_;
+  width_ = dtype_size(dtype_);
+  if (bytes % width_ != 0) {
+    ::close(piece.fd);
+    throw DataError(
+        fmt::format("{}: the file has {} bytes, not a multiple of {} (the size of a "
+                    "{} token): truncated, or set dtype to the type it holds",
+                    path, bytes, width_, dtype_name(dtype_)));
+  }
+  piece.count = bytes / width_;
+  document_starts_.push_back(tokens_);
+  tokens_ += piece.count;
+  pieces_.push_back(std::move(piece));
+}
+
+void TokenStream::open_megatron(const std::string& prefix) {
+  const std::string bin = prefix + ".bin";
+  const std::string idx = prefix + ".idx";
+  std::uint64_t bytes = 0;
+  Piece piece{bin, open_file(bin, &bytes), tokens_, 0};
+  try {
+    MegatronIndex index = read_megatron_index(idx, bytes, bin);
+    check_dtype(idx, index.dtype);
+    // The index's last entry is the end of the file, which the next file's first start repeats.
+    index.document_starts.pop_back();
+    for (std::uint64_t start : index.document_starts) document_starts_.push_back(tokens_ + start);
+    piece.count = index.tokens;
+  } catch (...) {
+    ::close(piece.fd);
+    throw;
+  }
+  tokens_ += piece.count;
+  pieces_.push_back(std::move(piece));
+}
+
+void TokenStream::read(std::uint64_t first, std::uint64_t count, std::byte* dst) const {
+  if (first > tokens_ || count > tokens_ - first) {
+    throw std::out_of_range(fmt::format("tokens [{}, {}) are outside the stream's {} tokens", first,
+                                        first + count, tokens_));
+  }
+  // The last piece whose first token is <= first (empty files share their start with the next).
+  auto it = std::upper_bound(pieces_.begin(), pieces_.end(), first,
+                             [](std::uint64_t v, const Piece& p) { return v < p.first; });
+  --it;
+  while (count > 0) {
+    while (first >= it->first + it->count) ++it;
+    const std::uint64_t n = std::min(count, it->first + it->count - first);
+    std::uint64_t offset = (first - it->first) * width_;
+    std::size_t want = static_cast<std::size_t>(n * width_);
+    if (it->map) {
+      std::memcpy(dst, it->map + offset, want);
+      dst += want;
+      want = 0;
+    }
+    while (want > 0) {
+      const ssize_t got = ::pread(it->fd, dst, want, static_cast<off_t>(offset));
+      if (got < 0 && errno == EINTR) continue;
+      if (got < 0) {
+        throw DataError(fmt::format("{}: read failed at offset {} ({})", it->path, offset,
+                                    std::strerror(errno)));
+      }
+      if (got == 0) {
+        throw DataError(
+            fmt::format("{}: short read at offset {} (end of file, {} more bytes "
+                        "wanted) the file was truncated while open",
+                        it->path, offset, want));
+      }
+      dst += got;
+      offset += static_cast<std::uint64_t>(got);
+      want -= static_cast<std::size_t>(got);
+    }
+    first += n;
+    count -= n;
+  }
+}
+
+}  // namespace flowfeed

@@ -1,0 +1,89 @@
+#pragma once
+/// \file
+/// Token files read as one stream of token ids: flat little-endian files (nanoGPT's train.bin) and
+/// Megatron-LM indexed data sets (`.bin` + `.idx`), with their document boundaries.
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "flowfeed/batch.hpp"
+#include "flowfeed/nodes/tokens.hpp"
+
+namespace flowfeed {
+
+/// What a Megatron-LM `.idx` file says about its `.bin` (MMIDIDX version 1).
+struct MegatronIndex {
+  DType dtype = DType::uint16;  ///< the token type (dtype code 1 uint8, 4 int32, 8 uint16)
+  std::uint64_t tokens = 0;     ///< sum of the sequence lengths
+  /// Token offset of each document's first token, then `tokens`: documents + 1 entries.
+  std::vector<std::uint64_t> document_starts;
+};
+
+/// Reads and validates `idx_path`: the magic "MMIDIDX\x00\x00", version 1, a token dtype code,
+/// the sequence and document counts against the file's size, sequence lengths, pointers that
+/// follow each other from 0 (one contiguous stream), document indices that rise from 0 to the
+/// sequence count, and a `.bin` of exactly `bin_bytes` holding every sequence. Throws DataError
+/// naming the file, the field and its offset.
+MegatronIndex read_megatron_index(const std::string& idx_path, std::uint64_t bin_bytes,
+                                  const std::string& bin_path);
+
+/// Writes a Megatron-LM indexed data set `<prefix>.bin` + `<prefix>.idx` (one sequence per
+/// document) from `documents`, each a list of token ids, stored as `dtype` (uint8, uint16 or
+/// int32). For tests, benchmarks and tools. Throws DataError when a file cannot be written.
+void write_megatron(const std::string& prefix, DType dtype,
+                    const std::vector<std::vector<std::uint32_t>>& documents);
+
+/// The token files of a `tokens` loader as one stream, opened and validated at construction. Reads
+/// use pread and are safe from many threads at once; memory is O(files + documents).
+class TokenStream {
+ public:
+  /// Opens every file (raw: the path; megatron: `<prefix>.bin` and `<prefix>.idx`), checks sizes
+  /// and indexes, and lays them end to end in the order given. `dtype` nullopt: uint16 for raw
+  /// files, the index's for Megatron. Throws DataError naming the file.
+  TokenStream(const std::vector<std::string>& files, TokenFormat format, std::optional<DType> dtype,
+              TokenIo io = TokenIo::pread);
+  ~TokenStream();
+  TokenStream(const TokenStream&) = delete;
+  TokenStream& operator=(const TokenStream&) = delete;
+
+  /// The token type of every file.
+  DType dtype() const noexcept { return dtype_; }
+  /// Bytes per token.
+  std::size_t width() const noexcept { return width_; }
+  /// Tokens in the whole stream.
+  std::uint64_t tokens() const noexcept { return tokens_; }
+  /// First token of each document, then tokens(): a raw file is one document, a Megatron index
+  /// gives its own; documents never span two files.
+  const std::vector<std::uint64_t>& document_starts() const noexcept { return document_starts_; }
+  /// Copies tokens [first, first + count) into `dst` (count * width() bytes): one pread per file
+  /// the range touches, or one memcpy from each file's mapping (TokenIo::mmap). Throws DataError
+  /// naming file and offset on a short read (the file shrank while open) or an I/O error;
+  /// std::out_of_range when the range is outside the stream.
+  void read(std::uint64_t first, std::uint64_t count, std::byte* dst) const;
+
+ private:
+  struct Piece {
+    std::string path;
+    int fd = -1;
+    std::uint64_t first = 0;         ///< stream index of the file's first token
+    std::uint64_t count = 0;         ///< tokens in the file
+    const std::byte* map = nullptr;  ///< the whole file, read-only (TokenIo::mmap, count > 0)
+  };
+  void map_pieces();
+  void close_pieces() noexcept;
+  void open_raw(const std::string& path);
+  void open_megatron(const std::string& prefix);
+  int open_file(const std::string& path, std::uint64_t* bytes);
+  void check_dtype(const std::string& path, DType found);
+
+  std::optional<DType> wanted_;
+  DType dtype_ = DType::uint16;
+  std::size_t width_ = 2;
+  std::uint64_t tokens_ = 0;
+  std::vector<Piece> pieces_;
+  std::vector<std::uint64_t> document_starts_;
+};
+
+}  // namespace flowfeed
