@@ -10,6 +10,7 @@ void register_host_staging(Registry& registry);
 void register_host_upload(Registry& registry);
 void register_sinks(Registry& registry);
 void register_mlp(Registry& registry);
+void register_normalize(Registry& registry);
 
 void register_load_nodes(Registry& registry) {
   register_synthetic(registry);
@@ -19,6 +20,9 @@ void register_load_nodes(Registry& registry) {
 }
 void register_staging_nodes(Registry& registry) {
   register_host_staging(registry);
+}
+void register_transform_nodes(Registry& registry) {
+  register_normalize(registry);
 }
 void register_upload_nodes(Registry& registry) {
   register_host_upload(registry);
@@ -30,6 +34,7 @@ void register_train_nodes(Registry& registry) {
 
 void register_builtin_nodes(Registry& registry) {
   register_load_nodes(registry);
+  register_transform_nodes(registry);
   register_staging_nodes(registry);
   register_upload_nodes(registry);
   register_train_nodes(registry);

@@ -9,6 +9,7 @@ namespace flowfeed {
 void register_pinned_staging(Registry& registry);
 void register_cuda_upload(Registry& registry);
 void register_device_sinks(Registry& registry);
+void register_device_normalize(Registry& registry);
 
 int cuda_device_count() noexcept {
   return cuda::device_count();
@@ -34,6 +35,7 @@ HostPinning cuda_host_pinning() {
 void register_cuda_nodes(Registry& registry) {
   register_pinned_staging(registry);
   register_cuda_upload(registry);
+  register_device_normalize(registry);
   register_device_sinks(registry);
   registry.set(memory_node_type(cuda_host_pinning()));
   registry.set_device_probe([] { return cuda::device_count(); });

@@ -1,5 +1,9 @@
 #include "flowfeed/batch.hpp"
 
+#include <stdexcept>
+
+#include "flowfeed/node.hpp"
+
 namespace flowfeed {
 
 std::size_t dtype_size(DType dtype) noexcept {
@@ -9,6 +13,7 @@ std::size_t dtype_size(DType dtype) noexcept {
     case DType::uint8: return 1;
     case DType::int32: return 4;
     case DType::int64: return 8;
+    case DType::bfloat16: return 2;
   }
   return 0;
 }
@@ -20,12 +25,14 @@ const char* dtype_name(DType dtype) noexcept {
     case DType::uint8: return "uint8";
     case DType::int32: return "int32";
     case DType::int64: return "int64";
+    case DType::bfloat16: return "bfloat16";
   }
   return "?";
 }
 
 std::optional<DType> parse_dtype(std::string_view name) noexcept {
-  for (DType d : {DType::float32, DType::float16, DType::uint8, DType::int32, DType::int64}) {
+  for (DType d : {DType::float32, DType::float16, DType::uint8, DType::int32, DType::int64,
+                  DType::bfloat16}) {
     if (name == dtype_name(d)) return d;
   }
   return std::nullopt;
@@ -107,6 +114,10 @@ void Batch::reset() noexcept {
   reuse_fence = nullptr;
   error = nullptr;
   skipped = false;
+}
+
+const BatchLayout& BuildContext::change_layout(std::vector<TensorSpec> /*tensors*/) {
+  throw std::logic_error("change_layout: this build context cannot change the batch layout");
 }
 
 }  // namespace flowfeed

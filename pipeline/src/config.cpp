@@ -269,6 +269,31 @@ ParamValue convert(const YAML::Node& value, const ParamSpec& spec, const std::st
       if (!ok) return {};
       return out;
     }
+    case ParamType::number_list: {
+      if (!value.IsSequence()) {
+        expected("a list of numbers", value);
+        return {};
+      }
+      std::vector<double> out;
+      bool ok = true;
+      for (std::size_t i = 0; i < value.size(); ++i) {
+        const YAML::Node item = value[i];
+        double v;
+        const std::string item_path = path + "[" + std::to_string(i) + "]";
+        if (!item.IsScalar() || !parse_number_text(item.Scalar(), &v)) {
+          problems.add(item_path, item.Mark(), "expected a number, got " + describe_scalar(item));
+          ok = false;
+        } else if ((spec.min && v < *spec.min) || (spec.max && v > *spec.max)) {
+          problems.add(item_path, item.Mark(),
+                       format_number(v) + " is out of range (" + range_text(spec) + ")");
+          ok = false;
+        } else {
+          out.push_back(v);
+        }
+      }
+      if (!ok) return {};
+      return out;
+    }
   }
   return {};
 }
@@ -330,7 +355,9 @@ std::string describe_value(const ParamValue& v) {
   if (const auto* i = std::get_if<std::int64_t>(&v)) return std::to_string(*i);
   if (const auto* d = std::get_if<double>(&v)) return format_number(*d);
   if (const auto* s = std::get_if<std::string>(&v)) return "'" + *s + "'";
-  if (std::holds_alternative<std::vector<std::int64_t>>(v)) return "a list";
+  if (std::holds_alternative<std::vector<std::int64_t>>(v) ||
+      std::holds_alternative<std::vector<double>>(v))
+    return "a list";
   return "nothing";
 }
 
@@ -390,6 +417,15 @@ void check_value(const ParamValue& v, const ParamSpec& spec, const std::string& 
             bad(format_number(static_cast<double>(x)) + " is out of range (" + range_text(spec) +
                 ")");
           }
+        }
+      }
+      break;
+    case ParamType::number_list:
+      if (!std::holds_alternative<std::vector<double>>(v)) {
+        bad("expected a list of numbers");
+      } else {
+        for (double x : std::get<std::vector<double>>(v)) {
+          if (!in_range(x)) bad(format_number(x) + " is out of range (" + range_text(spec) + ")");
         }
       }
       break;
@@ -1064,6 +1100,11 @@ std::string describe_schema(const Registry& registry) {
       if (const auto* l = std::get_if<std::vector<std::int64_t>>(&p.default_value)) {
         os << ", default [";
         for (std::size_t i = 0; i < l->size(); ++i) os << (i ? ", " : "") << (*l)[i];
+        os << "]";
+      }
+      if (const auto* l = std::get_if<std::vector<double>>(&p.default_value)) {
+        os << ", default [";
+        for (std::size_t i = 0; i < l->size(); ++i) os << (i ? ", " : "") << format_number((*l)[i]);
         os << "]";
       }
       if (p.min || p.max) os << ", " << range_text(p);

@@ -59,6 +59,10 @@ struct Stage {
   std::size_t index = 0;  // in chain order
   int device = -1;        // the branch's device; -1: a shared stage (before the upload node)
   int branch = -1;        // which `pipeline.devices` branch; -1: shared
+  // The layout batches have when they reach this stage, and when they leave it (another one only
+  // after BuildContext::change_layout).
+  const BatchLayout* layout = nullptr;
+  const BatchLayout* out_layout = nullptr;
   std::atomic<std::uint64_t> items{0};
   std::atomic<std::uint64_t> busy_ns{0};
   std::atomic<std::uint64_t> failures{0};
@@ -89,6 +93,10 @@ class Pipeline::Impl {
   std::vector<std::unique_ptr<Stage>> stages_;
   LoaderNode* loader_ = nullptr;
   BatchLayout layout_;
+  // Layouts made by BuildContext::change_layout, and the one batches have at the upload node (what
+  // bytes_uploaded counts).
+  std::vector<std::unique_ptr<BatchLayout>> changed_layouts_;
+  const BatchLayout* upload_layout_ = &layout_;
   std::unique_ptr<Sampler> sampler_;
   std::vector<std::unique_ptr<BufferPool>> pools_;
   std::vector<std::unique_ptr<Batch>> batches_;
@@ -154,6 +162,8 @@ class Pipeline::Impl {
   void wire_branch(tbb::flow::graph& g, tbb::flow::sender<Batch*>* tail, std::size_t begin,
                    std::size_t last, int branch, tbb::flow::limiter_node<Batch*, int>& limiter,
                    Wiring& wiring);
+  /// The layout of the batches stage `index` receives: its predecessor's output layout.
+  const BatchLayout* layout_into(std::size_t index) const;
   /// Adds the per-branch figures to a report of a run with several branches.
   void fill_branch_report(RunReport& report, double seconds) const;
 
@@ -206,7 +216,7 @@ int arena_threads(const PipelineConfig& config) {
 
 class Context final : public BuildContext {
  public:
-  Context(Pipeline::Impl& impl, const Stage& stage) : impl_(impl), stage_(stage) {}
+  Context(Pipeline::Impl& impl, Stage& stage) : impl_(impl), stage_(stage) {}
   const NodeSpec& spec() const override { return stage_.spec; }
   Backend backend() const override { return impl_.config_.backend; }
   int device_id() const override {
@@ -216,7 +226,16 @@ class Context final : public BuildContext {
   int replica() const override { return std::max(stage_.branch, 0); }
   std::size_t batch_size() const override { return impl_.layout_.batch_size(); }
   int prefetch_depth() const override { return impl_.config_.pipeline.prefetch_depth; }
-  const BatchLayout& layout() const override { return impl_.layout_; }
+  const BatchLayout& layout() const override { return *stage_.layout; }
+  const BatchLayout& change_layout(std::vector<TensorSpec> tensors) override {
+    if (stage_.spec.role != Role::transform || stage_.out_layout != stage_.layout) {
+      throw std::logic_error("change_layout: only a transform may change the layout, once");
+    }
+    impl_.changed_layouts_.push_back(
+        std::make_unique<BatchLayout>(std::move(tensors), impl_.layout_.batch_size()));
+    stage_.out_layout = impl_.changed_layouts_.back().get();
+    return *stage_.out_layout;
+  }
   const LoaderNode& loader() const override { return *impl_.loader_; }
   int threads() const override { return arena_threads(impl_.config_); }
   bool after_staging() const override {
@@ -250,7 +269,7 @@ class Context final : public BuildContext {
 
  private:
   Pipeline::Impl& impl_;
-  const Stage& stage_;
+  Stage& stage_;
 };
 
 std::string where_declared(const NodeSpec& spec) {
@@ -308,6 +327,8 @@ Pipeline::Impl::Impl(PipelineConfig config, const Registry& registry) : config_(
   config_.pipeline.batch_size = batch_size;
   layout_ = BatchLayout(loader_->sample_tensors(), batch_size);
   auto setup = [this](Stage& stage) {
+    stage.layout = stage.out_layout = layout_into(stage.index);
+    if (stage.spec.role == Role::upload && stage.branch <= 0) upload_layout_ = stage.layout;
     Context context(*this, stage);
     try {
       stage.node->setup(context);
@@ -421,6 +442,7 @@ Batch* Pipeline::Impl::next_batch(tbb::flow_control& fc) {
     throw std::logic_error("no free batch slot: the in-flight bound was broken");
   }
   b->seq = source_seq_++;
+  b->layout = &layout_;  // a transform may have pointed it at its own layout last time
   b->epoch = source_epoch_;
   b->index_in_epoch = source_index_;
   sampler_->batch_samples(source_order_, source_index_, b->samples);
@@ -437,7 +459,7 @@ void Pipeline::Impl::finish_batch(Batch* b) {
   if (!b->skipped) {
     // Only batches that reached a device buffer were uploaded (a resident run's batches carry only
     // indices).
-    if (b->device) bytes_.fetch_add(b->bytes(), std::memory_order_relaxed);
+    if (b->device) bytes_.fetch_add(upload_layout_->bytes(b->rows()), std::memory_order_relaxed);
     samples_.fetch_add(b->rows(), std::memory_order_relaxed);
   }
   recorder_.finish(*b);
@@ -863,6 +885,14 @@ void Pipeline::Impl::replicate_branches(const Registry& registry) {
   branch_bytes_ = std::make_unique<std::atomic<std::uint64_t>[]>(devices.size());
 }
 
+const BatchLayout* Pipeline::Impl::layout_into(std::size_t index) const {
+  if (index == 0) return &layout_;
+  // Each branch's first stage follows the last shared stage.
+  const bool branch_head =
+      branches_ > 1 && index >= branch_begin_ && (index - branch_begin_) % branch_len_ == 0;
+  return stages_[branch_head ? branch_begin_ - 1 : index - 1]->out_layout;
+}
+
 std::uint64_t Pipeline::Impl::branch_share(int branch, std::uint32_t epoch) const {
   const std::uint64_t n = static_cast<std::uint64_t>(branches_);
   const std::uint64_t b = static_cast<std::uint64_t>(branch);
@@ -932,7 +962,9 @@ void Pipeline::Impl::wire_branch(tbb::flow::graph& g, tbb::flow::sender<Batch*>*
           const auto i = static_cast<std::size_t>(branch);
           branch_batches_[i].fetch_add(1, std::memory_order_relaxed);
           branch_samples_[i].fetch_add(b->rows(), std::memory_order_relaxed);
-          if (b->device) branch_bytes_[i].fetch_add(b->bytes(), std::memory_order_relaxed);
+          if (b->device) {
+            branch_bytes_[i].fetch_add(upload_layout_->bytes(b->rows()), std::memory_order_relaxed);
+          }
         }
         const std::uint32_t epoch = b->epoch;
         finish_batch(b);

@@ -11,6 +11,7 @@ const char* param_type_name(ParamType type) noexcept {
     case ParamType::number: return "number";
     case ParamType::string: return "string";
     case ParamType::int_list: return "list of int";
+    case ParamType::number_list: return "list of number";
   }
   return "?";
 }
@@ -51,6 +52,13 @@ ParamSpec& Schema::add_string(std::string name, std::string doc, std::optional<s
 ParamSpec& Schema::add_int_list(std::string name, std::string doc,
                                 std::optional<std::vector<std::int64_t>> def) {
   ParamSpec s{std::move(name), ParamType::int_list, {}, false, {}, {}, {}, std::move(doc)};
+  if (def) s.default_value = *def;
+  return add(std::move(s));
+}
+
+ParamSpec& Schema::add_number_list(std::string name, std::string doc,
+                                   std::optional<std::vector<double>> def) {
+  ParamSpec s{std::move(name), ParamType::number_list, {}, false, {}, {}, {}, std::move(doc)};
   if (def) s.default_value = *def;
   return add(std::move(s));
 }
@@ -104,6 +112,9 @@ const std::string& Params::get_string(const std::string& name) const {
 }
 const std::vector<std::int64_t>& Params::get_int_list(const std::string& name) const {
   return get_as<std::vector<std::int64_t>>(at(name), name, "list of int");
+}
+const std::vector<double>& Params::get_number_list(const std::string& name) const {
+  return get_as<std::vector<double>>(at(name), name, "list of number");
 }
 SourceLoc Params::loc(const std::string& name) const {
   auto it = locs_.find(name);

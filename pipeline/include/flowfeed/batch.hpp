@@ -18,7 +18,7 @@ namespace flowfeed {
 struct StageTimes;
 
 /// Element type of a tensor.
-enum class DType : std::uint8_t { float32, float16, uint8, int32, int64 };
+enum class DType : std::uint8_t { float32, float16, uint8, int32, int64, bfloat16 };
 
 /// Bytes per element.
 std::size_t dtype_size(DType dtype) noexcept;

@@ -76,6 +76,13 @@ class BuildContext {
   /// The TBB worker threads that run node bodies (`pipeline.threads`, else the core count); 0
   /// when not known.
   virtual int threads() const { return 0; }
+  /// For a transform whose output tensors differ from its input (uint8 `x` in, float32 `x` out,
+  /// written into a pool of its own): declares the layout its batches leave with and returns it,
+  /// owned by the pipeline and valid as long as the pipeline. The nodes after this one get it
+  /// from layout() (and size their pools from it); this node points `batch.layout` at it in
+  /// process(), after moving its output buffer into the batch. The batch size stays the same.
+  /// Call at most once, from setup(); anything but a transform gets std::logic_error.
+  virtual const BatchLayout& change_layout(std::vector<TensorSpec> tensors);
   /// Creates a pool owned by the pipeline.
   virtual BufferPool& make_pool(const std::string& name, MemoryKind kind, std::size_t count,
                                 std::size_t bytes, Allocator allocator) = 0;

@@ -14,13 +14,13 @@
 namespace flowfeed {
 
 /// The type of a parameter.
-enum class ParamType { boolean, integer, number, string, int_list };
-/// "bool", "int", "number", "string" or "list of int".
+enum class ParamType { boolean, integer, number, string, int_list, number_list };
+/// "bool", "int", "number", "string", "list of int" or "list of number".
 const char* param_type_name(ParamType type) noexcept;
 
 /// A parameter's value: one of the ParamType alternatives (monostate = unset).
 using ParamValue = std::variant<std::monostate, bool, std::int64_t, double, std::string,
-                                std::vector<std::int64_t>>;
+                                std::vector<std::int64_t>, std::vector<double>>;
 
 /// The declaration of one parameter: its name, type, default, allowed range or choices and doc.
 struct ParamSpec {
@@ -28,7 +28,7 @@ struct ParamSpec {
   ParamType type = ParamType::integer;  ///< what a value must be
   ParamValue default_value;  ///< monostate: no default (the param is optional unless `required`)
   bool required = false;     ///< a config that leaves it out is an error
-  std::optional<double> min, max;    ///< inclusive range for int/number (and for int_list items)
+  std::optional<double> min, max;    ///< inclusive range for int/number (and for list items)
   std::vector<std::string> choices;  ///< allowed values for a string; empty = any
   std::string doc;  ///< one line for users; also the "why" of a missing required key
 
@@ -74,6 +74,9 @@ class Schema {
   /// Declares a list-of-int param (`range` bounds each item).
   ParamSpec& add_int_list(std::string name, std::string doc,
                           std::optional<std::vector<std::int64_t>> def = std::nullopt);
+  /// Declares a list-of-number param (`range` bounds each item; YAML ints are accepted).
+  ParamSpec& add_number_list(std::string name, std::string doc,
+                             std::optional<std::vector<double>> def = std::nullopt);
 
   /// Every declared param, in declaration order.
   const std::vector<ParamSpec>& params() const noexcept { return params_; }
@@ -104,6 +107,8 @@ class Params {
   const std::string& get_string(const std::string& name) const;
   /// The list-of-int value of `name`.
   const std::vector<std::int64_t>& get_int_list(const std::string& name) const;
+  /// The list-of-number value of `name`.
+  const std::vector<double>& get_number_list(const std::string& name) const;
   /// Where the value was written (the PipelineBuilder call for C++; empty file for a default).
   SourceLoc loc(const std::string& name) const;
   /// Every value by name.
