@@ -259,6 +259,7 @@ class Context final : public BuildContext {
   int epochs() const override { return impl_.config_.pipeline.epochs; }
   const std::atomic<bool>& cancelled() const override { return impl_.cancel_; }
   const SamplerOptions& sampler_options() const override { return impl_.config_.sampler; }
+  const PipelineOptions& pipeline_options() const override { return impl_.config_.pipeline; }
   Gauge& gauge(const std::string& name) override {
     for (auto& g : impl_.gauges_) {
       if (g.first == name) return *g.second;
@@ -834,10 +835,10 @@ RunReport Pipeline::Impl::run(const RunOptions& options) {
   report.threads = threads;
   const double train_busy = report.nodes.back().busy_seconds;
   report.train.stall_fraction = seconds > 0 ? std::max(0.0, 1.0 - train_busy / seconds) : 0;
+  report.warnings = warnings_;  // before finish(): a node may add its own (a dropped sample)
   for (auto& s : stages_) s->node->finish(report);
   if (branches_ > 1) fill_branch_report(report, seconds);
   recorder_.fill(report);
-  report.warnings = warnings_;
   return report;
 }
 
@@ -1223,11 +1224,13 @@ RunReport Session::State::make_report(double seconds, bool complete, bool interr
   const double waited = static_cast<double>(wait_ns) * 1e-9;
   report.train.stall_fraction = seconds > 0 ? std::min(1.0, waited / seconds) : 0;
   report.extra["caller_wait_seconds"] = waited;
+  {
+    std::lock_guard<std::mutex> lock(const_cast<Pipeline::Impl&>(p).warn_mutex_);
+    report.warnings = p.warnings_;  // before finish(): a node may add its own (a dropped sample)
+  }
   if (complete) {
     for (auto& s : p.stages_) s->node->finish(report);
   }
-  std::lock_guard<std::mutex> lock(const_cast<Pipeline::Impl&>(p).warn_mutex_);
-  report.warnings = p.warnings_;
   return report;
 }
 
