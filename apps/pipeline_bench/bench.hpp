@@ -68,6 +68,12 @@ struct Options {
   std::string seed_config;
   // scaling
   std::string svg = "scaling.svg";
+  // images
+  std::string image_shards;        ///< WebDataset shards (a glob or list); empty: skipped
+  std::string images_config;       ///< configs/images.yaml
+  std::vector<int> image_threads;  ///< pipeline.threads of each run; empty: 1, 4, all cores
+  int image_epochs = 2;            ///< epochs of each run
+  int decode_images = 1000;        ///< JPEGs decoded on one thread for the baseline
 };
 
 /// Results and per-scenario details of one pipeline_bench process.
@@ -118,5 +124,6 @@ void resident_vs_streamed(Bench& bench);
 void overhead(Bench& bench);
 void seed(Bench& bench);
 void scaling(Bench& bench);
+void images(Bench& bench);
 
 }  // namespace flowfeed::bench
