@@ -5,9 +5,10 @@ with scikit-image (Debian: python3-skimage, python3-pil, python3-numpy).
 Every image is a random crop of one of a handful of photographs (astronaut, chelsea, coffee,
 rocket, ...), scaled so that its longest side is between --min-side and --max-side pixels
 (ImageNet-like), maybe flipped, with a per-channel colour shift, encoded by Pillow at --quality.
-Its label (`key.cls`, decimal text) is the index of the photograph it came from. The set is a
-function of --seed and the options only: the same arguments write the same bytes, whatever
---workers says. It is derived from a few photographs, so it has their statistics, not ImageNet's.
+Its label (`key.cls`, decimal text) is the index of the photograph it came from (in PHOTOS,
+leaving out any this scikit-image does not have on disk; the summary lists those used). The set
+is a function of --seed, the options and the photographs: the same arguments write the same
+bytes, whatever --workers says. It is derived from a few photographs, so it has their statistics, not ImageNet's.
 
     scripts/make_image_shards.py --out /tmp/shards --count 20000 --workers 16
 """
@@ -32,21 +33,33 @@ PHOTOS = ("astronaut", "chelsea", "coffee", "rocket", "hubble_deep_field", "immu
 _photos = {}
 
 
-def photo(index):
-    """Photograph `index` of PHOTOS as uint8 [H, W, 3], loaded once per process."""
-    if index not in _photos:
-        a = getattr(skimage.data, PHOTOS[index])()
+def photo(name):
+    """A photograph as uint8 [H, W, 3], loaded once per process."""
+    if name not in _photos:
+        a = getattr(skimage.data, name)()
         if a.ndim == 2:
             a = np.stack([a, a, a], axis=-1)
-        _photos[index] = np.ascontiguousarray(a[..., :3])
-    return _photos[index]
+        _photos[name] = np.ascontiguousarray(a[..., :3])
+    return _photos[name]
+
+
+def available_photos():
+    """The PHOTOS this scikit-image has on disk (some versions download a few on demand)."""
+    names = []
+    for name in PHOTOS:
+        try:
+            photo(name)
+            names.append(name)
+        except Exception as e:  # a missing optional download: leave the photograph out
+            print(f"make_image_shards: leaving out {name} ({type(e).__name__})", file=sys.stderr)
+    return names
 
 
 def make_image(args, index):
     """The JPEG bytes and label of image `index`: a function of (seed, index) and the options."""
     rng = np.random.default_rng([args.seed, index])
-    label = int(rng.integers(len(PHOTOS)))
-    source = photo(label)
+    label = int(rng.integers(len(args.photos)))
+    source = photo(args.photos[label])
     h, w = source.shape[:2]
     # A crop of 20-100% of the photo's area, aspect ratio 3:4 to 4:3.
     area = h * w * rng.uniform(0.2, 1.0)
@@ -112,6 +125,9 @@ def main():
     if args.count < 1 or args.per_shard < 1 or not 1 <= args.quality <= 100 or \
             not 16 <= args.min_side <= args.max_side:
         p.error("need count >= 1, per-shard >= 1, 1 <= quality <= 100, 16 <= min-side <= max-side")
+    args.photos = available_photos()
+    if len(args.photos) < 3:
+        p.error(f"scikit-image offers only {args.photos} of {list(PHOTOS)}")
     os.makedirs(args.out, exist_ok=True)
     shards = (args.count + args.per_shard - 1) // args.per_shard
     if args.workers > 1:
@@ -120,7 +136,7 @@ def main():
     else:
         results = [write_shard(args, s) for s in range(shards)]
     total = {k: sum(r[k] for r in results) for k in results[0]}
-    summary = {"shards": shards, "images": total["images"], "photos": len(PHOTOS),
+    summary = {"shards": shards, "images": total["images"], "photos": args.photos,
                "mean_jpeg_bytes": round(total["bytes"] / total["images"]),
                "mean_pixels": round(total["pixels"] / total["images"]), "out": args.out}
     print(json.dumps(summary))

@@ -3,6 +3,7 @@
 #include <expat.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -176,7 +177,9 @@ TEST(PipelineBench, ImagesQuickRunsTheImagesConfigPerThreadCount) {
   const fs::path dir = fs::temp_directory_path() / "pipeline_bench_images";
   fs::remove_all(dir);
   std::string made;
-  ASSERT_EQ(run_shell(std::string(FLOWFEED_PYTHON) + " " + FLOWFEED_SOURCE_DIR +
+  const char* python = std::getenv("FLOWFEED_PYTHON");
+  ASSERT_EQ(run_shell(std::string(python && *python ? python : FLOWFEED_PYTHON) + " " +
+                          FLOWFEED_SOURCE_DIR +
                           "/scripts/make_image_shards.py --count 8 --per-shard 5 "
                           "--min-side 120 --max-side 160 --out " +
                           dir.string() + " 2>&1",
