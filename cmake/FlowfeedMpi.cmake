@@ -1,5 +1,5 @@
 # Resolves FLOWFEED_MPI (AUTO|ON|OFF) to FLOWFEED_WITH_MPI. Only Open MPI's headers are used at
-# build time: libmpi is loaded at run time (nodes/train/mpi_runtime.cpp), so no binary links it.
+# build time: libmpi is loaded at run time (nodes/scale_out/mpi_runtime.cpp), so no binary links it.
 set(FLOWFEED_WITH_MPI OFF)
 set(FLOWFEED_MPI_INCLUDE_DIRS "")
 if(FLOWFEED_MPI STREQUAL "ON" OR FLOWFEED_MPI STREQUAL "AUTO")

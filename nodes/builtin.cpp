@@ -9,7 +9,10 @@ void register_npy(Registry& registry);
 void register_webdataset(Registry& registry);
 void register_host_staging(Registry& registry);
 void register_host_upload(Registry& registry);
-void register_sinks(Registry& registry);
+void register_checksum(Registry& registry);
+void register_sleep(Registry& registry);
+void register_record(Registry& registry);
+void register_discard(Registry& registry);
 void register_mlp(Registry& registry);
 void register_normalize(Registry& registry);
 
@@ -30,7 +33,10 @@ void register_upload_nodes(Registry& registry) {
   register_host_upload(registry);
 }
 void register_train_nodes(Registry& registry) {
-  register_sinks(registry);
+  register_checksum(registry);
+  register_sleep(registry);
+  register_record(registry);
+  register_discard(registry);
   register_mlp(registry);
 }
 

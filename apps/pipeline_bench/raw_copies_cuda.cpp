@@ -5,10 +5,10 @@
 #include <cstring>
 #include <vector>
 
-#include "cuda/checksum_kernel.hpp"
 #include "cuda/cuda_check.hpp"
 #include "flowfeed/nodes/synthetic_formula.hpp"
 #include "raw_copies.hpp"
+#include "train/checksum_kernel.hpp"
 
 namespace flowfeed::bench {
 

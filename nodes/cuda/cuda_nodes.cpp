@@ -8,7 +8,8 @@ namespace flowfeed {
 
 void register_pinned_staging(Registry& registry);
 void register_cuda_upload(Registry& registry);
-void register_device_sinks(Registry& registry);
+void register_device_checksum(Registry& registry);
+void register_device_discard(Registry& registry);
 void register_device_normalize(Registry& registry);
 
 int cuda_device_count() noexcept {
@@ -36,7 +37,8 @@ void register_cuda_nodes(Registry& registry) {
   register_pinned_staging(registry);
   register_cuda_upload(registry);
   register_device_normalize(registry);
-  register_device_sinks(registry);
+  register_device_checksum(registry);
+  register_device_discard(registry);
   registry.set(memory_node_type(cuda_host_pinning()));
   registry.set_device_probe([] { return cuda::device_count(); });
   registry.set_cuda_built(true);

@@ -56,9 +56,8 @@ std::vector<TensorSpec> IdxLoader::sample_tensors() const {
 void IdxLoader::setup(BuildContext& context) {
   // Resident batches carry indices only: no host buffers at all.
   if (options_.resident) return;
-  pool_ = &context.make_pool("host", MemoryKind::pageable,
-                             static_cast<std::size_t>(context.prefetch_depth()),
-                             context.layout().capacity(), Allocator::host());
+  pool_ = &context.make_batch_pool("host", MemoryKind::pageable, context.layout().capacity(),
+                                   Allocator::host());
 }
 
 void IdxLoader::process(Batch& batch) {

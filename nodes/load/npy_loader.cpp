@@ -102,9 +102,8 @@ std::vector<TensorSpec> NpyLoader::sample_tensors() const {
 }
 
 void NpyLoader::setup(BuildContext& context) {
-  pool_ = &context.make_pool("host", MemoryKind::pageable,
-                             static_cast<std::size_t>(context.prefetch_depth()),
-                             context.layout().capacity(), Allocator::host());
+  pool_ = &context.make_batch_pool("host", MemoryKind::pageable, context.layout().capacity(),
+                                   Allocator::host());
 }
 
 void NpyLoader::process(Batch& batch) {

@@ -85,8 +85,7 @@ SyntheticOptions synthetic_content_from(const Params& params) {
 
 void add_synthetic_content_params(Schema& schema, bool delay) {
   schema.add_int("batches", "data set size in batches (when samples is 0)", 100).range(1, 1e12);
-  schema.add_int("samples", "data set size in samples (0: batches x batch size)", 0)
-      .range(0, 4e9);
+  schema.add_int("samples", "data set size in samples (0: batches x batch size)", 0).range(0, 4e9);
   schema.add_int("batch_size", "samples per batch (0: pipeline.batch_size)", 0).range(0, 1e8);
   schema.add_int_list("sample_shape", "shape of one sample's x", std::vector<std::int64_t>{28, 28})
       .range(1, 1e9);
@@ -114,9 +113,8 @@ std::vector<TensorSpec> SyntheticLoader::sample_tensors() const {
 void SyntheticLoader::setup(BuildContext& context) {
   size_ = options_.samples > 0 ? static_cast<std::size_t>(options_.samples)
                                : static_cast<std::size_t>(options_.batches) * context.batch_size();
-  pool_ = &context.make_pool("host", MemoryKind::pageable,
-                             static_cast<std::size_t>(context.prefetch_depth()),
-                             context.layout().capacity(), Allocator::host());
+  pool_ = &context.make_batch_pool("host", MemoryKind::pageable, context.layout().capacity(),
+                                   Allocator::host());
 }
 
 void SyntheticLoader::process(Batch& batch) {

@@ -11,9 +11,8 @@ namespace {
 class HostStaging final : public Node {
  public:
   void setup(BuildContext& context) override {
-    pool_ = &context.make_pool("staging", MemoryKind::pageable,
-                               static_cast<std::size_t>(context.prefetch_depth()),
-                               context.layout().capacity(), Allocator::host());
+    pool_ = &context.make_batch_pool("staging", MemoryKind::pageable, context.layout().capacity(),
+                                     Allocator::host());
   }
   void process(Batch& batch) override {
     Lease staging = pool_->acquire();

@@ -91,8 +91,8 @@ FaultOptions fault_options_from(const Params& params) {
 namespace {
 
 /// The synthetic loader with a fault: `throw`/`data_error` fail the read, `stall` delays it,
-/// `corrupt` damages what was read. Its bytes follow the synthetic formula, so checksum sinks verify
-/// them.
+/// `corrupt` damages what was read. Its bytes follow the synthetic formula, so checksum sinks
+/// verify them.
 class FaultLoader final : public LoaderNode, public SyntheticContent {
  public:
   FaultLoader(SyntheticOptions synthetic, FaultOptions fault)
@@ -148,9 +148,8 @@ class FaultStaging final : public Node {
   explicit FaultStaging(FaultOptions fault) : fault_(std::move(fault), "fault_staging") {}
   void setup(BuildContext& context) override {
     fault_.bind(context);
-    pool_ = &context.make_pool("staging", MemoryKind::pageable,
-                               static_cast<std::size_t>(context.prefetch_depth()),
-                               context.layout().capacity(), Allocator::host());
+    pool_ = &context.make_batch_pool("staging", MemoryKind::pageable, context.layout().capacity(),
+                                     Allocator::host());
   }
   void process(Batch& batch) override {
     Lease staging = pool_->acquire();
@@ -175,9 +174,8 @@ class FaultUpload final : public AsynchronousNode {
   ~FaultUpload() override { join_stallers(); }
   void setup(BuildContext& context) override {
     fault_.bind(context);
-    pool_ = &context.make_pool("device", MemoryKind::pageable,
-                               static_cast<std::size_t>(context.prefetch_depth()),
-                               context.layout().capacity(), Allocator::host());
+    pool_ = &context.make_batch_pool("device", MemoryKind::pageable, context.layout().capacity(),
+                                     Allocator::host());
   }
   void submit(Batch& batch, Completion done) override {
     const bool hit = fault_.hits(batch);

@@ -88,9 +88,8 @@ class Normalize final : public Node {
     const auto& shape = in_->tensors()[index_].shape;
     plane_ = static_cast<std::size_t>(options_.layout == ChannelLayout::chw ? shape[1] * shape[2]
                                                                             : shape[0] * shape[1]);
-    pool_ = &context.make_pool("out", MemoryKind::pageable,
-                               static_cast<std::size_t>(context.prefetch_depth()), out_->capacity(),
-                               Allocator::host());
+    pool_ =
+        &context.make_batch_pool("out", MemoryKind::pageable, out_->capacity(), Allocator::host());
   }
 
   void process(Batch& batch) override {

@@ -12,9 +12,8 @@ namespace {
 class HostUpload final : public Node {
  public:
   void setup(BuildContext& context) override {
-    pool_ = &context.make_pool("device", MemoryKind::pageable,
-                               static_cast<std::size_t>(context.prefetch_depth()),
-                               context.layout().capacity(), Allocator::host());
+    pool_ = &context.make_batch_pool("device", MemoryKind::pageable, context.layout().capacity(),
+                                     Allocator::host());
   }
   void process(Batch& batch) override {
     Lease device = pool_->acquire();

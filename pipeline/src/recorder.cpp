@@ -26,7 +26,14 @@ std::string format_eta(double seconds) {
   return buf;
 }
 
+std::atomic<std::uint32_t> g_next_thread{0};
+
 }  // namespace
+
+std::uint32_t current_thread_index() noexcept {
+  thread_local const std::uint32_t index = g_next_thread.fetch_add(1, std::memory_order_relaxed);
+  return index;
+}
 
 Recorder::~Recorder() {
   stop_monitor();
@@ -54,7 +61,7 @@ void Recorder::configure(std::vector<TraceNode> nodes, int prefetch_depth, bool 
   }
   hooks_ = hooks;
   times_.assign(batches.size() * count_, {});
-  for (std::size_t i = 0; i < batches.size(); ++i) batches[i]->times = &times_[i * count_];
+  for (std::size_t i = 0; i < batches.size(); ++i) batches[i]->times_ = &times_[i * count_];
   scratch_.assign(count_, {});
 }
 
@@ -105,7 +112,7 @@ void Recorder::end_run(std::uint64_t end_ns) {
 
 void Recorder::collect(const Batch& b) noexcept {
   for (std::size_t k = 0; k < count_; ++k) {
-    const StageTimes& st = b.times[k];
+    const StageTimes& st = b.times_[k];
     TraceSpan& span = scratch_[k];
     span.seq = b.seq;
     span.epoch = b.epoch;

@@ -2,6 +2,9 @@
 
 #include <stdexcept>
 
+#include "flowfeed/gauge.hpp"
+#include "flowfeed/pool.hpp"
+
 namespace flowfeed {
 
 const char* role_name(Role role) noexcept {
@@ -13,6 +16,17 @@ const char* role_name(Role role) noexcept {
     case Role::train: return "train";
   }
   return "?";
+}
+
+BufferPool& BuildContext::make_batch_pool(const std::string& name, MemoryKind kind,
+                                          std::size_t bytes, Allocator allocator) {
+  return make_pool(name, kind, static_cast<std::size_t>(prefetch_depth()), bytes,
+                   std::move(allocator));
+}
+
+Gauge& BuildContext::gauge(const std::string& /*name*/) {
+  static Gauge unread;
+  return unread;
 }
 
 void AsynchronousNode::process(Batch&) {

@@ -10,13 +10,10 @@
 #include <tuple>
 
 #include "flowfeed/error.hpp"
-#include "flowfeed/node.hpp"
 
 namespace flowfeed {
 
 namespace {
-
-std::atomic<std::uint32_t> g_next_thread{0};
 
 /// Escapes text for a JSON string or XML text/attribute (both kinds of special characters).
 std::string escape_json(const std::string& s) {
@@ -151,16 +148,6 @@ constexpr const char* kPalette[] = {"#4e79a7", "#f28e2b", "#59a14f", "#e15759",
                                     "#76b7b2", "#edc948", "#b07aa1", "#9c755f"};
 
 }  // namespace
-
-std::uint32_t current_thread_index() noexcept {
-  thread_local const std::uint32_t index = g_next_thread.fetch_add(1, std::memory_order_relaxed);
-  return index;
-}
-
-Gauge& BuildContext::gauge(const std::string& /*name*/) {
-  static Gauge unread;
-  return unread;
-}
 
 Trace::Trace(std::size_t max_batches) : max_batches_(std::max<std::size_t>(max_batches, 1)) {}
 

@@ -10,7 +10,7 @@
 #include "flowfeed/nodes/builtin.hpp"
 #include "flowfeed/pipeline.hpp"
 #include "flowfeed/sampler.hpp"
-#include "nodes/train/mlp_node.hpp"
+#include "nodes/train/mlp/mlp_node.hpp"
 
 int main(int argc, char** argv) {
   if (argc < 3) {

@@ -15,8 +15,8 @@
 #include "flowfeed/nodes/builtin.hpp"
 #include "flowfeed/pipeline.hpp"
 #include "gpu_test.hpp"
-#include "nodes/train/mlp_node.hpp"
-#include "nodes/train/nccl_cuda.hpp"
+#include "nodes/scale_out/nccl_cuda.hpp"
+#include "nodes/train/mlp/mlp_node.hpp"
 #include "tests/apps/process_util.hpp"
 
 namespace flowfeed {

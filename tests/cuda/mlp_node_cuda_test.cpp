@@ -11,7 +11,7 @@
 #include "flowfeed/nodes/builtin.hpp"
 #include "flowfeed/nodes/resident.hpp"
 #include "flowfeed/pipeline.hpp"
-#include "nodes/train/mlp_node.hpp"
+#include "nodes/train/mlp/mlp_node.hpp"
 #include "tests/nodes/test_files.hpp"
 
 namespace flowfeed {

@@ -225,8 +225,7 @@ TEST(CudaConfig, WrittenCudaParamsAreCheckedAgainstTheHostCounterpart) {
       "  - { name: upload, type: cuda_upload }\n"
       "  - { name: train, type: device_discard }\n";
   EXPECT_EQ(config_error(yaml, cuda_registry(0)),
-            "x.yaml:4:65: nodes[1].params.chunk_bytes: unknown key (host_staging has params: "
-            "none)");
+            "x.yaml:4:65: nodes[1].params.chunk_bytes: unknown key (this takes no keys)");
 }
 
 }  // namespace

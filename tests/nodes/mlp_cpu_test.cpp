@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "nodes/train/mlp_model.hpp"
+#include "nodes/train/mlp/mlp_model.hpp"
 
 namespace flowfeed {
 namespace {

@@ -1,6 +1,6 @@
 // The mlp train node wired into the graph on the host backend: it learns Fashion-MNIST, reports
 // per-epoch figures, trains resident exactly as streamed, and fails with full messages.
-#include "nodes/train/mlp_node.hpp"
+#include "nodes/train/mlp/mlp_node.hpp"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>

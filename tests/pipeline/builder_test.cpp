@@ -150,7 +150,7 @@ TEST(PipelineBuilder, ChecksNodeSettingsAndParamValues) {
           ": nodes[0].params.batches: 0 is out of range (must be between 1 and "
           "1000000000000)",
       at(l_load) +
-          ": nodes[0].params.sample_shape: -1 is out of range (must be between 1 and "
+          ": nodes[0].params.sample_shape[1]: -1 is out of range (must be between 1 and "
           "1000000000)",
       at(l_train) +
           ": nodes[1].concurrency: a train node runs serially (concurrency must be 1, "
@@ -231,9 +231,8 @@ TEST(PipelineBuilder, TwoObjectsOfOneClassGetDistinctTypeNames) {
 class CountingLoader final : public LoaderNode {
  public:
   void setup(BuildContext& context) override {
-    pool_ = &context.make_pool("host", MemoryKind::pageable,
-                               static_cast<std::size_t>(context.prefetch_depth()),
-                               context.layout().capacity(), Allocator::host());
+    pool_ = &context.make_batch_pool("host", MemoryKind::pageable, context.layout().capacity(),
+                                     Allocator::host());
   }
   void process(Batch& batch) override {
     batch.host = pool_->acquire();

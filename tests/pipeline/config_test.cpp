@@ -225,8 +225,8 @@ TEST(Config, CppBuiltConfigsGetTheSameChecks) {
     EXPECT_STREQ(e.what(),
                  "app.cpp: nodes[0].params.batches: 0 is out of range (must be between 1 and "
                  "1000000000000)\n"
-                 "app.cpp: nodes[0].params.colour: unknown key (synthetic has params: batches, "
-                 "samples, batch_size, sample_shape, dtype, delay_ms, seed, classes)");
+                 "app.cpp: nodes[0].params.colour: unknown key (known keys: batches, samples, "
+                 "batch_size, sample_shape, dtype, delay_ms, seed, classes)");
   }
 }
 

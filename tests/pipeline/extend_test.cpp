@@ -32,9 +32,8 @@ class TripleLoader final : public LoaderNode {
     return s;
   }
   void setup(BuildContext& context) override {
-    pool_ = &context.make_pool("host", MemoryKind::pageable,
-                               static_cast<std::size_t>(context.prefetch_depth()),
-                               context.layout().capacity(), Allocator::host());
+    pool_ = &context.make_batch_pool("host", MemoryKind::pageable, context.layout().capacity(),
+                                     Allocator::host());
   }
   void process(Batch& batch) override {
     batch.host = pool_->acquire();

@@ -392,9 +392,8 @@ class ThreadedUpload final : public AsynchronousNode {
     if (worker_.joinable()) worker_.join();
   }
   void setup(BuildContext& context) override {
-    pool_ = &context.make_pool("device", MemoryKind::pageable,
-                               static_cast<std::size_t>(context.prefetch_depth()),
-                               context.layout().capacity(), Allocator::host());
+    pool_ = &context.make_batch_pool("device", MemoryKind::pageable, context.layout().capacity(),
+                                     Allocator::host());
     worker_ = std::thread([this] {
       std::unique_lock<std::mutex> lock(mutex_);
       while (true) {

@@ -29,9 +29,8 @@ class RampLoader final : public flowfeed::LoaderNode {
 
   void setup(flowfeed::BuildContext& context) override {
     // Every buffer is allocated here, sized from the in-flight bound; never per batch.
-    pool_ = &context.make_pool("host", flowfeed::MemoryKind::pageable,
-                               static_cast<std::size_t>(context.prefetch_depth()),
-                               context.layout().capacity(), flowfeed::Allocator::host());
+    pool_ = &context.make_batch_pool("host", flowfeed::MemoryKind::pageable,
+                                     context.layout().capacity(), flowfeed::Allocator::host());
   }
   void process(flowfeed::Batch& batch) override {
     batch.host = pool_->acquire();

@@ -15,7 +15,10 @@
 
 namespace flowfeed {
 
+namespace detail {
 struct StageTimes;
+class Recorder;
+}  // namespace detail
 
 /// Element type of a tensor.
 enum class DType : std::uint8_t { float32, float16, uint8, int32, int64, bfloat16 };
@@ -119,8 +122,6 @@ struct Batch {
   std::exception_ptr error;
   /// True when the batch was skipped under `on_error: skip`; the train node ignores it.
   bool skipped = false;
-  /// The pipeline's per-node timestamps of this batch (stats and tracing); not for nodes.
-  StageTimes* times = nullptr;
 
   /// Samples in this batch (the last of an epoch may have fewer than the batch size).
   std::size_t rows() const noexcept { return samples.size(); }
@@ -138,6 +139,11 @@ struct Batch {
   Tier newest_tier() const noexcept;
   /// Returns every buffer to its pool and clears the per-run state (the object is reused).
   void reset() noexcept;
+
+ private:
+  // The pipeline's per-node timestamps of this batch (stats and tracing).
+  friend class detail::Recorder;
+  detail::StageTimes* times_ = nullptr;
 };
 
 }  // namespace flowfeed

@@ -15,6 +15,10 @@
 
 namespace flowfeed {
 
+namespace detail {
+class PipelineImpl;  ///< pipeline/src/detail/pipeline_impl.hpp (private)
+}  // namespace detail
+
 /// The place of a node in the chain load → transform* → staging → upload → transform* → train.
 enum class Role { load, transform, staging, upload, train };
 /// "load", "transform", "staging", "upload" or "train".
@@ -84,9 +88,15 @@ class BuildContext {
   /// process(), after moving its output buffer into the batch. The batch size stays the same.
   /// Call at most once, from setup(); anything but a transform gets std::logic_error.
   virtual const BatchLayout& change_layout(std::vector<TensorSpec> tensors);
-  /// Creates a pool owned by the pipeline.
+  /// Creates a pool owned by the pipeline, of `count` buffers of `bytes` each. For the buffers a
+  /// batch carries (one per batch in flight) use make_batch_pool() instead.
   virtual BufferPool& make_pool(const std::string& name, MemoryKind kind, std::size_t count,
                                 std::size_t bytes, Allocator allocator) = 0;
+  /// Creates the pool of a node's per-batch buffers: one buffer for every batch that can be in
+  /// flight (prefetch_depth()), each `bytes` long (usually `layout().capacity()`). The pipeline
+  /// owns the in-flight bound, so a stage never waits for or fails to get such a buffer.
+  BufferPool& make_batch_pool(const std::string& name, MemoryKind kind, std::size_t bytes,
+                              Allocator allocator);
   /// Batches per epoch for this rank. Not available to the loader's setup (it decides the size).
   virtual std::uint64_t batches_per_epoch() const = 0;
   /// True when the train node sees batches in sequence order (`pipeline.ordered`).
@@ -122,8 +132,6 @@ class Completion {
   using Fn = void (*)(void* context, Batch* batch, std::exception_ptr error) noexcept;
   /// An empty handle (calling it is a bug).
   Completion() = default;
-  /// Made by the pipeline for one batch; a node never needs to make one.
-  Completion(Fn fn, void* context, Batch* batch) : fn_(fn), context_(context), batch_(batch) {}
   /// Completes the batch: null on success, else its failure. Once per batch, from any thread.
   void operator()(std::exception_ptr error = nullptr) const noexcept {
     fn_(context_, batch_, std::move(error));
@@ -132,6 +140,9 @@ class Completion {
   Batch* batch() const noexcept { return batch_; }
 
  private:
+  // Made by the pipeline for one batch; a node never makes one.
+  friend class detail::PipelineImpl;
+  Completion(Fn fn, void* context, Batch* batch) : fn_(fn), context_(context), batch_(batch) {}
   Fn fn_ = nullptr;
   void* context_ = nullptr;
   Batch* batch_ = nullptr;

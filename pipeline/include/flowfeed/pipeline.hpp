@@ -14,6 +14,10 @@
 
 namespace flowfeed {
 
+namespace detail {
+class PipelineImpl;  ///< pipeline/src/detail/pipeline_impl.hpp (private)
+}  // namespace detail
+
 /// Options for one run.
 struct RunOptions {
   /// Print progress to stderr every so often: epoch, batches, rate, ETA and the nodes' gauges
@@ -80,12 +84,9 @@ class Pipeline {
   /// Buffers in all pools.
   std::size_t total_buffers() const;
 
-  /// Implementation detail (declared public so the implementation's helpers can name it).
-  class Impl;
-
  private:
   void end_session() noexcept;
-  std::unique_ptr<Impl> impl_;
+  std::unique_ptr<detail::PipelineImpl> impl_;
 };
 
 }  // namespace flowfeed

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "flowfeed/node.hpp"
+#include "flowfeed/range_hooks.hpp"
 #include "flowfeed/schema.hpp"
-#include "flowfeed/trace.hpp"
 
 namespace flowfeed {
 

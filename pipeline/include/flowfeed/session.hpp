@@ -18,6 +18,9 @@
 namespace flowfeed {
 
 class Pipeline;  ///< pipeline.hpp
+namespace detail {
+class SessionState;  ///< pipeline/src/session.cpp (private)
+}  // namespace detail
 
 /// A pipeline running in pull mode, made by Pipeline::start(). The graph runs on the pipeline's
 /// own TBB worker threads; the caller's thread only takes finished batches (next()) and gives
@@ -77,13 +80,10 @@ class Session {
   /// the caller spent waiting inside next().
   RunReport report() const;
 
-  /// Implementation detail (declared public so the implementation's helpers can name it).
-  class State;
-
  private:
   friend class Pipeline;
-  explicit Session(std::unique_ptr<State> state) noexcept;
-  std::unique_ptr<State> state_;
+  explicit Session(std::unique_ptr<detail::SessionState> state) noexcept;
+  std::unique_ptr<detail::SessionState> state_;
 };
 
 }  // namespace flowfeed

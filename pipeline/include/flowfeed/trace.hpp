@@ -2,18 +2,19 @@
 /// \file
 /// Per-batch timelines of a run and the pictures made from them: an SVG timeline (one lane per node
 /// and per CUDA stream, a bar per batch) and a Chrome trace-event JSON file (Perfetto,
-/// chrome://tracing). Also the hooks through which a node family (e.g. CUDA's NVTX) sees every node
-/// body, and the gauges a node publishes for the progress display.
+/// chrome://tracing).
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <iosfwd>
-#include <limits>
 #include <string>
 #include <vector>
 
 namespace flowfeed {
+
+namespace detail {
+class Recorder;  ///< pipeline/src/detail/recorder.hpp (private)
+}  // namespace detail
 
 /// One node of a traced pipeline.
 struct TraceNode {
@@ -76,13 +77,15 @@ class Trace {
   /// written.
   void save(const std::string& path, bool svg) const;
 
-  /// Recording interface for the pipeline (not for users): starts a run of `nodes`.
+ private:
+  // The pipeline's recorder fills the trace while a run goes.
+  friend class detail::Recorder;
+  /// Starts a run of `nodes`.
   void begin(std::vector<TraceNode> nodes, std::string config);
   /// Keeps or skips one finished batch; `spans` holds one span per node. Allocation-free.
   void add(const TraceSpan* spans) noexcept;
   void end(double seconds) noexcept { seconds_ = seconds; }
 
- private:
   std::size_t max_batches_;
   std::vector<TraceNode> nodes_;
   std::vector<TraceSpan> spans_;
@@ -91,32 +94,5 @@ class Trace {
   double seconds_ = 0;
   std::string config_;
 };
-
-/// Callbacks the pipeline calls around every node body: `begin` right before it (for an
-/// asynchronous node: before submit()), `end` right after it, on the same thread. A node family
-/// installs them through Registry::set_range_hooks (the CUDA family: NVTX ranges), so pipeline/
-/// needs no CUDA header. They must be thread-safe, cheap, and not throw. Null pointers: nothing.
-struct RangeHooks {
-  void (*begin)(void* context, const char* node, std::uint64_t seq) noexcept = nullptr;
-  void (*end)(void* context) noexcept = nullptr;
-  void* context = nullptr;
-};
-
-/// A live figure a node publishes while the pipeline runs (e.g. the training loss), shown by the
-/// progress display. Get one from BuildContext::gauge() in setup(); set() is a relaxed atomic
-/// store, cheap enough to call from process() for every batch.
-class Gauge {
- public:
-  void set(double value) noexcept { value_.store(value, std::memory_order_relaxed); }
-  /// The last value set, or NaN when none was set since the run started.
-  double get() const noexcept { return value_.load(std::memory_order_relaxed); }
-  void clear() noexcept { set(std::numeric_limits<double>::quiet_NaN()); }
-
- private:
-  std::atomic<double> value_{std::numeric_limits<double>::quiet_NaN()};
-};
-
-/// A small id of the calling thread (0, 1, 2, ... in order of first use in this process).
-std::uint32_t current_thread_index() noexcept;
 
 }  // namespace flowfeed

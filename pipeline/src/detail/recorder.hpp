@@ -16,12 +16,14 @@
 #include <vector>
 
 #include "flowfeed/batch.hpp"
+#include "flowfeed/gauge.hpp"
+#include "flowfeed/range_hooks.hpp"
 #include "flowfeed/stats.hpp"
 #include "flowfeed/trace.hpp"
 
-namespace flowfeed {
+namespace flowfeed::detail {
 
-/// Timestamps of one batch at one node; Batch::times points at the batch's row (one per node).
+/// Timestamps of one batch at one node; Batch::times_ points at the batch's row (one per node).
 struct StageTimes {
   std::uint64_t start = 0;
   std::uint64_t end = 0;
@@ -29,7 +31,8 @@ struct StageTimes {
   std::int32_t stream = -1;
 };
 
-namespace detail {
+/// A small id of the calling thread (0, 1, 2, ... in order of first use in this process).
+std::uint32_t current_thread_index() noexcept;
 
 /// Steady-clock nanoseconds.
 inline std::uint64_t now_ns() noexcept {
@@ -98,7 +101,7 @@ class Recorder {
     if (!counting_) return;
     probes_[node].started.fetch_add(1, std::memory_order_relaxed);
     if (tracing_) {
-      StageTimes& st = b.times[node];
+      StageTimes& st = b.times_[node];
       st.start = t;
       st.thread = current_thread_index();
     }
@@ -116,7 +119,7 @@ class Recorder {
   void complete(std::size_t node, Batch& b, std::uint64_t t) noexcept {
     if (!counting_) return;
     if (tracing_) {
-      StageTimes& st = b.times[node];
+      StageTimes& st = b.times_[node];
       st.end = t;
       st.stream = b.stream_index;
     }
@@ -224,5 +227,4 @@ class Recorder {
   bool bar_drawn_ = false;
 };
 
-}  // namespace detail
-}  // namespace flowfeed
+}  // namespace flowfeed::detail

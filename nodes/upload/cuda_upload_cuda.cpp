@@ -60,11 +60,11 @@ class CudaUpload final : public AsynchronousNode {
     nvtx_ = cuda::nvtx_name(name_);
     description_ = cuda::device_description(device_);
     cuda::set_device(device_);
-    const auto depth = static_cast<std::size_t>(context.prefetch_depth());
     Allocator allocator = options_.device_allocator.allocate ? options_.device_allocator
                                                              : cuda::device_allocator(device_);
-    pool_ = &context.make_pool("device", MemoryKind::device, depth, context.layout().capacity(),
-                               std::move(allocator));
+    pool_ = &context.make_batch_pool("device", MemoryKind::device, context.layout().capacity(),
+                                     std::move(allocator));
+    const std::size_t depth = pool_->count();
     // One ready and one reuse event per device buffer: a buffer belongs to one batch at a time,
     // so its events do too.
     for (std::size_t i = 0; i < depth; ++i) {

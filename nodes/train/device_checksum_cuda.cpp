@@ -1,5 +1,5 @@
-// device_checksum and device_discard: train-role sinks that keep to the CUDA contract (wait on the
-// batch's ready event on their own stream, record its reuse event after their last kernel).
+// device_checksum: verifies on the GPU every byte of synthetic batches (the CUDA counterpart of
+// checksum), keeping to the CUDA contract through DeviceSink.
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -7,100 +7,17 @@
 #include <string>
 #include <vector>
 
-#include "cuda/checksum_kernel.hpp"
 #include "cuda/cuda_check.hpp"
 #include "flowfeed/nodes/cuda.hpp"
 #include "flowfeed/nodes/synthetic.hpp"
 #include "flowfeed/registry.hpp"
 #include "flowfeed/stats.hpp"
+#include "train/checksum_kernel.hpp"
+#include "train/device_sink_cuda.hpp"
 
 namespace flowfeed {
 
 namespace {
-
-/// What both sinks share: a device, a non-blocking stream, and the ready/reuse protocol. `Base`
-/// is Node (one batch per process()) or AsynchronousNode (batches completed in groups).
-template <class Base>
-class DeviceSink : public Base {
- public:
-  ~DeviceSink() override {
-    if (stream_) cudaStreamDestroy(stream_);
-    cudaGetLastError();
-  }
-
-  void setup(BuildContext& context) override {
-    device_ = context.device_id();
-    name_ = context.spec().name;
-    type_ = context.spec().type;
-    nvtx_ = cuda::nvtx_name(name_);
-    description_ = cuda::device_description(device_);
-    cuda::set_device(device_);
-    FLOWFEED_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  }
-
-  void quiesce() noexcept override {
-    if (stream_ && !sticky_) {
-      if (cudaStreamSynchronize(stream_) != cudaSuccess) cudaGetLastError();
-    }
-  }
-
-  void finish(RunReport& report) override { report.device = description_; }
-
- protected:
-  /// Throws unless the batch carries a device buffer and a ready event.
-  void require_device(const Batch& batch) const {
-    if (!batch.ready_event || !batch.device) {
-      throw Error(type_ +
-                  ": the batch has no device buffer and ready event (the upload node must "
-                  "be cuda_upload)");
-    }
-  }
-  /// Makes this node's stream wait until the batch's bytes are on the device.
-  void wait_ready(Batch& batch) {
-    require_device(batch);
-    wait_event(batch.ready_event);
-  }
-  void wait_event(void* event) {
-    checked([&] {
-      FLOWFEED_CUDA_CHECK(cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(event), 0));
-    });
-  }
-  /// Tells the upload node that this node's last use of the buffer is enqueued.
-  void record_reuse(Batch& batch) {
-    if (!batch.reuse_event) return;
-    checked([&] {
-      FLOWFEED_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(batch.reuse_event), stream_));
-    });
-  }
-  /// Runs f; remembers a sticky error so that quiesce() does not wait on a dead context.
-  template <class F>
-  void checked(F&& f) {
-    try {
-      f();
-    } catch (const CudaError& e) {
-      if (e.sticky()) sticky_ = true;
-      throw;
-    }
-  }
-
-  int device_ = 0;
-  std::string name_;
-  std::string type_;
-  std::string description_;
-  nvtxStringHandle_t nvtx_ = nullptr;
-  cudaStream_t stream_ = nullptr;
-  bool sticky_ = false;
-};
-
-class DeviceDiscard final : public DeviceSink<Node> {
- public:
-  void process(Batch& batch) override {
-    cuda::NvtxRange range(nvtx_, batch.seq);
-    cuda::set_device(device_);
-    wait_ready(batch);
-    record_reuse(batch);
-  }
-};
 
 /// Verifies every byte of synthetic batches on the GPU. Batches are checked in groups: when
 /// `group` batches are held (or the pipeline says no more can come: flush()), the node's stream
@@ -460,43 +377,26 @@ class DeviceChecksum final : public DeviceSink<AsynchronousNode> {
 std::unique_ptr<Node> make_device_checksum(int group) {
   return std::make_unique<DeviceChecksum>(group);
 }
-std::unique_ptr<Node> make_device_discard() {
-  return std::make_unique<DeviceDiscard>();
-}
 
-void register_device_sinks(Registry& registry) {
-  {
-    NodeType t;
-    t.name = "device_checksum";
-    t.role = Role::train;
-    t.doc =
-        "verifies on the GPU that every byte of synthetic batches arrived intact (one kernel per "
-        "group of batches), and on the host their order; fails naming batch, row and byte";
-    t.schema
-        .add_int("group",
-                 "batches checked by one kernel launch (0: auto, prefetch_depth / 4 up to 8; "
-                 "1: a launch per batch)",
-                 0)
-        .range(0, cuda::ChecksumArgs::kMaxBatches);
-    t.backend = TypeBackend::cuda;
-    t.counterpart = "checksum";
-    t.create = [](const NodeSpec& spec) {
-      return make_device_checksum(static_cast<int>(spec.params.get_int("group")));
-    };
-    registry.set(std::move(t));
-  }
-  {
-    NodeType t;
-    t.name = "device_discard";
-    t.role = Role::train;
-    t.doc =
-        "waits on each batch's ready event and frees its device buffer (measures the pipeline "
-        "and the copies alone)";
-    t.backend = TypeBackend::cuda;
-    t.counterpart = "discard";
-    t.create = [](const NodeSpec&) { return make_device_discard(); };
-    registry.set(std::move(t));
-  }
+void register_device_checksum(Registry& registry) {
+  NodeType t;
+  t.name = "device_checksum";
+  t.role = Role::train;
+  t.doc =
+      "verifies on the GPU that every byte of synthetic batches arrived intact (one kernel per "
+      "group of batches), and on the host their order; fails naming batch, row and byte";
+  t.schema
+      .add_int("group",
+               "batches checked by one kernel launch (0: auto, prefetch_depth / 4 up to 8; "
+               "1: a launch per batch)",
+               0)
+      .range(0, cuda::ChecksumArgs::kMaxBatches);
+  t.backend = TypeBackend::cuda;
+  t.counterpart = "checksum";
+  t.create = [](const NodeSpec& spec) {
+    return make_device_checksum(static_cast<int>(spec.params.get_int("group")));
+  };
+  registry.set(std::move(t));
 }
 
 }  // namespace flowfeed

@@ -1,10 +1,9 @@
+// `checksum`: verifies every byte of synthetic batches on the host, and their order.
+
 #include <algorithm>
-#include <cerrno>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "flowfeed/error.hpp"
@@ -101,104 +100,17 @@ class Checksum final : public Node {
   std::uint64_t bytes_verified_ = 0;
 };
 
-/// Simulates a train step of fixed cost.
-class Sleep final : public Node {
- public:
-  explicit Sleep(double ms) : ms_(ms) {}
-  void process(Batch&) override {
-    if (ms_ > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms_));
-  }
-
- private:
-  double ms_;
-};
-
-/// Writes each batch's epoch, sequence number and sample indices to a text file, one line per
-/// batch: `epoch seq i0 i1 ...` (for checking sampling and sharding from outside the process).
-class Record final : public Node {
- public:
-  explicit Record(std::string path) : path_(std::move(path)) {}
-  ~Record() override {
-    if (file_) std::fclose(file_);
-  }
-  void setup(BuildContext& context) override {
-    // Each `pipeline.devices` branch writes its own file: PATH.0, PATH.1, ...
-    if (context.replicas() > 1) {
-      path_ += '.';
-      path_ += std::to_string(context.replica());
-    }
-    file_ = std::fopen(path_.c_str(), "w");
-    if (!file_) {
-      throw DataError(path_ + ": cannot open for writing (" + std::strerror(errno) + ")");
-    }
-  }
-  void begin_run() override {
-    if (file_) file_ = std::freopen(path_.c_str(), "w", file_);
-  }
-  void process(Batch& batch) override {
-    std::fprintf(file_, "%u %llu", batch.epoch, static_cast<unsigned long long>(batch.seq));
-    for (auto s : batch.samples) std::fprintf(file_, " %u", s);
-    std::fputc('\n', file_);
-  }
-  void finish(RunReport&) override { std::fflush(file_); }
-  void quiesce() noexcept override {
-    if (file_) std::fflush(file_);
-  }
-
- private:
-  std::string path_;
-  std::FILE* file_ = nullptr;
-};
-
-/// Takes batches and does nothing with them.
-class Null final : public Node {
- public:
-  void process(Batch&) override {}
-};
-
 }  // namespace
 
-void register_sinks(Registry& registry) {
-  {
-    NodeType t;
-    t.name = "checksum";
-    t.role = Role::train;
-    t.doc = "verifies every byte of synthetic batches and their order; fails loudly otherwise";
-    t.backend = TypeBackend::host;
-    t.counterpart = "device_checksum";
-    t.create = [](const NodeSpec&) { return std::make_unique<Checksum>(); };
-    registry.set(std::move(t));
-  }
-  {
-    NodeType t;
-    t.name = "sleep";
-    t.role = Role::train;
-    t.doc = "simulated train step: sleeps `ms` per batch";
-    t.schema.add_number("ms", "milliseconds per batch", 0.0).range(0, 1e7);
-    t.create = [](const NodeSpec& spec) {
-      return std::make_unique<Sleep>(spec.params.get_number("ms"));
-    };
-    registry.set(std::move(t));
-  }
-  {
-    NodeType t;
-    t.name = "record";
-    t.role = Role::train;
-    t.doc = "writes `epoch seq sample...` per batch to a text file (to check sampling)";
-    t.schema.add_string("path", "file to write").make_required();
-    t.create = [](const NodeSpec& spec) {
-      return std::make_unique<Record>(spec.params.get_string("path"));
-    };
-    registry.set(std::move(t));
-  }
-  {
-    NodeType t;
-    t.name = "discard";
-    t.role = Role::train;
-    t.doc = "takes every batch and does nothing (measures the pipeline alone)";
-    t.create = [](const NodeSpec&) { return std::make_unique<Null>(); };
-    registry.set(std::move(t));
-  }
+void register_checksum(Registry& registry) {
+  NodeType t;
+  t.name = "checksum";
+  t.role = Role::train;
+  t.doc = "verifies every byte of synthetic batches and their order; fails loudly otherwise";
+  t.backend = TypeBackend::host;
+  t.counterpart = "device_checksum";
+  t.create = [](const NodeSpec&) { return std::make_unique<Checksum>(); };
+  registry.set(std::move(t));
 }
 
 }  // namespace flowfeed

@@ -1,7 +1,7 @@
 #pragma once
 /// \file
 /// The device_checksum kernel's interface, shared by device_checksum.cu (the kernel) and
-/// device_sinks_cuda.cpp (the node, host compiler).
+/// device_checksum_cuda.cpp (the node, host compiler).
 
 #include <cuda_runtime.h>
 

@@ -62,9 +62,8 @@ class PinnedStaging final : public Node {
     // Batches from a page-locked memory data set pass through: no pool to allocate.
     const auto* memory = dynamic_cast<const MemoryLoader*>(&context.loader());
     if (memory && memory->pinned()) return;
-    pool_ = &context.make_pool("staging", MemoryKind::pinned,
-                               static_cast<std::size_t>(context.prefetch_depth()),
-                               context.layout().capacity(), cuda::pinned_allocator());
+    pool_ = &context.make_batch_pool("staging", MemoryKind::pinned, context.layout().capacity(),
+                                     cuda::pinned_allocator());
   }
 
   void process(Batch& batch) override {

@@ -5,11 +5,11 @@
 #include <cstring>
 #include <utility>
 
-#include "all_reduce.hpp"
+#include "flowfeed/gauge.hpp"
 #include "flowfeed/nodes/dataset.hpp"
 #include "flowfeed/registry.hpp"
-#include "flowfeed/trace.hpp"
 #include "load/idx_file.hpp"
+#include "scale_out/all_reduce.hpp"
 
 namespace flowfeed {
 

@@ -2,7 +2,7 @@
 #include <cuda_fp16.h>
 
 #include "cuda/cuda_check.hpp"
-#include "cuda/normalize_kernel.hpp"
+#include "transform/normalize_kernel.hpp"
 
 namespace flowfeed::cuda {
 

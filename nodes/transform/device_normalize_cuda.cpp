@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "cuda/cuda_check.hpp"
-#include "cuda/normalize_kernel.hpp"
 #include "flowfeed/nodes/cuda.hpp"
 #include "flowfeed/nodes/normalize.hpp"
 #include "flowfeed/registry.hpp"
+#include "transform/normalize_kernel.hpp"
 
 namespace flowfeed {
 
@@ -56,12 +56,11 @@ class DeviceNormalize final : public Node {
       args_.stddev[c] = static_cast<float>(options_.stddev[static_cast<std::size_t>(c)]);
     }
     cuda::set_device(device_);
-    const auto depth = static_cast<std::size_t>(context.prefetch_depth());
-    pool_ = &context.make_pool("device", MemoryKind::device, depth, out_->capacity(),
-                               cuda::device_allocator(device_));
+    pool_ = &context.make_batch_pool("device", MemoryKind::device, out_->capacity(),
+                                     cuda::device_allocator(device_));
     FLOWFEED_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     // A ready and a reuse event per output buffer, as cuda_upload has per device buffer.
-    for (std::size_t i = 0; i < depth; ++i) {
+    for (std::size_t i = 0; i < pool_->count(); ++i) {
       cudaEvent_t e = nullptr;
       FLOWFEED_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
       ready_.push_back(e);

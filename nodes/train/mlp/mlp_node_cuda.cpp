@@ -9,7 +9,6 @@
 #include <string>
 #include <vector>
 
-#include "all_reduce.hpp"
 #include "cuda/cuda_check.hpp"
 #include "flowfeed/error.hpp"
 #include "flowfeed/nodes/dataset.hpp"
@@ -17,7 +16,8 @@
 #include "gather_kernels.hpp"
 #include "mlp_cuda.hpp"
 #include "mlp_node.hpp"
-#include "nccl_cuda.hpp"
+#include "scale_out/all_reduce.hpp"
+#include "scale_out/nccl_cuda.hpp"
 
 namespace flowfeed {
 

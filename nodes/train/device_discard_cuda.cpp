@@ -1,0 +1,43 @@
+// device_discard: waits on each batch's ready event and gives its device buffer back (the CUDA
+// counterpart of discard: the pipeline and the copies measured alone).
+
+#include <memory>
+
+#include "flowfeed/nodes/cuda.hpp"
+#include "flowfeed/registry.hpp"
+#include "train/device_sink_cuda.hpp"
+
+namespace flowfeed {
+
+namespace {
+
+class DeviceDiscard final : public DeviceSink<Node> {
+ public:
+  void process(Batch& batch) override {
+    cuda::NvtxRange range(nvtx_, batch.seq);
+    cuda::set_device(device_);
+    wait_ready(batch);
+    record_reuse(batch);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Node> make_device_discard() {
+  return std::make_unique<DeviceDiscard>();
+}
+
+void register_device_discard(Registry& registry) {
+  NodeType t;
+  t.name = "device_discard";
+  t.role = Role::train;
+  t.doc =
+      "waits on each batch's ready event and frees its device buffer (measures the pipeline "
+      "and the copies alone)";
+  t.backend = TypeBackend::cuda;
+  t.counterpart = "discard";
+  t.create = [](const NodeSpec&) { return make_device_discard(); };
+  registry.set(std::move(t));
+}
+
+}  // namespace flowfeed

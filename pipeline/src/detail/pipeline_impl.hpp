@@ -1,0 +1,228 @@
+#pragma once
+// The built pipeline's private state, shared by its rooms: pipeline.cpp (facade, BuildContext,
+// build, report), graph.cpp (wiring, per-batch work, epoch ends), run.cpp (run loop and its
+// supervisor) and session.cpp (pull mode).
+
+#include <oneapi/tbb/concurrent_queue.h>
+#include <oneapi/tbb/flow_graph.h>
+
+#include <atomic>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "detail/recorder.hpp"
+#include "flowfeed/pipeline.hpp"
+#include "flowfeed/sampler.hpp"
+
+namespace flowfeed::detail {
+
+using Clock = std::chrono::steady_clock;
+
+/// The message of an exception, whatever its type.
+std::string what_of(const std::exception_ptr& e);
+
+/// The TBB arena's size: `pipeline.threads`, else the core count.
+int arena_threads(const PipelineConfig& config);
+
+/// One node and its counters.
+struct Stage {
+  NodeSpec spec;
+  std::unique_ptr<Node> node;
+  std::string label;      // node 'load' (synthetic, configs/x.yaml:7)
+  std::size_t index = 0;  // in chain order
+  int device = -1;        // the branch's device; -1: a shared stage (before the upload node)
+  int branch = -1;        // which `pipeline.devices` branch; -1: shared
+  // The layout batches have when they reach this stage, and when they leave it (another one only
+  // after BuildContext::change_layout).
+  const BatchLayout* layout = nullptr;
+  const BatchLayout* out_layout = nullptr;
+  std::atomic<std::uint64_t> items{0};
+  std::atomic<std::uint64_t> busy_ns{0};
+  std::atomic<std::uint64_t> failures{0};
+  std::atomic<int> active{0};
+  // An asynchronous train node: batches that left the stage before it, and batches that reached
+  // it. When they are equal no batch waits for it, and it flushes (AsynchronousNode::flush).
+  std::atomic<std::uint64_t> queued{0};
+  std::atomic<std::uint64_t> arrived{0};
+
+  void clear() {
+    queued = 0;
+    arrived = 0;
+    items = 0;
+    busy_ns = 0;
+    failures = 0;
+    active = 0;
+  }
+};
+
+/// The flow-graph nodes of one run (or session) and the contexts their completions read; they
+/// must outlive the graph's run. Members are destroyed in reverse order: the chain first, the
+/// head last.
+struct Wiring {
+  using AsyncNode = tbb::flow::async_node<Batch*, Batch*, tbb::flow::queueing>;
+  struct AsyncContext {
+    AsyncNode::gateway_type* gateway = nullptr;
+    Stage* stage = nullptr;
+    PipelineImpl* impl = nullptr;
+  };
+  std::unique_ptr<tbb::flow::input_node<Batch*>> source;
+  std::unique_ptr<tbb::flow::limiter_node<Batch*, int>> limiter;
+  std::vector<std::unique_ptr<tbb::flow::graph_node>> nodes;
+  std::vector<std::unique_ptr<AsyncContext>> contexts;
+};
+
+/// Heard by the wiring when a body is about to rethrow a failure (pull mode wakes its caller).
+using OnThrow = std::function<void(std::exception_ptr)>;
+
+class PipelineImpl {
+ public:
+  // pipeline.cpp: build and report.
+  PipelineImpl(PipelineConfig config, const Registry& registry);
+  /// Replaces the stages from the upload node on by one copy per `pipeline.devices` entry, each a
+  /// node of its own made from the same spec, named `name@device`.
+  void replicate_branches(const Registry& registry);
+  /// The figures run() and a session share: totals, nodes, pools (not the train figures).
+  RunReport base_report(double seconds, bool interrupted) const;
+  /// Adds the per-branch figures to a report of a run with several branches.
+  void fill_branch_report(RunReport& report, double seconds) const;
+
+  // run.cpp: the run loop.
+  RunReport run(const RunOptions& options);
+
+  // The per-run state both run() and start() begin with, and the checks both end with.
+  /// Throws ConfigError when the chain does not fit the mode (run() needs a train node last,
+  /// start() none), then resets every per-run counter, the stages and the pools.
+  void begin_run(bool pull);
+  /// Batches a whole run takes from the source.
+  std::uint64_t expected_batches() const;
+  /// Empty when every batch that left the source arrived at `end` (and as many as expected);
+  /// else the "run lost batches" message.
+  std::string lost_batches(const std::string& end) const;
+  /// "run stalled: no `what` for N s (pipeline.stall_timeout_s): <where>".
+  std::string stall_message(const std::string& what) const;
+
+  // graph.cpp: wiring and per-batch work.
+  /// The source (an input_node emitting batches) and the limiter (prefetch_depth) of `g`. The
+  /// source calls `on_source_done` once it emitted its last batch, and `on_throw` before it
+  /// rethrows a failure.
+  tbb::flow::limiter_node<Batch*, int>& wire_head(tbb::flow::graph& g, Wiring& wiring,
+                                                  std::function<void()> on_source_done = {},
+                                                  OnThrow on_throw = {});
+  /// Chains stages [begin, end) after `tail` in `g`: a function_node per synchronous stage, an
+  /// async_node plus a check node (it rethrows completion errors on a TBB thread) per
+  /// asynchronous one. Returns the new tail. `on_throw`, when set, hears every failure a body is
+  /// about to rethrow. An asynchronous train stage is told to flush() whenever no batch waits
+  /// for it. `passed`, when set, counts the batches that leave the last stage of the range.
+  tbb::flow::sender<Batch*>* wire_stages(tbb::flow::graph& g, tbb::flow::sender<Batch*>* tail,
+                                         std::size_t begin, std::size_t end,
+                                         const OnThrow& on_throw, Wiring& out,
+                                         std::atomic<std::uint64_t>* passed = nullptr);
+  /// With `pipeline.ordered`, a sequencer after `tail` (batches numbered seq / branches) and
+  /// returns it; else returns `tail`.
+  tbb::flow::sender<Batch*>* wire_order(tbb::flow::graph& g, tbb::flow::sender<Batch*>* tail,
+                                        Wiring& wiring);
+  /// run()'s graph after the limiter: the stages before the upload node, then per branch (one
+  /// without `pipeline.devices`) its stages, a sequencer (ordered) and its train node.
+  void wire_branches(tbb::flow::graph& g, tbb::flow::limiter_node<Batch*, int>& limiter,
+                     Wiring& wiring);
+  /// Branch `branch`'s stages [begin, last) after `tail`, a sequencer when ordered, and its train
+  /// stage `last`: a serial function_node (after an async_node and its check node when the train
+  /// node is asynchronous) that finishes each batch, ends epochs and decrements `limiter`.
+  void wire_branch(tbb::flow::graph& g, tbb::flow::sender<Batch*>* tail, std::size_t begin,
+                   std::size_t last, int branch, tbb::flow::limiter_node<Batch*, int>& limiter,
+                   Wiring& wiring);
+  /// The layout of the batches stage `index` receives: its predecessor's output layout.
+  const BatchLayout* layout_into(std::size_t index) const;
+  /// Batches of `epoch` that branch `branch` takes (seq % branches_ == branch; all with one).
+  std::uint64_t branch_share(int branch, std::uint32_t epoch) const;
+  /// Counts a finished batch of `epoch` for branch `branch`'s train node and runs its end_epoch()
+  /// for every epoch, in order, whose batches have all finished.
+  void end_finished_epochs(Stage& train, int branch, std::uint32_t epoch);
+  void on_failure(Stage& stage, Batch& batch, std::exception_ptr error);
+  void run_stage(Stage& stage, Batch& batch);
+  Batch* next_batch(tbb::flow_control& fc);
+  void finish_batch(Batch* batch);
+  /// Every batch object (and so every lease) back, wherever the graph left it.
+  void reclaim();
+  /// Where a stalled run is stuck: the node holding the oldest batch, else the first that stopped.
+  std::string stuck_stage() const;
+
+  void mark(const Batch& batch, int stage) noexcept {
+    const std::size_t slot = slot_of_.find(&batch)->second;
+    slot_seq_[slot].store(batch.seq, std::memory_order_relaxed);
+    slot_stage_[slot].store(stage, std::memory_order_release);
+  }
+  void note_in_flight() noexcept {
+    const int n = in_flight_.fetch_add(1, std::memory_order_relaxed) + 1;
+    int m = max_in_flight_.load(std::memory_order_relaxed);
+    while (n > m && !max_in_flight_.compare_exchange_weak(m, n)) {
+    }
+  }
+
+  PipelineConfig config_;
+  std::vector<std::unique_ptr<Stage>> stages_;
+  LoaderNode* loader_ = nullptr;
+  BatchLayout layout_;
+  // Layouts made by BuildContext::change_layout, and the one batches have at the upload node (what
+  // bytes_uploaded counts).
+  std::vector<std::unique_ptr<BatchLayout>> changed_layouts_;
+  const BatchLayout* upload_layout_ = &layout_;
+  std::unique_ptr<Sampler> sampler_;
+  std::vector<std::unique_ptr<BufferPool>> pools_;
+  std::vector<std::unique_ptr<Batch>> batches_;
+  tbb::concurrent_queue<Batch*> free_batches_;
+  std::uint64_t allocations_at_build_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> abort_{false};
+  // Set while a run is being cancelled; nodes poll it through BuildContext::cancelled().
+  std::atomic<bool> cancel_{false};
+  bool running_ = false;
+
+  // Per-run state.
+  std::atomic<int> in_flight_{0};
+  std::atomic<int> max_in_flight_{0};
+  std::atomic<std::uint64_t> produced_{0};
+  std::atomic<std::uint64_t> consumed_{0};
+  std::atomic<std::uint64_t> skipped_{0};
+  std::atomic<std::uint64_t> skipped_samples_{0};
+  std::atomic<std::uint64_t> bytes_{0};
+  std::atomic<std::uint64_t> samples_{0};
+  // Per train node (one per `pipeline.devices` branch): its finished batches of each epoch, and
+  // the first epoch whose end_epoch() has not run.
+  std::vector<std::vector<std::uint64_t>> epoch_done_;
+  std::vector<std::size_t> next_epoch_end_;
+  std::uint32_t source_epoch_ = 0;
+  std::size_t source_index_ = 0;
+  std::uint64_t source_seq_ = 0;
+  std::vector<std::uint32_t> source_order_;
+  std::mutex warn_mutex_;
+  std::vector<std::string> warnings_;
+  Recorder recorder_;  // stats, trace, progress
+  std::vector<std::pair<std::string, std::unique_ptr<Gauge>>> gauges_;
+  // Which stage is processing each batch object (-1: none) and that batch's seq, so that a stall
+  // names the oldest stuck batch and where it is stuck. Indexed by the batch's slot.
+  std::unordered_map<const Batch*, std::size_t> slot_of_;
+  std::unique_ptr<std::atomic<int>[]> slot_stage_;
+  std::unique_ptr<std::atomic<std::uint64_t>[]> slot_seq_;
+
+  // `pipeline.devices` branches: with more than one, stages_ holds the shared stages (before the
+  // upload node), then each branch's copies of the rest of the chain, branch after branch.
+  int branches_ = 1;
+  std::size_t branch_begin_ = 0;  // index of branch 0's upload stage
+  std::size_t branch_len_ = 0;    // stages per branch (upload .. train)
+  std::unique_ptr<std::atomic<std::uint64_t>[]> branch_batches_;
+  std::unique_ptr<std::atomic<std::uint64_t>[]> branch_samples_;
+  std::unique_ptr<std::atomic<std::uint64_t>[]> branch_bytes_;
+
+  // Pull mode (Pipeline::start, Session): the session running now, if any.
+  SessionState* pull_ = nullptr;
+};
+
+}  // namespace flowfeed::detail

@@ -1,0 +1,417 @@
+// Parsing: YAML is only converted here, key by key, into values of the schema's types (a value of
+// the wrong type is reported with its position); each value then goes through the same checks as
+// one set in C++ (config_checks.cpp), and lands in its member through the section's table.
+// Validation proper (types, chain, device) is validation.cpp's.
+
+#include <yaml-cpp/yaml.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "detail/config_check.hpp"
+#include "detail/config_yaml.hpp"
+#include "detail/text.hpp"
+#include "flowfeed/registry.hpp"
+#include "flowfeed/sampler.hpp"
+
+namespace flowfeed {
+
+namespace detail {
+
+namespace {
+
+/// Reports problems at YAML positions (or at the `--set` override that wrote the value).
+class Reader {
+ public:
+  explicit Reader(Problems& problems) : problems_(problems) {}
+  SourceLoc loc(const YAML::Mark& mark) const {
+    if (mark.is_null()) return SourceLoc{problems_.file(), 0, 0};
+    return SourceLoc{problems_.file(), mark.line + 1, mark.column + 1};
+  }
+  std::string where(const std::string& path, const YAML::Mark& mark) const {
+    return problems_.where(path, loc(mark));
+  }
+  void add(const std::string& path, const YAML::Mark& mark, const std::string& what) {
+    problems_.add_at(where(path, mark), path, what);
+  }
+  Problems& problems() { return problems_; }
+
+ private:
+  Problems& problems_;
+};
+
+std::string describe_scalar(const YAML::Node& n) {
+  if (n.IsNull()) return "nothing";
+  if (n.IsScalar()) return "'" + n.Scalar() + "'";
+  if (n.IsSequence()) return "a list";
+  if (n.IsMap()) return "a map";
+  return "an undefined value";
+}
+
+bool parse_int_text(const std::string& text, std::int64_t* out, std::string* why) {
+  const char* b = text.data();
+  const char* e = b + text.size();
+  const char* digits = (b != e && (*b == '-' || *b == '+')) ? b + 1 : b;
+  if (digits != e && *digits == '0' && e - digits > 1) {
+    *why = " (a leading zero would make YAML read it as octal) write it without the zero";
+    return false;
+  }
+  if (b != e && *b == '+') ++b;
+  auto [p, ec] = std::from_chars(b, e, *out);
+  if (ec == std::errc::result_out_of_range) {
+    *why = " (too large)";
+    return false;
+  }
+  return ec == std::errc() && p == e && b != e;
+}
+
+bool parse_number_text(const std::string& text, double* out) {
+  if (text.empty()) return false;
+  const char* b = text.data();
+  const char* e = b + text.size();
+  if (*b == '+') ++b;
+  auto [p, ec] = std::from_chars(b, e, *out);
+  return ec == std::errc() && p == e && std::isfinite(*out);
+}
+
+bool parse_bool_text(const std::string& text, bool* out) {
+  if (text == "true" || text == "True" || text == "TRUE") {
+    *out = true;
+    return true;
+  }
+  if (text == "false" || text == "False" || text == "FALSE") {
+    *out = false;
+    return true;
+  }
+  return false;
+}
+
+/// Converts one YAML value to its spec's type, then checks it (range, choices) with check_value.
+/// Adds a problem and returns monostate when it is of the wrong type or fails a check.
+ParamValue convert(const YAML::Node& value, const ParamSpec& spec, const std::string& path,
+                   Reader& in) {
+  const YAML::Mark mark = value.Mark();
+  if (value.IsNull() || (value.IsScalar() && value.Scalar() == "~")) {
+    in.add(path, mark, std::string("missing value (expected ") + param_type_name(spec.type) + ")");
+    return {};
+  }
+  auto expected = [&](const std::string& item_path, const char* what, const YAML::Node& got,
+                      const std::string& why = "") {
+    in.add(item_path, got.Mark(),
+           std::string("expected ") + what + ", got " + describe_scalar(got) + why);
+    return ParamValue{};
+  };
+  ParamValue v;
+  switch (spec.type) {
+    case ParamType::boolean: {
+      bool b;
+      if (!value.IsScalar() || !parse_bool_text(value.Scalar(), &b)) {
+        return expected(path, "true or false", value);
+      }
+      v = b;
+      break;
+    }
+    case ParamType::integer: {
+      std::int64_t i;
+      std::string why;
+      if (!value.IsScalar() || !parse_int_text(value.Scalar(), &i, &why)) {
+        return expected(path, "an int", value, why);
+      }
+      v = i;
+      break;
+    }
+    case ParamType::number: {
+      double d;
+      if (!value.IsScalar() || !parse_number_text(value.Scalar(), &d)) {
+        return expected(path, "a number", value);
+      }
+      v = d;
+      break;
+    }
+    case ParamType::string:
+      if (!value.IsScalar()) return expected(path, "a string", value);
+      v = value.Scalar();
+      break;
+    case ParamType::int_list: {
+      if (!value.IsSequence()) return expected(path, "a list of ints", value);
+      // Each item has a position of its own: convert and check item by item.
+      std::vector<std::int64_t> out;
+      bool ok = true;
+      for (std::size_t i = 0; i < value.size(); ++i) {
+        const YAML::Node item = value[i];
+        const std::string item_path = path + "[" + std::to_string(i) + "]";
+        std::int64_t x;
+        std::string why;
+        if (!item.IsScalar() || !parse_int_text(item.Scalar(), &x, &why)) {
+          expected(item_path, "an int", item, why);
+          ok = false;
+        } else if (check_range(static_cast<double>(x), spec, item_path,
+                               in.where(item_path, item.Mark()), in.problems())) {
+          out.push_back(x);
+        } else {
+          ok = false;
+        }
+      }
+      if (!ok) return {};
+      return out;
+    }
+    case ParamType::number_list: {
+      if (!value.IsSequence()) return expected(path, "a list of numbers", value);
+      std::vector<double> out;
+      bool ok = true;
+      for (std::size_t i = 0; i < value.size(); ++i) {
+        const YAML::Node item = value[i];
+        const std::string item_path = path + "[" + std::to_string(i) + "]";
+        double x;
+        if (!item.IsScalar() || !parse_number_text(item.Scalar(), &x)) {
+          expected(item_path, "a number", item);
+          ok = false;
+        } else if (check_range(x, spec, item_path, in.where(item_path, item.Mark()),
+                               in.problems())) {
+          out.push_back(x);
+        } else {
+          ok = false;
+        }
+      }
+      if (!ok) return {};
+      return out;
+    }
+  }
+  if (!check_value(v, spec, path, in.where(path, mark), in.problems())) return {};
+  return v;
+}
+
+/// Reads a YAML map against a schema into `out`: duplicate and unknown keys are reported, each
+/// value converted and checked, then missing keys reported or defaulted (finish_section). Keys
+/// in `extra` are allowed and skipped.
+void validate_map(const YAML::Node& map, const Schema& schema, const std::string& path,
+                  const std::string& required_why, Params& out, Reader& in,
+                  const std::vector<std::string>& extra = {}) {
+  std::map<std::string, YAML::Mark> first_at;
+  std::vector<std::string> known = key_names(schema);
+  known.insert(known.end(), extra.begin(), extra.end());
+  std::vector<std::string> written;
+  if (map.IsDefined() && !map.IsNull()) {
+    for (auto it = map.begin(); it != map.end(); ++it) {
+      const std::string key = it->first.Scalar();
+      const std::string key_path = path.empty() ? key : path + "." + key;
+      if (first_at.count(key)) {
+        const YAML::Mark& f = first_at[key];
+        in.add(key_path, it->first.Mark(),
+               "duplicate key (first at line " + std::to_string(f.line + 1) +
+                   "; YAML would silently keep the first) remove one");
+        continue;
+      }
+      first_at[key] = it->first.Mark();
+      if (std::find(extra.begin(), extra.end(), key) != extra.end()) continue;
+      const ParamSpec* spec = schema.find(key);
+      if (!spec) {
+        in.add(key_path, it->first.Mark(), unknown_key(key, known));
+        continue;
+      }
+      written.push_back(key);
+      ParamValue v = convert(it->second, *spec, key_path, in);
+      if (!std::holds_alternative<std::monostate>(v)) {
+        out.set(key, std::move(v), in.loc(it->second.Mark()));
+      }
+    }
+  }
+  const YAML::Mark at = map.IsDefined() ? map.Mark() : YAML::Mark::null_mark();
+  finish_section(
+      out, schema, path, [&](const std::string& key_path) { return in.where(key_path, at); },
+      required_why, in.problems(), written);
+}
+
+/// Reads `pipeline.devices` (a list of ordinals, or `all`) into `o`; returns where it was written.
+std::string parse_devices(const YAML::Node& pipeline, PipelineOptions& o, Reader& problems) {
+  const YAML::Node value = pipeline["devices"];
+  const std::string where = problems.where("pipeline.devices", value.Mark());
+  if (pipeline["device_id"].IsDefined()) {
+    problems.add(
+        "pipeline.device_id", pipeline["device_id"].Mark(),
+        "set together with pipeline.devices (devices names every device the pipeline uses; "
+        "the shared stages run on its first entry) remove one of them");
+  }
+  if (value.IsScalar() && value.Scalar() == "all") {
+    o.all_devices = true;
+    return where;
+  }
+  if (!value.IsSequence()) {
+    problems.add("pipeline.devices", value.Mark(),
+                 "expected a list of CUDA device ordinals or 'all', got " + describe_scalar(value));
+    return where;
+  }
+  const ParamValue list =
+      convert(value, *pipeline_schema().find("devices"), "pipeline.devices", problems);
+  if (const auto* ids = std::get_if<std::vector<std::int64_t>>(&list)) {
+    if (ids->empty()) {
+      problems.add("pipeline.devices", value.Mark(),
+                   "an empty list (a pipeline needs at least one device) list one or more "
+                   "device ordinals, or leave devices out to use device_id");
+    }
+    for (std::int64_t id : *ids) o.devices.push_back(static_cast<int>(id));
+  }
+  return where;
+}
+
+PipelineConfig parse(const YAML::Node& root_in, const std::string& file, const Registry& registry,
+                     const std::vector<std::string>& overrides) {
+  YAML::Node root = root_in;
+  std::map<std::string, std::string> canonical;
+  std::vector<std::string> override_errors;
+  if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  if (!root.IsMap()) {
+    throw ConfigError({SourceLoc{file, root.Mark().line + 1, root.Mark().column + 1}.str() +
+                       ": expected a map with pipeline, sampler and nodes, got " +
+                       describe_scalar(root)});
+  }
+  apply_overrides(root, overrides, canonical, override_errors);
+  if (!override_errors.empty()) throw ConfigError(override_errors);
+
+  Problems collected(file, canonical);
+  Reader problems(collected);
+  PipelineConfig config;
+  config.file = file;
+
+  // Top level.
+  for (auto it = root.begin(); it != root.end(); ++it) {
+    const std::string key = it->first.Scalar();
+    static const std::vector<std::string> top = {"pipeline", "sampler", "nodes"};
+    if (std::find(top.begin(), top.end(), key) == top.end()) {
+      std::string hint = closest(key, top);
+      problems.add(key, it->first.Mark(),
+                   "unknown key" + (hint.empty() ? " (the top level has pipeline, sampler, nodes)"
+                                                 : " (did you mean '" + hint + "'?)"));
+    }
+  }
+
+  Params pp;
+  const YAML::Node pipeline = root["pipeline"];
+  if (pipeline.IsDefined() && !pipeline.IsNull() && !pipeline.IsMap()) {
+    problems.add("pipeline", pipeline.Mark(), "expected a map, got " + describe_scalar(pipeline));
+  } else {
+    validate_map(pipeline, pipeline_schema(), "pipeline", "", pp, problems, {"devices"});
+  }
+  Params sp;
+  const YAML::Node sampler = root["sampler"];
+  if (sampler.IsDefined() && !sampler.IsNull() && !sampler.IsMap()) {
+    problems.add("sampler", sampler.Mark(), "expected a map, got " + describe_scalar(sampler));
+  } else {
+    validate_map(sampler, sampler_schema(), "sampler", "", sp, problems);
+  }
+  for (const OptionField& field : pipeline_fields()) {
+    auto it = pp.values().find(field.key);
+    if (it != pp.values().end()) field.set(config, it->second);
+  }
+  std::string devices_where;
+  if (pipeline.IsMap() && pipeline["devices"].IsDefined()) {
+    devices_where = parse_devices(pipeline, config.pipeline, problems);
+  }
+  if (!sp.has("rank") || !sp.has("world")) {
+    // mpirun, srun and torchrun say which shard this process is.
+    LaunchEnvironment env = launch_environment();
+    config.sampler.rank = env.rank;
+    config.sampler.world = env.world;
+    config.launch_source = env.source;
+  }
+  for (const OptionField& field : sampler_fields()) {
+    auto it = sp.values().find(field.key);
+    if (it != sp.values().end()) field.set(config, it->second);
+  }
+
+  std::string device_where =
+      pipeline.IsMap() && pipeline["device"].IsDefined()
+          ? problems.where("pipeline.device", pipeline["device"].Mark())
+          : problems.where("pipeline",
+                           pipeline.IsDefined() ? pipeline.Mark() : YAML::Mark::null_mark());
+  if (pipeline.IsDefined()) config.pipeline_loc = problems.loc(pipeline.Mark());
+
+  const YAML::Node nodes = root["nodes"];
+  Positions at;
+  at.device = device_where;
+  at.devices = devices_where;
+  bool nodes_ok = true;
+  if (!nodes.IsDefined() || nodes.IsNull()) {
+    // Reported by check_config as an empty pipeline.
+  } else if (!nodes.IsSequence()) {
+    problems.add("nodes", nodes.Mark(), "expected a list of nodes, got " + describe_scalar(nodes));
+    nodes_ok = false;
+  } else {
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
+      const YAML::Node n = nodes[i];
+      const std::string path = "nodes[" + std::to_string(i) + "]";
+      if (!n.IsMap()) {
+        problems.add(path, n.Mark(),
+                     "expected a map with name and type, got " + describe_scalar(n));
+        nodes_ok = false;
+        continue;
+      }
+      Params np;
+      validate_map(n, node_schema(), path, "", np, problems, {"params"});
+      NodeSpec spec;
+      spec.loc = problems.loc(n.Mark());
+      for (const NodeField& field : node_fields()) {
+        auto it = np.values().find(field.key);
+        if (it != np.values().end()) field.set(spec, it->second);
+      }
+      at.type.push_back(n["type"].IsDefined() ? problems.where(path + ".type", n["type"].Mark())
+                                              : spec.loc.str());
+      const YAML::Node params = n["params"];
+      const NodeType* type = spec.type.empty() ? nullptr : registry.find(spec.type);
+      if (params.IsDefined() && !params.IsNull() && !params.IsMap()) {
+        problems.add(path + ".params", params.Mark(),
+                     "expected a map, got " + describe_scalar(params));
+      } else if (type) {
+        // Parse against the declared type's schema with YAML positions; a swap re-checks them.
+        validate_map(params, type->schema, path + ".params", "'" + spec.type + "' requires it",
+                     spec.params, problems);
+      }
+      // A node without name or type was reported; keep its place so later paths stay right.
+      at.yaml_checked.push_back(type != nullptr);
+      config.nodes.push_back(std::move(spec));
+    }
+  }
+  if (nodes_ok) {
+    if (sampler.IsMap() && sampler["rank"].IsDefined()) {
+      at.rank = problems.where("sampler.rank", sampler["rank"].Mark());
+    }
+    check_config(config, registry, collected, at);
+  }
+  collected.throw_if_any();
+  return config;
+}
+
+}  // namespace
+
+}  // namespace detail
+
+PipelineConfig load_config_string(const std::string& yaml, const Registry& registry,
+                                  const std::vector<std::string>& overrides,
+                                  const std::string& name) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml);
+  } catch (const YAML::ParserException& e) {
+    throw ConfigError({SourceLoc{name, e.mark.line + 1, e.mark.column + 1}.str() +
+                       ": invalid YAML (" + e.msg + ")"});
+  }
+  return detail::parse(root, name, registry, overrides);
+}
+
+PipelineConfig load_config_file(const std::string& path, const Registry& registry,
+                                const std::vector<std::string>& overrides) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw ConfigError({path + ": cannot open config (" + std::strerror(errno) + ")"});
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return load_config_string(ss.str(), registry, overrides, path);
+}
+
+}  // namespace flowfeed

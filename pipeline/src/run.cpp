@@ -1,0 +1,222 @@
+// The run loop: Pipeline::run() builds the graph in its arena, waits for it while a supervisor
+// thread turns abort requests and stalls into graph::cancel(), then checks that every batch
+// arrived and makes the report. Also the per-run reset and end checks that pull mode shares.
+
+#include <oneapi/tbb/global_control.h>
+#include <oneapi/tbb/task_arena.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdio>
+#include <thread>
+
+#include "detail/pipeline_impl.hpp"
+#include "detail/validate.hpp"
+
+namespace flowfeed::detail {
+
+void PipelineImpl::begin_run(bool pull) {
+  const bool config_pull = config_.pipeline.mode == RunMode::pull;
+  auto set_at = config_.option_locs.find("pipeline.mode");
+  const std::string where = set_at != config_.option_locs.end()  ? set_at->second.str()
+                            : !config_.pipeline_loc.file.empty() ? config_.pipeline_loc.str()
+                                                                 : config_.file;
+  if (pull && !config_pull) {
+    throw ConfigError({where +
+                       ": pipeline.mode: Pipeline::start() hands batches to the caller's "
+                       "loop, and this pipeline has mode: run (its train node '" +
+                       stages_.back()->spec.name +
+                       "' takes them) set pipeline.mode: pull and "
+                       "remove the train node, or call Pipeline::run()"});
+  }
+  if (!pull && config_pull) {
+    throw ConfigError({where + ": pipeline.mode: this pipeline has mode: pull (no train node; a "
+                               "C++ loop takes its batches) step it with Pipeline::start(), or set "
+                               "pipeline.mode: run and add a train node"});
+  }
+  // A config assembled in C++ without validate_config may still break the chain.
+  std::vector<std::string> chain = chain_problems(config_);
+  if (!chain.empty()) throw ConfigError(chain);
+
+  for (auto& s : stages_) {
+    s->clear();
+    s->node->begin_run();
+  }
+  for (auto& p : pools_) p->reset_counters();
+  in_flight_ = 0;
+  max_in_flight_ = 0;
+  produced_ = consumed_ = skipped_ = skipped_samples_ = bytes_ = samples_ = 0;
+  source_epoch_ = 0;
+  source_index_ = 0;
+  source_seq_ = 0;
+  epoch_done_.assign(static_cast<std::size_t>(branches_),
+                     std::vector<std::uint64_t>(static_cast<std::size_t>(config_.pipeline.epochs)));
+  next_epoch_end_.assign(static_cast<std::size_t>(branches_), 0);
+  for (int b = 0; branches_ > 1 && b < branches_; ++b) {
+    branch_batches_[b] = 0;
+    branch_samples_[b] = 0;
+    branch_bytes_[b] = 0;
+  }
+  warnings_.clear();
+  // stop_ and abort_ are cleared when a run ends, not here: a request made just before run() (a
+  // signal while the pipeline was being built) must not be lost.
+  cancel_ = false;
+  for (std::size_t i = 0; i < batches_.size(); ++i) slot_stage_[i] = -1;
+}
+
+std::uint64_t PipelineImpl::expected_batches() const {
+  return sampler_->batches_per_epoch() * static_cast<std::uint64_t>(config_.pipeline.epochs);
+}
+
+std::string PipelineImpl::lost_batches(const std::string& end) const {
+  const std::uint64_t expected = expected_batches();
+  const std::uint64_t produced = produced_.load();
+  const std::uint64_t consumed = consumed_.load();
+  if (consumed == expected && produced == expected) return {};
+  return "run lost batches: " + std::to_string(consumed) + " of " + std::to_string(expected) +
+         " reached " + end + " (" + std::to_string(produced) +
+         " left the source) — a node dropped or held a batch";
+}
+
+std::string PipelineImpl::stall_message(const std::string& what) const {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%g", config_.pipeline.stall_timeout_s);
+  return "run stalled: no " + what + " for " + std::string(buf) +
+         " s (pipeline.stall_timeout_s): " + stuck_stage();
+}
+
+RunReport PipelineImpl::run(const RunOptions& options) {
+  if (running_) throw std::logic_error("Pipeline::run is already running");
+  begin_run(false);
+  running_ = true;
+  struct Running {
+    bool& flag;
+    ~Running() { flag = false; }
+  } running_guard{running_};
+
+  const int threads = arena_threads(config_);
+  tbb::global_control parallelism(tbb::global_control::max_allowed_parallelism,
+                                  static_cast<std::size_t>(std::max(threads, 1)) + 1);
+  tbb::task_arena arena(threads);
+
+  const std::uint64_t per_epoch = sampler_->batches_per_epoch();
+  const std::uint64_t expected = expected_batches();
+  std::exception_ptr failure;
+  std::atomic<tbb::flow::graph*> graph_ptr{nullptr};
+  std::atomic<bool> cancelled_by_us{false};
+  std::string stall;
+
+  detail::Recorder::RunSetup record;
+  record.stats = options.stats;
+  record.trace = options.trace;
+  record.progress = options.progress;
+  record.bar = options.progress_bar;
+  record.progress_interval_s = options.progress_interval_s;
+  record.expected = expected;
+  record.per_epoch = per_epoch;
+  record.epochs = config_.pipeline.epochs;
+  record.threads = threads;
+  record.produced = &produced_;
+  record.consumed = &consumed_;
+  for (auto& g : gauges_) record.gauges.emplace_back(g.first, g.second.get());
+  record.config = config_.file;
+
+  // The supervisor does no pipeline work: it turns abort requests and stalls into graph::cancel()
+  // (which a signal handler may not call). The recorder's monitor samples and prints progress.
+  std::mutex sup_mutex;
+  std::condition_variable sup_cv;
+  bool done = false;
+  const auto t_start = Clock::now();
+  recorder_.begin_run(std::move(record), now_ns());
+  std::thread supervisor([&] {
+    std::uint64_t last_progress = ~0ull;
+    auto last_change = Clock::now();
+    std::unique_lock<std::mutex> lock(sup_mutex);
+    while (!done) {
+      sup_cv.wait_for(lock, std::chrono::milliseconds(20));
+      if (done) break;
+      tbb::flow::graph* g = graph_ptr.load();
+      if (!g) continue;
+      // Cancel first, then release bodies waiting on cancel_: a released body must find the graph
+      // cancelled, or the batch it held would still travel on.
+      if (abort_.load() && !cancelled_by_us.exchange(true)) {
+        g->cancel();
+        cancel_.store(true);
+      }
+      // A cancelled graph waits for every outstanding asynchronous batch: a train node that
+      // holds some back must let them go (again each tick: one may have arrived since).
+      if (cancel_.load()) {
+        for (const auto& s : stages_) {
+          if (s->spec.role == Role::train && s->node->asynchronous()) {
+            static_cast<AsynchronousNode*>(s->node.get())->flush();
+          }
+        }
+      }
+      std::uint64_t progress = consumed_.load();
+      for (const auto& s : stages_) progress += s->items.load();
+      auto now = Clock::now();
+      if (progress != last_progress) {
+        last_progress = progress;
+        last_change = now;
+      } else if (config_.pipeline.stall_timeout_s > 0 &&
+                 std::chrono::duration<double>(now - last_change).count() >
+                     config_.pipeline.stall_timeout_s &&
+                 !cancelled_by_us.exchange(true)) {
+        stall = stall_message("progress");
+        g->cancel();
+        cancel_.store(true);
+      }
+    }
+  });
+
+  arena.execute([&] {
+    using namespace tbb::flow;
+    graph g;
+    Wiring wiring;
+    wire_branches(g, wire_head(g, wiring), wiring);
+
+    graph_ptr = &g;
+    wiring.source->activate();
+    try {
+      g.wait_for_all();
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    // Under the supervisor's lock: it must not cancel a graph that is going out of scope.
+    std::lock_guard<std::mutex> lock(sup_mutex);
+    graph_ptr = nullptr;
+  });
+  const double seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
+  {
+    std::lock_guard<std::mutex> lock(sup_mutex);
+    done = true;
+  }
+  sup_cv.notify_all();
+  supervisor.join();
+  recorder_.end_run(now_ns());
+
+  for (auto& s : stages_) s->node->quiesce();
+  reclaim();
+  const bool interrupted = stop_.load() || abort_.load();
+  stop_ = false;
+  abort_ = false;
+
+  if (failure) std::rethrow_exception(failure);
+  if (!stall.empty()) throw Error(stall);
+  if (!interrupted) {
+    const std::string lost = lost_batches("the train node");
+    if (!lost.empty()) throw Error(lost);
+  }
+
+  RunReport report = base_report(seconds, interrupted);
+  report.threads = threads;
+  const double train_busy = report.nodes.back().busy_seconds;
+  report.train.stall_fraction = seconds > 0 ? std::max(0.0, 1.0 - train_busy / seconds) : 0;
+  for (auto& s : stages_) s->node->finish(report);
+  if (branches_ > 1) fill_branch_report(report, seconds);
+  recorder_.fill(report);
+  report.warnings = warnings_;
+  return report;
+}
+
+}  // namespace flowfeed::detail
