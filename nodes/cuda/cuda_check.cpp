@@ -37,6 +37,10 @@ CudaError make_error(cudaError_t error, const char* call) {
                    static_cast<int>(error), sticky);
 }
 
+CudaError library_error(const std::string& call, const std::string& what, int code) {
+  return CudaError(call + ": " + what, code, is_sticky(cudaPeekAtLastError()));
+}
+
 void throw_error(cudaError_t error, const char* call) {
   throw make_error(error, call);
 }

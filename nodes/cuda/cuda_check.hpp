@@ -25,6 +25,10 @@ bool is_sticky(cudaError_t error) noexcept;
 /// thread's last error when the error is not sticky.
 CudaError make_error(cudaError_t error, const char* call);
 [[noreturn]] void throw_error(cudaError_t error, const char* call);
+/// The CudaError for `call` of a CUDA library (cuBLAS, NCCL) that failed with status `code`,
+/// described by `what`: "call: what". Sticky when the context holds a sticky error (a kernel
+/// fault inside the library leaves one), by the same list as is_sticky().
+CudaError library_error(const std::string& call, const std::string& what, int code);
 
 /// Throws make_error(error, call) unless `error` is cudaSuccess.
 inline void check(cudaError_t error, const char* call) {

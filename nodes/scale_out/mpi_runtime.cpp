@@ -10,6 +10,7 @@
 
 #include "all_reduce.hpp"
 #include "flowfeed/error.hpp"
+#include "scale_out/dynamic_library.hpp"
 
 #if FLOWFEED_WITH_MPI
 #define OMPI_SKIP_MPICXX 1
@@ -63,16 +64,6 @@ State& state() {
   return s;
 }
 
-template <typename T>
-void resolve(void* lib, const char* name, T* out) {
-  void* sym = dlsym(lib, name);
-  if (!sym) {
-    throw Error(std::string(kLibrary) + ": symbol " + name +
-                " not found (not Open MPI 3 to 5?) launch with Open MPI's mpirun");
-  }
-  *out = reinterpret_cast<T>(sym);
-}
-
 std::string error_text(int code) {
   char text[MPI_MAX_ERROR_STRING] = {};
   int length = 0;
@@ -105,28 +96,26 @@ World init() {
   State& s = state();
   std::lock_guard lock(s.mutex);
   if (s.ready) return s.world;
-  void* lib = dlopen(kLibrary, RTLD_NOW | RTLD_GLOBAL);  // GLOBAL: Open MPI's plugins need it
-  if (!lib) {
-    const char* why = dlerror();
-    throw Error(std::string("cannot load ") + kLibrary + " (" + (why ? why : "dlopen failed") +
-                ") install Open MPI (Debian: openmpi-bin) or launch without mpirun");
-  }
+  // GLOBAL: Open MPI's plugins need it.
+  const DynamicLibrary lib(kLibrary, RTLD_NOW | RTLD_GLOBAL,
+                           "install Open MPI (Debian: openmpi-bin) or launch without mpirun");
+  const std::string wrong_version = "(not Open MPI 3 to 5?) launch with Open MPI's mpirun";
   Api& a = s.api;
-  resolve(lib, "MPI_Initialized", &a.initialized);
-  resolve(lib, "MPI_Finalized", &a.finalized);
-  resolve(lib, "MPI_Init_thread", &a.init_thread);
-  resolve(lib, "MPI_Comm_rank", &a.comm_rank);
-  resolve(lib, "MPI_Comm_size", &a.comm_size);
-  resolve(lib, "MPI_Allreduce", &a.allreduce);
-  resolve(lib, "MPI_Bcast", &a.bcast);
-  resolve(lib, "MPI_Finalize", &a.finalize);
-  resolve(lib, "MPI_Abort", &a.abort);
-  resolve(lib, "MPI_Error_string", &a.error_string);
+  lib.resolve("MPI_Initialized", &a.initialized, wrong_version);
+  lib.resolve("MPI_Finalized", &a.finalized, wrong_version);
+  lib.resolve("MPI_Init_thread", &a.init_thread, wrong_version);
+  lib.resolve("MPI_Comm_rank", &a.comm_rank, wrong_version);
+  lib.resolve("MPI_Comm_size", &a.comm_size, wrong_version);
+  lib.resolve("MPI_Allreduce", &a.allreduce, wrong_version);
+  lib.resolve("MPI_Bcast", &a.bcast, wrong_version);
+  lib.resolve("MPI_Finalize", &a.finalize, wrong_version);
+  lib.resolve("MPI_Abort", &a.abort, wrong_version);
+  lib.resolve("MPI_Error_string", &a.error_string, wrong_version);
   // Open MPI's predefined handles are the addresses of these objects (see its mpi.h).
-  resolve(lib, "ompi_mpi_comm_world", &a.world);
-  resolve(lib, "ompi_mpi_float", &a.type_float);
-  resolve(lib, "ompi_mpi_byte", &a.type_byte);
-  resolve(lib, "ompi_mpi_op_sum", &a.op_sum);
+  lib.resolve("ompi_mpi_comm_world", &a.world, wrong_version);
+  lib.resolve("ompi_mpi_float", &a.type_float, wrong_version);
+  lib.resolve("ompi_mpi_byte", &a.type_byte, wrong_version);
+  lib.resolve("ompi_mpi_op_sum", &a.op_sum, wrong_version);
   int initialized = 0;
   check(a.initialized(&initialized), "MPI_Initialized");
   if (!initialized) {

@@ -1,7 +1,7 @@
 // NCCL through dlopen: nccl.h gives the types and NCCL_CONFIG_INITIALIZER, dlsym the functions.
 #include "nccl_cuda.hpp"
 
-#include <dlfcn.h>
+#include <dlfcn.h>  // RTLD_*
 #include <nccl.h>
 #include <unistd.h>
 
@@ -15,7 +15,9 @@
 #include <thread>
 
 #include "all_reduce.hpp"
+#include "cuda/cuda_check.hpp"
 #include "flowfeed/error.hpp"
+#include "scale_out/dynamic_library.hpp"
 
 namespace flowfeed::nccl {
 
@@ -37,39 +39,26 @@ struct Api {
   int version = 0;
 };
 
-template <typename T>
-void resolve(void* lib, const char* name, T* out) {
-  void* sym = dlsym(lib, name);
-  if (!sym) {
-    throw Error(std::string(kLibrary) + ": symbol " + name +
-                " not found (NCCL older than 2.14?) use NCCL 2.14 or newer");
-  }
-  *out = reinterpret_cast<T>(sym);
-}
-
 const Api& api() {
   static std::once_flag once;
   static Api a;
   static std::string failure;
   std::call_once(once, [] {
-    void* lib = dlopen(kLibrary, RTLD_NOW | RTLD_LOCAL);
-    if (!lib) {
-      const char* why = dlerror();
-      failure = std::string("cannot load ") + kLibrary + " (" + (why ? why : "dlopen failed") +
-                ") data-parallel training on CUDA needs NCCL: put the directory holding " +
-                kLibrary + " on LD_LIBRARY_PATH";
-      return;
-    }
     try {
-      resolve(lib, "ncclGetVersion", &a.get_version);
-      resolve(lib, "ncclGetUniqueId", &a.get_unique_id);
-      resolve(lib, "ncclCommInitRankConfig", &a.init_rank_config);
-      resolve(lib, "ncclAllReduce", &a.all_reduce);
-      resolve(lib, "ncclCommGetAsyncError", &a.async_error);
-      resolve(lib, "ncclCommAbort", &a.abort);
-      resolve(lib, "ncclCommDestroy", &a.destroy);
-      resolve(lib, "ncclGetErrorString", &a.error_string);
-      resolve(lib, "ncclGetLastError", &a.last_error);
+      const DynamicLibrary lib(kLibrary, RTLD_NOW | RTLD_LOCAL,
+                               std::string("data-parallel training on CUDA needs NCCL: put the "
+                                           "directory holding ") +
+                                   kLibrary + " on LD_LIBRARY_PATH");
+      const std::string wrong_version = "(NCCL older than 2.14?) use NCCL 2.14 or newer";
+      lib.resolve("ncclGetVersion", &a.get_version, wrong_version);
+      lib.resolve("ncclGetUniqueId", &a.get_unique_id, wrong_version);
+      lib.resolve("ncclCommInitRankConfig", &a.init_rank_config, wrong_version);
+      lib.resolve("ncclAllReduce", &a.all_reduce, wrong_version);
+      lib.resolve("ncclCommGetAsyncError", &a.async_error, wrong_version);
+      lib.resolve("ncclCommAbort", &a.abort, wrong_version);
+      lib.resolve("ncclCommDestroy", &a.destroy, wrong_version);
+      lib.resolve("ncclGetErrorString", &a.error_string, wrong_version);
+      lib.resolve("ncclGetLastError", &a.last_error, wrong_version);
       a.get_version(&a.version);
     } catch (const std::exception& e) {
       failure = e.what();
@@ -149,7 +138,7 @@ UniqueId share_unique_id(int rank, int world, const std::string& id_file, double
   if (rank == 0) {
     ncclUniqueId raw;
     const ncclResult_t r = a.get_unique_id(&raw);
-    if (r != ncclSuccess) throw Error("ncclGetUniqueId: " + result_text(r));
+    if (r != ncclSuccess) throw cuda::library_error("ncclGetUniqueId", result_text(r), r);
     std::memcpy(id.data(), &raw, id.size());
   }
   if (world == 1) return id;
@@ -177,10 +166,7 @@ Communicator::Communicator(const UniqueId& id, int rank, int world, int device, 
   config.blocking = 0;
   ncclUniqueId raw;
   std::memcpy(&raw, id.data(), id.size());
-  if (cudaSetDevice(device) != cudaSuccess) {
-    cudaGetLastError();
-    throw Error("NCCL: cudaSetDevice(" + std::to_string(device) + ") failed");
-  }
+  cuda::set_device(device);
   ncclComm_t comm = nullptr;
   const ncclResult_t r = a.init_rank_config(&comm, world, raw, rank, &config);
   comm_ = comm;
@@ -215,9 +201,10 @@ void Communicator::fail(const std::string& call, int result) {
     if (last && *last) detail = std::string(": ") + last;
   }
   abort();
-  throw Error(call + " (rank " + std::to_string(rank_) + " of " + std::to_string(world_) +
-              ", cuda:" + std::to_string(device_) + ", NCCL " + version() +
-              "): " + result_text(result) + detail);
+  throw cuda::library_error(call + " (rank " + std::to_string(rank_) + " of " +
+                                std::to_string(world_) + ", cuda:" + std::to_string(device_) +
+                                ", NCCL " + version() + ")",
+                            result_text(result) + detail, result);
 }
 
 void Communicator::complete(const char* call) {
@@ -258,8 +245,8 @@ void Communicator::wait(cudaEvent_t event, const char* what) {
     const cudaError_t e = cudaEventQuery(event);
     if (e == cudaSuccess) return;
     if (e != cudaErrorNotReady) {
-      cudaGetLastError();
-      throw Error(std::string(what) + ": cudaEventQuery: " + cudaGetErrorString(e));
+      const CudaError error = cuda::make_error(e, "cudaEventQuery");
+      throw CudaError(std::string(what) + ": " + error.what(), error.code(), error.sticky());
     }
     ncclResult_t state = ncclSuccess;
     if (!aborted_) {

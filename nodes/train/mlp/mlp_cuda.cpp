@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cuda/cuda_check.hpp"
 #include "flowfeed/error.hpp"
 #include "mlp_kernels.hpp"
 
@@ -30,35 +31,11 @@ long long align_up(long long v) {
   return (v + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
 }
 
-bool is_sticky(cudaError_t e) {
-  switch (e) {
-    case cudaErrorIllegalAddress:
-    case cudaErrorLaunchFailure:
-    case cudaErrorHardwareStackError:
-    case cudaErrorIllegalInstruction:
-    case cudaErrorMisalignedAddress:
-    case cudaErrorInvalidAddressSpace:
-    case cudaErrorInvalidPc:
-    case cudaErrorAssert:
-    case cudaErrorLaunchTimeout:
-    case cudaErrorECCUncorrectable: return true;
-    default: return false;
-  }
-}
-
-void check(cudaError_t e, const char* call) {
-  if (e == cudaSuccess) return;
-  cudaGetLastError();  // clear a non-sticky error so that later launch checks don't report it
-  throw CudaError(
-      std::string(call) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")",
-      static_cast<int>(e), is_sticky(e));
-}
+using cuda::check;
 
 void check(cublasStatus_t s, const char* call) {
   if (s == CUBLAS_STATUS_SUCCESS) return;
-  // A kernel fault inside cuBLAS leaves its sticky error on the context.
-  throw CudaError(std::string(call) + ": " + cublasGetStatusName(s), static_cast<int>(s),
-                  is_sticky(cudaPeekAtLastError()));
+  throw cuda::library_error(call, cublasGetStatusName(s), static_cast<int>(s));
 }
 
 /// Makes a device current for a scope and restores the previous one.
