@@ -6,6 +6,7 @@ void register_synthetic(Registry& registry);
 void register_idx(Registry& registry);
 void register_memory(Registry& registry);
 void register_npy(Registry& registry);
+void register_webdataset(Registry& registry);
 void register_host_staging(Registry& registry);
 void register_host_upload(Registry& registry);
 void register_checksum(Registry& registry);
@@ -19,6 +20,7 @@ void register_load_nodes(Registry& registry) {
   register_idx(registry);
   register_memory(registry);
   register_npy(registry);
+  register_webdataset(registry);
 }
 void register_staging_nodes(Registry& registry) {
   register_host_staging(registry);

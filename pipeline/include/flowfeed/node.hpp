@@ -28,6 +28,7 @@ const char* role_name(Role role) noexcept;
 enum class Backend { host, cuda };
 
 struct SamplerOptions;
+struct PipelineOptions;
 
 /// One node as declared in a config (or built in C++).
 struct NodeSpec {
@@ -98,6 +99,10 @@ class BuildContext {
   /// The sampler's options: with the loader's size and batch_size() they give every epoch's order
   /// (flowfeed::Sampler), e.g. for a train node that holds the whole data set (resident mode).
   virtual const SamplerOptions& sampler_options() const = 0;
+  /// The `pipeline:` section as validated (config.hpp), e.g. `on_error` and `max_skipped` for a
+  /// loader that drops a bad sample from its batch instead of failing the whole batch. The default
+  /// implementation returns the defaults (`on_error: fail`).
+  virtual const PipelineOptions& pipeline_options() const;
   /// A live figure called `name` (e.g. "loss") that the progress display shows while the pipeline
   /// runs; the same name gives the same gauge. It lives as long as the pipeline. The default
   /// implementation returns a gauge nobody reads.
