@@ -241,11 +241,14 @@ void ImageDecoder::resize(ImageSize decoded, ImageSize source, const CropBox& bo
     }
     return;
   }
-  // The region in normalized coordinates is the same at any IDCT scale.
-  const auto s0 = static_cast<float>(box.x / source.width);
-  const auto t0 = static_cast<float>(box.y / source.height);
-  const auto s1 = static_cast<float>((box.x + box.width) / source.width);
-  const auto t1 = static_cast<float>((box.y + box.height) / source.height);
+  // Pixel i of an image the IDCT scaled by f covers source pixels [i / f, (i + 1) / f) (its last
+  // one may be partial: the scaled size is rounded up), so the box scales by f, not by the ratio
+  // of the sizes.
+  const double f = static_cast<double>(last_scale_eighths_) / 8.0;
+  const auto s0 = static_cast<float>(box.x * f / decoded.width);
+  const auto t0 = static_cast<float>(box.y * f / decoded.height);
+  const auto s1 = static_cast<float>((box.x + box.width) * f / decoded.width);
+  const auto t1 = static_cast<float>((box.y + box.height) * f / decoded.height);
   if (!stbir_resize_region(pixels_.data(), decoded.width, decoded.height,
                            static_cast<int>(in_stride), out, target.width, target.height,
                            static_cast<int>(out_stride), STBIR_TYPE_UINT8, target.channels,

@@ -133,7 +133,8 @@ def corrupt(out):
     # A sample whose .jpg holds text; one whose .jpg is empty; one without its .cls.
     bad = {"not_image": (["s002", [("cls", b"2"), ("jpg", b"hello, not a JPEG")], {"label": 2}]),
            "zero_byte": (["s002", [("cls", b"2"), ("jpg", b"")], {"label": 2}]),
-           "no_label": (["s002", [("jpg", good(2)[1][1][1])], {"label": None}])}
+           "no_label": (["s002", [("jpg", good(2)[1][1][1])], {"label": None}]),
+           "bad_label": (["s002", [("cls", b"two"), ("jpg", good(2)[1][1][1])], {"label": None}])}
     for name, sample in bad.items():
         samples = [good(0), good(1), tuple(sample), good(3)]
         manifest[name] = write_shard(os.path.join(out, name + ".tar"), samples)
