@@ -3,7 +3,8 @@
 (an encoder and tar writer independent of the C++ decoder), and what the tests compare against.
 
     make_image_shards.py OUT formats        formats.tar (+ gnu.tar): every PNG/JPEG kind; ref/*.rgb
-    make_image_shards.py OUT photos N K     N JPEGs of varying sizes in K shards photos-00k.tar
+    make_image_shards.py OUT photos N K [MIN MAX]
+                                            N JPEGs, sides MIN-MAX px (48-96), in K shards
     make_image_shards.py OUT corrupt        one shard per corruption class, and mixed.tar
 
 Each case writes OUT/manifest.json: per sample its key, label, size and the tar offsets (header
@@ -105,17 +106,28 @@ def formats(out):
     long_dir = "d" * 60 + "/" + "e" * 60
     gnu = [(f"{long_dir}/{k}", m, e) for k, m, e in samples[:3]]
     write_shard(os.path.join(out, "gnu.tar"), gnu, fmt=tarfile.GNU_FORMAT)
+    # resize.tar: one 97x61 PNG; PIL's bilinear resize (a triangle filter, antialiased when it
+    # shrinks) of the loader's center-crop box is the reference for the crop geometry.
+    big = Image.fromarray(picture(97, 61, 2))
+    write_shard(os.path.join(out, "resize.tar"), [("big", [("cls", b"1"), ("png", encode(big, "PNG"))],
+                                                   {})])
+    for name, out_size, resize in [("down", 20, 22), ("up", 40, 200)]:
+        s = min(97, 61) / resize  # source pixels per output pixel
+        w = h = out_size * s
+        x, y = (97 - w) / 2, (61 - h) / 2
+        ref = big.resize((out_size, out_size), Image.BILINEAR, box=(x, y, x + w, y + h))
+        np.asarray(ref).tofile(os.path.join(out, "ref", name + ".rgb"))
     return manifest
 
 
-def photos(out, count, shards):
+def photos(out, count, shards, lo=48, hi=96):
     rng = np.random.RandomState(7)
     manifest = []
     per = (count + shards - 1) // shards
     for s in range(shards):
         samples = []
         for i in range(s * per, min(count, (s + 1) * per)):
-            w, h = int(rng.randint(48, 97)), int(rng.randint(48, 97))
+            w, h = int(rng.randint(lo, hi + 1)), int(rng.randint(lo, hi + 1))
             data = encode(Image.fromarray(picture(w, h, 100 + i)), "JPEG", quality=90)
             samples.append((f"sample{i:05d}", [("cls", f"{i % 10}\n".encode()), ("jpg", data)],
                             {"label": i % 10, "width": w, "height": h}))
@@ -163,7 +175,7 @@ def main():
     if case == "formats":
         manifest = formats(out)
     elif case == "photos":
-        manifest = photos(out, int(sys.argv[3]), int(sys.argv[4]))
+        manifest = photos(out, *(int(a) for a in sys.argv[3:]))
     elif case == "corrupt":
         manifest = corrupt(out)
     else:

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "flowfeed/config.hpp"
 #include "flowfeed/nodes/builtin.hpp"
@@ -175,6 +176,23 @@ TEST(WebDataset, DctScalingStaysWithinItsErrorOfAFullDecode) {
   EXPECT_GT(worst, 0) << "the scaled decode should take another path than the full one";
   EXPECT_GE(psnr, 30.0) << "worst " << worst;
   EXPECT_LE(worst, 64);
+}
+
+TEST(WebDataset, CenterCropGeometryMatchesPilsResizeOfTheSameBox) {
+  const Shards& s = formats();
+  for (const auto& [name, size, resize] : {std::tuple{"down", 20, 22}, std::tuple{"up", 40, 200}}) {
+    SCOPED_TRACE(name);
+    Outcome r = run(
+        chain(s.file("resize.tar"),
+              fmt::format(", height: {0}, width: {0}, crop: center, resize: {1}", size, resize)));
+    const std::vector<std::uint8_t> ref = read_file(s.file(fmt::format("ref/{}.rgb", name)));
+    const std::vector<std::uint8_t>& got = r.x.at({0, 0});
+    ASSERT_EQ(got.size(), ref.size());
+    int worst = 0;
+    for (std::size_t k = 0; k < ref.size(); ++k) worst = std::max(worst, std::abs(got[k] - ref[k]));
+    // Both are triangle filters over the same box; they round and clamp edges differently.
+    EXPECT_LE(worst, 2);
+  }
 }
 
 TEST(WebDataset, GrayOutputAndChwLayout) {
