@@ -258,12 +258,36 @@ TEST(WebDataset, AugmentationIsTheSameAtAnyThreadCountAndInEveryRun) {
 TEST(WebDataset, RandomFlipTransformMakesTheLoadersChoices) {
   const Shards& s = photos();
   const std::string shards = s.file("photos-*.tar");
-  Outcome fused = run(chain(shards, ", height: 32, width: 32, flip: 0.5, seed: 9, layout: chw"));
-  Outcome apart =
-      run(chain(shards, ", height: 32, width: 32, seed: 9, layout: chw", "", "",
-                "  - { name: flip, type: random_flip, concurrency: 2, params: { p: 0.5, "
-                "seed: 9, layout: chw } }\n"));
-  EXPECT_EQ(fused.x, apart.x);
+  for (const std::string layout : {"hwc", "chw"}) {
+    SCOPED_TRACE(layout);
+    const std::string params = ", height: 32, width: 32, seed: 9, layout: " + layout;
+    Outcome plain = run(chain(shards, params));
+    Outcome fused = run(chain(shards, params + ", flip: 0.5"));
+    Outcome apart = run(chain(shards, params, "", "shuffle: false",
+                              "  - { name: flip, type: random_flip, concurrency: 2, params: { p: "
+                              "0.5, seed: 9, layout: " +
+                                  layout + " } }\n"));
+    EXPECT_EQ(fused.x, apart.x);
+    int flipped = 0;
+    for (const auto& [key, bytes] : plain.x) flipped += bytes != fused.x.at(key);
+    EXPECT_GT(flipped, 10);
+    EXPECT_LT(flipped, 30);
+  }
+}
+
+TEST(WebDataset, ShippedConfigRunsOnGeneratedShards) {
+  Registry r;
+  register_builtin_nodes(r);
+  const std::string shards = photos().file("photos-{000..002}.tar");
+  Pipeline p(
+      load_config_file(
+          std::string(FLOWFEED_SOURCE_DIR) + "/configs/images_webdataset.yaml", r,
+          {"nodes.load.params.shards=" + shards, "pipeline.device=host", "pipeline.batch_size=16"}),
+      r);
+  const RunReport report = p.run();
+  EXPECT_EQ(report.samples, 40u);
+  EXPECT_EQ(report.batches, 3u);
+  EXPECT_EQ(report.allocations_after_build, 0u);
 }
 
 TEST(WebDataset, RankShardsAreDisjointAndCoverTheSet) {
