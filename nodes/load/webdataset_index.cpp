@@ -147,7 +147,8 @@ WebDatasetIndex::WebDatasetIndex(std::vector<std::string> shards) : shards_(std:
       }
       if (label) {
         s.label_offset = label->offset;
-        s.label_bytes = static_cast<std::uint32_t>(std::min<std::uint64_t>(label->size, 64));
+        // A label is a short integer: 65 bytes is enough to tell that a member is too long.
+        s.label_bytes = static_cast<std::uint32_t>(std::min<std::uint64_t>(label->size, 65));
       }
       s.image_header = named.header;
       s.problem = cut      ? SampleProblem::cut_short

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -201,6 +202,10 @@ void WebDatasetLoader::load_sample(std::uint32_t sample, std::uint32_t epoch, st
   DecodeWorker& w = workers_->per_thread.local();
   // The label first: it is 64 bytes at most and needs no buffer of its own.
   std::uint8_t label[64];
+  if (s.label_bytes > sizeof label) {
+    throw DataError(index_.where(s) + ": its .cls member holds more than 64 bytes (a label is "
+                                      "one integer)");
+  }
   read_exact(s, s.label_offset, s.label_bytes, label);
   *y = parse_label(s, label);
   if (w.encoded.size() < s.image_bytes) w.encoded.resize(s.image_bytes);
