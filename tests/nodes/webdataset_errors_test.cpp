@@ -1,7 +1,9 @@
 // The webdataset loader's bad input: every corruption class with its full message, at build or
 // for its batch, on_error: skip dropping exactly the bad samples, and contradictory params.
 #include <sstream>
+#include <tuple>
 
+#include "flowfeed/session.hpp"
 #include "tests/nodes/webdataset_fixture.hpp"
 
 namespace flowfeed {
@@ -96,6 +98,59 @@ TEST(WebDatasetErrors, SkipDropsExactlyTheBadSamplesAndNamesThem) {
                   "{}): not a decodable JPEG (Not a JPEG file: starts with 0x68 0x65) (3 samples "
                   "dropped, more than pipeline.max_skipped = 2)",
                   kLoad, tar, m[3]["members"]["jpg"]["header"].get<std::uint64_t>()));
+}
+
+TEST(WebDatasetErrors, BytesFieldsArriveZeroPaddedWithTheirLengths) {
+  const Shards& s = corrupt();
+  const std::string tar = s.file("fields.tar");
+  const Json& m = s.manifest()["fields"];
+  const std::string params = ", height: 8, width: 8, bytes_fields: 'json:32, txt:16'";
+  EXPECT_EQ(build_error(chain(tar, params)),
+            fmt::format("{}: {}: sample 's003' (member 's003.jpg' at offset {}): no .txt member "
+                        "(bytes_fields asks for it) (set pipeline.on_error: skip to drop such "
+                        "samples)",
+                        kLoad, tar, m[3]["members"]["jpg"]["header"].get<std::uint64_t>()));
+  Registry r;
+  register_builtin_nodes(r);
+  Pipeline p(load_config_string(
+                 fmt::format("pipeline: {{ device: host, mode: pull, batch_size: 5, on_error: "
+                             "skip, max_skipped: 2 }}\n"
+                             "nodes:\n"
+                             "  - {{ name: load, type: webdataset, params: {{ shards: '{}'{} }} "
+                             "}}\n",
+                             tar, params),
+                 r),
+             r);
+  Session session = p.start();
+  Batch* b = session.next();
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->samples, (std::vector<std::uint32_t>{0, 2, 4}));
+  ASSERT_EQ(b->layout->tensors().size(), 6u);
+  EXPECT_EQ(b->layout->tensors()[4].name, "txt");
+  EXPECT_EQ(b->layout->tensors()[5].name, "txt_len");
+  const Tier tier = b->newest_tier();
+  for (std::size_t row = 0; row < 3; ++row) {
+    const Json& sample = m[b->samples[row]];
+    for (const auto& [index, field, max] : {std::tuple{2u, "json", 32u}, {4u, "txt", 16u}}) {
+      const std::string want = sample[field];
+      const auto* bytes = reinterpret_cast<const char*>(b->tensor(tier, index)) + row * max;
+      const auto* len = reinterpret_cast<const std::int32_t*>(b->tensor(tier, index + 1)) + row;
+      EXPECT_EQ(std::string(bytes, want.size()), want) << field << " of row " << row;
+      EXPECT_EQ(std::string(bytes + want.size(), max - want.size()),
+                std::string(max - want.size(), '\0'));
+      EXPECT_EQ(*len, static_cast<std::int32_t>(want.size()));
+    }
+  }
+  session.release(b);
+  EXPECT_EQ(session.next(), nullptr);
+  const RunReport report = session.report();
+  EXPECT_EQ(report.skipped_samples, 2u);
+  ASSERT_EQ(report.warnings.size(), 2u);
+  EXPECT_EQ(report.warnings[0],
+            fmt::format("skipped: dropped sample 1 from batch 0 (epoch 0): {}: sample 's001' "
+                        "(member 's001.jpg' at offset {}): its .txt member holds 40 bytes, more "
+                        "than the 16 of bytes_fields",
+                        tar, m[1]["members"]["jpg"]["header"].get<std::uint64_t>()));
 }
 
 TEST(WebDatasetErrors, ContradictoryParamsAreConfigErrors) {
