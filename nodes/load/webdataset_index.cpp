@@ -110,7 +110,9 @@ std::vector<std::string> expand_shards(const std::string& shards) {
   return paths;
 }
 
-WebDatasetIndex::WebDatasetIndex(std::vector<std::string> shards) : shards_(std::move(shards)) {
+WebDatasetIndex::WebDatasetIndex(std::vector<std::string> shards, std::vector<std::string> fields)
+    : shards_(std::move(shards)), fields_(std::move(fields)) {
+  for (std::string& f : fields_) f = lower(f);
   for (std::uint32_t shard = 0; shard < shards_.size(); ++shard) {
     const TarListing listing = read_tar_listing(shards_[shard]);
     const auto& members = listing.members;
@@ -124,8 +126,17 @@ WebDatasetIndex::WebDatasetIndex(std::vector<std::string> shards) : shards_(std:
       const TarMember* image = nullptr;
       const TarMember* label = nullptr;
       const TarMember* cut = nullptr;
+      const std::size_t at = fields_at_.size();
+      fields_at_.resize(at + fields_.size());
+      std::vector<bool> found(fields_.size(), false);
       for (std::size_t m = i; m < end; ++m) {
         const std::string field = lower(split_key(members[m].name).second);
+        for (std::size_t f = 0; f < fields_.size(); ++f) {
+          if (!found[f] && field == fields_[f]) {
+            found[f] = true;
+            fields_at_[at + f] = {members[m].offset, members[m].size};
+          }
+        }
         const std::string last = field.substr(field.rfind('.') + 1);
         if (members[m].cut_short) cut = &members[m];
         if (!image && (last == "jpg" || last == "jpeg" || last == "png")) {
@@ -147,13 +158,19 @@ WebDatasetIndex::WebDatasetIndex(std::vector<std::string> shards) : shards_(std:
       }
       if (label) {
         s.label_offset = label->offset;
-        s.label_bytes = static_cast<std::uint32_t>(std::min<std::uint64_t>(label->size, 64));
+        // A label is a short integer: 65 bytes is enough to tell that a member is too long.
+        s.label_bytes = static_cast<std::uint32_t>(std::min<std::uint64_t>(label->size, 65));
       }
       s.image_header = named.header;
-      s.problem = cut      ? SampleProblem::cut_short
-                  : !image ? SampleProblem::no_image
-                  : !label ? SampleProblem::no_label
-                           : SampleProblem::none;
+      const auto missing =
+          static_cast<std::size_t>(std::find(found.begin(), found.end(), false) - found.begin());
+      s.problem = cut                        ? SampleProblem::cut_short
+                  : !image                   ? SampleProblem::no_image
+                  : !label                   ? SampleProblem::no_label
+                  : missing < fields_.size() ? SampleProblem::no_field
+                                             : SampleProblem::none;
+      if (s.problem == SampleProblem::no_field)
+        s.missing_field = static_cast<std::uint8_t>(missing);
       s.name_at = static_cast<std::uint32_t>(names_.size());
       s.name_len = static_cast<std::uint16_t>(std::min<std::size_t>(named.name.size(), 65535));
       s.key_len = static_cast<std::uint16_t>(std::min<std::size_t>(key.size(), s.name_len));
@@ -178,6 +195,8 @@ std::string WebDatasetIndex::problem_text(const ShardSample& s) const {
     case SampleProblem::none: return {};
     case SampleProblem::no_image: return "no image member (.jpg, .jpeg or .png)";
     case SampleProblem::no_label: return "no label member (.cls)";
+    case SampleProblem::no_field:
+      return fmt::format("no .{} member (bytes_fields asks for it)", fields_[s.missing_field]);
     case SampleProblem::cut_short:
       return "the member is cut short (the shard ends before the size its header declares)";
   }

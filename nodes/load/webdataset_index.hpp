@@ -14,7 +14,7 @@
 namespace flowfeed {
 
 /// What is wrong with a sample that the headers already show.
-enum class SampleProblem : std::uint8_t { none, no_image, no_label, cut_short };
+enum class SampleProblem : std::uint8_t { none, no_image, no_label, no_field, cut_short };
 
 /// One sample: where its image and label bytes are.
 struct ShardSample {
@@ -29,13 +29,22 @@ struct ShardSample {
   std::uint16_t key_len = 0;  ///< the key is the name's first key_len bytes
   ImageFormat format = ImageFormat::jpeg;
   SampleProblem problem = SampleProblem::none;
+  std::uint8_t missing_field = 0;  ///< for no_field: which of the requested fields
+};
+
+/// Where one requested bytes field of a sample is (WebDatasetIndex::field).
+struct FieldLocation {
+  std::uint64_t offset = 0;  ///< data offset of the member
+  std::uint64_t size = 0;    ///< its bytes
 };
 
 /// Every sample of every shard, in shard order then archive order.
 class WebDatasetIndex {
  public:
-  /// Reads the headers of each shard (read_tar_listing). Throws DataError for a damaged tar.
-  explicit WebDatasetIndex(std::vector<std::string> shards);
+  /// Reads the headers of each shard (read_tar_listing) and records, per sample, its image, its
+  /// label and the members whose field is one of `fields` (compared without case). Throws
+  /// DataError for a damaged tar.
+  explicit WebDatasetIndex(std::vector<std::string> shards, std::vector<std::string> fields = {});
 
   const std::vector<std::string>& shards() const noexcept { return shards_; }
   const std::vector<ShardSample>& samples() const noexcept { return samples_; }
@@ -52,6 +61,10 @@ class WebDatasetIndex {
   std::string where(const ShardSample& s) const;
   /// The reason a sample with a problem cannot be used (empty for none).
   std::string problem_text(const ShardSample& s) const;
+  /// Where requested field `f` of sample number `sample` is.
+  const FieldLocation& field(std::size_t sample, std::size_t f) const noexcept {
+    return fields_at_[sample * fields_.size() + f];
+  }
   /// The largest image member, in bytes.
   std::uint32_t max_image_bytes() const noexcept { return max_image_bytes_; }
 
@@ -59,6 +72,8 @@ class WebDatasetIndex {
   std::vector<std::string> shards_;
   std::vector<ShardSample> samples_;
   std::vector<char> names_;
+  std::vector<std::string> fields_;
+  std::vector<FieldLocation> fields_at_;  // samples × fields
   std::uint32_t max_image_bytes_ = 0;
 };
 

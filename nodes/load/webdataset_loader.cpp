@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -39,11 +40,56 @@ std::string param_where(const NodeSpec& spec, const std::string& key) {
 
 constexpr std::size_t kMaxWarnings = 20;
 
+std::vector<std::string> field_names(const std::vector<BytesField>& fields) {
+  std::vector<std::string> names;
+  for (const BytesField& f : fields) names.push_back(f.field);
+  return names;
+}
+
+/// `bytes_fields`: "json:4096, txt:256" → {json, 4096}, {txt, 256}.
+void parse_bytes_fields(const NodeSpec& spec, WebDatasetOptions& o,
+                        std::vector<std::string>& problems) {
+  const std::string& text = spec.params.get_string("bytes_fields");
+  auto problem = [&](const std::string& what) {
+    problems.push_back(fmt::format("{}: nodes.{}.params.bytes_fields: {}",
+                                   param_where(spec, "bytes_fields"), spec.name, what));
+  };
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    const std::size_t end = text.find_first_of(", ", pos);
+    const std::string item = text.substr(pos, end == std::string::npos ? end : end - pos);
+    pos = end == std::string::npos ? text.size() : end + 1;
+    if (item.empty()) continue;
+    const std::size_t colon = item.find(':');
+    std::size_t max = 0;
+    const char* digits = item.data() + colon + 1;
+    const auto [rest, ec] = colon == std::string::npos
+                                ? std::from_chars(digits, digits, max)
+                                : std::from_chars(digits, item.data() + item.size(), max);
+    if (colon == std::string::npos || colon == 0 || ec != std::errc() ||
+        rest != item.data() + item.size() || max < 1 || max > (1u << 30)) {
+      problem(
+          fmt::format("'{}' is not field:max_bytes (e.g. json:4096, max_bytes 1 to 2^30)", item));
+      continue;
+    }
+    const std::string field = item.substr(0, colon);
+    const bool taken = field == "cls" || field == "jpg" || field == "jpeg" || field == "png" ||
+                       std::any_of(o.bytes_fields.begin(), o.bytes_fields.end(),
+                                   [&](const BytesField& f) { return f.field == field; });
+    if (taken) {
+      problem(fmt::format("'{}' is the image, the label or listed twice", field));
+      continue;
+    }
+    o.bytes_fields.push_back({field, max});
+  }
+  if (o.bytes_fields.size() > 8) problem("at most 8 fields");
+}
+
 }  // namespace
 
 WebDatasetLoader::WebDatasetLoader(WebDatasetOptions options)
     : options_(std::move(options)),
-      index_(expand_shards(options_.shards)),
+      index_(expand_shards(options_.shards), field_names(options_.bytes_fields)),
       workers_(std::make_unique<DecodeWorkers>()) {
   if (index_.samples().empty()) {
     throw DataError(fmt::format("shards: '{}' hold no sample", options_.shards));
@@ -90,6 +136,7 @@ WebDatasetOptions WebDatasetLoader::options_from(const NodeSpec& spec) {
   o.num_classes = static_cast<int>(p.get_int("num_classes"));
   o.parallel = p.get_bool("parallel");
   std::vector<std::string> problems;
+  parse_bytes_fields(spec, o, problems);
   if (o.channels != 1 && o.channels != 3) {
     problems.push_back(
         fmt::format("{}: nodes.{}.params.channels: {} is not supported (1: gray, "
@@ -124,7 +171,13 @@ std::vector<TensorSpec> WebDatasetLoader::sample_tensors() const {
   const std::int64_t c = options_.channels;
   std::vector<std::int64_t> shape =
       options_.chw ? std::vector<std::int64_t>{c, h, w} : std::vector<std::int64_t>{h, w, c};
-  return {TensorSpec{"x", DType::uint8, std::move(shape)}, TensorSpec{"y", DType::int32, {}}};
+  std::vector<TensorSpec> tensors = {TensorSpec{"x", DType::uint8, std::move(shape)},
+                                     TensorSpec{"y", DType::int32, {}}};
+  for (const BytesField& f : options_.bytes_fields) {
+    tensors.push_back({f.field, DType::uint8, {static_cast<std::int64_t>(f.max_bytes)}});
+    tensors.push_back({f.field + "_len", DType::int32, {}});
+  }
+  return tensors;
 }
 
 void WebDatasetLoader::setup(BuildContext& context) {
@@ -192,8 +245,25 @@ std::int32_t WebDatasetLoader::parse_label(const ShardSample& s, const std::uint
   return static_cast<std::int32_t>(v);
 }
 
-void WebDatasetLoader::load_sample(std::uint32_t sample, std::uint32_t epoch, std::uint8_t* x,
-                                   std::int32_t* y) {
+void WebDatasetLoader::read_fields(std::uint32_t sample, const RowTargets& row) const {
+  const ShardSample& s = index_.samples()[sample];
+  for (std::size_t f = 0; f < options_.bytes_fields.size(); ++f) {
+    const FieldLocation& at = index_.field(sample, f);
+    const BytesField& field = options_.bytes_fields[f];
+    if (at.size > field.max_bytes) {
+      throw DataError(
+          fmt::format("{}: its .{} member holds {} bytes, more than the {} of "
+                      "bytes_fields",
+                      index_.where(s), field.field, at.size, field.max_bytes));
+    }
+    read_exact(s, at.offset, at.size, row.field[f]);
+    std::memset(row.field[f] + at.size, 0, field.max_bytes - at.size);
+    *row.field_len[f] = static_cast<std::int32_t>(at.size);
+  }
+}
+
+void WebDatasetLoader::load_sample(std::uint32_t sample, std::uint32_t epoch,
+                                   const RowTargets& row) {
   const ShardSample& s = index_.samples()[sample];
   if (s.problem != SampleProblem::none) {
     throw DataError(index_.where(s) + ": " + index_.problem_text(s));
@@ -201,8 +271,14 @@ void WebDatasetLoader::load_sample(std::uint32_t sample, std::uint32_t epoch, st
   DecodeWorker& w = workers_->per_thread.local();
   // The label first: it is 64 bytes at most and needs no buffer of its own.
   std::uint8_t label[64];
+  if (s.label_bytes > sizeof label) {
+    throw DataError(index_.where(s) +
+                    ": its .cls member holds more than 64 bytes (a label is "
+                    "one integer)");
+  }
   read_exact(s, s.label_offset, s.label_bytes, label);
-  *y = parse_label(s, label);
+  *row.y = parse_label(s, label);
+  read_fields(sample, row);
   if (w.encoded.size() < s.image_bytes) w.encoded.resize(s.image_bytes);
   read_exact(s, s.image_offset, s.image_bytes, w.encoded.data());
   if (w.hwc.size() < sample_bytes_) w.hwc.resize(sample_bytes_);
@@ -222,19 +298,29 @@ void WebDatasetLoader::load_sample(std::uint32_t sample, std::uint32_t epoch, st
   }
   const bool flip = flip_choice(options_.seed, epoch, sample, options_.flip);
   store_image(w.hwc.data(), options_.width, options_.height, options_.channels, options_.chw, flip,
-              x);
+              row.x);
 }
 
 void WebDatasetLoader::process(Batch& batch) {
   batch.host = pool_->acquire();
   const std::size_t rows = batch.rows();
-  auto* xs = reinterpret_cast<std::uint8_t*>(batch.tensor(Tier::host, 0));
-  auto* ys = reinterpret_cast<std::int32_t*>(batch.tensor(Tier::host, 1));
+  const std::size_t fields = options_.bytes_fields.size();
+  auto targets = [&batch, fields, this](std::size_t row) {
+    RowTargets t{};
+    t.x = reinterpret_cast<std::uint8_t*>(batch.tensor(Tier::host, 0)) + row * sample_bytes_;
+    t.y = reinterpret_cast<std::int32_t*>(batch.tensor(Tier::host, 1)) + row;
+    for (std::size_t f = 0; f < fields; ++f) {
+      t.field[f] = reinterpret_cast<std::uint8_t*>(batch.tensor(Tier::host, 2 + 2 * f)) +
+                   row * options_.bytes_fields[f].max_bytes;
+      t.field_len[f] = reinterpret_cast<std::int32_t*>(batch.tensor(Tier::host, 3 + 2 * f)) + row;
+    }
+    return t;
+  };
   std::mutex failures_mutex;
   std::vector<Failure> failures;  // allocates only when a sample fails
   auto one = [&](std::size_t row) {
     try {
-      load_sample(batch.samples[row], batch.epoch, xs + row * sample_bytes_, ys + row);
+      load_sample(batch.samples[row], batch.epoch, targets(row));
     } catch (const DataError& e) {
       std::lock_guard<std::mutex> lock(failures_mutex);
       failures.push_back({row, e.what(), true});
@@ -280,37 +366,32 @@ void WebDatasetLoader::drop_rows(Batch& batch, std::vector<Failure>& failures) {
                                          failures.front().message, dropped,
                                          dropped == 1 ? "sample" : "samples", max_skipped_));
   }
-  // Move the good rows down over the dropped ones; the labels follow to where a batch of the
-  // new row count keeps them (BatchLayout packs a shorter batch just as tightly).
+  // Move the good rows down over the dropped ones, tensor by tensor, to where a batch of the new
+  // row count keeps them (BatchLayout packs a shorter batch just as tightly). A tensor's new place
+  // starts no later than its old one and ends before the next tensor's old place, so copying the
+  // tensors in order, each row forward, never overwrites a byte still to be read.
   auto* base = reinterpret_cast<std::uint8_t*>(batch.data(Tier::host));
   const BatchLayout& layout = *batch.layout;
-  const auto* old_y = reinterpret_cast<const std::int32_t*>(base + layout.offset(1, rows));
-  auto* x = base + layout.offset(0, rows);
-  std::size_t kept = 0;
-  std::size_t next_failure = 0;
-  for (std::size_t row = 0; row < rows; ++row) {
-    if (next_failure < failures.size() && failures[next_failure].row == row) {
-      ++next_failure;
-      continue;
+  const std::size_t kept_rows = rows - failures.size();
+  for (std::size_t t = 0; t < layout.tensors().size(); ++t) {
+    const std::size_t bytes = layout.tensors()[t].sample_bytes();
+    const std::uint8_t* from = base + layout.offset(t, rows);
+    std::uint8_t* to = base + layout.offset(t, kept_rows);
+    std::size_t kept = 0;
+    std::size_t next_failure = 0;
+    for (std::size_t row = 0; row < rows; ++row) {
+      if (next_failure < failures.size() && failures[next_failure].row == row) {
+        ++next_failure;
+        continue;
+      }
+      if (to + kept * bytes != from + row * bytes) {
+        std::memmove(to + kept * bytes, from + row * bytes, bytes);
+      }
+      if (t == 0) batch.samples[kept] = batch.samples[row];
+      ++kept;
     }
-    if (kept != row) {
-      std::memmove(x + kept * sample_bytes_, x + row * sample_bytes_, sample_bytes_);
-      batch.samples[kept] = batch.samples[row];
-    }
-    ++kept;
   }
-  auto* new_y = reinterpret_cast<std::int32_t*>(base + layout.offset(1, kept));
-  kept = 0;
-  next_failure = 0;
-  for (std::size_t row = 0; row < rows; ++row) {
-    if (next_failure < failures.size() && failures[next_failure].row == row) {
-      ++next_failure;
-      continue;
-    }
-    // new_y + kept <= old_y + row: copying forward never overwrites a label still to be read.
-    std::memmove(new_y + kept, old_y + row, sizeof(std::int32_t));
-    ++kept;
-  }
+  const std::size_t kept = kept_rows;
   batch.samples.resize(kept);
 }
 

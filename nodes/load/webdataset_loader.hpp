@@ -2,6 +2,7 @@
 /// \file
 /// The `webdataset` loader node (flowfeed/nodes/webdataset.hpp has its options).
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -47,9 +48,17 @@ class WebDatasetLoader final : public LoaderNode {
     std::string message;
     bool data_error;
   };
-  /// Decodes sample `sample` of `epoch` into `x` and its label into `*y`. Throws DataError with
-  /// the sample's place and the reason.
-  void load_sample(std::uint32_t sample, std::uint32_t epoch, std::uint8_t* x, std::int32_t* y);
+  /// Where one row of a batch goes: x, y, and each bytes field's bytes and length.
+  struct RowTargets {
+    std::uint8_t* x;
+    std::int32_t* y;
+    std::array<std::uint8_t*, 8> field;
+    std::array<std::int32_t*, 8> field_len;
+  };
+  /// Decodes sample `sample` of `epoch` into `row` of `batch`. Throws DataError with the
+  /// sample's place and the reason.
+  void load_sample(std::uint32_t sample, std::uint32_t epoch, const RowTargets& row);
+  void read_fields(std::uint32_t sample, const RowTargets& row) const;
   std::int32_t parse_label(const ShardSample& s, const std::uint8_t* bytes) const;
   /// Drops the failed rows from the batch (under skip), moving later rows down.
   void drop_rows(Batch& batch, std::vector<Failure>& failures);

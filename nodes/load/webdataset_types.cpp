@@ -111,6 +111,10 @@ void register_webdataset(Registry& registry) {
   s.add_int("num_classes", "when > 0, labels must be in [0, num_classes)", 0)
       .range(0, 2147483647.0);
   s.add_bool("parallel", "decode a batch's samples in parallel on the pipeline's threads", true);
+  s.add_string("bytes_fields",
+               "members delivered as bytes, 'json:4096, txt:256': tensors json uint8 [4096] "
+               "(zero-padded) and json_len int32 each",
+               std::string(""));
   t.create = [](const NodeSpec& spec) {
     return std::make_unique<WebDatasetLoader>(WebDatasetLoader::options_from(spec));
   };

@@ -66,6 +66,7 @@ class Context final : public BuildContext {
   int epochs() const override { return impl_.config_.pipeline.epochs; }
   const std::atomic<bool>& cancelled() const override { return impl_.cancel_; }
   const SamplerOptions& sampler_options() const override { return impl_.config_.sampler; }
+  const PipelineOptions& pipeline_options() const override { return impl_.config_.pipeline; }
   Gauge& gauge(const std::string& name) override {
     for (auto& g : impl_.gauges_) {
       if (g.first == name) return *g.second;

@@ -166,6 +166,17 @@ def corrupt(out):
     with open(os.path.join(out, "cut_short.tar"), "wb") as f:
         f.write(whole[:last["data"] + last["size"] // 2])
     manifest["whole"] = entries
+    # fields.tar: .json and .txt members for bytes_fields: "json:32, txt:16"; sample 1's .txt is
+    # too long, sample 3 has none.
+    texts = [(b'{"a": 1}', b"hello"), (b"{}", b"x" * 40), (b'{"bb": "0123456789"}', b""),
+             (b"[]", None), (b"[1]", b"sixteen bytes ok")]
+    samples = []
+    for i, (js, txt) in enumerate(texts):
+        key, members, extra = good(i)
+        members = members + [("json", js)] + ([("txt", txt)] if txt is not None else [])
+        samples.append((key, members, dict(extra, json=js.decode(),
+                                           txt=None if txt is None else txt.decode())))
+    manifest["fields"] = write_shard(os.path.join(out, "fields.tar"), samples)
     return manifest
 
 

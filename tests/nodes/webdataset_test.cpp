@@ -1,113 +1,19 @@
 // The webdataset loader through the whole graph, on shards that PIL and Python's tarfile wrote
 // (tests/nodes/make_image_shards.py): decoded pixels against references, every PNG/JPEG kind,
-// labels, determinism across threads and runs, rank sharding, every corruption class with its
-// message, and on_error: skip dropping exactly the bad samples.
-#include <fmt/format.h>
-#include <gtest/gtest.h>
+// labels, the crop geometry, determinism across threads and runs, and rank sharding.
 #include <turbojpeg.h>
 
 #include <cmath>
-#include <cstdlib>
-#include <fstream>
-#include <map>
-#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <tuple>
 
-#include "flowfeed/config.hpp"
-#include "flowfeed/nodes/builtin.hpp"
-#include "flowfeed/pipeline.hpp"
-#include "tests/nodes/test_files.hpp"
+#include "tests/nodes/webdataset_fixture.hpp"
 
 namespace flowfeed {
 namespace {
 
-using namespace testing_files;
-using Json = nlohmann::json;
-
-/// A directory of shards written by the helper script for one case, once per test program.
-class Shards {
- public:
-  explicit Shards(const std::string& args) {
-    const std::string cmd = fmt::format("{} {}/tests/nodes/make_image_shards.py {} {}",
-                                        FLOWFEED_PYTHON, FLOWFEED_SOURCE_DIR, dir_.file(""), args);
-    if (std::system(cmd.c_str()) != 0) throw std::runtime_error("failed: " + cmd);
-    std::ifstream in(dir_.file("manifest.json"));
-    manifest_ = Json::parse(in);
-  }
-  std::string file(const std::string& name) const { return dir_.file(name); }
-  const Json& manifest() const { return manifest_; }
-
- private:
-  TempDir dir_;
-  Json manifest_;
-};
-
-const Shards& formats() {
-  static const Shards s("formats");
-  return s;
-}
-const Shards& photos() {
-  static const Shards s("photos 40 3");
-  return s;
-}
-const Shards& corrupt() {
-  static const Shards s("corrupt");
-  return s;
-}
-
-std::vector<std::uint8_t> read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-std::string chain(const std::string& shards, const std::string& params,
-                  const std::string& pipeline = "", const std::string& sampler = "shuffle: false",
-                  const std::string& transform = "") {
-  return fmt::format(
-      "pipeline: {{ device: host{} }}\n"
-      "sampler: {{ {} }}\n"
-      "nodes:\n"
-      "  - name: load\n"
-      "    type: webdataset\n"
-      "    params: {{ shards: '{}'{} }}\n"
-      "{}"
-      "  - {{ name: train, type: capture }}\n",
-      pipeline, sampler, shards, params, transform);
-}
-
-struct Outcome {
-  std::shared_ptr<Captured> seen = std::make_shared<Captured>();
-  RunReport report;
-  /// (epoch, sample) → the sample's x bytes, and sample → label.
-  std::map<std::pair<int, std::uint32_t>, std::vector<std::uint8_t>> x;
-  std::map<std::uint32_t, std::int32_t> y;
-};
-
-Outcome run(const std::string& yaml, int epochs_seen_per_batch = 1) {
-  Outcome r;
-  Registry registry;
-  register_builtin_nodes(registry);
-  register_capture(registry, r.seen);
-  Pipeline p(load_config_string(yaml, registry), registry);
-  r.report = p.run();
-  EXPECT_EQ(p.free_buffers(), p.total_buffers());
-  const std::size_t per = r.seen->tensors.at(0).sample_bytes();
-  // Batches arrive in order (ordered: true), so the epoch is the batch count's quotient.
-  const std::size_t batches = r.seen->samples.size();
-  for (std::size_t b = 0; b < batches; ++b) {
-    const auto& samples = r.seen->samples[b];
-    const int epoch = static_cast<int>(b * static_cast<std::size_t>(epochs_seen_per_batch) /
-                                       std::max<std::size_t>(batches, 1));
-    for (std::size_t i = 0; i < samples.size(); ++i) {
-      const auto* px = reinterpret_cast<const std::uint8_t*>(r.seen->x[b].data()) + i * per;
-      r.x[{epoch, samples[i]}] = std::vector<std::uint8_t>(px, px + per);
-      r.y[samples[i]] = r.seen->y[b][i];
-    }
-  }
-  return r;
-}
+using namespace webdataset_testing;
 
 /// The exact 40x30 decode of the formats shard (center crop of the whole image, no resize).
 const std::string kWhole = ", height: 30, width: 40, crop: center, resize: 30";
@@ -307,137 +213,6 @@ TEST(WebDataset, RankShardsAreDisjointAndCoverTheSet) {
   }
   EXPECT_EQ(total, 40u);
   EXPECT_EQ(seen.size(), 40u);
-}
-
-std::string build_error(const std::string& yaml) {
-  Registry r;
-  register_builtin_nodes(r);
-  register_capture(r, std::make_shared<Captured>());
-  const PipelineConfig config = load_config_string(yaml, r);
-  return error_of<DataError>([&] { Pipeline p(config, r); });
-}
-
-std::string run_error(const std::string& yaml) {
-  Registry r;
-  register_builtin_nodes(r);
-  register_capture(r, std::make_shared<Captured>());
-  Pipeline p(load_config_string(yaml, r), r);
-  return error_of<NodeError>([&] { p.run(); });
-}
-
-const std::string kLoad = "node 'load' (webdataset, <string>:4)";
-
-std::uint64_t header_of(const std::string& name, int sample, const char* field = "jpg") {
-  return corrupt().manifest()[name][sample]["members"][field]["header"];
-}
-
-TEST(WebDataset, TruncatedTarFailsTheBuildWithItsOffset) {
-  const Shards& s = corrupt();
-  const std::string tar = s.file("truncated.tar");
-  EXPECT_EQ(build_error(chain(tar, "")),
-            fmt::format("{}: {}: truncated tar: the file ends 100 bytes into the header block at "
-                        "offset {} (a header is 512 bytes; was the shard cut short while it was "
-                        "written or copied?)",
-                        kLoad, tar, header_of("whole", 3)));
-}
-
-TEST(WebDataset, MemberCutShortFailsTheBuildUnlessSkipped) {
-  const Shards& s = corrupt();
-  const std::string tar = s.file("cut_short.tar");
-  EXPECT_EQ(build_error(chain(tar, "")),
-            fmt::format("{}: {}: sample 's003' (member 's003.jpg' at offset {}): the member is cut "
-                        "short (the shard ends before the size its header declares) (set "
-                        "pipeline.on_error: skip to drop such samples)",
-                        kLoad, tar, header_of("whole", 3)));
-  Outcome r = run(chain(tar, "", ", on_error: skip, max_skipped: 1"));
-  EXPECT_EQ(r.report.samples, 3u);
-  EXPECT_EQ(r.report.skipped_samples, 1u);
-}
-
-TEST(WebDataset, SampleWithoutLabelFailsTheBuild) {
-  const Shards& s = corrupt();
-  const std::string tar = s.file("no_label.tar");
-  EXPECT_EQ(build_error(chain(tar, "")),
-            fmt::format("{}: {}: sample 's002' (member 's002.jpg' at offset {}): no label member "
-                        "(.cls) (set pipeline.on_error: skip to drop such samples)",
-                        kLoad, tar, header_of("no_label", 2)));
-}
-
-TEST(WebDataset, UndecodableImagesFailTheirBatchNamingShardMemberAndOffset) {
-  const Shards& s = corrupt();
-  const std::string text = s.file("not_image.tar");
-  EXPECT_EQ(run_error(chain(text, "")),
-            fmt::format("{} batch 0 (epoch 0): {}: sample 's002' (member 's002.jpg' at offset "
-                        "{}): not a decodable JPEG (Not a JPEG file: starts with 0x68 0x65)",
-                        kLoad, text, header_of("not_image", 2)));
-  const std::string empty = s.file("zero_byte.tar");
-  EXPECT_EQ(run_error(chain(empty, "")),
-            fmt::format("{} batch 0 (epoch 0): {}: sample 's002' (member 's002.jpg' at offset "
-                        "{}): empty image (0 bytes)",
-                        kLoad, empty, header_of("zero_byte", 2)));
-  const std::string label = s.file("bad_label.tar");
-  EXPECT_EQ(run_error(chain(label, "")),
-            fmt::format("{} batch 0 (epoch 0): {}: sample 's002' (member 's002.jpg' at offset "
-                        "{}): label 'two' in its .cls member is not an integer",
-                        kLoad, label, header_of("bad_label", 2)));
-  EXPECT_EQ(run_error(chain(s.file("whole.tar"), ", num_classes: 3")),
-            fmt::format("{} batch 0 (epoch 0): {}: sample 's003' (member 's003.jpg' at offset "
-                        "{}): label 3 is out of range [0, 3)",
-                        kLoad, s.file("whole.tar"), header_of("whole", 3)));
-}
-
-TEST(WebDataset, SkipDropsExactlyTheBadSamplesAndNamesThem) {
-  const Shards& s = corrupt();
-  const std::string tar = s.file("mixed.tar");
-  Outcome r = run(chain(tar, "", ", epochs: 2, batch_size: 5, on_error: skip, max_skipped: 6"), 2);
-  EXPECT_EQ(r.report.samples, 20u);
-  EXPECT_EQ(r.report.skipped_samples, 6u);
-  EXPECT_EQ(r.report.skipped_batches, 0u);
-  // Every good sample arrives with its own label; the bad ones (3, 7, 11) never do.
-  const Json& m = s.manifest()["mixed"];
-  for (const auto& [key, bytes] : r.x) {
-    EXPECT_NE(key.second, 3u);
-    EXPECT_NE(key.second, 7u);
-    EXPECT_NE(key.second, 11u);
-    EXPECT_EQ(r.y.at(key.second), m[key.second]["label"].get<int>());
-  }
-  // Batch 0 holds samples 0-4 less sample 3; the labels moved down with their images.
-  EXPECT_EQ(r.seen->samples[0], (std::vector<std::uint32_t>{0, 1, 2, 4}));
-  EXPECT_EQ(r.seen->y[0], (std::vector<std::int32_t>{0, 1, 2, 3}));
-  ASSERT_EQ(r.report.warnings.size(), 6u);
-  EXPECT_EQ(r.report.warnings[0],
-            fmt::format("skipped: dropped sample 3 from batch 0 (epoch 0): {}: sample 'bad_text' "
-                        "(member 'bad_text.jpg' at offset {}): not a decodable JPEG (Not a JPEG "
-                        "file: starts with 0x68 0x65)",
-                        tar, m[3]["members"]["jpg"]["header"].get<std::uint64_t>()));
-
-  // One more than max_skipped ends the run.
-  EXPECT_EQ(
-      run_error(chain(tar, "", ", batch_size: 13, on_error: skip, max_skipped: 2")),
-      fmt::format("{} batch 0 (epoch 0): {}: sample 'bad_text' (member 'bad_text.jpg' at offset "
-                  "{}): not a decodable JPEG (Not a JPEG file: starts with 0x68 0x65) (3 samples "
-                  "dropped, more than pipeline.max_skipped = 2)",
-                  kLoad, tar, m[3]["members"]["jpg"]["header"].get<std::uint64_t>()));
-}
-
-TEST(WebDataset, ContradictoryParamsAreConfigErrors) {
-  Registry r;
-  register_builtin_nodes(r);
-  register_capture(r, std::make_shared<Captured>());
-  const std::string yaml = chain(formats().file("formats.tar"),
-                                 ", scale_min: 0.9, scale_max: 0.5, crop: center, resize: 10");
-  const std::string message =
-      error_of<ConfigError>([&] { Pipeline p(load_config_string(yaml, r), r); });
-  // Line 6 holds the params; the shard path's length varies with the temp directory.
-  std::istringstream lines(yaml);
-  std::string line;
-  for (int i = 0; i < 6; ++i) std::getline(lines, line);
-  EXPECT_EQ(message,
-            fmt::format("<string>:6:{}: nodes.load.params.scale_min: 0.9 is above scale_max 0.5 "
-                        "(the area fraction range must not be empty)\n"
-                        "<string>:6:{}: nodes.load.params.resize: 10 is smaller than the crop "
-                        "224x224 (the center crop must fit in the resized image)",
-                        line.find("scale_min: ") + 12, line.find("resize: ") + 9));
 }
 
 }  // namespace

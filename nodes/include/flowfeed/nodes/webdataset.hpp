@@ -4,6 +4,7 @@
 /// libpng) and cropped/resized/flipped into fixed-size uint8 tensors on the graph's workers; and
 /// the `random_flip` host transform. docs/IMAGES.md describes both.
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -18,6 +19,14 @@ class Registry;
 enum class ImageCrop {
   random_resized,  ///< torchvision's RandomResizedCrop(scale, ratio): training
   center,          ///< Resize(shorter side to `resize`) + CenterCrop: evaluation
+};
+
+/// A member delivered as its raw bytes (e.g. `json`, `txt`, `npy`): tensor `<field>` uint8
+/// [max_bytes], zero-padded, and `<field>_len` int32 [] with the member's size. A batch has one
+/// fixed layout, so the field has a maximum size; a larger member makes its sample bad.
+struct BytesField {
+  std::string field;          ///< the extension after the key, e.g. "json"
+  std::size_t max_bytes = 0;  ///< the tensor's size per sample
 };
 
 /// Options of the `webdataset` loader (the params of its schema).
@@ -41,6 +50,7 @@ struct WebDatasetOptions {
   bool dct_scaling = true;  ///< decode JPEGs at a reduced size when the crop allows
   int num_classes = 0;      ///< when > 0, labels must be in [0, num_classes)
   bool parallel = true;     ///< decode a batch's samples in parallel (tbb::parallel_for)
+  std::vector<BytesField> bytes_fields;  ///< tensors after x and y, in this order (at most 8)
 };
 
 /// Registers `webdataset` (load) and `random_flip` (transform).
