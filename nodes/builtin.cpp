@@ -7,6 +7,7 @@ void register_idx(Registry& registry);
 void register_memory(Registry& registry);
 void register_npy(Registry& registry);
 void register_tokens(Registry& registry);
+void register_webdataset(Registry& registry);
 void register_host_staging(Registry& registry);
 void register_host_upload(Registry& registry);
 void register_checksum(Registry& registry);
@@ -14,6 +15,7 @@ void register_sleep(Registry& registry);
 void register_record(Registry& registry);
 void register_discard(Registry& registry);
 void register_mlp(Registry& registry);
+void register_normalize(Registry& registry);
 
 void register_load_nodes(Registry& registry) {
   register_synthetic(registry);
@@ -21,9 +23,13 @@ void register_load_nodes(Registry& registry) {
   register_memory(registry);
   register_npy(registry);
   register_tokens(registry);
+  register_webdataset(registry);
 }
 void register_staging_nodes(Registry& registry) {
   register_host_staging(registry);
+}
+void register_transform_nodes(Registry& registry) {
+  register_normalize(registry);
 }
 void register_upload_nodes(Registry& registry) {
   register_host_upload(registry);
@@ -38,6 +44,7 @@ void register_train_nodes(Registry& registry) {
 
 void register_builtin_nodes(Registry& registry) {
   register_load_nodes(registry);
+  register_transform_nodes(registry);
   register_staging_nodes(registry);
   register_upload_nodes(registry);
   register_train_nodes(registry);

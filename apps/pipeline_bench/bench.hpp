@@ -82,6 +82,12 @@ struct Options {
   int tokens_loaders = 8;                ///< tokens loader concurrency
   int tokens_stage_concurrency = 4;      ///< staging concurrency
   int tokens_depth = 32;                 ///< prefetch_depth
+  // images
+  std::string image_shards;        ///< WebDataset shards (a glob or list); empty: skipped
+  std::string images_config;       ///< configs/images.yaml
+  std::vector<int> image_threads;  ///< pipeline.threads of each run; empty: 1, 4, all cores
+  int image_epochs = 2;            ///< epochs of each run
+  int decode_images = 1000;        ///< JPEGs decoded on one thread for the baseline
 };
 
 /// Results and per-scenario details of one pipeline_bench process.
@@ -134,5 +140,6 @@ void seed(Bench& bench);
 void scaling(Bench& bench);
 void storage(Bench& bench);
 void tokens(Bench& bench);
+void images(Bench& bench);
 
 }  // namespace flowfeed::bench

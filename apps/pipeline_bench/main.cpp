@@ -13,6 +13,8 @@
 //                         O_DIRECT reads, warm vs the memory loader, for pread and io_uring
 //   tokens                windows/s of 1,024 uint16 tokens from a warm token file to the device vs
 //                         the memory loader serving the same bytes through the same graph
+//   images                JPEG shards to float32 on the device (configs/images.yaml) at 1, 4 and
+//                         all cores vs TurboJPEG's one-thread full decode rate x threads
 //   all                   every scenario; those needing a GPU are skipped, with the reason, without
 // The last lines are `RESULT <name> <figure> <unit> baseline <baseline> ratio <ratio>`; --json FILE
 // writes them (with targets) and every scenario's details. Exit codes: 0 done, 1 a failure,
@@ -44,6 +46,7 @@ int main(int argc, char** argv) {
   o.bandwidth_config = std::string(FLOWFEED_SOURCE_DIR) + "/configs/bandwidth.yaml";
   o.pageable_config = std::string(FLOWFEED_SOURCE_DIR) + "/configs/bandwidth_pageable.yaml";
   o.seed_config = std::string(FLOWFEED_SOURCE_DIR) + "/configs/seed_prefetch.yaml";
+  o.images_config = std::string(FLOWFEED_SOURCE_DIR) + "/configs/images.yaml";
   std::string json_path;
 
   auto* bw = app.add_subcommand("bandwidth", "32 MiB batches: graph vs raw pinned copies (GPU)");
@@ -107,6 +110,19 @@ int main(int argc, char** argv) {
   tokens->add_option("--stage-concurrency", o.tokens_stage_concurrency, "staging concurrency")
       ->check(CLI::Range(1, 256));
   tokens->add_option("--depth", o.tokens_depth, "prefetch_depth")->check(CLI::Range(1, 4096));
+  auto* images = app.add_subcommand(
+      "images", "JPEG shards decoded, cropped, uploaded and normalized vs the decode ceiling");
+  images->add_option("--shards", o.image_shards,
+                     "WebDataset shards: a glob or list (scripts/make_image_shards.py)");
+  images->add_option("--config", o.images_config, "the images config");
+  images->add_option("--threads", o.image_threads, "pipeline.threads of each run (1 4 16)")
+      ->check(CLI::PositiveNumber);
+  images->add_option("--epochs", o.image_epochs, "epochs of each run")->check(CLI::PositiveNumber);
+  images
+      ->add_option("--decode-images", o.decode_images,
+                   "JPEGs decoded on one thread for the baseline")
+      ->check(CLI::PositiveNumber);
+  images->add_option("--set", o.overrides, "override a config value, e.g. pipeline.batch_size=128");
   auto* all = app.add_subcommand("all", "every scenario in turn");
 
   app.add_option("--raw-seconds", o.raw_seconds, "length of each raw copy loop");
@@ -130,6 +146,7 @@ int main(int argc, char** argv) {
       {"bandwidth", flowfeed::bench::bandwidth},
       {"resident_vs_streamed", flowfeed::bench::resident_vs_streamed},
       {"storage", flowfeed::bench::storage},
+      {"images", flowfeed::bench::images},
   };
   int rc = 0;
   for (const auto& [name, run] : scenarios) {

@@ -10,6 +10,7 @@ void register_pinned_staging(Registry& registry);
 void register_cuda_upload(Registry& registry);
 void register_device_checksum(Registry& registry);
 void register_device_discard(Registry& registry);
+void register_device_normalize(Registry& registry);
 
 int cuda_device_count() noexcept {
   return cuda::device_count();
@@ -35,6 +36,7 @@ HostPinning cuda_host_pinning() {
 void register_cuda_nodes(Registry& registry) {
   register_pinned_staging(registry);
   register_cuda_upload(registry);
+  register_device_normalize(registry);
   register_device_checksum(registry);
   register_device_discard(registry);
   registry.set(memory_node_type(cuda_host_pinning()));

@@ -13,6 +13,7 @@ void register_cuda_placeholders(Registry& registry) {
   };
   for (const Placeholder& p : {Placeholder{"pinned_staging", Role::staging, "host_staging"},
                                Placeholder{"cuda_upload", Role::upload, "host_upload"},
+                               Placeholder{"device_normalize", Role::transform, "normalize"},
                                Placeholder{"device_checksum", Role::train, "checksum"},
                                Placeholder{"device_discard", Role::train, "discard"}}) {
     NodeType t;

@@ -1,6 +1,9 @@
 #include "flowfeed/batch.hpp"
 
 #include "flowfeed/memory_budget.hpp"
+#include <stdexcept>
+
+#include "flowfeed/node.hpp"
 
 namespace flowfeed {
 
@@ -13,6 +16,7 @@ std::size_t dtype_size(DType dtype) noexcept {
     case DType::int64: return 8;
     case DType::uint16: return 2;
     case DType::uint32: return 4;
+    case DType::bfloat16: return 2;
   }
   return 0;
 }
@@ -26,13 +30,14 @@ const char* dtype_name(DType dtype) noexcept {
     case DType::int64: return "int64";
     case DType::uint16: return "uint16";
     case DType::uint32: return "uint32";
+    case DType::bfloat16: return "bfloat16";
   }
   return "?";
 }
 
 std::optional<DType> parse_dtype(std::string_view name) noexcept {
   for (DType d : {DType::float32, DType::float16, DType::uint8, DType::int32, DType::int64,
-                  DType::uint16, DType::uint32}) {
+                  DType::uint16, DType::uint32, DType::bfloat16}) {
     if (name == dtype_name(d)) return d;
   }
   return std::nullopt;
@@ -139,6 +144,10 @@ void Batch::reset() noexcept {
   reuse_fence = nullptr;
   error = nullptr;
   skipped = false;
+}
+
+const BatchLayout& BuildContext::change_layout(std::vector<TensorSpec> /*tensors*/) {
+  throw std::logic_error("change_layout: this build context cannot change the batch layout");
 }
 
 }  // namespace flowfeed

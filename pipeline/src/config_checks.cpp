@@ -80,6 +80,7 @@ std::string describe_value(const ParamValue& v) {
   if (const auto* s = std::get_if<std::string>(&v)) return quoted(*s);
   if (std::holds_alternative<std::vector<std::int64_t>>(v)) return "a list";
   if (std::holds_alternative<std::vector<std::string>>(v)) return "a list of strings";
+  if (std::holds_alternative<std::vector<double>>(v)) return "a list";
   return "nothing";
 }
 
@@ -138,6 +139,16 @@ bool check_value(const ParamValue& v, const ParamSpec& spec, const std::string& 
       for (std::size_t i = 0; i < list->size(); ++i) {
         ok = check_range(static_cast<double>((*list)[i]), spec,
                          path + "[" + std::to_string(i) + "]", where, problems) &&
+             ok;
+      }
+      return ok;
+    }
+    case ParamType::number_list: {
+      const auto* list = std::get_if<std::vector<double>>(&v);
+      if (!list) return mismatch("a list of numbers");
+      bool ok = true;
+      for (std::size_t i = 0; i < list->size(); ++i) {
+        ok = check_range((*list)[i], spec, path + "[" + std::to_string(i) + "]", where, problems) &&
              ok;
       }
       return ok;

@@ -95,6 +95,13 @@ std::string describe_schema(const Registry& registry) {
       if (const auto* l = std::get_if<std::vector<std::string>>(&p.default_value)) {
         os << ", default [" << detail::join(*l, ", ") << "]";
       }
+      if (const auto* l = std::get_if<std::vector<double>>(&p.default_value)) {
+        os << ", default [";
+        for (std::size_t i = 0; i < l->size(); ++i) {
+          os << (i ? ", " : "") << detail::format_number((*l)[i]);
+        }
+        os << "]";
+      }
       if (p.min || p.max) os << ", " << detail::range_text(p);
       if (!p.choices.empty()) os << ", one of " << detail::join(p.choices, "|");
       os << "): " << p.doc << "\n";

@@ -1,6 +1,13 @@
 #include "flowfeed/extend.hpp"
 
+#include "flowfeed/config.hpp"
+
 namespace flowfeed {
+
+const PipelineOptions& BuildContext::pipeline_options() const {
+  static const PipelineOptions defaults;
+  return defaults;
+}
 
 CallableNode::CallableNode(ProcessFn process, SetupFn setup)
     : process_(std::move(process)), setup_(std::move(setup)) {

@@ -96,6 +96,7 @@ Batch* PipelineImpl::next_batch(tbb::flow_control& fc) {
     throw std::logic_error("no free batch slot: the in-flight bound was broken");
   }
   b->seq = source_seq_++;
+  b->layout = &layout_;  // a transform may have pointed it at its own layout last time
   b->epoch = source_epoch_;
   b->index_in_epoch = source_index_;
   sampler_->batch_samples(source_order_, source_index_, b->samples);
@@ -112,7 +113,7 @@ void PipelineImpl::finish_batch(Batch* b) {
   if (!b->skipped) {
     // Only batches that reached a device buffer were uploaded (a resident run's batches carry only
     // indices).
-    if (b->device) bytes_.fetch_add(b->bytes(), std::memory_order_relaxed);
+    if (b->device) bytes_.fetch_add(upload_layout_->bytes(b->rows()), std::memory_order_relaxed);
     samples_.fetch_add(b->rows(), std::memory_order_relaxed);
   }
   recorder_.finish(*b);
@@ -308,6 +309,14 @@ tbb::flow::sender<Batch*>* PipelineImpl::wire_stages(tbb::flow::graph& g,
   return tail;
 }
 
+const BatchLayout* PipelineImpl::layout_into(std::size_t index) const {
+  if (index == 0) return &layout_;
+  // Each branch's first stage follows the last shared stage.
+  const bool branch_head =
+      branches_ > 1 && index >= branch_begin_ && (index - branch_begin_) % branch_len_ == 0;
+  return stages_[branch_head ? branch_begin_ - 1 : index - 1]->out_layout;
+}
+
 std::uint64_t PipelineImpl::branch_share(int branch, std::uint32_t epoch) const {
   const std::uint64_t n = static_cast<std::uint64_t>(branches_);
   const std::uint64_t b = static_cast<std::uint64_t>(branch);
@@ -369,7 +378,9 @@ void PipelineImpl::wire_branch(tbb::flow::graph& g, tbb::flow::sender<Batch*>* t
           const auto i = static_cast<std::size_t>(branch);
           branch_batches_[i].fetch_add(1, std::memory_order_relaxed);
           branch_samples_[i].fetch_add(b->rows(), std::memory_order_relaxed);
-          if (b->device) branch_bytes_[i].fetch_add(b->bytes(), std::memory_order_relaxed);
+          if (b->device) {
+            branch_bytes_[i].fetch_add(upload_layout_->bytes(b->rows()), std::memory_order_relaxed);
+          }
         }
         const std::uint32_t epoch = b->epoch;
         finish_batch(b);

@@ -180,6 +180,27 @@ ParamValue convert(const YAML::Node& value, const ParamSpec& spec, const std::st
       v = std::move(out);
       break;
     }
+    case ParamType::number_list: {
+      if (!value.IsSequence()) return expected(path, "a list of numbers", value);
+      std::vector<double> out;
+      bool ok = true;
+      for (std::size_t i = 0; i < value.size(); ++i) {
+        const YAML::Node item = value[i];
+        const std::string item_path = path + "[" + std::to_string(i) + "]";
+        double x;
+        if (!item.IsScalar() || !parse_number_text(item.Scalar(), &x)) {
+          expected(item_path, "a number", item);
+          ok = false;
+        } else if (check_range(x, spec, item_path, in.where(item_path, item.Mark()),
+                               in.problems())) {
+          out.push_back(x);
+        } else {
+          ok = false;
+        }
+      }
+      if (!ok) return {};
+      return out;
+    }
   }
   if (!check_value(v, spec, path, in.where(path, mark), in.problems())) return {};
   return v;

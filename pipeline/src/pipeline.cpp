@@ -24,7 +24,7 @@ namespace {
 
 class Context final : public BuildContext {
  public:
-  Context(PipelineImpl& impl, const Stage& stage) : impl_(impl), stage_(stage) {}
+  Context(PipelineImpl& impl, Stage& stage) : impl_(impl), stage_(stage) {}
   const NodeSpec& spec() const override { return stage_.spec; }
   Backend backend() const override { return impl_.config_.backend; }
   int device_id() const override {
@@ -34,7 +34,16 @@ class Context final : public BuildContext {
   int replica() const override { return std::max(stage_.branch, 0); }
   std::size_t batch_size() const override { return impl_.layout_.batch_size(); }
   int prefetch_depth() const override { return impl_.config_.pipeline.prefetch_depth; }
-  const BatchLayout& layout() const override { return impl_.layout_; }
+  const BatchLayout& layout() const override { return *stage_.layout; }
+  const BatchLayout& change_layout(std::vector<TensorSpec> tensors) override {
+    if (stage_.spec.role != Role::transform || stage_.out_layout != stage_.layout) {
+      throw std::logic_error("change_layout: only a transform may change the layout, once");
+    }
+    impl_.changed_layouts_.push_back(
+        std::make_unique<BatchLayout>(std::move(tensors), impl_.layout_.batch_size()));
+    stage_.out_layout = impl_.changed_layouts_.back().get();
+    return *stage_.out_layout;
+  }
   const LoaderNode& loader() const override { return *impl_.loader_; }
   int threads() const override { return arena_threads(impl_.config_); }
   bool after_staging() const override {
@@ -90,6 +99,7 @@ class Context final : public BuildContext {
   int epochs() const override { return impl_.config_.pipeline.epochs; }
   const std::atomic<bool>& cancelled() const override { return impl_.cancel_; }
   const SamplerOptions& sampler_options() const override { return impl_.config_.sampler; }
+  const PipelineOptions& pipeline_options() const override { return impl_.config_.pipeline; }
   Gauge& gauge(const std::string& name) override {
     for (auto& g : impl_.gauges_) {
       if (g.first == name) return *g.second;
@@ -100,7 +110,7 @@ class Context final : public BuildContext {
 
  private:
   PipelineImpl& impl_;
-  const Stage& stage_;
+  Stage& stage_;
 };
 
 std::string where_declared(const NodeSpec& spec) {
@@ -177,6 +187,8 @@ PipelineImpl::PipelineImpl(PipelineConfig config, const Registry& registry)
                            ? registry.device_free_memory(config_.pipeline.device_id)
                            : std::nullopt));
   auto setup = [this](Stage& stage) {
+    stage.layout = stage.out_layout = layout_into(stage.index);
+    if (stage.spec.role == Role::upload && stage.branch <= 0) upload_layout_ = stage.layout;
     Context context(*this, stage);
     try {
       stage.node->setup(context);

@@ -211,11 +211,10 @@ RunReport PipelineImpl::run(const RunOptions& options) {
   report.threads = threads;
   const double train_busy = report.nodes.back().busy_seconds;
   report.train.stall_fraction = seconds > 0 ? std::max(0.0, 1.0 - train_busy / seconds) : 0;
+  report.warnings = warnings_;  // before finish(): a node may add its own (a dropped sample)
   for (auto& s : stages_) s->node->finish(report);
   if (branches_ > 1) fill_branch_report(report, seconds);
   recorder_.fill(report);
-  // Skipped batches first, then what nodes noted in finish() (e.g. an I/O fallback).
-  report.warnings.insert(report.warnings.begin(), warnings_.begin(), warnings_.end());
   return report;
 }
 

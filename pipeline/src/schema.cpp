@@ -12,6 +12,7 @@ const char* param_type_name(ParamType type) noexcept {
     case ParamType::string: return "string";
     case ParamType::int_list: return "list of int";
     case ParamType::string_list: return "string or list of strings";
+    case ParamType::number_list: return "list of number";
   }
   return "?";
 }
@@ -59,6 +60,13 @@ ParamSpec& Schema::add_int_list(std::string name, std::string doc,
 ParamSpec& Schema::add_string_list(std::string name, std::string doc,
                                    std::optional<std::vector<std::string>> def) {
   ParamSpec s{std::move(name), ParamType::string_list, {}, false, {}, {}, {}, std::move(doc)};
+  if (def) s.default_value = *def;
+  return add(std::move(s));
+}
+
+ParamSpec& Schema::add_number_list(std::string name, std::string doc,
+                                   std::optional<std::vector<double>> def) {
+  ParamSpec s{std::move(name), ParamType::number_list, {}, false, {}, {}, {}, std::move(doc)};
   if (def) s.default_value = *def;
   return add(std::move(s));
 }
@@ -117,6 +125,9 @@ std::vector<std::string> Params::get_string_list(const std::string& name) const 
   const ParamValue& v = at(name);
   if (const auto* s = std::get_if<std::string>(&v)) return {*s};
   return get_as<std::vector<std::string>>(v, name, "string or list of strings");
+}
+const std::vector<double>& Params::get_number_list(const std::string& name) const {
+  return get_as<std::vector<double>>(at(name), name, "list of number");
 }
 SourceLoc Params::loc(const std::string& name) const {
   auto it = locs_.find(name);

@@ -147,11 +147,13 @@ RunReport SessionState::make_report(double seconds, bool complete, bool interrup
   const double waited = static_cast<double>(wait_ns) * 1e-9;
   report.train.stall_fraction = seconds > 0 ? std::min(1.0, waited / seconds) : 0;
   report.extra["caller_wait_seconds"] = waited;
+  {
+    std::lock_guard<std::mutex> lock(const_cast<PipelineImpl&>(p).warn_mutex_);
+    report.warnings = p.warnings_;  // before finish(): a node may add its own (a dropped sample)
+  }
   if (complete) {
     for (auto& s : p.stages_) s->node->finish(report);
   }
-  std::lock_guard<std::mutex> lock(const_cast<PipelineImpl&>(p).warn_mutex_);
-  report.warnings.insert(report.warnings.begin(), p.warnings_.begin(), p.warnings_.end());
   return report;
 }
 

@@ -3,6 +3,7 @@
 #include <expat.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -214,6 +215,43 @@ TEST(PipelineBench, CudaScenarioWithoutAGpuSaysSoAndExitsThree) {
 
 namespace {
 
+// JPEG shards from scripts/make_image_shards.py through configs/images.yaml (on the host types
+// here): a row per thread count against the one-thread decode rate times the threads, and the
+// bytes that were uploaded are the uint8 images, not the floats normalize makes of them.
+TEST(PipelineBench, ImagesQuickRunsTheImagesConfigPerThreadCount) {
+  const fs::path dir = fs::temp_directory_path() / "pipeline_bench_images";
+  fs::remove_all(dir);
+  std::string made;
+  const char* python = std::getenv("FLOWFEED_PYTHON");
+  ASSERT_EQ(run_shell(std::string(python && *python ? python : FLOWFEED_PYTHON) + " " +
+                          FLOWFEED_SOURCE_DIR +
+                          "/scripts/make_image_shards.py --count 8 --per-shard 5 "
+                          "--min-side 120 --max-side 160 --out " +
+                          dir.string() + " 2>&1",
+                      &made),
+            0)
+      << made;
+  const BenchRun r =
+      run_bench("images --quick --threads 1 2 --shards '" + dir.string() + "/*.tar'", "images");
+  ASSERT_EQ(r.code, 0) << r.output;
+  expect_row(r, "images.threads_1", "images/s");
+  expect_row(r, "images.threads_2", "images/s");
+  const nlohmann::json& d = r.json.at("scenarios").at("images");
+  EXPECT_EQ(d.at("samples"), 8);
+  EXPECT_EQ(d.at("shards"), 2);
+  EXPECT_EQ(d.at("decode").at("images"), 8);
+  const double one = d.at("decode").at("images_per_second").get<double>();
+  ASSERT_EQ(d.at("runs").size(), 2u);
+  for (const auto& run : d.at("runs")) {
+    EXPECT_EQ(run.at("samples"), 8);
+    EXPECT_EQ(run.at("allocations_after_build"), 0);
+    // Two batches of 4: x uint8 [224, 224, 3], then y int32 at the next 256-byte boundary.
+    EXPECT_EQ(run.at("bytes_uploaded"), 2 * (4 * 224 * 224 * 3 + 4 * 4));
+    EXPECT_DOUBLE_EQ(run.at("decode_ceiling").get<double>(), one * run.at("threads").get<int>());
+  }
+  fs::remove_all(dir);
+}
+
 TEST(PipelineBench, AllWithoutAGpuRunsTheHostScenariosAndSaysWhatItSkipped) {
   if (gpu_visible()) GTEST_SKIP() << "a GPU is visible: `all` runs every scenario";
   const fs::path svg = fs::temp_directory_path() / "pipeline_bench_all_test.svg";
@@ -235,7 +273,7 @@ TEST(PipelineBench, AllWithoutAGpuRunsTheHostScenariosAndSaysWhatItSkipped) {
         << r.output;
   }
   EXPECT_EQ(skipped, (std::vector<std::string>{"naive", "small_batches", "bandwidth",
-                                               "resident_vs_streamed"}));
+                                               "resident_vs_streamed", "images"}));
 }
 
 }  // namespace

@@ -21,7 +21,7 @@ class Recorder;
 }  // namespace detail
 
 /// Element type of a tensor. uint16 and uint32 carry token ids at their on-disk width.
-enum class DType : std::uint8_t { float32, float16, uint8, int32, int64, uint16, uint32 };
+enum class DType : std::uint8_t { float32, float16, uint8, int32, int64, uint16, uint32, bfloat16 };
 
 /// Bytes per element.
 std::size_t dtype_size(DType dtype) noexcept;

@@ -60,6 +60,8 @@ class ParamArg {
   ParamArg(std::vector<std::int64_t> value) : value_(std::move(value)) {}
   /// A list-of-int parameter written in place: `{28, 28}`.
   ParamArg(std::initializer_list<std::int64_t> value) : value_(std::vector<std::int64_t>(value)) {}
+  /// A list-of-number parameter: `std::vector<double>{0.5, 0.25}`.
+  ParamArg(std::vector<double> value) : value_(std::move(value)) {}
 
   /// The value as the schema checks it.
   const ParamValue& value() const noexcept { return value_; }

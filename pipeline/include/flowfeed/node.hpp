@@ -29,6 +29,7 @@ const char* role_name(Role role) noexcept;
 enum class Backend { host, cuda };
 
 struct SamplerOptions;
+struct PipelineOptions;
 
 /// One node as declared in a config (or built in C++).
 struct NodeSpec {
@@ -102,6 +103,13 @@ class BuildContext {
   virtual BufferPool& make_fill_pool(const std::string& name) {
     return make_batch_pool(name, MemoryKind::pageable, layout().capacity(), Allocator::host());
   }
+  /// For a transform whose output tensors differ from its input (uint8 `x` in, float32 `x` out,
+  /// written into a pool of its own): declares the layout its batches leave with and returns it,
+  /// owned by the pipeline and valid as long as the pipeline. The nodes after this one get it
+  /// from layout() (and size their pools from it); this node points `batch.layout` at it in
+  /// process(), after moving its output buffer into the batch. The batch size stays the same.
+  /// Call at most once, from setup(); anything but a transform gets std::logic_error.
+  virtual const BatchLayout& change_layout(std::vector<TensorSpec> tensors);
   /// Creates a pool owned by the pipeline, of `count` buffers of `bytes` each. For the buffers a
   /// batch carries (one per batch in flight) use make_batch_pool() instead. The pool's
   /// `count × bytes` are first claimed against the memory the machine offers (see
@@ -130,6 +138,10 @@ class BuildContext {
   /// The sampler's options: with the loader's size and batch_size() they give every epoch's order
   /// (flowfeed::Sampler), e.g. for a train node that holds the whole data set (resident mode).
   virtual const SamplerOptions& sampler_options() const = 0;
+  /// The `pipeline:` section as validated (config.hpp), e.g. `on_error` and `max_skipped` for a
+  /// loader that drops a bad sample from its batch instead of failing the whole batch. The default
+  /// implementation returns the defaults (`on_error: fail`).
+  virtual const PipelineOptions& pipeline_options() const;
   /// A live figure called `name` (e.g. "loss") that the progress display shows while the pipeline
   /// runs; the same name gives the same gauge. It lives as long as the pipeline. The default
   /// implementation returns a gauge nobody reads.

@@ -14,13 +14,15 @@
 namespace flowfeed {
 
 /// The type of a parameter.
-enum class ParamType { boolean, integer, number, string, int_list, string_list };
-/// "bool", "int", "number", "string", "list of int" or "string or list of strings".
+enum class ParamType { boolean, integer, number, string, int_list, string_list, number_list };
+/// "bool", "int", "number", "string", "list of int", "string or list of strings" or "list of
+/// number".
 const char* param_type_name(ParamType type) noexcept;
 
 /// A parameter's value: one of the ParamType alternatives (monostate = unset).
 using ParamValue = std::variant<std::monostate, bool, std::int64_t, double, std::string,
-                                std::vector<std::int64_t>, std::vector<std::string>>;
+                                std::vector<std::int64_t>, std::vector<std::string>,
+                                std::vector<double>>;
 
 /// The declaration of one parameter: its name, type, default, allowed range or choices and doc.
 struct ParamSpec {
@@ -28,7 +30,7 @@ struct ParamSpec {
   ParamType type = ParamType::integer;  ///< what a value must be
   ParamValue default_value;  ///< monostate: no default (the param is optional unless `required`)
   bool required = false;     ///< a config that leaves it out is an error
-  std::optional<double> min, max;    ///< inclusive range for int/number (and for int_list items)
+  std::optional<double> min, max;    ///< inclusive range for int/number (and for list items)
   std::vector<std::string> choices;  ///< allowed values for a string; empty = any
   std::string doc;  ///< one line for users; also the "why" of a missing required key
 
@@ -78,6 +80,9 @@ class Schema {
   /// single string reads as a list of one.
   ParamSpec& add_string_list(std::string name, std::string doc,
                              std::optional<std::vector<std::string>> def = std::nullopt);
+  /// Declares a list-of-number param (`range` bounds each item; YAML ints are accepted).
+  ParamSpec& add_number_list(std::string name, std::string doc,
+                             std::optional<std::vector<double>> def = std::nullopt);
 
   /// Every declared param, in declaration order.
   const std::vector<ParamSpec>& params() const noexcept { return params_; }
@@ -110,6 +115,8 @@ class Params {
   const std::vector<std::int64_t>& get_int_list(const std::string& name) const;
   /// The strings of a string-list param (a single string gives a list of one).
   std::vector<std::string> get_string_list(const std::string& name) const;
+  /// The list-of-number value of `name`.
+  const std::vector<double>& get_number_list(const std::string& name) const;
   /// Where the value was written (the PipelineBuilder call for C++; empty file for a default).
   SourceLoc loc(const std::string& name) const;
   /// Every value by name.

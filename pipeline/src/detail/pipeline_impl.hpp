@@ -42,6 +42,10 @@ struct Stage {
   std::size_t index = 0;  // in chain order
   int device = -1;        // the branch's device; -1: a shared stage (before the upload node)
   int branch = -1;        // which `pipeline.devices` branch; -1: shared
+  // The layout batches have when they reach this stage, and when they leave it (another one only
+  // after BuildContext::change_layout).
+  const BatchLayout* layout = nullptr;
+  const BatchLayout* out_layout = nullptr;
   std::atomic<std::uint64_t> items{0};
   std::atomic<std::uint64_t> busy_ns{0};
   std::atomic<std::uint64_t> failures{0};
@@ -137,6 +141,8 @@ class PipelineImpl {
   void wire_branch(tbb::flow::graph& g, tbb::flow::sender<Batch*>* tail, std::size_t begin,
                    std::size_t last, int branch, tbb::flow::limiter_node<Batch*, int>& limiter,
                    Wiring& wiring);
+  /// The layout of the batches stage `index` receives: its predecessor's output layout.
+  const BatchLayout* layout_into(std::size_t index) const;
   /// Batches of `epoch` that branch `branch` takes (seq % branches_ == branch; all with one).
   std::uint64_t branch_share(int branch, std::uint32_t epoch) const;
   /// Counts a finished batch of `epoch` for branch `branch`'s train node and runs its end_epoch()
@@ -168,6 +174,10 @@ class PipelineImpl {
   LoaderNode* loader_ = nullptr;
   BatchLayout layout_;
   std::optional<MemoryBudget> budget_;  ///< what pools and data sets claimed, during the build
+  // Layouts made by BuildContext::change_layout, and the one batches have at the upload node (what
+  // bytes_uploaded counts).
+  std::vector<std::unique_ptr<BatchLayout>> changed_layouts_;
+  const BatchLayout* upload_layout_ = &layout_;
   std::unique_ptr<Sampler> sampler_;
   std::vector<std::unique_ptr<BufferPool>> pools_;
   // The memory of the node after the loader that takes its batches without a copy, and the

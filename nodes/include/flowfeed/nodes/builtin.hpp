@@ -7,21 +7,24 @@
 
 namespace flowfeed {
 
-/// Every built-in type: load, staging, upload and train families, and the CUDA family (real types
-/// when built with CUDA, placeholders that fail validation otherwise).
+/// Every built-in type: load, transform, staging, upload and train families, and the CUDA family
+/// (real types when built with CUDA, placeholders that fail validation otherwise).
 void register_builtin_nodes(Registry& registry);
 /// A registry holding every built-in type (register_builtin_nodes on an empty one).
 Registry builtin_registry();
 
 /// `synthetic`, `memory`, `idx`, `npy`.
 void register_load_nodes(Registry& registry);
+/// `normalize`.
+void register_transform_nodes(Registry& registry);
 /// `host_staging`.
 void register_staging_nodes(Registry& registry);
 /// `host_upload`.
 void register_upload_nodes(Registry& registry);
 /// `checksum`, `sleep`, `discard`, `mlp`.
 void register_train_nodes(Registry& registry);
-/// `pinned_staging`, `cuda_upload`, `device_checksum`, `device_discard`, the device probe, and a
+/// `pinned_staging`, `cuda_upload`, `device_normalize`, `device_checksum`, `device_discard`, the
+/// device probe, and a
 /// `memory` loader that page-locks its data set; in a build without CUDA, the placeholders below.
 void register_cuda_nodes(Registry& registry);
 /// Placeholders for the CUDA types (in every build): the names exist and fail validation with

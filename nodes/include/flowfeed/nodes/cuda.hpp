@@ -10,6 +10,7 @@
 #include <string>
 
 #include "flowfeed/node.hpp"
+#include "flowfeed/nodes/normalize.hpp"
 #include "flowfeed/pool.hpp"
 
 namespace flowfeed {
@@ -63,6 +64,14 @@ std::unique_ptr<Node> make_pinned_staging(PinnedStagingOptions options = {});
 /// device buffer its stream waits on that buffer's reuse event, which the consumer records.
 /// Batches that arrive in pageable memory go through its bounce buffers (CudaUploadOptions).
 std::unique_ptr<AsynchronousNode> make_cuda_upload(CudaUploadOptions options = {});
+
+/// `device_normalize`: the CUDA `normalize` (normalize.hpp). It follows cuda_upload: its own
+/// non-blocking stream waits on the batch's ready event, one kernel writes the converted tensor
+/// (and copies the others) into a buffer of its device pool (prefetch_depth buffers), the upload's
+/// reuse event is recorded after the kernel, and the batch leaves with the new buffer, this node's
+/// ready and reuse events (one per buffer), `upload_stream` = its stream, `upload_order` counting
+/// its launches, and no reuse fence.
+std::unique_ptr<Node> make_device_normalize(NormalizeOptions options = {});
 
 /// `device_checksum`: verifies on the GPU that every byte of x and y equals the synthetic formula,
 /// and on the host that batches arrive in order and each sample once per epoch. An asynchronous

@@ -1,0 +1,63 @@
+#pragma once
+/// \file
+/// The `webdataset` loader: images and labels from WebDataset tar shards, decoded (TurboJPEG,
+/// libpng) and cropped/resized/flipped into fixed-size uint8 tensors on the graph's workers; and
+/// the `random_flip` host transform. docs/IMAGES.md describes both.
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "flowfeed/node.hpp"
+
+namespace flowfeed {
+
+class Registry;
+
+/// How the loader picks the region of each image that becomes the output.
+enum class ImageCrop {
+  random_resized,  ///< torchvision's RandomResizedCrop(scale, ratio): training
+  center,          ///< Resize(shorter side to `resize`) + CenterCrop: evaluation
+};
+
+/// A member delivered as its raw bytes (e.g. `json`, `txt`, `npy`): tensor `<field>` uint8
+/// [max_bytes], zero-padded, and `<field>_len` int32 [] with the member's size. A batch has one
+/// fixed layout, so the field has a maximum size; a larger member makes its sample bad.
+struct BytesField {
+  std::string field;          ///< the extension after the key, e.g. "json"
+  std::size_t max_bytes = 0;  ///< the tensor's size per sample
+};
+
+/// Options of the `webdataset` loader (the params of its schema).
+struct WebDatasetOptions {
+  /// Shard paths: a comma- or space-separated list of paths and globs; `{000..009}` and `{a,b}`
+  /// braces expand as in WebDataset URLs. Together they are one data set, in the order listed
+  /// (each glob sorted).
+  std::string shards;
+  int height = 224;  ///< output rows
+  int width = 224;   ///< output columns
+  int channels = 3;  ///< 3: RGB, 1: gray (BT.601 luma)
+  bool chw = false;  ///< `layout: chw` ([C, H, W]); else hwc ([H, W, C])
+  ImageCrop crop = ImageCrop::random_resized;
+  double scale_min = 0.08;  ///< random_resized: area fraction range
+  double scale_max = 1.0;
+  double ratio_min = 3.0 / 4.0;  ///< random_resized: aspect ratio (w / h) range
+  double ratio_max = 4.0 / 3.0;
+  int resize = 0;           ///< center: the shorter side before the crop; 0: max(H, W) / 0.875
+  double flip = 0;          ///< probability of a left-right flip
+  std::uint64_t seed = 0;   ///< seeds the crops and flips with (epoch, sample index)
+  bool dct_scaling = true;  ///< decode JPEGs at a reduced size when the crop allows
+  int num_classes = 0;      ///< when > 0, labels must be in [0, num_classes)
+  bool parallel = true;     ///< decode a batch's samples in parallel (tbb::parallel_for)
+  std::vector<BytesField> bytes_fields;  ///< tensors after x and y, in this order (at most 8)
+};
+
+/// Registers `webdataset` (load) and `random_flip` (transform).
+void register_webdataset(Registry& registry);
+
+/// Expands a `shards` string (see WebDatasetOptions::shards) into paths. Throws DataError when a
+/// glob matches nothing or the list is empty.
+std::vector<std::string> expand_shards(const std::string& shards);
+
+}  // namespace flowfeed

@@ -1,0 +1,82 @@
+#pragma once
+/// \file
+/// The `webdataset` loader node (flowfeed/nodes/webdataset.hpp has its options).
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "flowfeed/nodes/webdataset.hpp"
+#include "image_decode.hpp"
+#include "webdataset_index.hpp"
+
+namespace flowfeed {
+
+class BufferPool;
+struct DecodeWorkers;  // per-thread decoders and scratch
+
+/// Reads each sample's image and label with pread, decodes the image straight into its crop
+/// (ImageDecoder) and stores it as `x` uint8 [H, W, C] or [C, H, W] with `y` int32 []. A batch's
+/// samples decode in parallel on the pipeline's workers. Under `on_error: skip` a bad sample is
+/// dropped from its batch (which goes on shorter); otherwise it fails the batch with a DataError
+/// naming shard, member, offset and reason.
+class WebDatasetLoader final : public LoaderNode {
+ public:
+  /// Expands the shards and reads their headers into the sample index (DataError on a damaged
+  /// tar or a missing file).
+  explicit WebDatasetLoader(WebDatasetOptions options);
+  ~WebDatasetLoader() override;
+  /// Options from validated params; ConfigError for values that contradict each other.
+  static WebDatasetOptions options_from(const NodeSpec& spec);
+
+  void setup(BuildContext& context) override;
+  void begin_run() override;
+  void process(Batch& batch) override;
+  void finish(RunReport& report) override;
+  std::size_t size() const override { return index_.samples().size(); }
+  std::vector<TensorSpec> sample_tensors() const override;
+
+  const WebDatasetIndex& index() const noexcept { return index_; }
+
+ private:
+  struct Failure {
+    std::size_t row;
+    std::string message;
+    bool data_error;
+  };
+  /// Where one row of a batch goes: x, y, and each bytes field's bytes and length.
+  struct RowTargets {
+    std::uint8_t* x;
+    std::int32_t* y;
+    std::array<std::uint8_t*, 8> field;
+    std::array<std::int32_t*, 8> field_len;
+  };
+  /// Decodes sample `sample` of `epoch` into `row` of `batch`. Throws DataError with the
+  /// sample's place and the reason.
+  void load_sample(std::uint32_t sample, std::uint32_t epoch, const RowTargets& row);
+  void read_fields(std::uint32_t sample, const RowTargets& row) const;
+  std::int32_t parse_label(const ShardSample& s, const std::uint8_t* bytes) const;
+  /// Drops the failed rows from the batch (under skip), moving later rows down.
+  void drop_rows(Batch& batch, std::vector<Failure>& failures);
+  void read_exact(const ShardSample& s, std::uint64_t offset, std::size_t bytes,
+                  std::uint8_t* dst) const;
+
+  WebDatasetOptions options_;
+  WebDatasetIndex index_;
+  std::vector<int> fds_;
+  DecodeTarget target_;
+  std::size_t sample_bytes_ = 0;
+  BufferPool* pool_ = nullptr;
+  bool skip_ = false;
+  int max_skipped_ = 0;
+  std::unique_ptr<DecodeWorkers> workers_;
+  std::atomic<std::uint64_t> dropped_{0};
+  std::mutex warn_mutex_;
+  std::vector<std::string> warnings_;
+};
+
+}  // namespace flowfeed

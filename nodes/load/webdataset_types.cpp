@@ -1,0 +1,138 @@
+// Registers the `webdataset` loader and the `random_flip` host transform.
+#include <fmt/format.h>
+
+#include "flowfeed/registry.hpp"
+#include "image_augment.hpp"
+#include "webdataset_loader.hpp"
+
+namespace flowfeed {
+
+namespace {
+
+/// Flips each uint8 image of a batch left-right with probability `p`, the choice drawn from
+/// (seed, epoch, sample index) exactly as the loader's `flip` draws it. Runs in place on the
+/// batch's newest host tier, at node concurrency.
+class RandomFlip final : public Node {
+ public:
+  explicit RandomFlip(const NodeSpec& spec)
+      : spec_(spec),
+        p_(spec.params.get_number("p")),
+        seed_(static_cast<std::uint64_t>(spec.params.get_int("seed"))),
+        chw_(spec.params.get_string("layout") == "chw") {}
+
+  void setup(BuildContext& context) override {
+    const BatchLayout& layout = context.layout();
+    const std::string& name = spec_.params.get_string("tensor");
+    const int index = layout.find(name);
+    const std::string where =
+        fmt::format("{}: nodes.{}.params.tensor", spec_.loc.str(), spec_.name);
+    if (index < 0) {
+      throw ConfigError({fmt::format("{}: the loader gives no tensor '{}'", where, name)});
+    }
+    const TensorSpec& t = layout.tensors()[static_cast<std::size_t>(index)];
+    if (t.dtype != DType::uint8 || (t.shape.size() != 2 && t.shape.size() != 3)) {
+      throw ConfigError({fmt::format(
+          "{}: '{}' is {} with {} dimensions; random_flip takes uint8 images [H, W], [H, W, C] "
+          "or [C, H, W]",
+          where, name, dtype_name(t.dtype), t.shape.size())});
+    }
+    index_ = static_cast<std::size_t>(index);
+    if (t.shape.size() == 2) {
+      height_ = static_cast<int>(t.shape[0]);
+      width_ = static_cast<int>(t.shape[1]);
+      channels_ = 1;
+    } else if (chw_) {
+      channels_ = static_cast<int>(t.shape[0]);
+      height_ = static_cast<int>(t.shape[1]);
+      width_ = static_cast<int>(t.shape[2]);
+    } else {
+      height_ = static_cast<int>(t.shape[0]);
+      width_ = static_cast<int>(t.shape[1]);
+      channels_ = static_cast<int>(t.shape[2]);
+    }
+    sample_bytes_ = t.sample_bytes();
+  }
+
+  void process(Batch& batch) override {
+    auto* images = reinterpret_cast<std::uint8_t*>(batch.tensor(batch.newest_tier(), index_));
+    for (std::size_t row = 0; row < batch.rows(); ++row) {
+      if (flip_choice(seed_, batch.epoch, batch.samples[row], p_)) {
+        flip_in_place(images + row * sample_bytes_, width_, height_, channels_, chw_);
+      }
+    }
+  }
+
+ private:
+  NodeSpec spec_;
+  double p_;
+  std::uint64_t seed_;
+  bool chw_;
+  std::size_t index_ = 0;
+  std::size_t sample_bytes_ = 0;
+  int width_ = 0, height_ = 0, channels_ = 1;
+};
+
+}  // namespace
+
+void register_webdataset(Registry& registry) {
+  NodeType t;
+  t.name = "webdataset";
+  t.role = Role::load;
+  t.doc =
+      "WebDataset tar shards: .jpg/.jpeg/.png images decoded (TurboJPEG with DCT scaling, "
+      "libpng) into a random resized or center crop, x uint8 [H, W, C] or [C, H, W], y int32 "
+      "from .cls";
+  Schema& s = t.schema;
+  s.add_string("shards",
+               "tar shards: paths and globs, comma- or space-separated; {000..009} and "
+               "{a,b} expand")
+      .make_required();
+  s.add_int("height", "output rows", 224).range(1, 16384);
+  s.add_int("width", "output columns", 224).range(1, 16384);
+  s.add_int("channels", "3: RGB, 1: gray", 3).range(1, 3);
+  s.add_string("layout", "x as [H, W, C] (hwc) or [C, H, W] (chw)", std::string("hwc"))
+      .one_of({"hwc", "chw"});
+  s.add_string("crop", "random_resized (training) or center (Resize + CenterCrop)",
+               std::string("random_resized"))
+      .one_of({"random_resized", "center"});
+  s.add_number("scale_min", "random_resized: smallest area fraction of the crop", 0.08)
+      .range(1e-6, 1);
+  s.add_number("scale_max", "random_resized: largest area fraction of the crop", 1.0)
+      .range(1e-6, 1);
+  s.add_number("ratio_min", "random_resized: smallest aspect ratio (width / height)", 3.0 / 4.0)
+      .range(1e-3, 1e3);
+  s.add_number("ratio_max", "random_resized: largest aspect ratio (width / height)", 4.0 / 3.0)
+      .range(1e-3, 1e3);
+  s.add_int("resize", "center: the shorter side before the crop (0: max(height, width) / 0.875)", 0)
+      .range(0, 65536);
+  s.add_number("flip", "probability of a left-right flip", 0.0).range(0, 1);
+  s.add_int("seed", "seeds crops and flips together with (epoch, sample index)", 0).at_least(0);
+  s.add_bool("dct_scaling", "decode a JPEG at 1/2, 1/4 or 1/8 size when its crop allows", true);
+  s.add_int("num_classes", "when > 0, labels must be in [0, num_classes)", 0)
+      .range(0, 2147483647.0);
+  s.add_bool("parallel", "decode a batch's samples in parallel on the pipeline's threads", true);
+  s.add_string("bytes_fields",
+               "members delivered as bytes, 'json:4096, txt:256': tensors json uint8 [4096] "
+               "(zero-padded) and json_len int32 each",
+               std::string(""));
+  t.create = [](const NodeSpec& spec) {
+    return std::make_unique<WebDatasetLoader>(WebDatasetLoader::options_from(spec));
+  };
+  registry.set(std::move(t));
+
+  NodeType f;
+  f.name = "random_flip";
+  f.role = Role::transform;
+  f.backend = TypeBackend::host;
+  f.doc = "flips uint8 images left-right with probability p, seeded by (seed, epoch, sample)";
+  f.schema.add_number("p", "probability of a flip", 0.5).range(0, 1);
+  f.schema.add_int("seed", "the same seed as a loader's flip gives the same choices", 0)
+      .at_least(0);
+  f.schema.add_string("layout", "the tensor's layout when it has 3 dimensions", std::string("hwc"))
+      .one_of({"hwc", "chw"});
+  f.schema.add_string("tensor", "the image tensor", std::string("x"));
+  f.create = [](const NodeSpec& spec) { return std::make_unique<RandomFlip>(spec); };
+  registry.set(std::move(f));
+}
+
+}  // namespace flowfeed

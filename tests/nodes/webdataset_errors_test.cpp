@@ -1,0 +1,177 @@
+// The webdataset loader's bad input: every corruption class with its full message, at build or
+// for its batch, on_error: skip dropping exactly the bad samples, and contradictory params.
+#include <sstream>
+#include <tuple>
+
+#include "flowfeed/session.hpp"
+#include "tests/nodes/webdataset_fixture.hpp"
+
+namespace flowfeed {
+namespace {
+
+using namespace webdataset_testing;
+
+TEST(WebDatasetErrors, TruncatedTarFailsTheBuildWithItsOffset) {
+  const Shards& s = corrupt();
+  const std::string tar = s.file("truncated.tar");
+  EXPECT_EQ(build_error(chain(tar, "")),
+            fmt::format("{}: {}: truncated tar: the file ends 100 bytes into the header block at "
+                        "offset {} (a header is 512 bytes; was the shard cut short while it was "
+                        "written or copied?)",
+                        kLoad, tar, header_of("whole", 3)));
+}
+
+TEST(WebDatasetErrors, MemberCutShortFailsTheBuildUnlessSkipped) {
+  const Shards& s = corrupt();
+  const std::string tar = s.file("cut_short.tar");
+  EXPECT_EQ(build_error(chain(tar, "")),
+            fmt::format("{}: {}: sample 's003' (member 's003.jpg' at offset {}): the member is cut "
+                        "short (the shard ends before the size its header declares) (set "
+                        "pipeline.on_error: skip to drop such samples)",
+                        kLoad, tar, header_of("whole", 3)));
+  Outcome r = run(chain(tar, "", ", on_error: skip, max_skipped: 1"));
+  EXPECT_EQ(r.report.samples, 3u);
+  EXPECT_EQ(r.report.skipped_samples, 1u);
+}
+
+TEST(WebDatasetErrors, SampleWithoutLabelFailsTheBuild) {
+  const Shards& s = corrupt();
+  const std::string tar = s.file("no_label.tar");
+  EXPECT_EQ(build_error(chain(tar, "")),
+            fmt::format("{}: {}: sample 's002' (member 's002.jpg' at offset {}): no label member "
+                        "(.cls) (set pipeline.on_error: skip to drop such samples)",
+                        kLoad, tar, header_of("no_label", 2)));
+}
+
+TEST(WebDatasetErrors, UndecodableImagesFailTheirBatchNamingShardMemberAndOffset) {
+  const Shards& s = corrupt();
+  const std::string text = s.file("not_image.tar");
+  EXPECT_EQ(run_error(chain(text, "")),
+            fmt::format("{} batch 0 (epoch 0): {}: sample 's002' (member 's002.jpg' at offset "
+                        "{}): not a decodable JPEG (Not a JPEG file: starts with 0x68 0x65)",
+                        kLoad, text, header_of("not_image", 2)));
+  const std::string empty = s.file("zero_byte.tar");
+  EXPECT_EQ(run_error(chain(empty, "")),
+            fmt::format("{} batch 0 (epoch 0): {}: sample 's002' (member 's002.jpg' at offset "
+                        "{}): empty image (0 bytes)",
+                        kLoad, empty, header_of("zero_byte", 2)));
+  const std::string label = s.file("bad_label.tar");
+  EXPECT_EQ(run_error(chain(label, "")),
+            fmt::format("{} batch 0 (epoch 0): {}: sample 's002' (member 's002.jpg' at offset "
+                        "{}): label 'two' in its .cls member is not an integer",
+                        kLoad, label, header_of("bad_label", 2)));
+  EXPECT_EQ(run_error(chain(s.file("whole.tar"), ", num_classes: 3")),
+            fmt::format("{} batch 0 (epoch 0): {}: sample 's003' (member 's003.jpg' at offset "
+                        "{}): label 3 is out of range [0, 3)",
+                        kLoad, s.file("whole.tar"), header_of("whole", 3)));
+}
+
+TEST(WebDatasetErrors, SkipDropsExactlyTheBadSamplesAndNamesThem) {
+  const Shards& s = corrupt();
+  const std::string tar = s.file("mixed.tar");
+  Outcome r = run(chain(tar, "", ", epochs: 2, batch_size: 5, on_error: skip, max_skipped: 6"), 2);
+  EXPECT_EQ(r.report.samples, 20u);
+  EXPECT_EQ(r.report.skipped_samples, 6u);
+  EXPECT_EQ(r.report.skipped_batches, 0u);
+  // Every good sample arrives with its own label; the bad ones (3, 7, 11) never do.
+  const Json& m = s.manifest()["mixed"];
+  for (const auto& [key, bytes] : r.x) {
+    EXPECT_NE(key.second, 3u);
+    EXPECT_NE(key.second, 7u);
+    EXPECT_NE(key.second, 11u);
+    EXPECT_EQ(r.y.at(key.second), m[key.second]["label"].get<int>());
+  }
+  // Batch 0 holds samples 0-4 less sample 3; the labels moved down with their images.
+  EXPECT_EQ(r.seen->samples[0], (std::vector<std::uint32_t>{0, 1, 2, 4}));
+  EXPECT_EQ(r.seen->y[0], (std::vector<std::int32_t>{0, 1, 2, 3}));
+  ASSERT_EQ(r.report.warnings.size(), 6u);
+  EXPECT_EQ(r.report.warnings[0],
+            fmt::format("skipped: dropped sample 3 from batch 0 (epoch 0): {}: sample 'bad_text' "
+                        "(member 'bad_text.jpg' at offset {}): not a decodable JPEG (Not a JPEG "
+                        "file: starts with 0x68 0x65)",
+                        tar, m[3]["members"]["jpg"]["header"].get<std::uint64_t>()));
+
+  // One more than max_skipped ends the run.
+  EXPECT_EQ(
+      run_error(chain(tar, "", ", batch_size: 13, on_error: skip, max_skipped: 2")),
+      fmt::format("{} batch 0 (epoch 0): {}: sample 'bad_text' (member 'bad_text.jpg' at offset "
+                  "{}): not a decodable JPEG (Not a JPEG file: starts with 0x68 0x65) (3 samples "
+                  "dropped, more than pipeline.max_skipped = 2)",
+                  kLoad, tar, m[3]["members"]["jpg"]["header"].get<std::uint64_t>()));
+}
+
+TEST(WebDatasetErrors, BytesFieldsArriveZeroPaddedWithTheirLengths) {
+  const Shards& s = corrupt();
+  const std::string tar = s.file("fields.tar");
+  const Json& m = s.manifest()["fields"];
+  const std::string params = ", height: 8, width: 8, bytes_fields: 'json:32, txt:16'";
+  EXPECT_EQ(build_error(chain(tar, params)),
+            fmt::format("{}: {}: sample 's003' (member 's003.jpg' at offset {}): no .txt member "
+                        "(bytes_fields asks for it) (set pipeline.on_error: skip to drop such "
+                        "samples)",
+                        kLoad, tar, m[3]["members"]["jpg"]["header"].get<std::uint64_t>()));
+  Registry r;
+  register_builtin_nodes(r);
+  Pipeline p(load_config_string(
+                 fmt::format("pipeline: {{ device: host, mode: pull, batch_size: 5, on_error: "
+                             "skip, max_skipped: 2 }}\n"
+                             "nodes:\n"
+                             "  - {{ name: load, type: webdataset, params: {{ shards: '{}'{} }} "
+                             "}}\n",
+                             tar, params),
+                 r),
+             r);
+  Session session = p.start();
+  Batch* b = session.next();
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->samples, (std::vector<std::uint32_t>{0, 2, 4}));
+  ASSERT_EQ(b->layout->tensors().size(), 6u);
+  EXPECT_EQ(b->layout->tensors()[4].name, "txt");
+  EXPECT_EQ(b->layout->tensors()[5].name, "txt_len");
+  const Tier tier = b->newest_tier();
+  for (std::size_t row = 0; row < 3; ++row) {
+    const Json& sample = m[b->samples[row]];
+    for (const auto& [index, field, max] : {std::tuple{2u, "json", 32u}, {4u, "txt", 16u}}) {
+      const std::string want = sample[field];
+      const auto* bytes = reinterpret_cast<const char*>(b->tensor(tier, index)) + row * max;
+      const auto* len = reinterpret_cast<const std::int32_t*>(b->tensor(tier, index + 1)) + row;
+      EXPECT_EQ(std::string(bytes, want.size()), want) << field << " of row " << row;
+      EXPECT_EQ(std::string(bytes + want.size(), max - want.size()),
+                std::string(max - want.size(), '\0'));
+      EXPECT_EQ(*len, static_cast<std::int32_t>(want.size()));
+    }
+  }
+  session.release(b);
+  EXPECT_EQ(session.next(), nullptr);
+  const RunReport report = session.report();
+  EXPECT_EQ(report.skipped_samples, 2u);
+  ASSERT_EQ(report.warnings.size(), 2u);
+  EXPECT_EQ(report.warnings[0],
+            fmt::format("skipped: dropped sample 1 from batch 0 (epoch 0): {}: sample 's001' "
+                        "(member 's001.jpg' at offset {}): its .txt member holds 40 bytes, more "
+                        "than the 16 of bytes_fields",
+                        tar, m[1]["members"]["jpg"]["header"].get<std::uint64_t>()));
+}
+
+TEST(WebDatasetErrors, ContradictoryParamsAreConfigErrors) {
+  Registry r;
+  register_builtin_nodes(r);
+  register_capture(r, std::make_shared<Captured>());
+  const std::string yaml = chain(formats().file("formats.tar"),
+                                 ", scale_min: 0.9, scale_max: 0.5, crop: center, resize: 10");
+  const std::string message =
+      error_of<ConfigError>([&] { Pipeline p(load_config_string(yaml, r), r); });
+  // Line 6 holds the params; the shard path's length varies with the temp directory.
+  std::istringstream lines(yaml);
+  std::string line;
+  for (int i = 0; i < 6; ++i) std::getline(lines, line);
+  EXPECT_EQ(message,
+            fmt::format("<string>:6:{}: nodes.load.params.scale_min: 0.9 is above scale_max 0.5 "
+                        "(the area fraction range must not be empty)\n"
+                        "<string>:6:{}: nodes.load.params.resize: 10 is smaller than the crop "
+                        "224x224 (the center crop must fit in the resized image)",
+                        line.find("scale_min: ") + 12, line.find("resize: ") + 9));
+}
+
+}  // namespace
+}  // namespace flowfeed
