@@ -12,6 +12,7 @@
 
 #include "bindings.hpp"
 #include "testing/fault_nodes.hpp"
+#include "testing/late_write.hpp"
 
 namespace flowfeed::python {
 
@@ -139,7 +140,10 @@ std::shared_ptr<PipelineHolder> make_pipeline(const py::object& config, const py
                                               bool test_nodes) {
   auto h = std::make_shared<PipelineHolder>();
   register_builtin_nodes(h->registry);
-  if (test_nodes) register_fault_nodes(h->registry);
+  if (test_nodes) {
+    register_fault_nodes(h->registry);
+    register_late_write(h->registry);
+  }
   const std::vector<std::string> sets = to_overrides(overrides);
   PipelineConfig parsed;
   if (py::isinstance<py::str>(config) &&
@@ -176,10 +180,17 @@ BatchHandle PipelineHolder::next() {
   if (peeked) return std::move(peeked);
   if (!session) return {};
   BatchHandle handle;
-  {
+  try {
     SigintScope sigint(this);
     py::gil_scoped_release nogil;
     handle = session->next();
+  } catch (const AllBatchesHeld&) {
+    throw;  // the run is intact: it goes on once the caller gives a batch back
+  } catch (...) {
+    // The run failed: end it now (every buffer back, its TBB worker free); the next epoch()
+    // starts a new one.
+    end_session();
+    throw;
   }
   if (PyErr_CheckSignals() != 0) {
     // KeyboardInterrupt (or another handler's exception): the run drains, then it propagates.
@@ -231,7 +242,8 @@ PYBIND11_MODULE(flowfeed, m) {
            py::arg("test_nodes") = false,
            "config: a path (str or os.PathLike) or YAML text (a str with a newline); overrides: "
            "{'key.path': value} or ['key.path=value'] (nodes by name: 'nodes.load.concurrency'); "
-           "test_nodes: also register the test-only fault_* node types.")
+           "test_nodes: also register the test-only node types (fault_*, and late_write on CUDA "
+           "builds).")
       .def(
           "epoch",
           [](const std::shared_ptr<PipelineHolder>& h) {

@@ -3,6 +3,7 @@
 set -euo pipefail
 packages=(cmake ninja-build g++ pkg-config libtbb-dev libyaml-cpp-dev libgtest-dev libgmock-dev
   libcli11-dev nlohmann-json3-dev libfmt-dev zlib1g-dev libexpat1-dev dataset-fashion-mnist
+  libdlpack-dev pybind11-dev python3-dev python3-numpy python3-pytest python3-torch  # interop, Python
   openmpi-bin libopenmpi-dev  # mpirun for the multi-process tests; headers for FLOWFEED_MPI
   clang-16 libclang-rt-16-dev xz-utils)  # the last three: scripts/sanitize.sh (libFuzzer, TBB source)
 missing=()

@@ -430,7 +430,7 @@ BatchHandle TensorSession::next() {
       if (st.stop.load()) return {};  // nothing more can come before the caller gives one back
       const double waited =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (waited >= timeout) throw Error(st.held_message(timeout));
+      if (waited >= timeout) throw AllBatchesHeld(st.held_message(timeout));
       // Short slices: request_stop() from a signal handler cannot notify.
       st.cv.wait_for(lock, std::chrono::milliseconds(20));
     }

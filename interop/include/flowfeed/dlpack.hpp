@@ -56,6 +56,13 @@ class ExportState;
 struct HeldBatch;
 }  // namespace detail
 
+/// Thrown by TensorSession::next() when the caller holds every batch the pipeline may have in
+/// flight and none came back in time. The run is intact: it goes on once a batch comes back.
+class AllBatchesHeld : public Error {
+ public:
+  using Error::Error;
+};
+
 /// The array-API stream value of `__dlpack__(stream=...)` (see the file comment).
 using ConsumerStream = std::optional<std::intptr_t>;
 
@@ -127,9 +134,9 @@ class TensorSession {
   TensorSession& operator=(const TensorSession&) = delete;
 
   /// The next batch, or an empty handle at the end. Gives back batches whose last tensor was freed
-  /// on another thread first. Throws what Session::next() throws, and Error when the caller holds
-  /// every batch the pipeline may have in flight and none came back in time (the message names
-  /// each held batch).
+  /// on another thread first. Throws what Session::next() throws, and AllBatchesHeld when the
+  /// caller holds every batch the pipeline may have in flight and none came back in time (the
+  /// message names each held batch).
   BatchHandle next();
   /// Asks the run to stop admitting batches (Pipeline::request_stop()) and wakes a next() waiting
   /// for a held batch to come back; it then returns the batches in flight, then an empty handle.
