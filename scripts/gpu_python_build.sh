@@ -37,11 +37,14 @@ case $step in
     ;;
   build)
     python=${PYTHON:-python3}
+    # pip's pybind11 (the GPU machine); else CPython's and the system's headers (Debian pybind11-dev)
+    includes=$("$python" -m pybind11 --includes 2>/dev/null ||
+      "$python" -c 'import sysconfig; print("-I" + sysconfig.get_paths()["include"])')
     mkdir -p "$dir/python"
     out="$dir/python/flowfeed$("$python" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')"
     # shellcheck disable=SC2046
     g++ -std=c++20 -O2 -DNDEBUG -fPIC -shared -fvisibility=hidden \
-      $("$python" -m pybind11 --includes) -I"$dir/include" -I"$root/pipeline/include" \
+      $includes -I"$dir/include" -I"$root/pipeline/include" \
       -I"$root/nodes/include" -I"$root/interop/include" -I"$root/nodes" \
       "$root/python/module.cpp" "$root/python/tensor.cpp" -o "$out" \
       -Wl,--start-group "$dir"/lib/libflowfeed_*.a -Wl,--end-group "$dir/lib/libcudart_static.a" \

@@ -101,3 +101,16 @@ def test_cupy_and_jax_import_without_copies(data):
         assert np.array_equal(cupy.asnumpy(a), data.x[samples])
         del a
     pipeline.stop()
+
+
+def test_jax_imports_without_a_copy(data, monkeypatch):
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    jax = pytest.importorskip("jax")
+    import jax.dlpack
+    pipeline = flowfeed.Pipeline(cuda_config(data))
+    with next(iter(pipeline)) as batch:
+        samples = np.array(batch.samples)
+        a = jax.dlpack.from_dlpack(batch["x"])
+        assert np.array_equal(np.asarray(a), data.x[samples])
+        del a
+    pipeline.stop()

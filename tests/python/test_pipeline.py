@@ -145,23 +145,24 @@ nodes:
 
 
 def test_ctrl_c_mid_epoch_raises_keyboard_interrupt_and_drains(data):
-    # Batch 5 takes 1.5 s in a node: the loop is waiting inside the pipeline when SIGINT comes.
+    # Batch 5 takes 1.5 s in a node; SIGINT comes 0.3 s after batch 4 was taken, while the loop
+    # waits inside the pipeline for batch 5.
     config = data.config(epochs=3, extra_nodes="""\
         - { name: slow, type: fault_transform, params: { mode: stall, at_batch: 5, stall_s: 1.5 } }
         """)
     pipeline = flowfeed.Pipeline(config, test_nodes=True)
-    timer = threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer = threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT))
     taken = []
-    timer.start()
     try:
         with pytest.raises(KeyboardInterrupt):
             for batch in pipeline:
                 taken.append(batch.seq)
                 batch.release()
+                if batch.seq == 4:
+                    timer.start()
     finally:
         timer.cancel()
-    # Batch 4 may still be on its way when the signal comes; it is then drained, not handed out.
-    assert taken in ([0, 1, 2, 3], [0, 1, 2, 3, 4])
+    assert taken == [0, 1, 2, 3, 4]
     assert pipeline.free_buffers == pipeline.total_buffers
     report = pipeline.report()
     assert report["interrupted"] is True
