@@ -23,6 +23,7 @@ struct PipelineHolder : std::enable_shared_from_this<PipelineHolder> {
   std::unique_ptr<TensorSession> session;  // the current run; after `pipeline`, destroyed first
   BatchHandle peeked;                      // the first batch of the next epoch, already taken
   std::optional<RunReport> last_report;    // of the last run that ended
+  bool waiting = false;                    // a thread waits in next() (the GIL released)
 
   ~PipelineHolder();
   /// The pipeline, or RuntimeError once closed.
@@ -34,6 +35,9 @@ struct PipelineHolder : std::enable_shared_from_this<PipelineHolder> {
   BatchHandle next();
   /// Ends the current run: held batches go back, in-flight ones drain; keeps its report.
   void end_session() noexcept;
+  /// Raises RuntimeError while another thread waits in next(): a pipeline is stepped by one
+  /// thread at a time.
+  void check_idle() const;
 };
 
 /// Registers Batch and Tensor.

@@ -170,18 +170,33 @@ Pipeline& PipelineHolder::get() {
 }
 
 void PipelineHolder::ensure_session() {
+  check_idle();
   Pipeline& p = get();
   if (session && (!session->finished() || peeked)) return;
   end_session();
   session = std::make_unique<TensorSession>(p, weak_from_this());
 }
 
+void PipelineHolder::check_idle() const {
+  if (waiting) {
+    throw std::runtime_error(
+        "the pipeline is in use: another thread waits for its next batch (step a pipeline from "
+        "one thread at a time)");
+  }
+}
+
 BatchHandle PipelineHolder::next() {
+  check_idle();
   if (peeked) return std::move(peeked);
   if (!session) return {};
   BatchHandle handle;
   try {
     SigintScope sigint(this);
+    waiting = true;
+    struct Done {
+      bool& flag;
+      ~Done() { flag = false; }
+    } done{waiting};
     py::gil_scoped_release nogil;
     handle = session->next();
   } catch (const AllBatchesHeld&) {
@@ -259,23 +274,31 @@ PYBIND11_MODULE(flowfeed, m) {
       .def(
           "report",
           [](PipelineHolder& h) -> py::object {
+            h.check_idle();
             if (h.session) return report_dict(h.session->report());
             if (h.last_report) return report_dict(*h.last_report);
             return py::none();
           },
           "The run's report as a dict (the runner's --report JSON): of the current run so far, "
           "else of the last one; None before the first.")
-      .def("stop", &PipelineHolder::end_session,
-           "Ends the current run: held batches go back (their tensors must not be read any more), "
-           "in-flight ones drain.")
+      .def(
+          "stop",
+          [](PipelineHolder& h) {
+            h.check_idle();
+            h.end_session();
+          },
+          "Ends the current run: held batches go back (their tensors must not be read any more), "
+          "in-flight ones drain.")
       .def("close",
            [](PipelineHolder& h) {
+             h.check_idle();
              h.end_session();
              h.pipeline.reset();
            })
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__",
            [](PipelineHolder& h, const py::object&, const py::object&, const py::object&) {
+             h.check_idle();
              h.end_session();
              return false;
            })
@@ -300,6 +323,7 @@ PYBIND11_MODULE(flowfeed, m) {
           [](PipelineHolder& h) {
             // The same run taken by a C++ loop (next, release), to measure what the Python layer
             // adds per batch.
+            h.check_idle();
             h.end_session();
             RunReport report;
             {

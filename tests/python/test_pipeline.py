@@ -5,6 +5,7 @@ import os
 import signal
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -233,3 +234,24 @@ def test_python_layer_and_cpp_loop_deliver_the_same_run(data):
     cpp = pipeline.run_pull_loop()
     py = sum(1 for b in pipeline for _ in [b.release()])
     assert cpp["batches"] == py == 2 * expected_batches(data, 64)
+
+
+def test_a_pipeline_is_stepped_by_one_thread_at_a_time(data):
+    config = data.config(extra_nodes="""\
+        - { name: slow, type: fault_transform, params: { mode: stall, at_batch: 0, stall_s: 1.0 } }
+        """)
+    pipeline = flowfeed.Pipeline(config, test_nodes=True)
+    it = iter(pipeline)
+    first = []
+    waiter = threading.Thread(target=lambda: first.append(next(it).seq))
+    waiter.start()
+    time.sleep(0.3)  # the thread now waits for batch 0 (1 s in the slow node)
+    with pytest.raises(RuntimeError) as error:
+        pipeline.stop()
+    assert str(error.value) == (
+        "the pipeline is in use: another thread waits for its next batch (step a pipeline from "
+        "one thread at a time)")
+    waiter.join()
+    assert first == [0]
+    pipeline.stop()
+    assert pipeline.free_buffers == pipeline.total_buffers
