@@ -18,16 +18,20 @@ namespace flowfeed::python {
 
 namespace {
 
-// ---- Ctrl-C while a batch is awaited (the GIL released): the handler asks the run to stop (the
-// second asks it to abort), then hands the signal to Python's own handler, which raises
-// KeyboardInterrupt once next() is back.
+// ---- Ctrl-C while a batch is awaited (the GIL released). The module's handler, installed in front
+// of Python's own when a run starts, asks the run being waited on to stop (the second Ctrl-C: to
+// abort), then hands the signal to Python's handler, which raises KeyboardInterrupt once next() is
+// back. Outside next() it only hands the signal on. Installed once, so next() makes no system call
+// for it (each costs microseconds under a sandboxing kernel).
 
 std::thread::id g_main_thread;
 std::atomic<PipelineHolder*> g_waiting{nullptr};
+std::atomic<int> g_in_handler{0};
 std::atomic<int> g_interrupts{0};
 struct sigaction g_previous {};
 
 void on_sigint(int sig, siginfo_t* info, void* context) {
+  g_in_handler.fetch_add(1);
   if (PipelineHolder* h = g_waiting.load()) {
     if (g_interrupts.fetch_add(1) == 0) {
       h->session->request_stop();
@@ -35,6 +39,7 @@ void on_sigint(int sig, siginfo_t* info, void* context) {
       h->pipeline->request_abort();
     }
   }
+  g_in_handler.fetch_sub(1);
   if (g_previous.sa_flags & SA_SIGINFO) {
     if (g_previous.sa_sigaction) g_previous.sa_sigaction(sig, info, context);
   } else if (g_previous.sa_handler != SIG_DFL && g_previous.sa_handler != SIG_IGN) {
@@ -42,35 +47,46 @@ void on_sigint(int sig, siginfo_t* info, void* context) {
   }
 }
 
-/// Installs on_sigint for a scope on the main thread, when Python handles SIGINT itself.
+/// Puts on_sigint in front of the current SIGINT handler, unless it is there already or nothing
+/// handles SIGINT (default or ignored: then Ctrl-C is left alone). Main thread only.
+void install_sigint_handler() {
+  if (std::this_thread::get_id() != g_main_thread) return;
+  struct sigaction current {};
+  if (sigaction(SIGINT, nullptr, &current) != 0) return;
+  if ((current.sa_flags & SA_SIGINFO) && current.sa_sigaction == &on_sigint) return;
+  if (!(current.sa_flags & SA_SIGINFO) &&
+      (current.sa_handler == SIG_DFL || current.sa_handler == SIG_IGN)) {
+    return;
+  }
+  struct sigaction mine {};
+  mine.sa_sigaction = &on_sigint;
+  mine.sa_flags = SA_SIGINFO;
+  sigemptyset(&mine.sa_mask);
+  g_previous = current;
+  sigaction(SIGINT, &mine, nullptr);
+}
+
+/// Marks `holder` as the run a Ctrl-C stops while this scope lives (the main thread waiting in it).
 class SigintScope {
  public:
   explicit SigintScope(PipelineHolder* holder) {
     if (std::this_thread::get_id() != g_main_thread) return;
-    struct sigaction mine {};
-    mine.sa_sigaction = &on_sigint;
-    mine.sa_flags = SA_SIGINFO;
-    sigemptyset(&mine.sa_mask);
-    if (sigaction(SIGINT, &mine, &g_previous) != 0) return;
-    if (!(g_previous.sa_flags & SA_SIGINFO) &&
-        (g_previous.sa_handler == SIG_DFL || g_previous.sa_handler == SIG_IGN)) {
-      sigaction(SIGINT, &g_previous, nullptr);  // Python does not handle it: leave it alone
-      return;
-    }
-    g_interrupts = 0;
-    g_waiting = holder;
-    installed_ = true;
+    g_interrupts.store(0);
+    g_waiting.store(holder);
+    active_ = true;
   }
   ~SigintScope() {
-    if (!installed_) return;
-    sigaction(SIGINT, &g_previous, nullptr);
-    g_waiting = nullptr;
+    if (!active_) return;
+    g_waiting.store(nullptr);
+    // A handler on another thread may still hold the pointer: let it finish before the holder
+    // can go.
+    while (g_in_handler.load() > 0) std::this_thread::yield();
   }
   SigintScope(const SigintScope&) = delete;
   SigintScope& operator=(const SigintScope&) = delete;
 
  private:
-  bool installed_ = false;
+  bool active_ = false;
 };
 
 std::string override_value(const py::handle& value) {
@@ -171,6 +187,7 @@ Pipeline& PipelineHolder::get() {
 
 void PipelineHolder::ensure_session() {
   check_idle();
+  install_sigint_handler();
   Pipeline& p = get();
   if (session && (!session->finished() || peeked)) return;
   end_session();
