@@ -114,6 +114,15 @@ def test_config_error_has_the_full_text(data, tmp_path):
                                 "of range (must be between 1 and 4096)")
 
 
+def test_a_run_mode_config_is_refused_when_stepped(data):
+    config = data.config().replace("mode: pull", "mode: run") + \
+        "  - { name: train, type: discard }\n"
+    pipeline = flowfeed.Pipeline(config)
+    with pytest.raises(flowfeed.ConfigError, match=r"^<string>:\d+:\d+: pipeline\.mode: Pipeline::start\(\) "
+                       r"hands batches to the caller's loop, and this pipeline has mode: run"):
+        pipeline.epoch()
+
+
 def test_run_error_has_the_full_text(data):
     config = data.config(extra_nodes="""\
         - { name: boom, type: fault_transform, params: { mode: throw, at_batch: 5 } }
