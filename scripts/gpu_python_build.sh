@@ -3,9 +3,11 @@
 # CUDA 13 toolkit but no oneTBB/yaml-cpp/DLPack headers (../shared/docs/GPU.md):
 #
 #   here:  scripts/gpu_python_build.sh prepare [DIR]   (DIR defaults to .pybuild, an ignored folder)
-#          builds flowfeed's static libraries for sm_90 (build-gpu/) and copies into DIR what the
-#          binding needs: the libraries, libcudart_static, the DLPack headers and the shared
-#          libraries that machine lacks (libtbb, libyaml-cpp). About 20 MiB; carry DIR.
+#          builds flowfeed's static libraries for sm_90 (in $FLOWFEED_GPU_BUILD_DIR, default
+#          build-gpu/; a Release build with CUDA, such as scripts/build.sh's build/, does) and copies
+#          into DIR what the binding needs: the libraries, libcudart_static, the DLPack headers and
+#          the shared libraries that machine lacks (libtbb, libyaml-cpp, zlib). About 8 MiB; carry
+#          DIR.
 #   there: scripts/gpu_python_build.sh build [DIR]
 #          compiles python/*.cpp against that machine's Python and pybind11 and links DIR's
 #          libraries: DIR/python/flowfeed.cpython-312-x86_64-linux-gnu.so. Then
