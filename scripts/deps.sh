@@ -6,6 +6,7 @@ packages=(cmake ninja-build g++ pkg-config libtbb-dev libyaml-cpp-dev libgtest-d
   liburing-dev  # io: io_uring in the file loaders
   libturbojpeg0-dev libpng-dev libstb-dev python3-pil python3-numpy  # images; PIL writes test shards
   python3-skimage  # scripts/make_image_shards.py (benchmark JPEGs from its photos)
+  libdlpack-dev pybind11-dev python3-dev python3-pytest python3-torch  # interop: the Python module
   openmpi-bin libopenmpi-dev  # mpirun for the multi-process tests; headers for FLOWFEED_MPI
   clang-16 libclang-rt-16-dev xz-utils)  # the last three: scripts/sanitize.sh (libFuzzer, TBB source)
 missing=()

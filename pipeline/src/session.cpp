@@ -226,10 +226,14 @@ Batch* Session::next() {
   PipelineImpl& p = *st.impl;
   const std::size_t depth = static_cast<std::size_t>(p.config_.pipeline.prefetch_depth);
   if (st.held.size() >= depth) {
-    throw std::logic_error(
-        "Session::next: the caller holds all " + std::to_string(depth) +
-        " batches the pipeline may have in flight (pipeline.prefetch_depth), so no other batch can "
-        "come; release() one first");
+    std::string batches;
+    for (const Batch* b : st.held) {
+      batches += (batches.empty() ? "batch " : ", batch ") + std::to_string(b->seq) + " (epoch " +
+                 std::to_string(b->epoch) + ")";
+    }
+    throw std::logic_error("Session::next: the caller holds all " + std::to_string(depth) +
+                           " batches the pipeline may have in flight (pipeline.prefetch_depth): " +
+                           batches + "; no other batch can come, release() one first");
   }
   detail::PullShared& s = *st.shared;
   const double timeout = p.config_.pipeline.stall_timeout_s;

@@ -92,7 +92,8 @@ TEST(Session, TheCallerMayHoldBatchesUpToTheBound) {
   } catch (const std::logic_error& e) {
     EXPECT_STREQ(e.what(),
                  "Session::next: the caller holds all 3 batches the pipeline may have in flight "
-                 "(pipeline.prefetch_depth), so no other batch can come; release() one first");
+                 "(pipeline.prefetch_depth): batch 0 (epoch 0), batch 1 (epoch 0), batch 2 (epoch "
+                 "0); no other batch can come, release() one first");
   }
   // Distinct buffers: each held batch keeps its own device lease.
   std::set<std::byte*> buffers;

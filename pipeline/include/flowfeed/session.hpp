@@ -64,7 +64,8 @@ class Session {
   /// Returns null at the end (again on every later call). Rethrows a node's failure as the
   /// NodeError that run() would have thrown (and again on later calls); throws Error when the run
   /// stalled (`pipeline.stall_timeout_s`, counted while next() waits) or lost batches; throws
-  /// std::logic_error when the caller already holds `prefetch_depth` batches (none could come).
+  /// std::logic_error, naming the held batches, when the caller already holds `prefetch_depth`
+  /// batches (none could come).
   Batch* next();
   /// Gives a batch from next() back: its buffers return to their pools and one more batch may
   /// enter the pipeline. Does not wait for the device: on CUDA record `reuse_event` first. Throws

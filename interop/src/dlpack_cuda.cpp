@@ -1,0 +1,70 @@
+// The CUDA calls of the DLPack export: consumer streams wait on ready events, reuse events are
+// recorded on consumer streams. Runtime API only (host compiler).
+#include <cuda_runtime.h>
+
+#include "cuda/cuda_check.hpp"
+#include "stream_sync.hpp"
+
+namespace flowfeed::detail {
+
+namespace {
+
+/// Makes `device` current for a scope and restores the thread's previous device (a deleter may
+/// run on any thread of the consumer's).
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    FLOWFEED_CUDA_CHECK(cudaGetDevice(&previous_));
+    if (previous_ != device) FLOWFEED_CUDA_CHECK(cudaSetDevice(device));
+  }
+  ~DeviceScope() {
+    int now = previous_;
+    if (cudaGetDevice(&now) == cudaSuccess && now != previous_) cudaSetDevice(previous_);
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
+cudaStream_t to_stream(std::intptr_t value) {
+  if (value == 1) return cudaStreamLegacy;
+  if (value == 2) return cudaStreamPerThread;
+  return reinterpret_cast<cudaStream_t>(value);
+}
+
+}  // namespace
+
+bool cuda_interop_built() noexcept {
+  return true;
+}
+
+int cuda_device_of(const void* device_pointer) {
+  cudaPointerAttributes attributes{};
+  FLOWFEED_CUDA_CHECK(cudaPointerGetAttributes(&attributes, device_pointer));
+  return attributes.device;
+}
+
+void cuda_stream_wait(std::intptr_t stream, int device, void* event) {
+  DeviceScope scope(device);
+  FLOWFEED_CUDA_CHECK(cudaStreamWaitEvent(to_stream(stream), static_cast<cudaEvent_t>(event), 0));
+}
+
+void cuda_record(std::intptr_t stream, int device, void* event) {
+  DeviceScope scope(device);
+  FLOWFEED_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event), to_stream(stream)));
+}
+
+void* cuda_event_create(int device) {
+  DeviceScope scope(device);
+  cudaEvent_t event = nullptr;
+  FLOWFEED_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  return event;
+}
+
+void cuda_event_destroy(void* event) noexcept {
+  if (event) cudaEventDestroy(static_cast<cudaEvent_t>(event));
+}
+
+}  // namespace flowfeed::detail

@@ -1,0 +1,93 @@
+#pragma once
+/// \file
+/// The shared state behind TensorSession, its BatchHandles and every exported tensor (private to
+/// flowfeed_interop): which batches the caller holds, how many holds each has, and giving them
+/// back on the owner thread.
+
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "flowfeed/dlpack.hpp"
+
+namespace flowfeed::detail {
+
+/// One batch the caller holds: its handles and live exported tensors are counted in `refs`.
+struct HeldBatch {
+  Batch* batch = nullptr;  // null while the slot is free
+  DLDevice device{kDLCPU, 0};
+  std::atomic<int> refs{0};
+  std::atomic<int> handles{0};
+  std::atomic<int> tensors{0};
+  std::mutex mutex;                    // guards the readers below
+  std::vector<std::intptr_t> streams;  // distinct streams the tensors were exported to
+  bool unknown_reader = false;         // read on a stream we were not told (-1)
+};
+
+/// What a TensorSession, its handles and its exported tensors share.
+class ExportState : public std::enable_shared_from_this<ExportState> {
+ public:
+  Pipeline* pipeline = nullptr;
+  std::weak_ptr<const void> owner;
+  std::optional<Session> session;
+  std::vector<std::unique_ptr<HeldBatch>> slots;
+  std::atomic<std::thread::id> owner_thread{};
+  std::atomic<bool> stop{false};
+  std::atomic<bool> ended{false};
+
+  std::mutex mutex;  // guards closed, returned and the slots' `batch` while closing
+  std::condition_variable cv;
+  bool closed = false;
+  std::vector<HeldBatch*> returned;  // whose last hold went away off the owner thread
+  std::optional<RunReport> final_report;
+
+  std::mutex join_mutex;  // one join event for batches read on several streams
+  void* join_event = nullptr;
+  int join_device = -1;
+  std::map<const BufferPool*, int> pool_device;  // owner thread only
+
+  ~ExportState();
+  /// Drops one hold; the last gives the batch back (or queues it for the owner thread).
+  void unref(HeldBatch* held) noexcept;
+  /// On CUDA: the reuse event on every stream that reads the batch, so that the upload overwrites
+  /// the buffer only after them.
+  void record_reuse(HeldBatch& held) noexcept;
+  /// Returns a batch to the session (owner thread). Never throws.
+  void give_back(HeldBatch* held) noexcept;
+  /// Gives back the batches queued by other threads (owner thread).
+  void drain_returned();
+  /// A slot for a new batch: one no batch and no tensor holds (owner thread).
+  HeldBatch* free_slot();
+  /// Where the batch's newest tier lives (cudaPointerGetAttributes once per device pool).
+  DLDevice device_of(const Batch& b);
+  /// The stall message naming every held batch and what holds it (call with `mutex` held).
+  std::string held_message(double waited_s) const;
+  /// Ends the run: held batches go back (reuse events recorded first), in-flight ones drain, the
+  /// report is kept. Owner thread; never throws.
+  void close() noexcept;
+};
+
+/// An exported tensor: the DLManagedTensor and what it points into.
+struct ExportedTensor {
+  DLManagedTensor managed{};
+  std::vector<std::int64_t> shape;
+  std::vector<std::int64_t> strides;
+  std::shared_ptr<ExportState> state;
+  std::shared_ptr<const void> owner;
+  HeldBatch* held = nullptr;
+
+  static void deleter(DLManagedTensor* self) {
+    auto* t = static_cast<ExportedTensor*>(self->manager_ctx);
+    t->held->tensors.fetch_sub(1);
+    t->state->unref(t->held);
+    delete t;
+  }
+};
+
+}  // namespace flowfeed::detail

@@ -1,0 +1,8 @@
+// late_write in a build without CUDA: not registered (configs that name it fail validation).
+#include "late_write.hpp"
+
+namespace flowfeed {
+
+void register_late_write(Registry&) {}
+
+}  // namespace flowfeed

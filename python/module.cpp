@@ -1,0 +1,359 @@
+// The Python module `flowfeed`: a thin layer over pull mode (flowfeed/dlpack.hpp). Pipelines are
+// built from YAML with the built-in C++ node types; batches leave as DLPack tensors.
+#include <pybind11/stl.h>
+
+#include <atomic>
+#include <csignal>
+#include <filesystem>
+#include <flowfeed/nodes/builtin.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bindings.hpp"
+#include "testing/fault_nodes.hpp"
+#include "testing/late_write.hpp"
+
+namespace flowfeed::python {
+
+namespace {
+
+// ---- Ctrl-C while a batch is awaited (the GIL released). The module's handler, installed in front
+// of Python's own when a run starts, asks the run being waited on to stop (the second Ctrl-C: to
+// abort), then hands the signal to Python's handler, which raises KeyboardInterrupt once next() is
+// back. Outside next() it only hands the signal on. Installed once, so next() makes no system call
+// for it (each costs microseconds under a sandboxing kernel).
+
+std::thread::id g_main_thread;
+std::atomic<PipelineHolder*> g_waiting{nullptr};
+std::atomic<int> g_in_handler{0};
+std::atomic<int> g_interrupts{0};
+struct sigaction g_previous {};
+
+void on_sigint(int sig, siginfo_t* info, void* context) {
+  g_in_handler.fetch_add(1);
+  if (PipelineHolder* h = g_waiting.load()) {
+    if (g_interrupts.fetch_add(1) == 0) {
+      h->session->request_stop();
+    } else {
+      h->pipeline->request_abort();
+    }
+  }
+  g_in_handler.fetch_sub(1);
+  if (g_previous.sa_flags & SA_SIGINFO) {
+    if (g_previous.sa_sigaction) g_previous.sa_sigaction(sig, info, context);
+  } else if (g_previous.sa_handler != SIG_DFL && g_previous.sa_handler != SIG_IGN) {
+    g_previous.sa_handler(sig);
+  }
+}
+
+/// Puts on_sigint in front of the current SIGINT handler, unless it is there already or nothing
+/// handles SIGINT (default or ignored: then Ctrl-C is left alone). Main thread only.
+void install_sigint_handler() {
+  if (std::this_thread::get_id() != g_main_thread) return;
+  struct sigaction current {};
+  if (sigaction(SIGINT, nullptr, &current) != 0) return;
+  if ((current.sa_flags & SA_SIGINFO) && current.sa_sigaction == &on_sigint) return;
+  if (!(current.sa_flags & SA_SIGINFO) &&
+      (current.sa_handler == SIG_DFL || current.sa_handler == SIG_IGN)) {
+    return;
+  }
+  struct sigaction mine {};
+  mine.sa_sigaction = &on_sigint;
+  mine.sa_flags = SA_SIGINFO;
+  sigemptyset(&mine.sa_mask);
+  g_previous = current;
+  sigaction(SIGINT, &mine, nullptr);
+}
+
+/// Marks `holder` as the run a Ctrl-C stops while this scope lives (the main thread waiting in it).
+class SigintScope {
+ public:
+  explicit SigintScope(PipelineHolder* holder) {
+    if (std::this_thread::get_id() != g_main_thread) return;
+    g_interrupts.store(0);
+    g_waiting.store(holder);
+    active_ = true;
+  }
+  ~SigintScope() {
+    if (!active_) return;
+    g_waiting.store(nullptr);
+    // A handler on another thread may still hold the pointer: let it finish before the holder
+    // can go.
+    while (g_in_handler.load() > 0) std::this_thread::yield();
+  }
+  SigintScope(const SigintScope&) = delete;
+  SigintScope& operator=(const SigintScope&) = delete;
+
+ private:
+  bool active_ = false;
+};
+
+std::string override_value(const py::handle& value) {
+  if (py::isinstance<py::bool_>(value)) return value.cast<bool>() ? "true" : "false";
+  if (py::isinstance<py::str>(value)) return value.cast<std::string>();
+  if (py::isinstance<py::list>(value) || py::isinstance<py::tuple>(value)) {
+    std::string s = "[";
+    bool first = true;
+    for (const auto& item : value) {
+      s += (first ? "" : ", ") + override_value(item);
+      first = false;
+    }
+    return s + "]";
+  }
+  return py::str(value).cast<std::string>();
+}
+
+std::vector<std::string> to_overrides(const py::object& overrides) {
+  std::vector<std::string> out;
+  if (overrides.is_none()) return out;
+  if (py::isinstance<py::dict>(overrides)) {
+    for (const auto& [key, value] : overrides.cast<py::dict>()) {
+      out.push_back(py::str(key).cast<std::string>() + "=" + override_value(value));
+    }
+    return out;
+  }
+  for (const auto& item : overrides) out.push_back(py::str(item).cast<std::string>());
+  return out;
+}
+
+py::object report_dict(const RunReport& report) {
+  return py::module_::import("json").attr("loads")(report.to_json());
+}
+
+/// Iterates over one epoch of the run (or, with `whole_run`, every batch left in it).
+class BatchIterator {
+ public:
+  BatchIterator(std::shared_ptr<PipelineHolder> holder, bool whole_run)
+      : holder_(std::move(holder)), whole_run_(whole_run) {}
+  py::object next() {
+    if (done_) throw py::stop_iteration();
+    BatchHandle handle = holder_->next();
+    if (!handle) {
+      done_ = true;
+      throw py::stop_iteration();
+    }
+    const auto epoch = static_cast<std::int64_t>(handle.batch().epoch);
+    if (!whole_run_) {
+      if (epoch_ < 0) epoch_ = epoch;
+      if (epoch != epoch_) {
+        holder_->peeked = std::move(handle);  // the next epoch() starts with it
+        done_ = true;
+        throw py::stop_iteration();
+      }
+    }
+    return make_batch(holder_, std::move(handle));
+  }
+
+ private:
+  std::shared_ptr<PipelineHolder> holder_;
+  bool whole_run_;
+  std::int64_t epoch_ = -1;
+  bool done_ = false;
+};
+
+std::shared_ptr<PipelineHolder> make_pipeline(const py::object& config, const py::object& overrides,
+                                              bool test_nodes) {
+  auto h = std::make_shared<PipelineHolder>();
+  register_builtin_nodes(h->registry);
+  if (test_nodes) {
+    register_fault_nodes(h->registry);
+    register_late_write(h->registry);
+  }
+  const std::vector<std::string> sets = to_overrides(overrides);
+  PipelineConfig parsed;
+  if (py::isinstance<py::str>(config) &&
+      config.cast<std::string>().find('\n') != std::string::npos) {
+    parsed = load_config_string(config.cast<std::string>(), h->registry, sets);
+  } else {
+    const std::string path = py::str(py::module_::import("os").attr("fspath")(config));
+    parsed = load_config_file(path, h->registry, sets);
+  }
+  h->pipeline.emplace(std::move(parsed), h->registry);
+  return h;
+}
+
+}  // namespace
+
+PipelineHolder::~PipelineHolder() {
+  peeked.release();
+  session.reset();
+}
+
+Pipeline& PipelineHolder::get() {
+  if (!pipeline) throw py::value_error("the pipeline was closed");
+  return *pipeline;
+}
+
+void PipelineHolder::ensure_session() {
+  check_idle();
+  install_sigint_handler();
+  Pipeline& p = get();
+  if (session && (!session->finished() || peeked)) return;
+  end_session();
+  session = std::make_unique<TensorSession>(p, weak_from_this());
+}
+
+void PipelineHolder::check_idle() const {
+  if (waiting) {
+    throw std::runtime_error(
+        "the pipeline is in use: another thread waits for its next batch (step a pipeline from "
+        "one thread at a time)");
+  }
+}
+
+BatchHandle PipelineHolder::next() {
+  check_idle();
+  if (peeked) return std::move(peeked);
+  if (!session) return {};
+  BatchHandle handle;
+  try {
+    SigintScope sigint(this);
+    waiting = true;
+    struct Done {
+      bool& flag;
+      ~Done() { flag = false; }
+    } done{waiting};
+    py::gil_scoped_release nogil;
+    handle = session->next();
+  } catch (const AllBatchesHeld&) {
+    throw;  // the run is intact: it goes on once the caller gives a batch back
+  } catch (...) {
+    // The run failed: end it now (every buffer back, its TBB worker free); the next epoch()
+    // starts a new one.
+    end_session();
+    throw;
+  }
+  if (PyErr_CheckSignals() != 0) {
+    // KeyboardInterrupt (or another handler's exception): the run drains, then it propagates.
+    handle.release();
+    end_session();
+    throw py::error_already_set();
+  }
+  return handle;
+}
+
+void PipelineHolder::end_session() noexcept {
+  peeked.release();
+  if (!session) return;
+  {
+    py::gil_scoped_release nogil;
+    session->close();
+    try {
+      last_report = session->report();
+    } catch (...) {
+    }
+  }
+  session.reset();
+}
+
+PYBIND11_MODULE(flowfeed, m) {
+  m.doc() =
+      "flowfeed: streams training batches to the GPU. Pipeline(config) builds a pull-mode "
+      "pipeline from YAML; its batches' tensors leave through DLPack without copies.";
+  g_main_thread = std::this_thread::get_id();
+
+  static auto error = py::register_exception<Error>(m, "Error", PyExc_RuntimeError);
+  py::register_exception<ConfigError>(m, "ConfigError", error.ptr());
+  py::register_exception<DataError>(m, "DataError", error.ptr());
+  py::register_exception<NodeError>(m, "NodeError", error.ptr());
+  py::register_exception<CudaError>(m, "CudaError", error.ptr());
+
+  bind_batch(m);
+
+  py::class_<BatchIterator>(m, "BatchIterator")
+      .def("__iter__", [](py::object self) { return self; })
+      .def("__next__", &BatchIterator::next);
+
+  py::class_<PipelineHolder, std::shared_ptr<PipelineHolder>>(
+      m, "Pipeline",
+      "A pipeline in pull mode built from a YAML file or YAML text (config must say "
+      "pipeline.mode: pull and end before the train role). Iterate over epoch() or over the "
+      "pipeline itself.")
+      .def(py::init(&make_pipeline), py::arg("config"), py::arg("overrides") = py::none(),
+           py::arg("test_nodes") = false,
+           "config: a path (str or os.PathLike) or YAML text (a str with a newline); overrides: "
+           "{'key.path': value} or ['key.path=value'] (nodes by name: 'nodes.load.concurrency'); "
+           "test_nodes: also register the test-only node types (fault_*, and late_write on CUDA "
+           "builds).")
+      .def(
+          "epoch",
+          [](const std::shared_ptr<PipelineHolder>& h) {
+            h->ensure_session();
+            return BatchIterator(h, false);
+          },
+          "An iterator over the next epoch's batches (a run starts when none is going).")
+      .def("__iter__",
+           [](const std::shared_ptr<PipelineHolder>& h) {
+             h->ensure_session();
+             return BatchIterator(h, true);
+           })
+      .def(
+          "report",
+          [](PipelineHolder& h) -> py::object {
+            h.check_idle();
+            if (h.session) return report_dict(h.session->report());
+            if (h.last_report) return report_dict(*h.last_report);
+            return py::none();
+          },
+          "The run's report as a dict (the runner's --report JSON): of the current run so far, "
+          "else of the last one; None before the first.")
+      .def(
+          "stop",
+          [](PipelineHolder& h) {
+            h.check_idle();
+            h.end_session();
+          },
+          "Ends the current run: held batches go back (their tensors must not be read any more), "
+          "in-flight ones drain.")
+      .def("close",
+           [](PipelineHolder& h) {
+             h.check_idle();
+             h.end_session();
+             h.pipeline.reset();
+           })
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__",
+           [](PipelineHolder& h, const py::object&, const py::object&, const py::object&) {
+             h.check_idle();
+             h.end_session();
+             return false;
+           })
+      .def_property_readonly("free_buffers",
+                             [](PipelineHolder& h) { return h.get().free_buffers(); })
+      .def_property_readonly("total_buffers",
+                             [](PipelineHolder& h) { return h.get().total_buffers(); })
+      .def_property_readonly(
+          "held", [](PipelineHolder& h) { return h.session ? h.session->held() : std::size_t{0}; },
+          "Batches the caller holds (a Batch or an exported tensor still alive).")
+      .def_property_readonly("epochs",
+                             [](PipelineHolder& h) { return h.get().config().pipeline.epochs; })
+      .def_property_readonly(
+          "prefetch_depth",
+          [](PipelineHolder& h) { return h.get().config().pipeline.prefetch_depth; })
+      .def_property_readonly("backend",
+                             [](PipelineHolder& h) {
+                               return h.get().config().backend == Backend::cuda ? "cuda" : "host";
+                             })
+      .def(
+          "run_pull_loop",
+          [](PipelineHolder& h) {
+            // The same run taken by a C++ loop (next, release), to measure what the Python layer
+            // adds per batch.
+            h.check_idle();
+            h.end_session();
+            RunReport report;
+            {
+              py::gil_scoped_release nogil;
+              Session session = h.get().start();
+              while (Batch* b = session.next()) session.release(b);
+              report = session.report();
+            }
+            h.last_report = report;
+            return report_dict(report);
+          },
+          "Runs the whole pipeline with a C++ pull loop (each batch taken and released at once) "
+          "and returns the report: the baseline for the Python layer's cost per batch.");
+}
+
+}  // namespace flowfeed::python

@@ -1,0 +1,116 @@
+"""The flowfeed module on the CUDA backend (marked gpu: skipped without a device)."""
+import numpy as np
+import pytest
+import torch
+import torch.utils.dlpack
+
+import flowfeed
+
+pytestmark = pytest.mark.gpu
+
+
+def cuda_config(data, extra_nodes="", epochs=1, depth=4):
+    return data.config(epochs=epochs, depth=depth, device="cuda", stage="pinned_staging",
+                       upload="cuda_upload", extra_nodes=extra_nodes)
+
+
+def test_bytes_after_from_dlpack_on_a_non_default_stream(data):
+    pipeline = flowfeed.Pipeline(cuda_config(data, epochs=2))
+    stream = torch.cuda.Stream()
+    got = []
+    with torch.cuda.stream(stream):
+        for batch in pipeline:
+            with batch:
+                assert batch["x"].__dlpack_device__() == (2, 0)  # kDLCUDA, device 0
+                x = torch.from_dlpack(batch["x"])
+                y = torch.from_dlpack(batch["y"])
+                assert x.is_cuda and x.device.index == 0
+                # Copies queued on `stream`, which waits on the batch's ready event; the reuse
+                # event is recorded on it when x and y go.
+                got.append((np.array(batch.samples), x.clone(), y.clone()))
+                del x, y
+    stream.synchronize()
+    assert len(got) == 2 * 16
+    for samples, x, y in got:
+        assert np.array_equal(x.cpu().numpy(), data.x[samples])
+        assert np.array_equal(y.cpu().numpy(), data.y[samples])
+    assert pipeline.free_buffers == pipeline.total_buffers
+
+
+def late_config(data):
+    # late_write fills x with seq + 1000 on the GPU 50 ms after the batch reaches the caller.
+    return cuda_config(data, depth=2, extra_nodes="""\
+        - { name: late, type: late_write, params: { spin_ms: 50 } }
+        """)
+
+
+def test_consumer_stream_waits_on_the_ready_event(data):
+    pipeline = flowfeed.Pipeline(late_config(data), test_nodes=True)
+    stream = torch.cuda.Stream()
+    got = []
+    with torch.cuda.stream(stream):
+        for batch in pipeline:
+            with batch:
+                x = torch.from_dlpack(batch["x"])
+                got.append((batch.seq, x.clone()))  # reads at once on `stream`
+                del x
+    stream.synchronize()
+    for seq, x in got:
+        assert torch.all(x == seq + 1000).item(), f"batch {seq} was read before it was ready"
+
+
+def test_reading_without_the_wait_sees_the_old_bytes(data):
+    # The control of the test above: stream -1 (no synchronization) reads before late_write ran,
+    # so the test above would fail if __dlpack__ did not make the stream wait.
+    pipeline = flowfeed.Pipeline(late_config(data), test_nodes=True)
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        batch = next(iter(pipeline))
+        x = torch.utils.dlpack.from_dlpack(batch["x"].__dlpack__(stream=-1))
+        early = x.clone()
+        stream.synchronize()
+        del x
+        batch.release()
+    assert not torch.all(early == batch.seq + 1000).item()
+    pipeline.stop()
+
+
+def test_cuda_array_interface_carries_the_stream(data):
+    pipeline = flowfeed.Pipeline(late_config(data), test_nodes=True)
+    got = []
+    for batch in pipeline:
+        with batch:
+            cai = batch["x"].__cuda_array_interface__
+            assert cai["version"] == 3 and cai["typestr"] == "<f4" and cai["stream"] not in (None, 0)
+            x = torch.as_tensor(batch["x"], device="cuda")
+            got.append((batch.seq, x.clone()))
+            del x
+    torch.cuda.synchronize()
+    for seq, x in got:
+        assert torch.all(x == seq + 1000).item()
+    assert pipeline.free_buffers == pipeline.total_buffers
+
+
+def test_cupy_and_jax_import_without_copies(data):
+    cupy = pytest.importorskip("cupy")
+    pipeline = flowfeed.Pipeline(cuda_config(data))
+    with next(iter(pipeline)) as batch:
+        samples = np.array(batch.samples)
+        a = cupy.from_dlpack(batch["x"])
+        assert a.data.ptr == batch["x"].data_ptr
+        assert np.array_equal(cupy.asnumpy(a), data.x[samples])
+        del a
+    pipeline.stop()
+
+
+def test_jax_imports_without_a_copy(data, monkeypatch):
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    jax = pytest.importorskip("jax")
+    import jax.dlpack
+    pipeline = flowfeed.Pipeline(cuda_config(data))
+    with next(iter(pipeline)) as batch:
+        samples = np.array(batch.samples)
+        a = jax.dlpack.from_dlpack(batch["x"])
+        assert np.array_equal(np.asarray(a), data.x[samples])
+        del a
+    pipeline.stop()

@@ -1,0 +1,266 @@
+"""The flowfeed module on the host backend: bytes through DLPack, release semantics, errors,
+Ctrl-C, several pipelines, reference counting."""
+import gc
+import os
+import signal
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+import torch.utils.dlpack
+
+import flowfeed
+
+
+def expected_batches(data, rows):
+    return -(-len(data.y) // rows)
+
+
+def test_every_batch_arrives_byte_for_byte_in_torch_and_numpy(data):
+    pipeline = flowfeed.Pipeline(data.config(epochs=2, batch_size=64))
+    seen = []
+    for _ in range(pipeline.epochs):
+        for batch in pipeline.epoch():
+            with batch:
+                assert batch.keys() == ["x", "y"]
+                rows = np.array(batch.samples)
+                x = torch.utils.dlpack.from_dlpack(batch["x"])
+                y = torch.utils.dlpack.from_dlpack(batch["y"])
+                assert x.dtype == torch.float32 and y.dtype == torch.int32
+                assert tuple(x.shape) == (len(rows), 8) and x.is_contiguous()
+                assert np.array_equal(x.numpy(), data.x[rows])
+                assert np.array_equal(y.numpy(), data.y[rows])
+                nx = np.from_dlpack(batch["x"])
+                assert np.array_equal(nx, data.x[rows])
+                assert np.asarray(batch["y"]).tobytes() == data.y[rows].tobytes()
+                assert batch["x"].__dlpack_device__() == (1, 0)  # kDLCPU
+                seen.append((batch.epoch, batch.index_in_epoch, batch.seq, rows))
+                del x, y, nx
+    per_epoch = expected_batches(data, 64)
+    assert [(e, i, s) for e, i, s, _ in seen] == [
+        (s // per_epoch, s % per_epoch, s) for s in range(2 * per_epoch)]
+    for epoch in range(2):  # every sample once per epoch, shuffled
+        rows = np.concatenate([r for e, _, _, r in seen if e == epoch])
+        assert sorted(rows.tolist()) == list(range(len(data.y)))
+        assert rows.tolist() != list(range(len(data.y)))
+    assert pipeline.free_buffers == pipeline.total_buffers
+    report = pipeline.report()
+    assert report["batches"] == 2 * per_epoch and report["interrupted"] is False
+
+
+def test_tensor_keeps_its_batch_until_freed(data):
+    pipeline = flowfeed.Pipeline(data.config(epochs=1, depth=4))
+    kept = None
+    for batch in pipeline:
+        x = torch.from_dlpack(batch["x"])
+        if batch.seq == 0:
+            kept, kept_rows = x, np.array(batch.samples)
+        batch.release()
+        with pytest.raises(ValueError, match=r"^batch \d+ was released: its tensors can no longer be taken$"):
+            batch["x"]
+        del x
+    # The run's last batch is released but batch 0's tensor is alive: it still holds its buffer.
+    assert pipeline.held == 1
+    assert pipeline.free_buffers == pipeline.total_buffers - 1  # its upload buffer
+    assert np.array_equal(kept.numpy(), data.x[kept_rows])
+    del kept
+    assert pipeline.held == 0
+    assert pipeline.free_buffers == pipeline.total_buffers
+    assert pipeline.report()["batches"] == expected_batches(data, 64)
+
+
+def test_holding_every_batch_stalls_with_the_held_batches_named(data):
+    pipeline = flowfeed.Pipeline(data.config(depth=3, shuffle=False),
+                                 overrides={"pipeline.stall_timeout_s": 0.2})
+    kept = []
+    with pytest.raises(flowfeed.Error) as error:
+        for batch in pipeline:
+            kept.append(torch.from_dlpack(batch["x"]))
+            if batch.seq < 2:
+                batch.release()
+    assert str(error.value) == (
+        "run stalled: the caller holds all 3 batches the pipeline may have in flight "
+        "(pipeline.prefetch_depth) and none came back for 0.2 s: "
+        "batch 0 (epoch 0: released, 1 exported tensor alive); "
+        "batch 1 (epoch 0: released, 1 exported tensor alive); "
+        "batch 2 (epoch 0: not released, 1 exported tensor alive); "
+        "a batch goes back once it was released and every tensor taken from it was freed "
+        "(release batches and drop tensors kept across steps, or raise pipeline.prefetch_depth)")
+    del batch
+    kept.clear()
+    # The run goes on from where it stalled once the batches are back.
+    count = 3
+    for batch in pipeline:
+        count += 1
+        batch.release()
+    assert count == expected_batches(data, 64)
+    assert pipeline.free_buffers == pipeline.total_buffers
+
+
+def test_config_error_has_the_full_text(data, tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(data.config().replace("concurrency: 2", "concurency: 2"))
+    with pytest.raises(flowfeed.ConfigError) as error:
+        flowfeed.Pipeline(path)
+    assert str(error.value) == (
+        f"{path}:4:30: nodes[0].concurency: unknown key (did you mean 'concurrency'?)")
+    assert isinstance(error.value, flowfeed.Error) and isinstance(error.value, RuntimeError)
+    with pytest.raises(flowfeed.ConfigError) as error:
+        flowfeed.Pipeline(data.config(), overrides={"pipeline.prefetch_depth": 0})
+    assert str(error.value) == ("--set pipeline.prefetch_depth=0: pipeline.prefetch_depth: 0 is out "
+                                "of range (must be between 1 and 4096)")
+
+
+def test_a_run_mode_config_is_refused_when_stepped(data):
+    config = data.config().replace("mode: pull", "mode: run") + \
+        "  - { name: train, type: discard }\n"
+    pipeline = flowfeed.Pipeline(config)
+    with pytest.raises(flowfeed.ConfigError, match=r"^<string>:\d+:\d+: pipeline\.mode: Pipeline::start\(\) "
+                       r"hands batches to the caller's loop, and this pipeline has mode: run"):
+        pipeline.epoch()
+
+
+def test_run_error_has_the_full_text(data):
+    config = data.config(extra_nodes="""\
+        - { name: boom, type: fault_transform, params: { mode: throw, at_batch: 5 } }
+        """)
+    pipeline = flowfeed.Pipeline(config, test_nodes=True)
+    taken = 0
+    with pytest.raises(flowfeed.NodeError) as error:
+        for batch in pipeline:
+            taken += 1
+            batch.release()
+    assert str(error.value) == (
+        "node 'boom' (fault_transform, <string>:7) batch 5 (epoch 0): "
+        "fault_transform: injected failure at batch 5")
+    assert taken <= 5  # the failure ends the run: batches still in flight are not handed out
+    pipeline.stop()
+    assert pipeline.free_buffers == pipeline.total_buffers
+
+
+def test_data_error_is_a_data_error(tmp_path):
+    (tmp_path / "x.npy").write_bytes(b"not an npy file")
+    np.save(tmp_path / "y.npy", np.arange(4, dtype=np.int32))
+    config = f"""
+pipeline: {{ mode: pull, device: host }}
+nodes:
+  - {{ name: load, type: npy, params: {{ features: {tmp_path}/x.npy, labels: {tmp_path}/y.npy }} }}
+  - {{ name: upload, type: host_upload }}
+"""
+    with pytest.raises(flowfeed.DataError, match=r"x\.npy"):
+        flowfeed.Pipeline(config)
+
+
+def test_ctrl_c_mid_epoch_raises_keyboard_interrupt_and_drains(data):
+    # Batch 5 takes 1.5 s in a node; SIGINT comes 0.3 s after batch 4 was taken, while the loop
+    # waits inside the pipeline for batch 5.
+    config = data.config(epochs=3, extra_nodes="""\
+        - { name: slow, type: fault_transform, params: { mode: stall, at_batch: 5, stall_s: 1.5 } }
+        """)
+    pipeline = flowfeed.Pipeline(config, test_nodes=True)
+    timer = threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT))
+    taken = []
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            for batch in pipeline:
+                taken.append(batch.seq)
+                batch.release()
+                if batch.seq == 4:
+                    timer.start()
+    finally:
+        timer.cancel()
+    assert taken == [0, 1, 2, 3, 4]
+    assert pipeline.free_buffers == pipeline.total_buffers
+    report = pipeline.report()
+    assert report["interrupted"] is True
+    assert report["batches"] < 3 * expected_batches(data, 64)
+    # The pipeline runs again afterwards.
+    assert sum(1 for _ in pipeline.epoch()) == expected_batches(data, 64)
+
+
+def test_two_pipelines_in_one_process(data, tmp_path):
+    first = flowfeed.Pipeline(data.config(batch_size=50, shuffle=False))
+    second = flowfeed.Pipeline(data.config(batch_size=100))
+    a, b = iter(first), iter(second)
+    got_a, got_b = [], []
+    for _ in range(10):
+        for it, got in ((a, got_a), (b, got_b)):
+            with next(it) as batch:
+                x = torch.from_dlpack(batch["x"]).clone()
+                got.append((np.array(batch.samples), x))
+    for got, rows in ((got_a, 50), (got_b, 100)):
+        for samples, x in got:
+            assert len(samples) == rows and np.array_equal(x.numpy(), data.x[samples])
+    assert [s.tolist() for s, _ in got_a] == [list(range(i * 50, i * 50 + 50)) for i in range(10)]
+    first.stop()
+    second.stop()
+    assert first.free_buffers == first.total_buffers
+    assert second.free_buffers == second.total_buffers
+
+
+def test_no_leak_after_10000_batches(data):
+    config = data.config(epochs=20, batch_size=2, depth=8)
+    pipeline = flowfeed.Pipeline(config)
+    baseline = sys.getrefcount(pipeline)
+    count = 0
+    for batch in pipeline:
+        x = torch.from_dlpack(batch["x"])
+        y = np.from_dlpack(batch["y"])
+        capsule = batch["x"].__dlpack__()  # never consumed: its destructor frees the tensor
+        count += int(x.shape[0] == y.shape[0])
+        del x, y, capsule
+        batch.release()
+    del batch
+    gc.collect()
+    assert count == 10000
+    assert sys.getrefcount(pipeline) == baseline
+    assert pipeline.held == 0
+    assert pipeline.free_buffers == pipeline.total_buffers
+    assert not [o for o in gc.get_objects() if type(o) in (flowfeed.Batch, flowfeed.Tensor)]
+    report = pipeline.report()
+    assert report["batches"] == 10000 and report["allocations_after_build"] == 0
+
+
+def test_host_tensors_refuse_cuda_streams(data):
+    pipeline = flowfeed.Pipeline(data.config())
+    with next(iter(pipeline)) as batch:
+        with pytest.raises(ValueError, match="the batch is in host memory, where the stream must be None"):
+            batch["x"].__dlpack__(stream=5)
+        with pytest.raises(BufferError):
+            batch["x"].__dlpack__(copy=True)
+        assert not hasattr(batch["x"], "__cuda_array_interface__")
+        with pytest.raises(KeyError, match="the batch has no tensor 'z' \\(it has 'x', 'y'\\)"):
+            batch["z"]
+    pipeline.stop()
+    assert pipeline.free_buffers == pipeline.total_buffers
+
+
+def test_python_layer_and_cpp_loop_deliver_the_same_run(data):
+    pipeline = flowfeed.Pipeline(data.config(epochs=2))
+    cpp = pipeline.run_pull_loop()
+    py = sum(1 for b in pipeline for _ in [b.release()])
+    assert cpp["batches"] == py == 2 * expected_batches(data, 64)
+
+
+def test_a_pipeline_is_stepped_by_one_thread_at_a_time(data):
+    config = data.config(extra_nodes="""\
+        - { name: slow, type: fault_transform, params: { mode: stall, at_batch: 0, stall_s: 1.0 } }
+        """)
+    pipeline = flowfeed.Pipeline(config, test_nodes=True)
+    it = iter(pipeline)
+    first = []
+    waiter = threading.Thread(target=lambda: first.append(next(it).seq))
+    waiter.start()
+    time.sleep(0.3)  # the thread now waits for batch 0 (1 s in the slow node)
+    with pytest.raises(RuntimeError) as error:
+        pipeline.stop()
+    assert str(error.value) == (
+        "the pipeline is in use: another thread waits for its next batch (step a pipeline from "
+        "one thread at a time)")
+    waiter.join()
+    assert first == [0]
+    pipeline.stop()
+    assert pipeline.free_buffers == pipeline.total_buffers
