@@ -82,6 +82,7 @@ run_tsan() {
   local filter='BufferPool.*:Pipeline.*:*ThroughTheGraph*:*FailureIn*:*NodeThrows*:*DataErrorFails*'
   filter+=':*CorruptData*:*SkipDataError*:*Stall*:Rerun.*:Interrupt.*:Session.*'
   filter+=':*AsyncTrain*:*Branches*'  # asynchronous train nodes, device branches
+  filter+=':PullCheckpoint.*:RunCheckpoint.*'  # the resume cursor, checkpoints from train threads
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
     "$out/tsan/tests/flowfeed_tests" --gtest_filter="$filter" --gtest_brief=1
 }

@@ -1,8 +1,10 @@
 // pipeline_runner CONFIG [--set key.path=value]... [--epochs N] [--report FILE.json]
 //                 [--timeline FILE.svg] [--trace FILE.json] [--trace-limit N] [--no-stats]
 //                 [--resident | --compare-resident] [--enable-fault-nodes] [--quiet]
-// Exit codes: 0 done, 1 run-time failure (a write error included), 2 config error, 130/143
-// stopped by SIGINT/SIGTERM.
+//                 [--checkpoint DIR [--checkpoint-every N]] [--resume DIR] [--stop-after N]
+// Exit codes: 0 done, 1 run-time failure (a write error included), 2 config error (a bad
+// checkpoint too), 130/143 stopped by SIGINT/SIGTERM (after the drain and, with --checkpoint, the
+// checkpoint).
 // A SIGINT/SIGTERM while the config is read or the pipeline built ends the process at once, with a
 // line saying what was interrupted. During a run the first one stops the source and drains the
 // batches in flight, then prints the summary so far; a second one cancels the graph; if the run
@@ -151,6 +153,10 @@ int main(int argc, char** argv) {
   bool fault_nodes = false;
   bool resident = false;
   bool compare_resident = false;
+  std::string checkpoint_dir;
+  std::uint64_t checkpoint_every = 0;
+  std::string resume_dir;
+  std::uint64_t stop_after = 0;
   app.add_option("config", config_path, "pipeline YAML file");
   app.add_option("--set", overrides, "override a config value: key.path=value (nodes by name)");
   app.add_option("--epochs", epochs, "override pipeline.epochs")->check(int_range(1, 1000000));
@@ -171,9 +177,25 @@ int main(int argc, char** argv) {
   auto* resident_flag = app.add_flag(
       "--resident", resident,
       "train resident: the whole data set on the device once, batches as views in the same order");
-  app.add_flag("--compare-resident", compare_resident,
-               "run the config streamed, then resident, and print the throughput ratio")
-      ->excludes(resident_flag);
+  auto* compare_flag =
+      app.add_flag("--compare-resident", compare_resident,
+                   "run the config streamed, then resident, and print the throughput ratio")
+          ->excludes(resident_flag);
+  auto* checkpoint_flag =
+      app.add_option("--checkpoint", checkpoint_dir,
+                     "write a checkpoint (cursor + node state) to this directory when the run "
+                     "ends, also after SIGINT/SIGTERM's drain; {rank} becomes the rank")
+          ->excludes(compare_flag);
+  app.add_option("--checkpoint-every", checkpoint_every,
+                 "with --checkpoint: also write it every N batches the train step finished")
+      ->check(CLI::PositiveNumber)
+      ->needs(checkpoint_flag);
+  app.add_option("--resume", resume_dir,
+                 "continue from this checkpoint directory (sets pipeline.resume_from); {rank} "
+                 "becomes the rank");
+  app.add_option("--stop-after", stop_after,
+                 "end the run normally after N batches (then write --checkpoint; exit 0)")
+      ->check(CLI::PositiveNumber);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -206,6 +228,8 @@ int main(int argc, char** argv) {
   }
   try {
     flowfeed::PipelineConfig config = flowfeed::load_config_file(config_path, registry, overrides);
+    if (!resume_dir.empty()) config.pipeline.resume_from = resume_dir;
+    const std::string checkpoint = flowfeed::expand_rank(checkpoint_dir, config.sampler.rank);
     if (resident) config = flowfeed::resident_config(config, registry);
     std::optional<flowfeed::PipelineConfig> resident_run;
     if (compare_resident) resident_run = flowfeed::resident_config(config, registry);
@@ -213,6 +237,9 @@ int main(int argc, char** argv) {
     options.progress = !quiet;
     options.progress_bar = isatty(STDERR_FILENO) != 0;
     options.stats = !no_stats;
+    options.checkpoint_dir = checkpoint;
+    options.checkpoint_every = checkpoint_every;
+    options.stop_after = stop_after;
     std::unique_ptr<flowfeed::Trace> trace;
     if (!timeline_path.empty() || !trace_path.empty()) {
       trace = std::make_unique<flowfeed::Trace>(trace_limit);
@@ -249,6 +276,16 @@ int main(int argc, char** argv) {
         throw;
       }
       write_pictures();
+      if (!checkpoint.empty()) {
+        // After the drain: every batch admitted has finished, so the cursor is where the next
+        // run starts.
+        pipeline.save_checkpoint(checkpoint);
+        if (!quiet) {
+          const flowfeed::Checkpoint c = pipeline.checkpoint();
+          std::cerr << "pipeline_runner: checkpoint " << checkpoint << ": epoch " << c.epoch << ", "
+                    << c.samples << " samples of its global order done\n";
+        }
+      }
       if (!quiet) {
         std::cout << r.to_table() << std::flush;
         print_training(r, label);

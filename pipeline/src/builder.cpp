@@ -130,6 +130,10 @@ PipelineBuilder& PipelineBuilder::on_error(OnError policy, int max_skipped,
   note("pipeline.max_skipped", where);
   return *this;
 }
+PipelineBuilder& PipelineBuilder::resume_from(std::string checkpoint) {
+  config_.pipeline.resume_from = std::move(checkpoint);
+  return *this;
+}
 PipelineBuilder& PipelineBuilder::shuffle(std::uint64_t seed, std::source_location where) {
   config_.sampler.shuffle = true;
   config_.sampler.seed = seed;

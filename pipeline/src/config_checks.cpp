@@ -292,6 +292,14 @@ const std::vector<OptionField>& pipeline_fields() {
        [](const PipelineConfig& c) -> Get {
          return ParamValue(std::string(c.pipeline.mode == RunMode::pull ? "pull" : "run"));
        }},
+      {"resume_from",
+       [](PipelineConfig& c, const ParamValue& v) {
+         c.pipeline.resume_from = std::get<std::string>(v);
+       },
+       [](const PipelineConfig& c) -> Get {
+         if (c.pipeline.resume_from.empty()) return std::nullopt;
+         return ParamValue(c.pipeline.resume_from);
+       }},
   };
   return fields;
 }

@@ -40,6 +40,9 @@ const Schema& pipeline_schema() {
                  "loop takes the batches (Pipeline::start)",
                  std::string("run"))
         .one_of({"run", "pull"});
+    s.add_string("resume_from",
+                 "checkpoint directory (or its pipeline.json) to continue from: the first batch "
+                 "is the one the interrupted run would have taken next; {rank} becomes the rank");
     return s;
   }();
   return schema;

@@ -85,31 +85,40 @@ void PipelineImpl::run_stage(Stage& stage, Batch& batch) {
 }
 
 Batch* PipelineImpl::next_batch(tbb::flow_control& fc) {
+  // Batches a resumed unordered run had finished out of order are not delivered again.
+  while (source_skip_ < start_.skip.size() && start_.skip[source_skip_] <= source_pos_) {
+    if (start_.skip[source_skip_] == source_pos_) ++source_pos_;
+    ++source_skip_;
+  }
   if (stop_.load(std::memory_order_relaxed) || abort_.load(std::memory_order_relaxed) ||
-      source_epoch_ >= static_cast<std::uint32_t>(config_.pipeline.epochs)) {
+      source_pos_ >= sequence_end() || (stop_after_ > 0 && source_seq_ >= stop_after_)) {
     fc.stop();
     return nullptr;
   }
-  if (source_index_ == 0) source_order_ = sampler_->epoch_order(source_epoch_);
+  const std::uint64_t per_epoch = sampler_->batches_per_epoch();
+  const auto epoch = static_cast<std::uint32_t>(source_pos_ / per_epoch);
+  const std::uint64_t index = source_pos_ % per_epoch;
+  if (epoch != order_epoch_) {
+    source_order_ = sampler_->epoch_order(epoch);
+    order_epoch_ = epoch;
+  }
   Batch* b = nullptr;
   if (!free_batches_.try_pop(b)) {
     throw std::logic_error("no free batch slot: the in-flight bound was broken");
   }
   b->seq = source_seq_++;
   b->layout = &layout_;  // a transform may have pointed it at its own layout last time
-  b->epoch = source_epoch_;
-  b->index_in_epoch = source_index_;
-  sampler_->batch_samples(source_order_, source_index_, b->samples);
-  if (++source_index_ == sampler_->batches_per_epoch()) {
-    source_index_ = 0;
-    ++source_epoch_;
-  }
+  b->epoch = epoch;
+  b->index_in_epoch = index;
+  sampler_->batch_samples(source_order_, index, b->samples);
+  ++source_pos_;
   const std::uint64_t produced = produced_.fetch_add(1, std::memory_order_relaxed) + 1;
   recorder_.admission(produced, consumed_.load(std::memory_order_relaxed));
   return b;
 }
 
-void PipelineImpl::finish_batch(Batch* b) {
+std::uint64_t PipelineImpl::finish_batch(Batch* b) {
+  cursor_.finish(b->epoch * sampler_->batches_per_epoch() + b->index_in_epoch);
   if (!b->skipped) {
     // Only batches that reached a device buffer were uploaded (a resident run's batches carry only
     // indices).
@@ -122,6 +131,7 @@ void PipelineImpl::finish_batch(Batch* b) {
   const std::uint64_t consumed = consumed_.fetch_add(1, std::memory_order_relaxed) + 1;
   free_batches_.push(b);
   recorder_.admission(produced_.load(std::memory_order_relaxed), consumed);
+  return consumed;
 }
 
 void PipelineImpl::reclaim() {
@@ -148,7 +158,7 @@ std::string PipelineImpl::stuck_stage() const {
   if (stuck >= 0) {
     return stages_[static_cast<std::size_t>(stuck)]->label + " is still processing batch " +
            std::to_string(oldest) + " (epoch " +
-           std::to_string(oldest / sampler_->batches_per_epoch()) + ")";
+           std::to_string((start_.first + oldest) / sampler_->batches_per_epoch()) + ")";
   }
   for (std::size_t i = 1; i < stages_.size(); ++i) {
     if (stages_[i]->items.load() < stages_[i - 1]->items.load()) {
@@ -323,7 +333,9 @@ std::uint64_t PipelineImpl::branch_share(int branch, std::uint32_t epoch) const 
   // Sequence numbers below x that go to branch b.
   auto below = [n, b](std::uint64_t x) { return x / n + (x % n > b ? 1 : 0); };
   const std::uint64_t per_epoch = sampler_->batches_per_epoch();
-  return below((epoch + 1ull) * per_epoch) - below(epoch * per_epoch);
+  // The run's batches of this epoch have the seqs [first, last): fewer in a resumed epoch.
+  return below(run_batches_before((epoch + 1ull) * per_epoch)) -
+         below(run_batches_before(epoch * per_epoch));
 }
 
 void PipelineImpl::wire_branches(tbb::flow::graph& g, tbb::flow::limiter_node<Batch*, int>& limiter,
@@ -383,8 +395,11 @@ void PipelineImpl::wire_branch(tbb::flow::graph& g, tbb::flow::sender<Batch*>* t
           }
         }
         const std::uint32_t epoch = b->epoch;
-        finish_batch(b);
+        const std::uint64_t finished = finish_batch(b);
         end_finished_epochs(*train, branch, epoch);
+        if (checkpoint_every_ > 0 && finished % checkpoint_every_ == 0) {
+          save_checkpoint(checkpoint_dir_);
+        }
         return 1;
       });
   make_edge(*tail, *finish);

@@ -227,6 +227,9 @@ PipelineImpl::PipelineImpl(PipelineConfig config, const Registry& registry)
                        ") use a smaller batch or keep the last partial batch"});
   }
   for (std::size_t i = 1; i < stages_.size(); ++i) setup(*stages_[i]);
+  if (!config_.pipeline.resume_from.empty()) resume_from_checkpoint();
+  cursor_.reset(start_.first, start_.skip,
+                static_cast<std::size_t>(config_.pipeline.prefetch_depth));
   // One batch object per in-flight slot, plus the one the source holds while the limiter is shut.
   const int slots = config_.pipeline.prefetch_depth + 1;
   for (int i = 0; i < slots; ++i) {
@@ -393,6 +396,12 @@ void Pipeline::request_abort() noexcept {
 }
 const PipelineConfig& Pipeline::config() const noexcept {
   return impl_->config_;
+}
+Checkpoint Pipeline::checkpoint() const {
+  return impl_->checkpoint();
+}
+void Pipeline::save_checkpoint(const std::string& dir) const {
+  impl_->save_checkpoint(dir);
 }
 std::size_t Pipeline::free_buffers() const {
   std::size_t n = 0;

@@ -16,7 +16,7 @@
 
 namespace flowfeed::detail {
 
-void PipelineImpl::begin_run(bool pull) {
+void PipelineImpl::begin_run(bool pull, const RunOptions& options) {
   const bool config_pull = config_.pipeline.mode == RunMode::pull;
   auto set_at = config_.option_locs.find("pipeline.mode");
   const std::string where = set_at != config_.option_locs.end()  ? set_at->second.str()
@@ -47,12 +47,12 @@ void PipelineImpl::begin_run(bool pull) {
   in_flight_ = 0;
   max_in_flight_ = 0;
   produced_ = consumed_ = skipped_ = skipped_samples_ = bytes_ = samples_ = 0;
-  source_epoch_ = 0;
-  source_index_ = 0;
-  source_seq_ = 0;
+  begin_sequence(options);
   epoch_done_.assign(static_cast<std::size_t>(branches_),
                      std::vector<std::uint64_t>(static_cast<std::size_t>(config_.pipeline.epochs)));
-  next_epoch_end_.assign(static_cast<std::size_t>(branches_), 0);
+  // A resumed run's first epoch is the checkpoint's; the ones before it never end in this run.
+  next_epoch_end_.assign(static_cast<std::size_t>(branches_),
+                         static_cast<std::size_t>(start_.first / sampler_->batches_per_epoch()));
   for (int b = 0; branches_ > 1 && b < branches_; ++b) {
     branch_batches_[b] = 0;
     branch_samples_[b] = 0;
@@ -66,7 +66,7 @@ void PipelineImpl::begin_run(bool pull) {
 }
 
 std::uint64_t PipelineImpl::expected_batches() const {
-  return sampler_->batches_per_epoch() * static_cast<std::uint64_t>(config_.pipeline.epochs);
+  return run_batches_before(sequence_end());
 }
 
 std::string PipelineImpl::lost_batches(const std::string& end) const {
@@ -86,7 +86,7 @@ std::string PipelineImpl::stall_message(const std::string& what) const {
 
 RunReport PipelineImpl::run(const RunOptions& options) {
   if (running_) throw std::logic_error("Pipeline::run is already running");
-  begin_run(false);
+  begin_run(false, options);
   running_ = true;
   struct Running {
     bool& flag;

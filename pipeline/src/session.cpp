@@ -314,6 +314,11 @@ void Session::release(Batch* batch) {
   if (st.ended && st.held.empty()) st.close();
 }
 
+Checkpoint Session::checkpoint() const {
+  if (!state_) throw std::logic_error("Session::checkpoint on a moved-from session");
+  return state_->impl->checkpoint();
+}
+
 std::size_t Session::held() const noexcept {
   return state_ ? state_->held.size() : 0;
 }

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <iostream>
 
 #include "flowfeed/config.hpp"
 #include "flowfeed/nodes/builtin.hpp"
@@ -136,6 +137,38 @@ TEST_P(MlpNodeCuda, StreamedThroughCudaUploadEqualsResident) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, MlpNodeCuda, ::testing::Values("float32", "uint8"));
+
+TEST(MlpCudaResume, StoppedMidEpochAndResumedEndsWithTheUninterruptedWeights) {
+  FLOWFEED_NEED_GPU();
+  std::vector<MlpNode*> nodes;
+  Registry r = registry_keeping(&nodes);
+  TempDir dir;
+  const auto [images, labels] = write_idx_pair(dir, make_idx_pair(1232, 6, 6, 10), "a", true);
+  const PipelineConfig config = load_config_string(chain("cuda", images, labels, "uint8"), r);
+  const std::string ckpt = dir.file("ckpt");
+  {
+    Pipeline whole(config, r);
+    whole.run();
+  }
+  {
+    Pipeline first(config, r);
+    RunOptions options;
+    options.stop_after = 27;  // 20 batches per epoch: mid-epoch 1
+    first.run(options);
+    first.save_checkpoint(ckpt);
+  }
+  PipelineConfig resumed = config;
+  resumed.pipeline.resume_from = ckpt;
+  Pipeline rest(resumed, r);
+  rest.run();
+  ASSERT_EQ(nodes.size(), 3u);
+  const double difference = relative_difference(nodes[0]->params(), nodes[2]->params());
+  RecordProperty("relative_difference", std::to_string(difference));
+  std::cout << "resumed on the GPU: relative difference to the uninterrupted weights " << difference
+            << "\n";
+  // Weights and momentum are copied bit for bit and the step is deterministic on one GPU.
+  EXPECT_EQ(difference, 0.0);
+}
 
 TEST(MlpNodeCudaErrors, StreamedBatchNotOnTheDevice) {
   FLOWFEED_NEED_GPU();

@@ -100,6 +100,10 @@ struct MlpCuda::Impl {
   void allocate();
   void release() noexcept;
   void upload(const MlpParams& p);
+  /// p in the device layout (padding zero).
+  std::vector<float> flatten(const MlpParams& p) const;
+  /// A device parameter-shaped buffer (params or velocity; null: zeros) on the host.
+  MlpParams download(const float* from) const;
   void check_batch(const void* x, const int32_t* y, int n) const;
   const float* input(const void* x, bool x_u8, int n);
   void forward_hidden(const float* x0, int n);
@@ -232,13 +236,18 @@ void MlpCuda::Impl::release() noexcept {
   if (switched) cudaSetDevice(previous);
 }
 
-void MlpCuda::Impl::upload(const MlpParams& p) {
-  check_mlp_params_shape(opts, p);
+std::vector<float> MlpCuda::Impl::flatten(const MlpParams& p) const {
   std::vector<float> host(static_cast<std::size_t>(param_count), 0.0f);
   for (int l = 0; l < layers; ++l) {
     std::copy(p.weights[l].begin(), p.weights[l].end(), host.begin() + w_off[l]);
     std::copy(p.biases[l].begin(), p.biases[l].end(), host.begin() + b_off[l]);
   }
+  return host;
+}
+
+void MlpCuda::Impl::upload(const MlpParams& p) {
+  check_mlp_params_shape(opts, p);
+  const std::vector<float> host = flatten(p);
   const std::size_t bytes = sizeof(float) * host.size();
   check(cudaMemcpyAsync(params, host.data(), bytes, cudaMemcpyHostToDevice, stream),
         "cudaMemcpyAsync");
@@ -538,13 +547,35 @@ StepStats MlpCuda::take_eval_stats() {
 }
 
 MlpParams MlpCuda::params() const {
-  const Impl& m = *impl_;
-  DeviceGuard guard(m.device);
-  std::vector<float> host(static_cast<std::size_t>(m.param_count));
-  check(cudaMemcpyAsync(host.data(), m.params, sizeof(float) * host.size(), cudaMemcpyDeviceToHost,
-                        m.stream),
+  return impl_->download(impl_->params);
+}
+
+MlpParams MlpCuda::velocity() const {
+  return impl_->download(impl_->velocity);
+}
+
+void MlpCuda::set_state(const MlpParams& params, const MlpParams& velocity) {
+  DeviceGuard guard(impl_->device);
+  check_mlp_params_shape(impl_->opts, velocity);
+  impl_->upload(params);
+  if (!impl_->velocity) return;
+  const std::vector<float> host = impl_->flatten(velocity);
+  check(cudaMemcpyAsync(impl_->velocity, host.data(), sizeof(float) * host.size(),
+                        cudaMemcpyHostToDevice, impl_->stream),
         "cudaMemcpyAsync");
-  check(cudaStreamSynchronize(m.stream), "cudaStreamSynchronize");
+  check(cudaStreamSynchronize(impl_->stream), "cudaStreamSynchronize");
+}
+
+MlpParams MlpCuda::Impl::download(const float* from) const {
+  const Impl& m = *this;
+  DeviceGuard guard(m.device);
+  std::vector<float> host(static_cast<std::size_t>(m.param_count), 0.0f);
+  if (from) {
+    check(cudaMemcpyAsync(host.data(), from, sizeof(float) * host.size(), cudaMemcpyDeviceToHost,
+                          m.stream),
+          "cudaMemcpyAsync");
+    check(cudaStreamSynchronize(m.stream), "cudaStreamSynchronize");
+  }
   MlpParams p;
   for (int l = 0; l < m.layers; ++l) {
     const auto w = host.begin() + m.w_off[l];

@@ -73,6 +73,12 @@ class MlpCuda {
   /// Replaces the parameters (shapes checked, std::invalid_argument) and zeroes the momentum,
   /// in stream order; returns once the copy is done.
   void set_params(const MlpParams& p);
+  /// Synchronises the stream and copies the momentum buffers to the host, shaped like params()
+  /// (zeros without momentum).
+  MlpParams velocity() const;
+  /// Replaces parameters and momentum buffers (a checkpoint's), shapes checked
+  /// (std::invalid_argument); returns once the copies are done.
+  void set_state(const MlpParams& params, const MlpParams& velocity);
 
  private:
   struct Impl;

@@ -197,6 +197,13 @@ void MlpCpu::set_params(const MlpParams& p) {
   velocity_ = zeros_like(params_);
 }
 
+void MlpCpu::set_state(const MlpParams& params, const MlpParams& velocity) {
+  check_mlp_params_shape(opts_, params);
+  check_mlp_params_shape(opts_, velocity);
+  params_ = params;
+  velocity_ = velocity;
+}
+
 void MlpCpu::check_batch(const void* x, const int32_t* y, int n) const {
   if (n < 1) {
     throw std::invalid_argument("MlpCpu: batch size must be >= 1, got " + std::to_string(n));

@@ -70,6 +70,11 @@ class MlpCpu {
   const MlpParams& params() const { return params_; }
   /// Replaces the parameters (shapes checked, std::invalid_argument) and zeroes the momentum.
   void set_params(const MlpParams& p);
+  /// The momentum buffers, shaped like params() (zeros without momentum).
+  const MlpParams& velocity() const { return velocity_; }
+  /// Replaces parameters and momentum buffers (a checkpoint's), shapes checked
+  /// (std::invalid_argument): later steps give the same bits as the model that was saved.
+  void set_state(const MlpParams& params, const MlpParams& velocity);
   /// The options this model was built with.
   const MlpOptions& options() const { return opts_; }
   /// Called in every train step between the gradients (of the batch's mean loss) and the update;

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "flowfeed/node.hpp"
@@ -84,6 +85,10 @@ class MlpBackend {
   virtual StepStats evaluate() = 0;
   /// Current parameters (waits for the device).
   virtual MlpParams params() const = 0;
+  /// Current momentum buffers, shaped like params() (waits for the device).
+  virtual MlpParams velocity() const = 0;
+  /// Replaces parameters and momentum buffers (a checkpoint's).
+  virtual void set_state(const MlpParams& params, const MlpParams& velocity) = 0;
   /// Waits for every step enqueued so far.
   virtual void quiesce() noexcept {}
   /// Start of a run: reset per-run figures (the model keeps training from where it is).
@@ -115,6 +120,13 @@ class MlpNode final : public Node {
   void end_epoch(std::uint32_t epoch) override;
   void quiesce() noexcept override;
   void finish(RunReport& report) override;
+  /// The weights and the momentum buffers (the optimizer state) are saved in checkpoints.
+  bool has_state() const noexcept override { return true; }
+  /// `flowfeed mlp state 1\n`, the layer count and each layer's [out, in], then every weight and
+  /// bias, then the momentum buffers in the same order, as little-endian float32.
+  void save_state(std::string& out) const override;
+  /// Reads save_state()'s format; std::runtime_error naming what differs (another model shape).
+  void load_state(std::string_view state) override;
 
   /// The model's parameters now (for tests; waits for the device).
   MlpParams params() const;

@@ -151,6 +151,16 @@ class MlpCudaBackend final : public MlpBackend {
     return model_.params();
   }
 
+  MlpParams velocity() const override {
+    drain();
+    return model_.velocity();
+  }
+
+  void set_state(const MlpParams& params, const MlpParams& velocity) override {
+    drain();
+    model_.set_state(params, velocity);
+  }
+
   void quiesce() noexcept override {
     if (comm_) {
       try {

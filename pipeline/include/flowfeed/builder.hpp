@@ -134,6 +134,8 @@ class PipelineBuilder {
   /// `pipeline.mode`. When not set it follows the nodes: `pull` (step the pipeline with
   /// Pipeline::start()) when no train node was added, else `run`.
   PipelineBuilder& mode(RunMode mode, std::source_location where = std::source_location::current());
+  /// `pipeline.resume_from`: continue from this checkpoint directory (checkpoint.hpp).
+  PipelineBuilder& resume_from(std::string checkpoint);
   /// Replaces the whole `pipeline:` section (its mode too).
   PipelineBuilder& options(const PipelineOptions& options);
   /// Replaces the whole `sampler:` section.

@@ -42,6 +42,9 @@ struct PipelineOptions {
   OnError on_error = OnError::fail;
   int max_skipped = 0;          ///< under `skip`, the run fails once more batches were skipped
   RunMode mode = RunMode::run;  ///< run(): ends in a train node; pull: start() and a C++ loop
+  /// A checkpoint directory (or its pipeline.json) to continue from; `{rank}` is replaced by the
+  /// rank. Empty: start at the beginning. See checkpoint.hpp.
+  std::string resume_from;
 };
 
 /// The `sampler:` section: which samples form each batch.

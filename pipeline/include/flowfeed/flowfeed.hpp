@@ -4,6 +4,7 @@
 
 #include "flowfeed/batch.hpp"
 #include "flowfeed/builder.hpp"
+#include "flowfeed/checkpoint.hpp"
 #include "flowfeed/config.hpp"
 #include "flowfeed/error.hpp"
 #include "flowfeed/extend.hpp"

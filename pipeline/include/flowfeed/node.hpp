@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "flowfeed/batch.hpp"
@@ -216,6 +217,19 @@ class Node {
   /// True for nodes whose process() only starts work that completes later (see
   /// AsynchronousNode).
   virtual bool asynchronous() const noexcept { return false; }
+
+  /// True for a node that keeps state from batch to batch which a checkpoint must carry (a model's
+  /// weights and optimizer state): the pipeline then calls save_state() whenever it writes a
+  /// checkpoint and load_state() when it resumes from one (docs/WRITING_NODES.md).
+  virtual bool has_state() const noexcept { return false; }
+  /// Appends the node's state to `out`, in the node's own (versioned) format. Called on the train
+  /// node's thread between two batches (every batch it has processed is in the state; wait for
+  /// the device here), or between runs.
+  virtual void save_state(std::string& /*out*/) const {}
+  /// Restores what save_state() wrote, after setup() and before the first run. Throw a
+  /// std::exception saying what does not match (another model shape, a truncated state): the
+  /// pipeline reports it as a ConfigError naming the checkpoint file.
+  virtual void load_state(std::string_view /*state*/) {}
 };
 
 /// A node whose work completes outside the calling thread (a device copy). submit() must return

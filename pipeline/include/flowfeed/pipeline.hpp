@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "flowfeed/checkpoint.hpp"
 #include "flowfeed/config.hpp"
 #include "flowfeed/registry.hpp"
 #include "flowfeed/session.hpp"
@@ -35,6 +36,14 @@ struct RunOptions {
   Trace* trace = nullptr;
   /// Called after each epoch with the report so far (from the supervising thread).
   std::function<void(const RunReport&, std::uint32_t epoch)> on_epoch;
+  /// With checkpoint_every: the checkpoint directory (Pipeline::save_checkpoint).
+  std::string checkpoint_dir;
+  /// Write a checkpoint to checkpoint_dir after every this many batches of the run finished the
+  /// train step (on its thread, between two batches); 0: never.
+  std::uint64_t checkpoint_every = 0;
+  /// Admit only this many batches, then end the run normally once they finished (a run of a
+  /// fixed number of steps, e.g. before a planned restart); 0: every batch of every epoch.
+  std::uint64_t stop_after = 0;
 };
 
 /// A pipeline built from a validated config: every node is created and every pool allocated in the
@@ -76,6 +85,17 @@ class Pipeline {
   /// set so that a body blocked in a long wait can return; run() returns with
   /// `report.interrupted` set. Safe from any thread and from a signal handler.
   void request_abort() noexcept;
+
+  /// The run's position: what the train step (in pull mode, the caller's release()) finished,
+  /// never what was merely prefetched; batches in flight now are delivered again after a resume.
+  /// Before the first run: where it starts (pipeline.resume_from, else the beginning). Safe from
+  /// any thread, also while a run is in progress. See checkpoint.hpp.
+  Checkpoint checkpoint() const;
+  /// Writes checkpoint() and the state of every node that has one (Node::has_state) into the
+  /// directory `dir` (created if missing), atomically as a set (write_checkpoint). Call it between
+  /// runs, or let run() call it (RunOptions::checkpoint_every); while a pull session runs, between
+  /// next() and release() calls. Throws Error when a write fails.
+  void save_checkpoint(const std::string& dir) const;
 
   /// The validated config the pipeline was built from (batch size resolved).
   const PipelineConfig& config() const noexcept;

@@ -27,6 +27,17 @@ class Sampler {
   std::size_t batches_per_epoch() const noexcept;
   /// Samples in a full batch.
   std::size_t batch_size() const noexcept { return batch_size_; }
+  /// Samples in the data set.
+  std::size_t dataset_size() const noexcept { return dataset_size_; }
+  /// The options it was made with.
+  const SamplerOptions& options() const noexcept { return options_; }
+  /// world × batch_size: one batch from every rank. Step k of every rank together takes positions
+  /// [k × global_batch, (k + 1) × global_batch) of the epoch's permutation, so a global cursor
+  /// that counts whole global batches means the same on every rank and for any world size with
+  /// the same global batch.
+  std::size_t global_batch() const noexcept {
+    return batch_size_ * static_cast<std::size_t>(options_.world);
+  }
   /// Data set indices of this rank's shard for `epoch`, in visiting order.
   std::vector<std::uint32_t> epoch_order(std::uint32_t epoch) const;
   /// Fills `out` with the samples of batch `index` of an epoch order (`order` from epoch_order).

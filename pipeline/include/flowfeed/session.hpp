@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "flowfeed/batch.hpp"
+#include "flowfeed/checkpoint.hpp"
 #include "flowfeed/stats.hpp"
 
 namespace flowfeed {
@@ -71,6 +72,10 @@ class Session {
   /// enter the pipeline. Does not wait for the device: on CUDA record `reuse_event` first. Throws
   /// std::logic_error for a batch this session did not hand out or that was already released.
   void release(Batch* batch);
+
+  /// The position of the session's run: the batches the caller released (the ones it holds or
+  /// has not taken yet are delivered again after a resume). Pipeline::save_checkpoint() writes it.
+  Checkpoint checkpoint() const;
 
   /// Batches the caller holds (handed out by next(), not yet released).
   std::size_t held() const noexcept;

@@ -20,6 +20,8 @@
 #include <vector>
 
 #include "detail/recorder.hpp"
+#include "detail/run_cursor.hpp"
+#include "flowfeed/checkpoint.hpp"
 #include "flowfeed/memory_budget.hpp"
 #include "flowfeed/pipeline.hpp"
 #include "flowfeed/sampler.hpp"
@@ -101,9 +103,11 @@ class PipelineImpl {
 
   // The per-run state both run() and start() begin with, and the checks both end with.
   /// Throws ConfigError when the chain does not fit the mode (run() needs a train node last,
-  /// start() none), then resets every per-run counter, the stages and the pools.
-  void begin_run(bool pull);
-  /// Batches a whole run takes from the source.
+  /// start() none), then resets every per-run counter, the stages and the pools, and sets the
+  /// source to the start (pipeline.resume_from) with `options`' stop_after and checkpoints.
+  void begin_run(bool pull, const RunOptions& options = {});
+  /// Batches a whole run takes from the source (the rest from a resumed checkpoint, at most
+  /// RunOptions::stop_after).
   std::uint64_t expected_batches() const;
   /// Empty when every batch that left the source arrived at `end` (and as many as expected);
   /// else the "run lost batches" message.
@@ -151,7 +155,9 @@ class PipelineImpl {
   void on_failure(Stage& stage, Batch& batch, std::exception_ptr error);
   void run_stage(Stage& stage, Batch& batch);
   Batch* next_batch(tbb::flow_control& fc);
-  void finish_batch(Batch* batch);
+  /// Returns the batch's buffers and slot and counts it done (the resume cursor); returns the
+  /// batches finished so far in the run.
+  std::uint64_t finish_batch(Batch* batch);
   /// Every batch object (and so every lease) back, wherever the graph left it.
   void reclaim();
   /// Where a stalled run is stuck: the node holding the oldest batch, else the first that stopped.
@@ -206,10 +212,36 @@ class PipelineImpl {
   // the first epoch whose end_epoch() has not run.
   std::vector<std::vector<std::uint64_t>> epoch_done_;
   std::vector<std::size_t> next_epoch_end_;
-  std::uint32_t source_epoch_ = 0;
-  std::size_t source_index_ = 0;
   std::uint64_t source_seq_ = 0;
   std::vector<std::uint32_t> source_order_;
+  std::uint32_t order_epoch_ = ~0u;  // the epoch source_order_ holds
+
+  // resume.cpp: exact resume (checkpoint.hpp). Batches are numbered in this rank's sequence
+  // (epoch x batches_per_epoch + index in the epoch); a run starts at start_
+  // (pipeline.resume_from, else 0), and cursor_ keeps which of its batches finished.
+  /// Loads the checkpoint pipeline.resume_from names and the nodes' states from it (at build).
+  void resume_from_checkpoint();
+  /// Prepares the source and the cursor for a run or session from start_, with `options`'
+  /// stop_after and periodic checkpoints.
+  void begin_sequence(const RunOptions& options);
+  /// One past the last batch of the last epoch.
+  std::uint64_t sequence_end() const {
+    return sampler_->batches_per_epoch() * static_cast<std::uint64_t>(config_.pipeline.epochs);
+  }
+  /// Batches the source emits in this run before sequence index x.
+  std::uint64_t run_batches_before(std::uint64_t x) const;
+  /// Pipeline::checkpoint() and save_checkpoint().
+  Checkpoint checkpoint() const;
+  void save_checkpoint(const std::string& dir) const;
+  ResumePoint start_;
+  std::uint64_t resumed_steps_ = 0;
+  RunCursor cursor_;
+  std::uint64_t source_pos_ = 0;  // the next candidate for the source
+  std::size_t source_skip_ = 0;   // start_.skip entries passed
+  std::uint64_t stop_after_ = 0;  // RunOptions::stop_after of the run
+  std::uint64_t checkpoint_every_ = 0;
+  std::string checkpoint_dir_;
+  mutable std::mutex checkpoint_mutex_;
   std::mutex warn_mutex_;
   std::vector<std::string> warnings_;
   Recorder recorder_;  // stats, trace, progress

@@ -1,0 +1,114 @@
+#pragma once
+/// \file
+/// Exact resume: the position of a run as one global cursor over the (seed, epoch) sample order,
+/// saved with the state of the nodes that keep some (a model's weights) in one checkpoint
+/// directory, written atomically as a set. docs/RESUME.md explains the rules.
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "flowfeed/config.hpp"
+
+namespace flowfeed {
+
+class Sampler;  ///< sampler.hpp
+
+/// One node's saved state: a file in the checkpoint directory, checked when it is read.
+struct NodeStateFile {
+  std::string type;           ///< the node's type when it was saved (e.g. "mlp")
+  std::string file;           ///< file name inside the checkpoint directory
+  std::uint64_t bytes = 0;    ///< its size
+  std::uint64_t fnv1a64 = 0;  ///< its FNV-1a 64-bit hash
+};
+
+/// The position of a run: everything before it finished the train step (or, in pull mode, was
+/// released by the caller); batches merely prefetched are not counted, so they are delivered again
+/// after a resume. The cursor is global: `samples` counts positions of epoch `epoch`'s global
+/// order (the permutation of the whole data set that (seed, epoch) fixes), which ranks in step
+/// agree on, whatever the world size.
+struct Checkpoint {
+  /// The file format this build writes and the newest it reads.
+  static constexpr int kVersion = 1;
+  int version = kVersion;  ///< format version of the file read
+
+  // The sample order the cursor points into.
+  std::uint64_t seed = 0;          ///< sampler.seed
+  bool shuffle = false;            ///< sampler.shuffle
+  bool drop_last = false;          ///< sampler.drop_last
+  std::uint64_t dataset_size = 0;  ///< samples in the data set
+
+  // The cursor.
+  std::uint32_t epoch = 0;    ///< the epoch of the next batch (pipeline.epochs once all are done)
+  std::uint64_t samples = 0;  ///< positions of that epoch's global order before the next global
+                              ///< batch: global steps finished × global_batch
+  int world = 1;              ///< ranks when it was written
+  int rank = 0;               ///< the rank that wrote it
+  std::uint64_t batch_size = 0;    ///< samples per batch per rank when it was written
+  std::uint64_t global_batch = 0;  ///< world × batch_size: one batch from every rank
+  /// This rank's batches after the cursor that finished already (an unordered run finishes
+  /// batches out of order), as offsets 1, 2, ... from the cursor's batch in this rank's sequence.
+  /// A resume skips them, so that they are not trained twice.
+  std::vector<std::uint64_t> finished_ahead;
+  std::uint64_t steps = 0;  ///< batches this rank finished since the first run (informational)
+
+  /// Node name -> its saved state, for the nodes that have one (Node::has_state).
+  std::map<std::string, NodeStateFile> nodes;
+  /// The directory it was read from (empty for one made by Pipeline::checkpoint()).
+  std::string dir;
+};
+
+/// Where a resumed run starts in this rank's sequence of batches (index = epoch ×
+/// batches_per_epoch + index in the epoch).
+struct ResumePoint {
+  std::uint64_t first = 0;          ///< the first batch to deliver
+  std::vector<std::uint64_t> skip;  ///< later batches that finished already (ascending)
+};
+
+/// The file in a checkpoint directory that holds the cursor and names the node files; written last.
+inline constexpr const char* kCheckpointManifest = "pipeline.json";
+
+/// The JSON text of `checkpoint` (the manifest).
+std::string checkpoint_json(const Checkpoint& checkpoint);
+
+/// Reads and checks a checkpoint: `path` is its directory or the manifest in it. Checks the format,
+/// the version, every field's type and range, and that every node file named is there with its
+/// size and hash. Throws ConfigError naming the file and the field:
+/// `DIR/pipeline.json: cursor.samples: 70 is not a multiple of cursor.global_batch 64 (...)`.
+Checkpoint read_checkpoint(const std::string& path);
+
+/// Reads node `name`'s state file from a checkpoint read_checkpoint() returned (checked again).
+/// Throws ConfigError when the checkpoint has none for it.
+std::string read_node_state(const Checkpoint& checkpoint, const std::string& name);
+
+/// Writes a checkpoint directory atomically as a set: each node's state goes to a new file
+/// (`NAME.GENERATION.bin`, written to a temporary name, flushed to disk, renamed), then the
+/// manifest naming them (the same way), then the files of older checkpoints are removed. A crash at
+/// any point leaves the previous checkpoint or the new one, whole. `states` maps node name to its
+/// type and state bytes; `checkpoint.nodes` is filled in. Creates `dir` (and its parents). Throws
+/// Error naming the file when a write fails.
+void write_checkpoint(const std::string& dir, Checkpoint checkpoint,
+                      const std::map<std::string, std::pair<std::string, std::string>>& states);
+
+/// Writes `text` to `path` atomically: a temporary file in the same directory, fsync, rename,
+/// fsync of the directory. Throws Error naming the file.
+void write_file_atomically(const std::string& path, const std::string& text);
+
+/// Checks that `checkpoint` continues the sample order of `sampler`'s run (the same seed, shuffle,
+/// drop_last and data set; the same global batch world × batch_size, whatever the world), and
+/// returns where this rank starts. Throws ConfigError naming the field and both values, `where`
+/// first (the manifest's path).
+ResumePoint resume_point(const Checkpoint& checkpoint, const Sampler& sampler,
+                         const std::string& where);
+
+/// The cursor of a rank whose batches before `next` (its sequence index) all finished, and
+/// `ahead` (indices after `next`) too.
+Checkpoint make_checkpoint(const Sampler& sampler, std::uint64_t next,
+                           const std::vector<std::uint64_t>& ahead, std::uint64_t steps);
+
+/// `path` with every `{rank}` replaced by `rank` (one checkpoint directory per rank of a job).
+std::string expand_rank(std::string path, int rank);
+
+}  // namespace flowfeed

@@ -1,0 +1,447 @@
+#include "flowfeed/checkpoint.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "flowfeed/sampler.hpp"
+
+namespace flowfeed {
+
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+
+constexpr const char* kFormat = "flowfeed checkpoint";
+
+std::uint64_t fnv1a64(const std::string& bytes) noexcept {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : bytes) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+std::string hex64(std::uint64_t v) {
+  return fmt::format("{:016x}", v);
+}
+
+[[noreturn]] void write_failed(const std::string& path, const char* what, int error) {
+  throw Error(fmt::format("checkpoint: cannot {} {} ({})", what, path, std::strerror(error)));
+}
+
+void fsync_directory(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) write_failed(dir, "open the directory", errno);
+  const int rc = ::fsync(fd);
+  const int error = errno;
+  ::close(fd);
+  if (rc != 0) write_failed(dir, "flush the directory", error);
+}
+
+std::string read_whole(const std::string& path, const std::string& manifest, const char* field) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw ConfigError({fmt::format("{}: {}: cannot read {} ({}) resume from a complete checkpoint",
+                                   manifest, field, path, std::strerror(errno))});
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+/// Reads fields of a parsed manifest; every problem names the file and the field.
+class Fields {
+ public:
+  Fields(const json& root, std::string file) : root_(root), file_(std::move(file)) {}
+
+  [[noreturn]] void fail(const std::string& key, const std::string& problem) const {
+    throw ConfigError({fmt::format("{}: {}: {}", file_, key, problem)});
+  }
+  const json& at(const std::string& key) const {
+    const json* node = &root_;
+    std::size_t begin = 0;
+    for (;;) {
+      const std::size_t dot = key.find('.', begin);
+      const std::string part = key.substr(begin, dot - begin);
+      if (!node->is_object() || !node->contains(part)) {
+        fail(key, "missing (the checkpoint is incomplete or corrupt) resume from a complete one");
+      }
+      node = &(*node)[part];
+      if (dot == std::string::npos) return *node;
+      begin = dot + 1;
+    }
+  }
+  std::uint64_t count(const std::string& key) const {
+    const json& v = at(key);
+    if (!v.is_number_unsigned()) {
+      fail(key, fmt::format("expected a non-negative integer, found {} (the checkpoint is corrupt) "
+                            "resume from a complete one",
+                            v.dump()));
+    }
+    return v.get<std::uint64_t>();
+  }
+  bool flag(const std::string& key) const {
+    const json& v = at(key);
+    if (!v.is_boolean()) {
+      fail(key, fmt::format("expected true or false, found {} (the checkpoint is corrupt) resume "
+                            "from a complete one",
+                            v.dump()));
+    }
+    return v.get<bool>();
+  }
+  std::string text(const std::string& key) const {
+    const json& v = at(key);
+    if (!v.is_string()) {
+      fail(key, fmt::format("expected a string, found {} (the checkpoint is corrupt) resume from a "
+                            "complete one",
+                            v.dump()));
+    }
+    return v.get<std::string>();
+  }
+
+ private:
+  const json& root_;
+  std::string file_;
+};
+
+std::string manifest_path(const std::string& path) {
+  std::error_code ec;
+  return fs::is_directory(path, ec) ? (fs::path(path) / kCheckpointManifest).string() : path;
+}
+
+}  // namespace
+
+std::string expand_rank(std::string path, int rank) {
+  const std::string token = "{rank}";
+  for (std::size_t at = path.find(token); at != std::string::npos; at = path.find(token, at)) {
+    const std::string r = std::to_string(rank);
+    path.replace(at, token.size(), r);
+    at += r.size();
+  }
+  return path;
+}
+
+std::string checkpoint_json(const Checkpoint& c) {
+  json j;
+  j["format"] = kFormat;
+  j["version"] = Checkpoint::kVersion;
+  j["sampler"] = {{"seed", c.seed},
+                  {"shuffle", c.shuffle},
+                  {"drop_last", c.drop_last},
+                  {"dataset_size", c.dataset_size}};
+  j["cursor"] = {{"epoch", c.epoch},
+                 {"samples", c.samples},
+                 {"world", c.world},
+                 {"rank", c.rank},
+                 {"batch_size", c.batch_size},
+                 {"global_batch", c.global_batch},
+                 {"finished_ahead", c.finished_ahead},
+                 {"steps", c.steps}};
+  j["nodes"] = json::object();
+  for (const auto& [name, f] : c.nodes) {
+    j["nodes"][name] = {
+        {"type", f.type}, {"file", f.file}, {"bytes", f.bytes}, {"fnv1a64", hex64(f.fnv1a64)}};
+  }
+  return j.dump(2) + "\n";
+}
+
+void write_file_atomically(const std::string& path, const std::string& text) {
+  const std::string temp = path + ".tmp";
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) write_failed(temp, "create", errno);
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int error = errno;
+      ::close(fd);
+      write_failed(temp, "write", error);
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  if (::fsync(fd) != 0) {
+    const int error = errno;
+    ::close(fd);
+    write_failed(temp, "flush", error);
+  }
+  if (::close(fd) != 0) write_failed(temp, "close", errno);
+  if (std::rename(temp.c_str(), path.c_str()) != 0) write_failed(path, "rename onto", errno);
+  const fs::path parent = fs::path(path).parent_path();
+  fsync_directory(parent.empty() ? "." : parent.string());
+}
+
+void write_checkpoint(const std::string& dir, Checkpoint checkpoint,
+                      const std::map<std::string, std::pair<std::string, std::string>>& states) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw Error(fmt::format("checkpoint: cannot create {} ({})", dir, ec.message()));
+  const std::string manifest = (fs::path(dir) / kCheckpointManifest).string();
+  // A new generation for the node files, so that the manifest in place keeps naming whole files
+  // until the new one replaces it.
+  std::uint64_t generation = 1;
+  {
+    std::ifstream in(manifest);
+    const json old = json::parse(in, nullptr, false);
+    if (!old.is_discarded() && old.contains("generation") && old["generation"].is_number_unsigned())
+      generation = old["generation"].get<std::uint64_t>() + 1;
+  }
+  checkpoint.nodes.clear();
+  for (const auto& [name, state] : states) {
+    NodeStateFile f;
+    f.type = state.first;
+    f.file = fmt::format("{}.{}.bin", name, generation);
+    f.bytes = state.second.size();
+    f.fnv1a64 = fnv1a64(state.second);
+    write_file_atomically((fs::path(dir) / f.file).string(), state.second);
+    checkpoint.nodes[name] = f;
+  }
+  json j = json::parse(checkpoint_json(checkpoint));
+  j["generation"] = generation;
+  write_file_atomically(manifest, j.dump(2) + "\n");
+  // Older generations' files (and a crashed write's temporary files) go now.
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    const bool ours = name.ends_with(".bin") || name.ends_with(".tmp");
+    bool current = name == kCheckpointManifest;
+    for (const auto& [node, f] : checkpoint.nodes) current = current || name == f.file;
+    if (ours && !current) fs::remove(entry.path(), ec);
+  }
+}
+
+Checkpoint read_checkpoint(const std::string& path) {
+  const std::string file = manifest_path(path);
+  const std::string text = read_whole(file, file, "pipeline.resume_from");
+  json root;
+  try {
+    root = json::parse(text);
+  } catch (const json::parse_error& e) {
+    // "[json.exception.parse_error.101] parse error at line 6, column 17: syntax error ..."
+    std::string what = e.what();
+    std::string where = file;
+    unsigned line = 0, column = 0;
+    const std::size_t at = what.find(" at line ");
+    if (at != std::string::npos &&
+        std::sscanf(what.c_str() + at, " at line %u, column %u", &line, &column) == 2) {
+      where = fmt::format("{}:{}:{}", file, line, column);
+    }
+    const std::size_t colon = what.find(": ", at == std::string::npos ? 0 : at);
+    if (colon != std::string::npos) what = what.substr(colon + 2);
+    throw ConfigError(
+        {fmt::format("{}: not a checkpoint: {} (the file is truncated or corrupt) "
+                     "resume from a complete checkpoint",
+                     where, what)});
+  }
+  const Fields f(root, file);
+  if (!root.is_object() || !root.contains("format") || root["format"] != kFormat) {
+    f.fail("format",
+           fmt::format("expected \"{}\", found {} (not a flowfeed checkpoint) point "
+                       "pipeline.resume_from at a directory --checkpoint wrote",
+                       kFormat,
+                       root.is_object() && root.contains("format") ? root["format"].dump()
+                                                                   : std::string("nothing")));
+  }
+  Checkpoint c;
+  const std::uint64_t version = f.count("version");
+  if (version > static_cast<std::uint64_t>(Checkpoint::kVersion) || version == 0) {
+    f.fail("version", version == 0
+                          ? std::string("0 is not a checkpoint version (the checkpoint is corrupt) "
+                                        "resume from a complete one")
+                          : fmt::format("{} is newer than this build reads (version {}; written by "
+                                        "a newer flowfeed) resume with the flowfeed that wrote it",
+                                        version, Checkpoint::kVersion));
+  }
+  c.version = static_cast<int>(version);
+  c.seed = f.count("sampler.seed");
+  c.shuffle = f.flag("sampler.shuffle");
+  c.drop_last = f.flag("sampler.drop_last");
+  c.dataset_size = f.count("sampler.dataset_size");
+  const std::uint64_t epoch = f.count("cursor.epoch");
+  if (epoch > 0xffffffffull) f.fail("cursor.epoch", fmt::format("{} is out of range", epoch));
+  c.epoch = static_cast<std::uint32_t>(epoch);
+  c.samples = f.count("cursor.samples");
+  const std::uint64_t world = f.count("cursor.world");
+  const std::uint64_t rank = f.count("cursor.rank");
+  c.batch_size = f.count("cursor.batch_size");
+  c.global_batch = f.count("cursor.global_batch");
+  c.steps = f.count("cursor.steps");
+  if (world < 1 || world > 1u << 24) {
+    f.fail("cursor.world", fmt::format("{} is out of range (1 to 16777216)", world));
+  }
+  if (rank >= world) {
+    f.fail("cursor.rank", fmt::format("{} is not below cursor.world {}", rank, world));
+  }
+  c.world = static_cast<int>(world);
+  c.rank = static_cast<int>(rank);
+  if (c.batch_size < 1) f.fail("cursor.batch_size", "0 is out of range (at least 1)");
+  if (c.global_batch != c.batch_size * world) {
+    f.fail("cursor.global_batch",
+           fmt::format("{} is not cursor.world {} x cursor.batch_size {} (the checkpoint is "
+                       "corrupt) resume from a complete one",
+                       c.global_batch, world, c.batch_size));
+  }
+  if (c.samples % c.global_batch != 0 || (c.samples > 0 && c.samples >= c.dataset_size)) {
+    f.fail("cursor.samples",
+           fmt::format("{} is not a whole number of global batches of {} inside the data set of "
+                       "{} samples (the checkpoint is corrupt) resume from a complete one",
+                       c.samples, c.global_batch, c.dataset_size));
+  }
+  const json& ahead = f.at("cursor.finished_ahead");
+  if (!ahead.is_array()) f.fail("cursor.finished_ahead", "expected a list of integers");
+  for (const json& a : ahead) {
+    if (!a.is_number_unsigned() || a.get<std::uint64_t>() == 0 ||
+        (!c.finished_ahead.empty() && a.get<std::uint64_t>() <= c.finished_ahead.back())) {
+      f.fail("cursor.finished_ahead",
+             fmt::format("{} is not a list of ascending positive integers (the checkpoint is "
+                         "corrupt) resume from a complete one",
+                         ahead.dump()));
+    }
+    c.finished_ahead.push_back(a.get<std::uint64_t>());
+  }
+  const json& nodes = f.at("nodes");
+  if (!nodes.is_object()) f.fail("nodes", "expected an object");
+  c.dir = fs::path(file).parent_path().string();
+  for (const auto& [name, entry] : nodes.items()) {
+    const std::string key = "nodes." + name;
+    NodeStateFile s;
+    s.type = f.text(key + ".type");
+    s.file = f.text(key + ".file");
+    s.bytes = f.count(key + ".bytes");
+    const std::string hash = f.text(key + ".fnv1a64");
+    if (s.file.empty() || s.file.find('/') != std::string::npos) {
+      f.fail(key + ".file", fmt::format("'{}' is not a file name inside the checkpoint", s.file));
+    }
+    try {
+      std::size_t used = 0;
+      s.fnv1a64 = std::stoull(hash, &used, 16);
+      if (used != hash.size()) throw std::invalid_argument(hash);
+    } catch (const std::exception&) {
+      f.fail(key + ".fnv1a64", fmt::format("'{}' is not a hexadecimal hash", hash));
+    }
+    c.nodes[name] = s;
+  }
+  // The node files must be whole: they are read again when the nodes load them.
+  for (const auto& [name, s] : c.nodes) read_node_state(c, name);
+  return c;
+}
+
+std::string read_node_state(const Checkpoint& c, const std::string& name) {
+  const std::string manifest = (fs::path(c.dir) / kCheckpointManifest).string();
+  auto it = c.nodes.find(name);
+  if (it == c.nodes.end()) {
+    throw ConfigError(
+        {fmt::format("{}: nodes.{}: missing (the checkpoint has no state for node "
+                     "'{}', which keeps some) resume from a checkpoint of this "
+                     "pipeline",
+                     manifest, name, name)});
+  }
+  const NodeStateFile& s = it->second;
+  const std::string key = "nodes." + name;
+  const std::string bytes =
+      read_whole((fs::path(c.dir) / s.file).string(), manifest, (key + ".file").c_str());
+  if (bytes.size() != s.bytes) {
+    throw ConfigError(
+        {fmt::format("{}: {}.bytes: {} has {} bytes, the checkpoint says {} (the "
+                     "file is truncated or corrupt) resume from a complete checkpoint",
+                     manifest, key, s.file, bytes.size(), s.bytes)});
+  }
+  if (fnv1a64(bytes) != s.fnv1a64) {
+    throw ConfigError(
+        {fmt::format("{}: {}.fnv1a64: {} hashes to {}, the checkpoint says {} (the "
+                     "file is corrupt) resume from a complete checkpoint",
+                     manifest, key, s.file, hex64(fnv1a64(bytes)), hex64(s.fnv1a64))});
+  }
+  return bytes;
+}
+
+ResumePoint resume_point(const Checkpoint& c, const Sampler& sampler, const std::string& where) {
+  const SamplerOptions& o = sampler.options();
+  auto fail = [&](const std::string& key, const std::string& problem) {
+    throw ConfigError({fmt::format("{}: {}: {}", where, key, problem)});
+  };
+  if (c.dataset_size != sampler.dataset_size()) {
+    fail("sampler.dataset_size",
+         fmt::format("the checkpoint was written for {} samples, this run's data set has {} (a "
+                     "resume continues the same sample order) resume with the same data set",
+                     c.dataset_size, sampler.dataset_size()));
+  }
+  if (c.shuffle != o.shuffle) {
+    fail("sampler.shuffle", fmt::format("the checkpoint was written with shuffle: {}, this run has "
+                                        "shuffle: {} (a resume continues the same sample order) "
+                                        "set sampler.shuffle: {}",
+                                        c.shuffle, o.shuffle, c.shuffle));
+  }
+  if (c.shuffle && c.seed != o.seed) {
+    fail("sampler.seed", fmt::format("the checkpoint was written with seed {}, this run has seed "
+                                     "{} (every epoch's order comes from the seed) set "
+                                     "sampler.seed: {}",
+                                     c.seed, o.seed, c.seed));
+  }
+  if (c.drop_last != o.drop_last) {
+    fail("sampler.drop_last",
+         fmt::format("the checkpoint was written with drop_last: {}, this run has drop_last: {} "
+                     "(it decides which batches an epoch has) set sampler.drop_last: {}",
+                     c.drop_last, o.drop_last, c.drop_last));
+  }
+  const std::uint64_t global = sampler.global_batch();
+  if (c.global_batch != global) {
+    const bool divides = c.global_batch % static_cast<std::uint64_t>(o.world) == 0;
+    fail("cursor.global_batch",
+         fmt::format("the checkpoint was written by world {} x batch_size {} = global batch {}, "
+                     "this run is world {} x batch_size {} = {} (a resume keeps the global batch, "
+                     "so that every global step trains on the same samples) {}",
+                     c.world, c.batch_size, c.global_batch, o.world, sampler.batch_size(), global,
+                     divides ? fmt::format("set pipeline.batch_size: {}",
+                                           c.global_batch / static_cast<std::uint64_t>(o.world))
+                             : fmt::format("use a world size that divides {}", c.global_batch)));
+  }
+  if (!c.finished_ahead.empty() && c.world != o.world) {
+    fail("cursor.finished_ahead",
+         fmt::format("rank {} of {} had finished {} batches after the cursor out of order, which "
+                     "a world of {} cannot map to its shards resume with world {}, or from a "
+                     "checkpoint written after a drain (SIGTERM) or with pipeline.ordered: true",
+                     c.rank, c.world, c.finished_ahead.size(), o.world, c.world));
+  }
+  const std::uint64_t per_epoch = sampler.batches_per_epoch();
+  const std::uint64_t index = c.samples / global;
+  ResumePoint p;
+  // A rank with no batch left in the cursor's epoch starts the next one.
+  p.first = index < per_epoch ? c.epoch * per_epoch + index : (c.epoch + 1ull) * per_epoch;
+  for (std::uint64_t a : c.finished_ahead) p.skip.push_back(p.first + a);
+  return p;
+}
+
+Checkpoint make_checkpoint(const Sampler& sampler, std::uint64_t next,
+                           const std::vector<std::uint64_t>& ahead, std::uint64_t steps) {
+  const SamplerOptions& o = sampler.options();
+  Checkpoint c;
+  c.seed = o.seed;
+  c.shuffle = o.shuffle;
+  c.drop_last = o.drop_last;
+  c.dataset_size = sampler.dataset_size();
+  const std::uint64_t per_epoch = sampler.batches_per_epoch();
+  c.epoch = static_cast<std::uint32_t>(next / per_epoch);
+  c.samples = (next % per_epoch) * sampler.global_batch();
+  c.world = o.world;
+  c.rank = o.rank;
+  c.batch_size = sampler.batch_size();
+  c.global_batch = sampler.global_batch();
+  for (std::uint64_t a : ahead) c.finished_ahead.push_back(a - next);
+  c.steps = steps;
+  return c;
+}
+
+}  // namespace flowfeed
