@@ -30,6 +30,9 @@ const char* typestr(DType dtype) {
     case DType::uint8: return "|u1";
     case DType::int32: return "<i4";
     case DType::int64: return "<i8";
+    case DType::uint16: return "<u2";
+    case DType::uint32: return "<u4";
+    case DType::bfloat16: return "<V2";  // no numpy dtype: raw 2-byte values (DLPack says bfloat16)
   }
   return "|u1";
 }

@@ -27,6 +27,9 @@ DLDataType to_dlpack_dtype(DType dtype) noexcept {
     case DType::uint8: return {kDLUInt, 8, 1};
     case DType::int32: return {kDLInt, 32, 1};
     case DType::int64: return {kDLInt, 64, 1};
+    case DType::uint16: return {kDLUInt, 16, 1};
+    case DType::uint32: return {kDLUInt, 32, 1};
+    case DType::bfloat16: return {kDLBfloat, 16, 1};
   }
   return {kDLUInt, 8, 1};
 }

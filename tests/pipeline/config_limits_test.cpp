@@ -117,7 +117,7 @@ TEST(ConfigLimits, LongValuesAreCutToAReadableLength) {
             "f.yaml:2:3: pipeline." + std::string(60, 'k') +
                 "… (500 bytes): unknown key (known keys: epochs, batch_size, prefetch_depth, "
                 "ordered, device, device_id, devices, threads, stall_timeout_s, on_error, "
-                "max_skipped, mode)");
+                "max_skipped, mode, resume_from)");
 }
 
 TEST(ConfigLimits, AtMostFiftyProblemsAreListedThenACount) {
@@ -132,7 +132,7 @@ TEST(ConfigLimits, AtMostFiftyProblemsAreListedThenACount) {
     EXPECT_EQ(e.problems()[49],
               "f.yaml:51:3: pipeline.epochz49: unknown key (known keys: epochs, batch_size, "
               "prefetch_depth, ordered, device, device_id, devices, threads, stall_timeout_s, "
-              "on_error, max_skipped, mode)");
+              "on_error, max_skipped, mode, resume_from)");
     EXPECT_EQ(e.problems()[50], "and 2950 more problems (fix the ones above first)");
   }
 }
