@@ -30,10 +30,12 @@ std::vector<std::string> problems_of(const std::function<void()>& fn) {
 
 TEST(PipelineBuilder, BuildsAndRunsWithoutYaml) {
   Registry registry = builtin_registry();
+  // The host types themselves (with device: auto a GPU would swap them for their CUDA ones).
   Pipeline pipeline = PipelineBuilder()
                           .epochs(2)
                           .batch_size(64)
                           .prefetch_depth(8)
+                          .device(DeviceChoice::host)
                           .load("synthetic", {{"samples", 1000}, {"sample_shape", {4, 4}}})
                           .stage("host_staging")
                           .upload("host_upload")
