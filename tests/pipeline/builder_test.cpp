@@ -182,8 +182,10 @@ TEST(PipelineBuilder, TakesNodeObjectsWithoutARegistryEntry) {
   std::atomic<std::size_t> transformed{0};
   auto check = std::make_unique<FirstElementCheck>();
   FirstElementCheck* check_ptr = check.get();
+  // Host types: the check reads the batch's last buffer from the host.
   Pipeline pipeline = PipelineBuilder()
                           .batch_size(10)
+                          .device(DeviceChoice::host)
                           .load("synthetic", {{"samples", 95}, {"sample_shape", {16}}})
                           .transform(make_node([&](Batch& b) { transformed += b.rows(); }))
                           .concurrency(2)
