@@ -156,11 +156,14 @@ nodes:
 
 def test_ctrl_c_mid_epoch_raises_keyboard_interrupt_and_drains(data):
     # Batch 5 takes 1.5 s in a node; SIGINT comes 0.3 s after batch 4 was taken, while the loop
-    # waits inside the pipeline for batch 5.
+    # waits inside the pipeline for batch 5. The loader runs serially here: at concurrency 2 batch 5
+    # can finish loading first and enter the serial `slow` node ahead of batch 4 (order is only
+    # restored at the end), so batch 4 would come out after the stall, the rest of the run right
+    # after it, and the timer would be cancelled before it fired.
     config = data.config(epochs=3, extra_nodes="""\
         - { name: slow, type: fault_transform, params: { mode: stall, at_batch: 5, stall_s: 1.5 } }
         """)
-    pipeline = flowfeed.Pipeline(config, test_nodes=True)
+    pipeline = flowfeed.Pipeline(config, overrides={"nodes.load.concurrency": 1}, test_nodes=True)
     timer = threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT))
     taken = []
     try:
