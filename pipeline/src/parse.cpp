@@ -396,9 +396,16 @@ PipelineConfig parse(const YAML::Node& root_in, const std::string& file, const R
         problems.add(path + ".params", params.Mark(),
                      "expected a map, got " + describe_scalar(params));
       } else if (type) {
-        // Parse against the declared type's schema with YAML positions; a swap re-checks them.
-        validate_map(params, type->schema, path + ".params", "'" + spec.type + "' requires it",
-                     spec.params, problems);
+        // Parse against the declared type's schema with YAML positions; a swap re-checks them. A
+        // type this build lacks (a CUDA type without CUDA) has no schema: its host counterpart's
+        // stands in, since that is what will run.
+        const NodeType* schema_type = type;
+        if (type->unavailable && !type->counterpart.empty()) {
+          const NodeType* other = registry.find(type->counterpart);
+          if (other && !other->unavailable) schema_type = other;
+        }
+        validate_map(params, schema_type->schema, path + ".params",
+                     "'" + spec.type + "' requires it", spec.params, problems);
       }
       // A node without name or type was reported; keep its place so later paths stay right.
       at.yaml_checked.push_back(type != nullptr);
