@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cuda/cuda_check.hpp"
+#include "flowfeed/extend.hpp"
 #include "flowfeed/nodes/cuda.hpp"
 #include "flowfeed/nodes/normalize.hpp"
 #include "flowfeed/registry.hpp"
@@ -151,19 +152,15 @@ std::unique_ptr<Node> make_device_normalize(NormalizeOptions options) {
 }
 
 void register_device_normalize(Registry& registry) {
-  NodeType t;
-  t.name = "device_normalize";
-  t.role = Role::transform;
-  t.doc =
-      "uint8 images to float32/float16/bfloat16, (x - mean) / std per channel, in one kernel "
-      "on its own stream after cuda_upload";
-  t.schema = normalize_schema();
-  t.backend = TypeBackend::cuda;
-  t.counterpart = "normalize";
-  t.create = [](const NodeSpec& spec) {
-    return make_device_normalize(normalize_options_from(spec.params));
-  };
-  registry.set(std::move(t));
+  registry.set(
+      factory_type(
+          "device_normalize", Role::transform, normalize_schema(),
+          [](const NodeSpec& spec) {
+            return make_device_normalize(normalize_options_from(spec.params));
+          },
+          "uint8 images to float32/float16/bfloat16, (x - mean) / std per channel, in one kernel "
+          "on its own stream after cuda_upload")
+          .runs_on(TypeBackend::cuda, "normalize"));
 }
 
 }  // namespace flowfeed

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "flowfeed/error.hpp"
+#include "flowfeed/extend.hpp"
 #include "flowfeed/pool.hpp"
 #include "flowfeed/registry.hpp"
 
@@ -211,19 +212,13 @@ std::unique_ptr<Node> make_normalize(NormalizeOptions options) {
 }
 
 void register_normalize(Registry& registry) {
-  NodeType t;
-  t.name = "normalize";
-  t.role = Role::transform;
-  t.doc =
-      "uint8 images to float32/float16/bfloat16, (x - mean) / std per channel, on the host "
-      "(stands in for device_normalize)";
-  t.schema = normalize_schema();
-  t.backend = TypeBackend::host;
-  t.counterpart = "device_normalize";
-  t.create = [](const NodeSpec& spec) {
-    return make_normalize(normalize_options_from(spec.params));
-  };
-  registry.set(std::move(t));
+  registry.set(
+      factory_type(
+          "normalize", Role::transform, normalize_schema(),
+          [](const NodeSpec& spec) { return make_normalize(normalize_options_from(spec.params)); },
+          "uint8 images to float32/float16/bfloat16, (x - mean) / std per channel, on the host "
+          "(stands in for device_normalize)")
+          .runs_on(TypeBackend::host, "device_normalize"));
 }
 
 }  // namespace flowfeed
