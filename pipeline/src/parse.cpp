@@ -3,8 +3,12 @@
 // one set in C++ (config_checks.cpp), and lands in its member through the section's table.
 // Validation proper (types, chain, device) is validation.cpp's.
 
+#include <fmt/format.h>
+#include <yaml-cpp/eventhandler.h>
+#include <yaml-cpp/parser.h>
 #include <yaml-cpp/yaml.h>
 
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -438,20 +442,58 @@ PipelineConfig parse(const YAML::Node& root_in, const std::string& file, const R
 
 }  // namespace detail
 
+namespace {
+
+// Records where each YAML document starts; ignores everything else.
+struct DocumentStarts final : YAML::EventHandler {
+  std::vector<YAML::Mark> marks;
+  void OnDocumentStart(const YAML::Mark& mark) override { marks.push_back(mark); }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
+}  // namespace
+
 PipelineConfig load_config_string(const std::string& yaml, const Registry& registry,
                                   const std::vector<std::string>& overrides,
                                   const std::string& name) {
   YAML::Node root;
   try {
-    std::vector<YAML::Node> documents = YAML::LoadAll(yaml);
-    if (documents.size() > 1) {
-      const YAML::Mark at = documents[1].Mark();
-      throw ConfigError({SourceLoc{name, at.line + 1, at.column + 1}.str() +
-                         ": a second YAML document (a config is one document; '---' starts "
+    // Not YAML::LoadAll: on some malformed input yaml-cpp 0.7's parser reports a document
+    // without consuming a token, and LoadAll then loops forever, allocating. Only the first two
+    // document starts are needed.
+    std::istringstream in(yaml);
+    YAML::Parser parser(in);
+    DocumentStarts starts;
+    while (starts.marks.size() < 2 && parser.HandleNextDocument(starts)) {
+    }
+    if (starts.marks.size() > 1) {
+      const YAML::Mark at = starts.marks[1];
+      const std::string where = SourceLoc{name, at.line + 1, at.column + 1}.str();
+      const auto pos = static_cast<std::size_t>(at.pos);
+      if (pos < yaml.size() && yaml.compare(pos, 3, "---") != 0 &&
+          yaml.compare(pos, 3, "...") != 0) {
+        // Not a document marker: the parser gave up on the first document here.
+        const auto c = static_cast<unsigned char>(yaml[pos]);
+        const std::string shown = std::isprint(c) ? std::string(1, yaml[pos])
+                                                  : fmt::format("\\x{:02x}", c);
+        throw ConfigError(
+            {where + ": invalid YAML (unexpected '" + shown + "': the document ended before it)"});
+      }
+      throw ConfigError({where + ": a second YAML document (a config is one document; '---' starts "
                          "another, which would be ignored) remove it, or merge it into the "
                          "first"});
     }
-    if (!documents.empty()) root = documents.front();
+    if (!starts.marks.empty()) root = YAML::Load(yaml);
   } catch (const YAML::ParserException& e) {
     throw ConfigError({SourceLoc{name, e.mark.line + 1, e.mark.column + 1}.str() +
                        ": invalid YAML (" + e.msg + ")"});

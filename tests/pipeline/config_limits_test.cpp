@@ -153,8 +153,19 @@ TEST(ConfigLimits, DuplicateKeysAreErrorsAtEveryLevel) {
 
 TEST(ConfigLimits, ASecondDocumentIsAnError) {
   EXPECT_EQ(config_error("pipeline: { epochs: 1 }\n" + kChain + "---\npipeline: { epochs: 5 }\n"),
-            "f.yaml:6:1: a second YAML document (a config is one document; '---' starts another, "
+            "f.yaml:5:1: a second YAML document (a config is one document; '---' starts another, "
             "which would be ignored) remove it, or merge it into the first");
+}
+
+// yaml-cpp 0.7's LoadAll loops forever, allocating, on these (its parser reports a document
+// without consuming the stray token); the loader stops at the first token after the document.
+TEST(ConfigLimits, AStrayTokenAfterTheDocumentIsAnErrorNotAHang) {
+  EXPECT_EQ(config_error("\n,\n"),
+            "f.yaml:2:1: invalid YAML (unexpected ',': the document ended before it)");
+  // The shape libFuzzer found: a comment, then an indented line that starts with a comma.
+  EXPECT_EQ(config_error("# a comment\n"
+                         "  ,params: { batches: 2 }\n"),
+            "f.yaml:2:3: invalid YAML (unexpected ',': the document ended before it)");
 }
 
 TEST(ConfigLimits, AKeyOnlyASetWroteIsBlamedOnThatSet) {
