@@ -484,14 +484,14 @@ PipelineConfig load_config_string(const std::string& yaml, const Registry& regis
           yaml.compare(pos, 3, "...") != 0) {
         // Not a document marker: the parser gave up on the first document here.
         const auto c = static_cast<unsigned char>(yaml[pos]);
-        const std::string shown = std::isprint(c) ? std::string(1, yaml[pos])
-                                                  : fmt::format("\\x{:02x}", c);
+        const std::string shown =
+            std::isprint(c) ? std::string(1, yaml[pos]) : fmt::format("\\x{:02x}", c);
         throw ConfigError(
             {where + ": invalid YAML (unexpected '" + shown + "': the document ended before it)"});
       }
       throw ConfigError({where + ": a second YAML document (a config is one document; '---' starts "
-                         "another, which would be ignored) remove it, or merge it into the "
-                         "first"});
+                                 "another, which would be ignored) remove it, or merge it into the "
+                                 "first"});
     }
     if (!starts.marks.empty()) root = YAML::Load(yaml);
   } catch (const YAML::ParserException& e) {
