@@ -143,6 +143,7 @@ class SessionState {
 RunReport SessionState::make_report(double seconds, bool complete, bool interrupted) const {
   const PipelineImpl& p = *impl;
   RunReport report = p.base_report(seconds, interrupted);
+  report.threads = std::max(detail::arena_threads(p.config_), 1);
   // The caller's loop is the train step: it stalls while it waits inside next().
   const double waited = static_cast<double>(wait_ns) * 1e-9;
   report.train.stall_fraction = seconds > 0 ? std::min(1.0, waited / seconds) : 0;

@@ -3,7 +3,9 @@
 
 #include <gtest/gtest.h>
 #include <oneapi/tbb/global_control.h>
+#include <oneapi/tbb/info.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -131,6 +133,24 @@ TEST(Session, ReleaseRejectsForeignAndRepeatedBatches) {
     EXPECT_STREQ(e.what(),
                  "Session::release: this batch was not handed out by this session's next(), or "
                  "was released already");
+  }
+}
+
+TEST(Session, ByDefaultTheArenaLeavesACoreToTheCaller) {
+  Registry registry = builtin_registry();
+  const int cores = tbb::info::default_concurrency();
+  {
+    Pipeline pipeline = feeder(100, 10, 4).build(registry);
+    Session session = pipeline.start();
+    while (Batch* b = session.next()) session.release(b);
+    EXPECT_EQ(session.report().threads, cores > 2 ? cores - 1 : cores);
+  }
+  {
+    // An explicit count is taken as it is.
+    Pipeline pipeline = feeder(100, 10, 4).threads(3).build(registry);
+    Session session = pipeline.start();
+    while (Batch* b = session.next()) session.release(b);
+    EXPECT_EQ(session.report().threads, 3);
   }
 }
 
