@@ -13,7 +13,8 @@ namespace flowfeed::detail {
 bool cuda_interop_built() noexcept;
 /// The device ordinal that `device_pointer` belongs to (cudaPointerGetAttributes).
 int cuda_device_of(const void* device_pointer);
-/// cudaStreamWaitEvent(stream, event): `stream`'s later work waits for `event`; no host wait.
+/// cudaStreamWaitEvent(stream, event): `stream`'s later work waits for `event`; no host wait
+/// (nothing to queue when the event already completed).
 void cuda_stream_wait(std::intptr_t stream, int device, void* event);
 /// cudaEventRecord(event, stream).
 void cuda_record(std::intptr_t stream, int device, void* event);
