@@ -99,13 +99,24 @@ struct IoEngine::Ring {
   std::vector<std::uint32_t> free_slots;
 };
 
-void add_io_params(Schema& schema) {
-  schema
-      .add_string("io",
-                  "how files are read: pread (one read at a time per loader call) or io_uring "
-                  "(queue_depth reads in flight per batch)",
-                  std::string("pread"))
-      .one_of({"pread", "io_uring"});
+void add_io_params(Schema& schema, bool mmap) {
+  if (mmap) {
+    schema
+        .add_string("io",
+                    "how files are read: pread (one read at a time per loader call), io_uring "
+                    "(queue_depth reads in flight per batch) or mmap (copies from the files "
+                    "mapped read-only once, no system call per read; a file truncated while "
+                    "mapped kills the process)",
+                    std::string("pread"))
+        .one_of({"pread", "io_uring", "mmap"});
+  } else {
+    schema
+        .add_string("io",
+                    "how files are read: pread (one read at a time per loader call) or io_uring "
+                    "(queue_depth reads in flight per batch)",
+                    std::string("pread"))
+        .one_of({"pread", "io_uring"});
+  }
   schema.add_int("read_bytes", "the most bytes one read asks for", std::int64_t{1} << 20)
       .range(4096, 1 << 30);
   schema.add_int("queue_depth", "io_uring: reads in flight per batch", 32).range(1, 4096);

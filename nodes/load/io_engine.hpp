@@ -20,8 +20,10 @@ class Params;
 class Schema;
 struct RunReport;
 
-/// Declares the I/O params above in a loader's schema.
-void add_io_params(Schema& schema);
+/// Declares the I/O params above in a loader's schema. `mmap`: `io` also accepts `mmap`, for a
+/// loader that can copy from files mapped read-only (io_options_from reads it as pread; the loader
+/// checks for it).
+void add_io_params(Schema& schema, bool mmap = false);
 /// IoOptions from validated params (declared by add_io_params).
 IoOptions io_options_from(const Params& params);
 /// "pread" or "io_uring".
@@ -43,6 +45,9 @@ class IoFile {
   std::uint64_t size() const noexcept { return size_; }
   /// True when aligned reads of this file go direct (O_DIRECT was asked for and opened).
   bool direct() const noexcept { return direct_fd_ >= 0; }
+  /// The buffered descriptor (e.g. to map the file read-only); owned by this IoFile, -1 when
+  /// not open.
+  int descriptor() const noexcept { return fd_; }
 
  private:
   friend class IoEngine;
