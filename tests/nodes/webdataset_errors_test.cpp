@@ -153,6 +153,34 @@ TEST(WebDatasetErrors, BytesFieldsArriveZeroPaddedWithTheirLengths) {
                         tar, m[1]["members"]["jpg"]["header"].get<std::uint64_t>()));
 }
 
+// Shards named by braces, a glob, a YAML list or one comma- and space-separated string are the same
+// data set in the same order; a missing or repeated shard is named when the pipeline is built.
+TEST(WebDatasetErrors, ShardListsExpandAlikeAndAMissingShardIsNamed) {
+  const Shards& s = photos();
+  const Outcome braces = run(chain(s.file("photos-{000..002}.tar"), ", height: 8, width: 8"));
+  ASSERT_EQ(braces.x.size(), 40u);
+  const std::string a = s.file("photos-000.tar"), b = s.file("photos-001.tar"),
+                    c = s.file("photos-002.tar");
+  for (const std::string& shards :
+       {"'" + s.file("photos-*.tar") + "'", "[" + a + ", '" + s.file("photos-00{1,2}.tar") + "']",
+        "'" + a + ", " + b + " " + c + "'"}) {
+    SCOPED_TRACE(shards);
+    std::string yaml = chain("X", ", height: 8, width: 8");
+    yaml.replace(yaml.find("'X'"), 3, shards);
+    const Outcome other = run(yaml);
+    EXPECT_EQ(other.x, braces.x);
+    EXPECT_EQ(other.y, braces.y);
+  }
+  EXPECT_EQ(build_error(chain(s.file("photos-{000..003}.tar"), "")),
+            fmt::format("{}: {}: cannot open (No such file or directory)", kLoad,
+                        s.file("photos-003.tar")));
+  EXPECT_EQ(build_error(chain(a + "," + s.file("photos-00[0].tar"), "")),
+            fmt::format("{}: {}: named twice in shards (each file may appear once)", kLoad, a));
+  EXPECT_EQ(build_error(chain(s.file("none-*.tar"), "")),
+            fmt::format("{}: {}: matches no file (check the directory and the pattern)", kLoad,
+                        s.file("none-*.tar")));
+}
+
 TEST(WebDatasetErrors, ContradictoryParamsAreConfigErrors) {
   Registry r;
   register_builtin_nodes(r);
