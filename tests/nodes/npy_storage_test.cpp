@@ -143,7 +143,9 @@ INSTANTIATE_TEST_SUITE_P(
                       EngineCase{"io_uring", false, 5000, 64},
                       EngineCase{"io_uring", true, 4096, 4096},
                       EngineCase{"io_uring", true, 5000, 4096},
-                      EngineCase{"io_uring", false, 5000, 64, true}),
+                      EngineCase{"io_uring", false, 5000, 64, true},
+                      EngineCase{"pread", false, 5000, 64, true},
+                      EngineCase{"pread", true, 4096, 4096, true}),
     [](const ::testing::TestParamInfo<EngineCase>& info) {
       return std::string(info.param.io) + (info.param.direct ? "_direct_" : "_cached_") +
              (info.param.async ? "async_" : "") + std::to_string(info.param.row_bytes);
