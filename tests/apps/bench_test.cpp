@@ -132,6 +132,7 @@ TEST(PipelineBench, TokensQuick) {
   expect_row(r, "tokens_random_windows", "windows/s");
   expect_row(r, "tokens_sequential_windows", "windows/s");
   expect_row(r, "tokens_random_windows_mmap", "windows/s");
+  expect_row(r, "tokens_random_windows_io_uring", "windows/s");
   expect_row(r, "tokens_random_vs_target", "windows/s");
   EXPECT_EQ(find_row(r.json, "tokens_random_vs_target")->at("target").at("value"), 1e6);
   const nlohmann::json& d = r.json.at("scenarios").at("tokens");
@@ -140,6 +141,13 @@ TEST(PipelineBench, TokensQuick) {
   EXPECT_EQ(d.at("windows_per_epoch"), 4095);
   EXPECT_EQ(d.at("random").at("samples"), 4 * 4095);
   EXPECT_EQ(d.at("random").at("allocations_after_build"), 0);
+  // Every run reads straight into the staging node's buffers: x and y, 4,096 bytes a window.
+  for (const char* run : {"random", "sequential", "random_mmap", "random_io_uring"}) {
+    SCOPED_TRACE(run);
+    EXPECT_EQ(d.at(run).at("extra").at("stage.copied_bytes"), 0.0);
+    EXPECT_EQ(d.at(run).at("extra").at("stage.passed_through_batches"), d.at(run).at("batches"));
+  }
+  EXPECT_EQ(d.at("random").at("extra").at("load.io_bytes"), 4.0 * 4095 * 4096);
 }
 
 /// Element names and attributes of an XML file, parsed with expat; false when it is not
