@@ -1,6 +1,5 @@
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <array>
 
 #include "flowfeed/error.hpp"
@@ -26,12 +25,11 @@ std::string describe(const std::vector<std::string>& files) {
 
 TokensLoader::TokensLoader(TokensOptions options) : options_(std::move(options)) {
   if (options_.context == 0) throw DataError("tokens: context must be at least 1");
-  const std::vector<std::string> files = expand_token_files(options_.files, options_.format);
-  stream_ = std::make_unique<TokenStream>(files, options_.format, options_.dtype, options_.mmap,
+  files_ = expand_token_files(options_.files, options_.format);
+  stream_ = std::make_unique<TokenStream>(files_, options_.format, options_.dtype, options_.mmap,
                                           options_.io, options_.concurrency,
                                           "node '" + options_.name + "'");
-  files_ = files;
-  windows_ = std::make_unique<TokenWindows>(stream_->document_starts(), options_, describe(files));
+  windows_ = std::make_unique<TokenWindows>(stream_->document_starts(), options_, describe(files_));
 }
 
 TokensLoader::~TokensLoader() = default;

@@ -180,6 +180,28 @@ TEST_F(TokensLoaderTest, SeveralFilesAreOneStream) {
   expect_each_window_once_per_epoch(starts.size(), 2);
 }
 
+// The stream follows the list's order, then brace order, then each glob's sorted matches: three
+// shards listed as 2, 0, 1 are read in that order.
+TEST_F(TokensLoaderTest, ListsBracesAndGlobsGiveTheStreamItsOrder) {
+  const Corpus& c = licenses();
+  const std::size_t a = 70001, b = 150003;
+  write_raw(dir_.file("shard-0.bin"), c.tokens.data(), a, 2);
+  write_raw(dir_.file("shard-1.bin"), c.tokens.data() + a, b - a, 2);
+  write_raw(dir_.file("shard-2.bin"), c.tokens.data() + b, c.tokens.size() - b, 2);
+  std::vector<std::uint32_t> reordered(c.tokens.begin() + static_cast<long>(b), c.tokens.end());
+  reordered.insert(reordered.end(), c.tokens.begin(), c.tokens.begin() + static_cast<long>(b));
+  TokensOptions o;
+  o.files = {dir_.file("shard-{2,0}.bin"), dir_.file("shard-[1].bin")};
+  o.context = 1000;
+  EXPECT_EQ(TokensLoader(o).files(),
+            (std::vector<std::string>{dir_.file("shard-2.bin"), dir_.file("shard-0.bin"),
+                                      dir_.file("shard-1.bin")}));
+  run(yaml("files: ['" + o.files[0] + "', '" + o.files[1] + "'], context: 1000"));
+  expect_windows(*seen_, reordered, 1000, 2,
+                 [](std::uint32_t, std::uint32_t s) { return std::uint64_t{s} * 1000; });
+  expect_each_window_once_per_epoch((c.tokens.size() - 1) / 1000, 2);
+}
+
 TEST_F(TokensLoaderTest, MegatronDocumentsBoundWindowsUnlessCrossed) {
   const Corpus& c = licenses();
   // BSD (1,499 tokens) is shorter than a window of 1500 + 1: it gives none inside documents.
