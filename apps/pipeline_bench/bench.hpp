@@ -70,8 +70,11 @@ struct Options {
   std::string svg = "scaling.svg";
   // storage
   std::uint64_t storage_bytes = std::uint64_t{16} << 30;  ///< size of the data set it writes
-  std::string storage_dir;      ///< where (empty: <temp dir>/flowfeed_storage_bench)
-  int storage_loaders = 8;      ///< npy concurrency (prefetch_depth is twice it)
+  std::string storage_dir;  ///< where (empty: <temp dir>/flowfeed_storage_bench)
+  int storage_loaders = 8;  ///< npy concurrency (prefetch_depth is twice it)
+  /// npy concurrency of the warm runs, each value a run of its own (a sweep); empty: the one of
+  /// storage_loaders. A warm row reports the best of the sweep.
+  std::vector<int> storage_warm_loaders;
   int storage_batch = 64;       ///< rows of 512 KiB: 64 is a 32 MiB batch
   int storage_warm_epochs = 2;  ///< epochs of the warm runs and of the memory baseline
   bool storage_keep = false;    ///< keep the data set for the next run (it is reused when found)

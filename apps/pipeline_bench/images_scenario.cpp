@@ -106,7 +106,7 @@ void images(Bench& bench) {
     bench.skip("images", why);
     return;
   }
-  const WebDatasetIndex index(expand_shards(o.image_shards));
+  const WebDatasetIndex index(expand_shards({o.image_shards}));
   const auto jpegs = read_jpegs(index, o.quick ? 16 : static_cast<std::size_t>(o.decode_images));
   if (jpegs.empty()) throw std::runtime_error("images: the shards hold no JPEG: " + o.image_shards);
   const DecodeRate decode = single_thread_decode(jpegs);

@@ -93,6 +93,10 @@ int main(int argc, char** argv) {
       ->transform(CLI::AsSizeValue(false));
   storage->add_option("--dir", o.storage_dir, "where to write it (a disk, not tmpfs)");
   storage->add_option("--loaders", o.storage_loaders, "npy concurrency")->check(CLI::Range(1, 256));
+  storage
+      ->add_option("--warm-loaders", o.storage_warm_loaders,
+                   "npy concurrency of the warm runs; several sweep, e.g. 8 12 16 (--loaders)")
+      ->check(CLI::Range(1, 256));
   storage->add_option("--batch", o.storage_batch, "rows of 512 KiB per batch")
       ->check(CLI::Range(1, 4096));
   storage->add_option("--warm-epochs", o.storage_warm_epochs, "epochs of the warm runs")

@@ -122,6 +122,8 @@ void tokens(Bench& bench) {
       load_config_string(tokens_yaml("sequential"), registry, {}, "tokens");
   const PipelineConfig mapped =
       load_config_string(tokens_yaml("random", "mmap"), registry, {}, "tokens");
+  const PipelineConfig uring =
+      load_config_string(tokens_yaml("random", "io_uring"), registry, {}, "tokens");
   PipelineConfig memory = load_config_string(memory_yaml, registry, {}, "tokens");
   memory.pipeline.epochs = static_cast<int>(
       std::max<std::size_t>(1, epochs * windows_per_epoch / (memory_batches * batch)));
@@ -151,13 +153,17 @@ void tokens(Bench& bench) {
   print_run("graph, tokens, sequential positions", s);
   const RunReport mm = Pipeline(mapped, registry).run();
   print_run("graph, tokens, random positions, io: mmap", mm);
+  const RunReport u = Pipeline(uring, registry).run();
+  print_run("graph, tokens, random positions, io: io_uring", u);
   std::printf(
-      "  windows/s: random %.0f, sequential %.0f, random from the mapping %.0f, memory "
-      "loader %.0f\n",
-      r.samples_per_second, s.samples_per_second, mm.samples_per_second, memory_windows);
+      "  windows/s: random %.0f, sequential %.0f, random from the mapping %.0f, random with "
+      "io_uring %.0f, memory loader %.0f\n",
+      r.samples_per_second, s.samples_per_second, mm.samples_per_second, u.samples_per_second,
+      memory_windows);
   bench.result("tokens_random_windows", r.samples_per_second, "windows/s", memory_windows);
   bench.result("tokens_sequential_windows", s.samples_per_second, "windows/s", memory_windows);
   bench.result("tokens_random_windows_mmap", mm.samples_per_second, "windows/s", memory_windows);
+  bench.result("tokens_random_windows_io_uring", u.samples_per_second, "windows/s", memory_windows);
   bench.result("tokens_random_vs_target", r.samples_per_second, "windows/s", 1e6,
                Target{1e6, false, false});
   bench.details("tokens") = {{"file_tokens", file_tokens},
@@ -169,7 +175,8 @@ void tokens(Bench& bench) {
                              {"memory", nlohmann::json::parse(m.to_json())},
                              {"random", nlohmann::json::parse(r.to_json())},
                              {"sequential", nlohmann::json::parse(s.to_json())},
-                             {"random_mmap", nlohmann::json::parse(mm.to_json())}};
+                             {"random_mmap", nlohmann::json::parse(mm.to_json())},
+                             {"random_io_uring", nlohmann::json::parse(u.to_json())}};
 }
 
 }  // namespace flowfeed::bench

@@ -9,17 +9,25 @@
 namespace flowfeed {
 
 /// Expands `patterns` into the files they name, in a stable order: the patterns in the order
-/// given, the matches of each glob pattern (`*`, `?`, `[...]`) sorted by byte value (name shards
-/// with zero-padded numbers: train-00009 before train-00010). A pattern without glob characters
-/// names one file as it is. Every file is checked up front: a pattern that matches nothing, a
-/// file that does not exist or cannot be opened for reading, a directory, and a file named twice
-/// throw DataError naming it, e.g. `data/train-*.npy: matches no file` or
-/// `data/train-3.npy: cannot open (Permission denied)`. `what` (e.g. "features") starts the
-/// message of an empty list. Thread-safe.
+/// given; braces first, as in a shell or a WebDataset URL (`train-{000..009}.tar`: a range of
+/// integers, zero-padded to the width of a bound written with a leading zero, counting up or down;
+/// `{a,b}`: each alternative in order; nested braces expand too; a brace without a matching `}`
+/// or a `,`/`..` inside is kept as written); then the matches of each glob pattern (`*`, `?`,
+/// `[...]`) sorted by byte value (name shards with zero-padded numbers: train-00009 before
+/// train-00010). A pattern without glob characters names one file as it is. Every file is checked
+/// up front: a pattern that matches nothing, a file that does not exist or cannot be opened for
+/// reading, a directory, and a file named twice throw DataError naming it, e.g. `data/train-*.npy:
+/// matches no file` or `data/train-3.npy: cannot open (Permission denied)`. `what` (e.g.
+/// "features") starts the message of an empty list. Thread-safe.
 std::vector<std::string> expand_file_set(const std::vector<std::string>& patterns,
                                          const std::string& what);
 
 /// True when `pattern` holds a glob character (`*`, `?` or `[`).
 bool is_glob_pattern(const std::string& pattern) noexcept;
+
+/// The patterns that the braces of `pattern` stand for, in order (`a{1..3}` → a1, a2, a3); the
+/// pattern itself when it has none. Throws DataError naming the pattern when a range would give
+/// more than a million names.
+std::vector<std::string> expand_braces(const std::string& pattern);
 
 }  // namespace flowfeed

@@ -1,6 +1,8 @@
 #include "io_engine.hpp"
 
 #include <fcntl.h>
+#include <oneapi/tbb/parallel_for.h>
+#include <oneapi/tbb/task_arena.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -8,6 +10,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <stdexcept>
 #include <utility>
 
@@ -16,7 +19,6 @@
 #endif
 
 #include "flowfeed/error.hpp"
-#include "flowfeed/schema.hpp"
 #include "flowfeed/stats.hpp"
 
 namespace flowfeed {
@@ -98,46 +100,6 @@ struct IoEngine::Ring {
   std::vector<Piece> slots;
   std::vector<std::uint32_t> free_slots;
 };
-
-void add_io_params(Schema& schema) {
-  schema
-      .add_string("io",
-                  "how files are read: pread (one read at a time per loader call) or io_uring "
-                  "(queue_depth reads in flight per batch)",
-                  std::string("pread"))
-      .one_of({"pread", "io_uring"});
-  schema.add_int("read_bytes", "the most bytes one read asks for", std::int64_t{1} << 20)
-      .range(4096, 1 << 30);
-  schema.add_int("queue_depth", "io_uring: reads in flight per batch", 32).range(1, 4096);
-  schema.add_bool("direct",
-                  "open files with O_DIRECT: reads bypass the page cache (the 4 KiB-aligned part "
-                  "of each read; heads and tails go through the cache)",
-                  false);
-  schema.add_bool("io_async",
-                  "io_uring: reads through the page cache run on the kernel's worker threads "
-                  "(IOSQE_ASYNC), so one batch's cached reads are copied in parallel",
-                  false);
-  schema.add_bool("io_fallback",
-                  "when io_uring or O_DIRECT is unavailable (kernel, seccomp, file system): log "
-                  "it and read with pread / through the page cache (true) or fail (false)",
-                  true);
-}
-
-IoOptions io_options_from(const Params& params) {
-  IoOptions o;
-  o.engine = params.get_string("io") == "io_uring" ? IoOptions::Engine::io_uring
-                                                   : IoOptions::Engine::pread;
-  o.read_bytes = static_cast<std::size_t>(params.get_int("read_bytes"));
-  o.queue_depth = static_cast<int>(params.get_int("queue_depth"));
-  o.direct = params.get_bool("direct");
-  o.fallback = params.get_bool("io_fallback");
-  o.async = params.get_bool("io_async");
-  return o;
-}
-
-const char* io_engine_name(IoOptions::Engine engine) noexcept {
-  return engine == IoOptions::Engine::io_uring ? "io_uring" : "pread";
-}
 
 IoFile::IoFile(IoFile&& other) noexcept
     : path_(std::move(other.path_)),
@@ -266,7 +228,11 @@ IoFile IoEngine::open(const std::string& path) {
 
 void IoEngine::read(const ReadRequest* requests, std::size_t count) {
   if (engine_ != IoOptions::Engine::io_uring) {
-    read_pread(requests, count);
+    if (options_.async) {
+      read_pread_parallel(requests, count);
+    } else {
+      read_pread(requests, count);
+    }
     return;
   }
   Ring* ring = take_ring();
@@ -322,6 +288,56 @@ void IoEngine::read_pread(const ReadRequest* requests, std::size_t count) {
       if (done < p.bytes) p.direct = false;
     }
   }
+}
+
+void IoEngine::read_pread_parallel(const ReadRequest* requests, std::size_t count) {
+  // Chunks of read_bytes, each read by one task; the first failure in (request, offset) order is
+  // the one reported, once every chunk has finished, whichever thread met it first.
+  std::mutex failure_mutex;
+  std::size_t failed_request = count;
+  std::uint64_t failed_offset = 0;
+  std::exception_ptr failure;
+  // Pieces end at multiples of read_bytes in the file (aligned for O_DIRECT, whose read_bytes is
+  // a multiple of 4 KiB), so each piece keeps the alignment its request had.
+  const std::uint64_t step = options_.read_bytes;
+  auto read_chunk = [&](std::size_t r, std::uint64_t chunk) {
+    const ReadRequest& q = requests[r];
+    const std::uint64_t begin = std::max(q.offset, chunk * step);
+    const std::uint64_t end = std::min(q.offset + q.bytes, (chunk + 1) * step);
+    const ReadRequest part{q.file, begin, static_cast<std::size_t>(end - begin),
+                           q.dst + (begin - q.offset)};
+    const int now = pread_in_flight_.fetch_add(1, std::memory_order_relaxed) + 1;
+    int peak = max_in_flight_.load(std::memory_order_relaxed);
+    while (now > peak && !max_in_flight_.compare_exchange_weak(peak, now)) {
+    }
+    try {
+      read_pread(&part, 1);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(failure_mutex);
+      if (r < failed_request || (r == failed_request && part.offset < failed_offset)) {
+        failed_request = r;
+        failed_offset = part.offset;
+        failure = std::current_exception();
+      }
+    }
+    pread_in_flight_.fetch_sub(1, std::memory_order_relaxed);
+  };
+  // Isolated: while this body waits for its chunks, its thread takes only those chunks, never
+  // another node's body (which could wait in turn).
+  tbb::this_task_arena::isolate([&] {
+    tbb::parallel_for(std::size_t{0}, count, [&](std::size_t r) {
+      const ReadRequest& q = requests[r];
+      if (q.bytes == 0) return;
+      const std::uint64_t first = q.offset / step;
+      const std::uint64_t last = (q.offset + q.bytes - 1) / step;
+      if (first == last) {
+        read_chunk(r, first);
+        return;
+      }
+      tbb::parallel_for(first, last + 1, [&](std::uint64_t c) { read_chunk(r, c); });
+    });
+  });
+  if (failure) std::rethrow_exception(failure);
 }
 
 void IoEngine::read_uring(Ring& ring, const ReadRequest* requests, std::size_t count) {

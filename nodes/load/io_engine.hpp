@@ -20,8 +20,10 @@ class Params;
 class Schema;
 struct RunReport;
 
-/// Declares the I/O params above in a loader's schema.
-void add_io_params(Schema& schema);
+/// Declares the I/O params above in a loader's schema. `mmap`: `io` also accepts `mmap`, for a
+/// loader that can copy from files mapped read-only (io_options_from reads it as pread; the loader
+/// checks for it).
+void add_io_params(Schema& schema, bool mmap = false);
 /// IoOptions from validated params (declared by add_io_params).
 IoOptions io_options_from(const Params& params);
 /// "pread" or "io_uring".
@@ -43,6 +45,9 @@ class IoFile {
   std::uint64_t size() const noexcept { return size_; }
   /// True when aligned reads of this file go direct (O_DIRECT was asked for and opened).
   bool direct() const noexcept { return direct_fd_ >= 0; }
+  /// The buffered descriptor (e.g. to map the file read-only); owned by this IoFile, -1 when
+  /// not open.
+  int descriptor() const noexcept { return fd_; }
 
  private:
   friend class IoEngine;
@@ -63,10 +68,13 @@ struct ReadRequest {
 /// Reads batches of requests. With io_uring, each concurrent read() call takes one of `callers`
 /// rings made at construction and keeps up to queue_depth reads in flight on it; the calling
 /// thread (a TBB worker running the loader's body) waits for its own completions, so a loader
-/// occupies at most its `concurrency` workers, each for one batch's reads. With O_DIRECT, the
-/// part of a read whose file offset and destination are both 4 KiB-aligned goes direct; its
-/// unaligned head and tail (and reads whose offset and destination are not aligned alike) go
-/// through the page cache. Nothing is allocated per read() call.
+/// occupies at most its `concurrency` workers, each for one batch's reads. With pread and
+/// `async`, a call splits its requests into pieces of read_bytes and reads them as TBB tasks
+/// (tbb::parallel_for, isolated), so idle workers copy one batch out of the page cache together.
+/// With O_DIRECT, the part of a read whose file offset and destination are both 4 KiB-aligned
+/// goes direct; its unaligned head and tail (and reads whose offset and destination are not
+/// aligned alike) go through the page cache. Nothing of the engine's is allocated per read()
+/// call (the parallel pread's tasks are TBB's).
 class IoEngine {
  public:
   /// Makes the engine for `callers` concurrent read() calls; `owner` (e.g. "node 'load'") starts
@@ -102,6 +110,7 @@ class IoEngine {
   struct Ring;
   void note(const std::string& line);
   void read_pread(const ReadRequest* requests, std::size_t count);
+  void read_pread_parallel(const ReadRequest* requests, std::size_t count);
   void read_uring(Ring& ring, const ReadRequest* requests, std::size_t count);
   Ring* take_ring();
   void give_ring(Ring* ring) noexcept;
@@ -117,6 +126,7 @@ class IoEngine {
   std::atomic<std::uint64_t> bytes_{0};
   std::atomic<std::uint64_t> direct_bytes_{0};
   std::atomic<int> max_in_flight_{0};
+  std::atomic<int> pread_in_flight_{0};  // pread with async: chunks being read now
 };
 
 }  // namespace flowfeed

@@ -1,17 +1,16 @@
 #include "token_stream.hpp"
 
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <stdexcept>
 
+#include "file_set.hpp"
 #include "flowfeed/error.hpp"
 
 namespace flowfeed {
@@ -74,6 +73,18 @@ std::string strip_megatron_extension(const std::string& path) {
 }
 
 }  // namespace
+
+std::vector<std::string> expand_token_files(const std::vector<std::string>& patterns,
+                                            TokenFormat format) {
+  if (format == TokenFormat::raw) return expand_file_set(patterns, "files");
+  // A Megatron data set is named by its prefix: match the patterns against the .bin files.
+  std::vector<std::string> bins;
+  for (const std::string& p : patterns)
+    bins.push_back(p.empty() ? p : strip_megatron_extension(p) + ".bin");
+  std::vector<std::string> prefixes = expand_file_set(bins, "files");
+  for (std::string& f : prefixes) f = strip_megatron_extension(f);
+  return prefixes;
+}
 
 MegatronIndex read_megatron_index(const std::string& idx_path, std::uint64_t bin_bytes,
                                   const std::string& bin_path) {
@@ -208,8 +219,9 @@ void write_megatron(const std::string& prefix, DType dtype,
 }
 
 TokenStream::TokenStream(const std::vector<std::string>& files, TokenFormat format,
-                         std::optional<DType> dtype, TokenIo io)
-    : wanted_(dtype) {
+                         std::optional<DType> dtype, bool mmap, IoOptions io, int callers,
+                         std::string owner)
+    : engine_(std::make_unique<IoEngine>(io, callers, std::move(owner))), wanted_(dtype) {
   if (files.empty()) throw DataError("tokens: no token files given");
   if (format == TokenFormat::raw && !wanted_) wanted_ = DType::uint16;
   try {
@@ -220,49 +232,35 @@ TokenStream::TokenStream(const std::vector<std::string>& files, TokenFormat form
         open_megatron(strip_megatron_extension(file));
       }
     }
-    if (io == TokenIo::mmap) map_pieces();
+    if (mmap) map_pieces();
   } catch (...) {
-    close_pieces();
+    unmap_pieces();
     throw;
   }
   document_starts_.push_back(tokens_);
 }
 
 TokenStream::~TokenStream() {
-  close_pieces();
+  unmap_pieces();
 }
 
-void TokenStream::close_pieces() noexcept {
-  for (const Piece& p : pieces_) {
+void TokenStream::unmap_pieces() noexcept {
+  for (Piece& p : pieces_) {
     if (p.map) ::munmap(const_cast<std::byte*>(p.map), p.count * width_);
-    ::close(p.fd);
+    p.map = nullptr;
   }
 }
 
 void TokenStream::map_pieces() {
   for (Piece& p : pieces_) {
     if (p.count == 0) continue;
-    void* map = ::mmap(nullptr, p.count * width_, PROT_READ, MAP_SHARED, p.fd, 0);
+    void* map = ::mmap(nullptr, p.count * width_, PROT_READ, MAP_SHARED, p.file.descriptor(), 0);
     if (map == MAP_FAILED) {
-      throw DataError(
-          fmt::format("{}: cannot map the file ({}) use io: pread", p.path, std::strerror(errno)));
+      throw DataError(fmt::format("{}: cannot map the file ({}) use io: pread", p.file.path(),
+                                  std::strerror(errno)));
     }
     p.map = static_cast<const std::byte*>(map);
   }
-}
-
-int TokenStream::open_file(const std::string& path, std::uint64_t* bytes) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw DataError(fmt::format("{}: cannot open ({})", path, std::strerror(errno)));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    const int error = errno;
-    ::close(fd);
-    throw DataError(fmt::format("{}: not a regular file{}", path,
-                                error != 0 ? fmt::format(" ({})", std::strerror(error)) : ""));
-  }
-  *bytes = static_cast<std::uint64_t>(st.st_size);
-  return fd;
 }
 
 void TokenStream::check_dtype(const std::string& path, DType found) {
@@ -271,20 +269,20 @@ void TokenStream::check_dtype(const std::string& path, DType found) {
     throw DataError(fmt::format(
         "{}: tokens are {}, but {} (every file of a stream holds one token type)", path,
         dtype_name(found),
-        pieces_.empty() ? fmt::format("params.dtype is {}", dtype_name(*wanted_))
-                        : fmt::format("{} holds {}", pieces_.front().path, dtype_name(*wanted_))));
+        pieces_.empty()
+            ? fmt::format("params.dtype is {}", dtype_name(*wanted_))
+            : fmt::format("{} holds {}", pieces_.front().file.path(), dtype_name(*wanted_))));
   }
   dtype_ = found;
   width_ = dtype_size(found);
 }
 
 void TokenStream::open_raw(const std::string& path) {
-  std::uint64_t bytes = 0;
-  Piece piece{path, open_file(path, &bytes), tokens_, 0};
+  Piece piece{engine_->open(path), tokens_, 0};
+  const std::uint64_t bytes = piece.file.size();
   dtype_ = *wanted_;
   width_ = dtype_size(dtype_);
   if (bytes % width_ != 0) {
-    ::close(piece.fd);
     throw DataError(
         fmt::format("{}: the file has {} bytes, not a multiple of {} (the size of a "
                     "{} token): truncated, or set dtype to the type it holds",
@@ -298,63 +296,60 @@ void TokenStream::open_raw(const std::string& path) {
 
 void TokenStream::open_megatron(const std::string& prefix) {
   const std::string bin = prefix + ".bin";
-  const std::string idx = prefix + ".idx";
-  std::uint64_t bytes = 0;
-  Piece piece{bin, open_file(bin, &bytes), tokens_, 0};
-  try {
-    MegatronIndex index = read_megatron_index(idx, bytes, bin);
-    check_dtype(idx, index.dtype);
-    // The index's last entry is the end of the file, which the next file's first start repeats.
-    index.document_starts.pop_back();
-    for (std::uint64_t start : index.document_starts) document_starts_.push_back(tokens_ + start);
-    piece.count = index.tokens;
-  } catch (...) {
-    ::close(piece.fd);
-    throw;
-  }
+  Piece piece{engine_->open(bin), tokens_, 0};
+  MegatronIndex index = read_megatron_index(prefix + ".idx", piece.file.size(), bin);
+  check_dtype(prefix + ".idx", index.dtype);
+  // The index's last entry is the end of the file, which the next file's first start repeats.
+  index.document_starts.pop_back();
+  for (std::uint64_t start : index.document_starts) document_starts_.push_back(tokens_ + start);
+  piece.count = index.tokens;
   tokens_ += piece.count;
   pieces_.push_back(std::move(piece));
 }
 
 void TokenStream::read(std::uint64_t first, std::uint64_t count, std::byte* dst) const {
-  if (first > tokens_ || count > tokens_ - first) {
-    throw std::out_of_range(fmt::format("tokens [{}, {}) are outside the stream's {} tokens", first,
-                                        first + count, tokens_));
-  }
-  // The last piece whose first token is <= first (empty files share their start with the next).
-  auto it = std::upper_bound(pieces_.begin(), pieces_.end(), first,
-                             [](std::uint64_t v, const Piece& p) { return v < p.first; });
-  --it;
-  while (count > 0) {
-    while (first >= it->first + it->count) ++it;
-    const std::uint64_t n = std::min(count, it->first + it->count - first);
-    std::uint64_t offset = (first - it->first) * width_;
-    std::size_t want = static_cast<std::size_t>(n * width_);
-    if (it->map) {
-      std::memcpy(dst, it->map + offset, want);
-      dst += want;
-      want = 0;
+  const TokenRead r{first, count, dst};
+  read(&r, 1);
+}
+
+void TokenStream::read(const TokenRead* reads, std::size_t count) const {
+  // Requests go to the engine in groups of this many (a stack array: nothing allocated per
+  // call); each group's reads are in flight together.
+  constexpr std::size_t kGroup = 128;
+  std::array<ReadRequest, kGroup> group;
+  std::size_t queued = 0;
+  for (std::size_t r = 0; r < count; ++r) {
+    std::uint64_t first = reads[r].first;
+    std::uint64_t left = reads[r].count;
+    std::byte* dst = reads[r].dst;
+    if (first > tokens_ || left > tokens_ - first) {
+      throw std::out_of_range(fmt::format("tokens [{}, {}) are outside the stream's {} tokens",
+                                          first, first + left, tokens_));
     }
-    while (want > 0) {
-      const ssize_t got = ::pread(it->fd, dst, want, static_cast<off_t>(offset));
-      if (got < 0 && errno == EINTR) continue;
-      if (got < 0) {
-        throw DataError(fmt::format("{}: read failed at offset {} ({})", it->path, offset,
-                                    std::strerror(errno)));
+    // The last piece whose first token is <= first (empty files share their start with the next).
+    auto it = std::upper_bound(pieces_.begin(), pieces_.end(), first,
+                               [](std::uint64_t v, const Piece& p) { return v < p.first; });
+    --it;
+    while (left > 0) {
+      while (first >= it->first + it->count) ++it;
+      const std::uint64_t n = std::min(left, it->first + it->count - first);
+      const std::uint64_t offset = (first - it->first) * width_;
+      const auto bytes = static_cast<std::size_t>(n * width_);
+      if (it->map) {
+        std::memcpy(dst, it->map + offset, bytes);
+      } else {
+        if (queued == group.size()) {
+          engine_->read(group.data(), queued);
+          queued = 0;
+        }
+        group[queued++] = ReadRequest{&it->file, offset, bytes, dst};
       }
-      if (got == 0) {
-        throw DataError(
-            fmt::format("{}: short read at offset {} (end of file, {} more bytes "
-                        "wanted) the file was truncated while open",
-                        it->path, offset, want));
-      }
-      dst += got;
-      offset += static_cast<std::uint64_t>(got);
-      want -= static_cast<std::size_t>(got);
+      dst += bytes;
+      first += n;
+      left -= n;
     }
-    first += n;
-    count -= n;
   }
+  if (queued > 0) engine_->read(group.data(), queued);
 }
 
 }  // namespace flowfeed

@@ -5,11 +5,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "flowfeed/batch.hpp"
 #include "flowfeed/nodes/tokens.hpp"
+#include "io_engine.hpp"
 
 namespace flowfeed {
 
@@ -29,21 +31,38 @@ struct MegatronIndex {
 MegatronIndex read_megatron_index(const std::string& idx_path, std::uint64_t bin_bytes,
                                   const std::string& bin_path);
 
+/// The files of a `tokens` loader's `files` param, expanded in a stable order by expand_file_set
+/// (paths, globs, braces; every file checked, DataError naming the bad one). Megatron: each
+/// pattern names prefixes (a trailing `.bin` or `.idx` is dropped) and is matched against the
+/// `.bin` files; the prefixes are returned.
+std::vector<std::string> expand_token_files(const std::vector<std::string>& patterns,
+                                            TokenFormat format);
+
 /// Writes a Megatron-LM indexed data set `<prefix>.bin` + `<prefix>.idx` (one sequence per
 /// document) from `documents`, each a list of token ids, stored as `dtype` (uint8, uint16 or
 /// int32). For tests, benchmarks and tools. Throws DataError when a file cannot be written.
 void write_megatron(const std::string& prefix, DType dtype,
                     const std::vector<std::vector<std::uint32_t>>& documents);
 
+/// Tokens [first, first + count) of a stream, to be copied into `dst` (count × width bytes).
+struct TokenRead {
+  std::uint64_t first = 0;
+  std::uint64_t count = 0;
+  std::byte* dst = nullptr;
+};
+
 /// The token files of a `tokens` loader as one stream, opened and validated at construction. Reads
-/// use pread and are safe from many threads at once; memory is O(files + documents).
+/// go through an IoEngine (pread or io_uring, optionally O_DIRECT) or copy from read-only
+/// mappings; they are safe from up to `callers` threads at once; memory is O(files + documents).
 class TokenStream {
  public:
   /// Opens every file (raw: the path; megatron: `<prefix>.bin` and `<prefix>.idx`), checks sizes
   /// and indexes, and lays them end to end in the order given. `dtype` nullopt: uint16 for raw
-  /// files, the index's for Megatron. Throws DataError naming the file.
+  /// files, the index's for Megatron. `mmap`: map every file read-only once and copy from the
+  /// mappings. `io`, `callers` and `owner` make the engine (see IoEngine). Throws DataError
+  /// naming the file.
   TokenStream(const std::vector<std::string>& files, TokenFormat format, std::optional<DType> dtype,
-              TokenIo io = TokenIo::pread);
+              bool mmap = false, IoOptions io = {}, int callers = 1, std::string owner = "tokens");
   ~TokenStream();
   TokenStream(const TokenStream&) = delete;
   TokenStream& operator=(const TokenStream&) = delete;
@@ -57,27 +76,32 @@ class TokenStream {
   /// First token of each document, then tokens(): a raw file is one document, a Megatron index
   /// gives its own; documents never span two files.
   const std::vector<std::uint64_t>& document_starts() const noexcept { return document_starts_; }
-  /// Copies tokens [first, first + count) into `dst` (count * width() bytes): one pread per file
-  /// the range touches, or one memcpy from each file's mapping (TokenIo::mmap). Throws DataError
-  /// naming file and offset on a short read (the file shrank while open) or an I/O error;
-  /// std::out_of_range when the range is outside the stream.
+  /// Copies each read's tokens into its `dst`: one engine request per file a range touches (the
+  /// engine splits it into reads of at most `read_bytes`; with io_uring all of a call's requests
+  /// are in flight together, up to queue_depth), or one memcpy from each file's mapping (mmap).
+  /// Returns when every byte is in place. Throws DataError naming file and offset on a short read
+  /// (the file shrank while open) or an I/O error; std::out_of_range when a range is outside the
+  /// stream. Nothing is allocated.
+  void read(const TokenRead* reads, std::size_t count) const;
+  /// One range: read(&TokenRead{first, count, dst}, 1).
   void read(std::uint64_t first, std::uint64_t count, std::byte* dst) const;
+  /// The engine (its figures and notes for the report).
+  const IoEngine& engine() const noexcept { return *engine_; }
 
  private:
   struct Piece {
-    std::string path;
-    int fd = -1;
+    IoFile file;
     std::uint64_t first = 0;         ///< stream index of the file's first token
     std::uint64_t count = 0;         ///< tokens in the file
-    const std::byte* map = nullptr;  ///< the whole file, read-only (TokenIo::mmap, count > 0)
+    const std::byte* map = nullptr;  ///< the whole file, read-only (mmap, count > 0)
   };
   void map_pieces();
-  void close_pieces() noexcept;
+  void unmap_pieces() noexcept;
   void open_raw(const std::string& path);
   void open_megatron(const std::string& prefix);
-  int open_file(const std::string& path, std::uint64_t* bytes);
   void check_dtype(const std::string& path, DType found);
 
+  std::unique_ptr<IoEngine> engine_;
   std::optional<DType> wanted_;
   DType dtype_ = DType::uint16;
   std::size_t width_ = 2;

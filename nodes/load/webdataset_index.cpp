@@ -1,12 +1,12 @@
 #include "webdataset_index.hpp"
 
 #include <fmt/format.h>
-#include <glob.h>
 
 #include <algorithm>
 #include <cctype>
 #include <limits>
 
+#include "file_set.hpp"
 #include "flowfeed/error.hpp"
 #include "flowfeed/nodes/webdataset.hpp"
 #include "tar_index.hpp"
@@ -14,42 +14,6 @@
 namespace flowfeed {
 
 namespace {
-
-/// Expands the first `{a..b}` or `{x,y,...}` of `pattern` (recursively for the rest).
-void expand_braces(const std::string& pattern, std::vector<std::string>& out) {
-  const std::size_t open = pattern.find('{');
-  const std::size_t close = open == std::string::npos ? open : pattern.find('}', open);
-  if (close == std::string::npos) {
-    out.push_back(pattern);
-    return;
-  }
-  const std::string head = pattern.substr(0, open);
-  const std::string body = pattern.substr(open + 1, close - open - 1);
-  const std::string tail = pattern.substr(close + 1);
-  const std::size_t dots = body.find("..");
-  if (dots != std::string::npos) {
-    const std::string lo = body.substr(0, dots);
-    const std::string hi = body.substr(dots + 2);
-    const bool digits = !lo.empty() && !hi.empty() &&
-                        std::all_of(lo.begin(), lo.end(), ::isdigit) &&
-                        std::all_of(hi.begin(), hi.end(), ::isdigit);
-    if (digits) {
-      const long a = std::stol(lo);
-      const long b = std::stol(hi);
-      const int width = lo.size() > 1 && lo[0] == '0' ? static_cast<int>(lo.size()) : 0;
-      for (long i = a; i <= b; ++i)
-        expand_braces(head + fmt::format("{:0{}}", i, width) + tail, out);
-      return;
-    }
-  }
-  std::size_t start = 0;
-  while (true) {
-    const std::size_t comma = body.find(',', start);
-    expand_braces(head + body.substr(start, comma - start) + tail, out);
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-}
 
 std::string lower(std::string_view s) {
   std::string out(s);
@@ -67,47 +31,26 @@ std::pair<std::string_view, std::string_view> split_key(std::string_view name) {
 
 }  // namespace
 
-std::vector<std::string> expand_shards(const std::string& shards) {
-  std::vector<std::string> paths;
-  std::string token;
-  auto flush = [&] {
-    if (token.empty()) return;
-    std::vector<std::string> expanded;
-    expand_braces(token, expanded);
-    for (const std::string& p : expanded) {
-      if (p.find_first_of("*?[") == std::string::npos) {
-        paths.push_back(p);
-        continue;
-      }
-      glob_t g{};
-      const int rc = ::glob(p.c_str(), 0, nullptr, &g);
-      if (rc != 0) {
-        globfree(&g);
-        throw DataError(fmt::format("shards: '{}' matches no file", p));
-      }
-      std::vector<std::string> found(g.gl_pathv, g.gl_pathv + g.gl_pathc);
-      globfree(&g);
-      std::sort(found.begin(), found.end());
-      paths.insert(paths.end(), found.begin(), found.end());
-    }
-    token.clear();
-  };
-  for (char c : shards) {
-    if (c == ',' || std::isspace(static_cast<unsigned char>(c))) {
-      // A comma inside braces belongs to the brace list.
-      if (c == ',' && std::count(token.begin(), token.end(), '{') >
-                          std::count(token.begin(), token.end(), '}')) {
+std::vector<std::string> expand_shards(const std::vector<std::string>& shards) {
+  // WebDataset's convention: one string may list several shards, separated by commas or spaces
+  // (a comma inside braces belongs to the brace list).
+  std::vector<std::string> patterns;
+  for (const std::string& text : shards) {
+    std::string token;
+    int depth = 0;
+    for (char c : text) {
+      if (c == '{') ++depth;
+      if (c == '}' && depth > 0) --depth;
+      if ((c == ',' && depth == 0) || std::isspace(static_cast<unsigned char>(c))) {
+        if (!token.empty()) patterns.push_back(std::move(token));
+        token.clear();
+      } else {
         token += c;
-        continue;
       }
-      flush();
-    } else {
-      token += c;
     }
+    if (!token.empty()) patterns.push_back(std::move(token));
   }
-  flush();
-  if (paths.empty()) throw DataError("shards: the list names no file");
-  return paths;
+  return expand_file_set(patterns, "shards");
 }
 
 WebDatasetIndex::WebDatasetIndex(std::vector<std::string> shards, std::vector<std::string> fields)

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <oneapi/tbb/enumerable_thread_specific.h>
 #include <oneapi/tbb/parallel_for.h>
 #include <unistd.h>
@@ -92,7 +93,7 @@ WebDatasetLoader::WebDatasetLoader(WebDatasetOptions options)
       index_(expand_shards(options_.shards), field_names(options_.bytes_fields)),
       workers_(std::make_unique<DecodeWorkers>()) {
   if (index_.samples().empty()) {
-    throw DataError(fmt::format("shards: '{}' hold no sample", options_.shards));
+    throw DataError(fmt::format("shards: '{}' hold no sample", fmt::join(options_.shards, ", ")));
   }
   for (const std::string& path : index_.shards()) {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -118,7 +119,7 @@ WebDatasetLoader::~WebDatasetLoader() {
 WebDatasetOptions WebDatasetLoader::options_from(const NodeSpec& spec) {
   const Params& p = spec.params;
   WebDatasetOptions o;
-  o.shards = p.get_string("shards");
+  o.shards = p.get_string_list("shards");
   o.height = static_cast<int>(p.get_int("height"));
   o.width = static_cast<int>(p.get_int("width"));
   o.channels = static_cast<int>(p.get_int("channels"));

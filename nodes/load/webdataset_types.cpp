@@ -1,6 +1,7 @@
 // Registers the `webdataset` loader and the `random_flip` host transform.
 #include <fmt/format.h>
 
+#include "flowfeed/extend.hpp"
 #include "flowfeed/registry.hpp"
 #include "image_augment.hpp"
 #include "webdataset_loader.hpp"
@@ -75,17 +76,10 @@ class RandomFlip final : public Node {
 }  // namespace
 
 void register_webdataset(Registry& registry) {
-  NodeType t;
-  t.name = "webdataset";
-  t.role = Role::load;
-  t.doc =
-      "WebDataset tar shards: .jpg/.jpeg/.png images decoded (TurboJPEG with DCT scaling, "
-      "libpng) into a random resized or center crop, x uint8 [H, W, C] or [C, H, W], y int32 "
-      "from .cls";
-  Schema& s = t.schema;
-  s.add_string("shards",
-               "tar shards: paths and globs, comma- or space-separated; {000..009} and "
-               "{a,b} expand")
+  Schema s;
+  s.add_string_list("shards",
+                    "tar shards: paths, globs and braces ({000..009}, {a,b}), a list or one "
+                    "string separated by commas or spaces; one data set in that order")
       .make_required();
   s.add_int("height", "output rows", 224).range(1, 16384);
   s.add_int("width", "output columns", 224).range(1, 16384);
@@ -115,24 +109,27 @@ void register_webdataset(Registry& registry) {
                "members delivered as bytes, 'json:4096, txt:256': tensors json uint8 [4096] "
                "(zero-padded) and json_len int32 each",
                std::string(""));
-  t.create = [](const NodeSpec& spec) {
-    return std::make_unique<WebDatasetLoader>(WebDatasetLoader::options_from(spec));
-  };
-  registry.set(std::move(t));
+  registry.set(factory_type(
+      "webdataset", Role::load, std::move(s),
+      [](const NodeSpec& spec) {
+        return std::make_unique<WebDatasetLoader>(WebDatasetLoader::options_from(spec));
+      },
+      "WebDataset tar shards: .jpg/.jpeg/.png images decoded (TurboJPEG with DCT scaling, "
+      "libpng) into a random resized or center crop, x uint8 [H, W, C] or [C, H, W], y int32 "
+      "from .cls"));
 
-  NodeType f;
-  f.name = "random_flip";
-  f.role = Role::transform;
-  f.backend = TypeBackend::host;
-  f.doc = "flips uint8 images left-right with probability p, seeded by (seed, epoch, sample)";
-  f.schema.add_number("p", "probability of a flip", 0.5).range(0, 1);
-  f.schema.add_int("seed", "the same seed as a loader's flip gives the same choices", 0)
-      .at_least(0);
-  f.schema.add_string("layout", "the tensor's layout when it has 3 dimensions", std::string("hwc"))
+  Schema f;
+  f.add_number("p", "probability of a flip", 0.5).range(0, 1);
+  f.add_int("seed", "the same seed as a loader's flip gives the same choices", 0).at_least(0);
+  f.add_string("layout", "the tensor's layout when it has 3 dimensions", std::string("hwc"))
       .one_of({"hwc", "chw"});
-  f.schema.add_string("tensor", "the image tensor", std::string("x"));
-  f.create = [](const NodeSpec& spec) { return std::make_unique<RandomFlip>(spec); };
-  registry.set(std::move(f));
+  f.add_string("tensor", "the image tensor", std::string("x"));
+  registry.set(
+      factory_type(
+          "random_flip", Role::transform, std::move(f),
+          [](const NodeSpec& spec) { return std::make_unique<RandomFlip>(spec); },
+          "flips uint8 images left-right with probability p, seeded by (seed, epoch, sample)")
+          .runs_on(TypeBackend::host));
 }
 
 }  // namespace flowfeed

@@ -6,6 +6,7 @@
 
 #include "cuda/cuda_check.hpp"
 #include "flowfeed/batch.hpp"
+#include "flowfeed/extend.hpp"
 #include "flowfeed/node.hpp"
 #include "late_write.hpp"
 #include "late_write_kernel.hpp"
@@ -68,17 +69,17 @@ class LateWrite final : public Node {
 }  // namespace
 
 void register_late_write(Registry& registry) {
-  NodeType t;
-  t.name = "late_write";
-  t.role = Role::transform;
-  t.backend = TypeBackend::cuda;
-  t.doc = "test only: fills x with seq + 1000 on the GPU after a spin, behind a new ready event";
-  t.schema.add_number("spin_ms", "GPU time spent before the fill, in milliseconds", 50.0)
+  Schema schema;
+  schema.add_number("spin_ms", "GPU time spent before the fill, in milliseconds", 50.0)
       .range(0, 10000);
-  t.create = [](const NodeSpec& spec) {
-    return std::make_unique<LateWrite>(spec.params.get_number("spin_ms"));
-  };
-  registry.set(std::move(t));
+  registry.set(
+      factory_type(
+          "late_write", Role::transform, std::move(schema),
+          [](const NodeSpec& spec) {
+            return std::make_unique<LateWrite>(spec.params.get_number("spin_ms"));
+          },
+          "test only: fills x with seq + 1000 on the GPU after a spin, behind a new ready event")
+          .runs_on(TypeBackend::cuda));
 }
 
 }  // namespace flowfeed

@@ -73,7 +73,8 @@ TEST(PipelineBench, OverheadQuick) {
 }
 
 TEST(PipelineBench, StorageQuickMeasuresColdAndWarmReadsBesideTheirBaselines) {
-  const BenchRun r = run_bench("storage --quick", "storage");
+  // Warm runs sweep two loader concurrencies; each row reports the better.
+  const BenchRun r = run_bench("storage --quick --warm-loaders 2 3", "storage");
   ASSERT_EQ(r.code, 0) << r.output;
   for (const char* io : {"pread", "io_uring"}) {
     SCOPED_TRACE(io);
@@ -92,11 +93,25 @@ TEST(PipelineBench, StorageQuickMeasuresColdAndWarmReadsBesideTheirBaselines) {
       EXPECT_EQ(run.at("extra").at("stage.passed_through_batches"), 12.0);
       EXPECT_EQ(run.at("extra").at("load.io_bytes"), 48.0 * (1 << 20));
     }
+    for (const char* run : {"warm_", "warm_async_"}) {
+      const std::string key = std::string(run).substr(0, 5) + io + (run[5] == 'a' ? "_async" : "");
+      SCOPED_TRACE(key);
+      const nlohmann::json& best = d.at(key);
+      const int loaders = d.at(key + "_loaders");
+      ASSERT_TRUE(loaders == 2 || loaders == 3) << loaders;
+      EXPECT_EQ(best, d.at(key + "_loaders" + std::to_string(loaders)));
+      EXPECT_GE(
+          best.at("upload_gbps").get<double>(),
+          d.at(key + "_loaders" + std::to_string(5 - loaders)).at("upload_gbps").get<double>());
+      EXPECT_EQ(best.at("extra").at("stage.copied_bytes"), 0.0);
+      EXPECT_EQ(best.at("extra").at("load.io_bytes"), 48.0 * (1 << 20));
+    }
     // Cold runs read direct: every byte of 4 KiB-aligned rows behind a 4 KiB header.
     EXPECT_EQ(d.at(std::string("cold_") + io).at("extra").at("load.io_direct_bytes"),
               48.0 * (1 << 20));
   }
   expect_row(r, "storage_warm_io_uring_async", "GB/s");
+  expect_row(r, "storage_warm_pread_async", "GB/s");
   // The data set of a quick run is removed afterwards.
   EXPECT_FALSE(fs::exists(r.json.at("scenarios").at("storage").at("features").get<std::string>()));
 }
@@ -117,6 +132,7 @@ TEST(PipelineBench, TokensQuick) {
   expect_row(r, "tokens_random_windows", "windows/s");
   expect_row(r, "tokens_sequential_windows", "windows/s");
   expect_row(r, "tokens_random_windows_mmap", "windows/s");
+  expect_row(r, "tokens_random_windows_io_uring", "windows/s");
   expect_row(r, "tokens_random_vs_target", "windows/s");
   EXPECT_EQ(find_row(r.json, "tokens_random_vs_target")->at("target").at("value"), 1e6);
   const nlohmann::json& d = r.json.at("scenarios").at("tokens");
@@ -125,6 +141,13 @@ TEST(PipelineBench, TokensQuick) {
   EXPECT_EQ(d.at("windows_per_epoch"), 4095);
   EXPECT_EQ(d.at("random").at("samples"), 4 * 4095);
   EXPECT_EQ(d.at("random").at("allocations_after_build"), 0);
+  // Every run reads straight into the staging node's buffers: x and y, 4,096 bytes a window.
+  for (const char* run : {"random", "sequential", "random_mmap", "random_io_uring"}) {
+    SCOPED_TRACE(run);
+    EXPECT_EQ(d.at(run).at("extra").at("stage.copied_bytes"), 0.0);
+    EXPECT_EQ(d.at(run).at("extra").at("stage.passed_through_batches"), d.at(run).at("batches"));
+  }
+  EXPECT_EQ(d.at("random").at("extra").at("load.io_bytes"), 4.0 * 4095 * 4096);
 }
 
 /// Element names and attributes of an XML file, parsed with expat; false when it is not

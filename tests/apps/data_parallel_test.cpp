@@ -21,24 +21,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
-/// mpirun as CI runs it: as root, more ranks than cores, no shared-memory single copy (containers
-/// often forbid the ptrace it needs).
-const std::string kMpirun =
-    "OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1 "
-    "mpirun --allow-run-as-root --oversubscribe --bind-to none";
-
-bool have_mpirun() {
-  return std::system("command -v mpirun > /dev/null 2>&1") == 0;
-}
-
 fs::path temp_file(const std::string& name) {
   return fs::temp_directory_path() / ("flowfeed_dp_" + std::to_string(getpid()) + "_" + name);
 }
 
-/// Runs a shell command under a 120 s limit; returns its exit status and output.
-int shell(const std::string& command, std::string* output = nullptr) {
-  return flowfeed::test::run_shell("timeout -k 5 120 env " + command + " 2>&1", output);
-}
+using flowfeed::test::have_mpirun;
+using flowfeed::test::kMpirun;
+using flowfeed::test::relative_difference;
+using flowfeed::test::run_shell_bounded;
 
 // ---- sharding ------------------------------------------------------------------------------
 
@@ -65,7 +55,7 @@ std::vector<Record> mpirun_shards(const std::string& config, const std::string& 
   const std::string cmd = kMpirun + " -np 1 " + FLOWFEED_RUNNER + " " + config + " -q --set " +
                           "nodes.train.params.path=" + files[0] + " : -np 1 " + FLOWFEED_RUNNER +
                           " " + config + " -q --set nodes.train.params.path=" + files[1];
-  EXPECT_EQ(shell(cmd, &output), 0) << output;
+  EXPECT_EQ(run_shell_bounded(cmd, &output), 0) << output;
   return {read_record(files[0]), read_record(files[1])};
 }
 
@@ -92,9 +82,9 @@ TEST(DataParallel, MpirunRanksReadDisjointShardsThatCoverEachEpoch) {
   for (int r = 0; r < 2; ++r) {
     const std::string file = temp_file("torch" + std::to_string(r) + ".txt");
     std::string output;
-    EXPECT_EQ(shell("RANK=" + std::to_string(r) + " WORLD_SIZE=2 " + FLOWFEED_RUNNER + " " +
-                        config + " -q --set nodes.train.params.path=" + file,
-                    &output),
+    EXPECT_EQ(run_shell_bounded("RANK=" + std::to_string(r) + " WORLD_SIZE=2 " + FLOWFEED_RUNNER +
+                                    " " + config + " -q --set nodes.train.params.path=" + file,
+                                &output),
               0)
         << output;
     EXPECT_EQ(read_record(file), shards[static_cast<std::size_t>(r)]) << "rank " << r;
@@ -145,17 +135,6 @@ std::vector<float> read_params(const std::string& path) {
   return out;
 }
 
-/// max |a - b| over max |b|.
-double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double diff = 0, scale = 0;
-  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    diff = std::max(diff, std::abs(static_cast<double>(a[i]) - b[i]));
-    scale = std::max(scale, std::abs(static_cast<double>(b[i])));
-  }
-  return diff / scale;
-}
-
 TEST(DataParallel, TwoMpiRanksTrainTheModelOfOneProcessWithTwiceTheBatch) {
   if (!have_mpirun()) GTEST_SKIP() << "mpirun not installed (Debian: openmpi-bin)";
   const std::string config = train_config();
@@ -163,12 +142,13 @@ TEST(DataParallel, TwoMpiRanksTrainTheModelOfOneProcessWithTwiceTheBatch) {
   const std::string pair = temp_file("pair").string();
   const std::string alone = temp_file("alone").string();
   std::string output;
-  ASSERT_EQ(shell(std::string(FLOWFEED_DP_PROBE) + " " + config + " " + single, &output), 0)
+  ASSERT_EQ(
+      run_shell_bounded(std::string(FLOWFEED_DP_PROBE) + " " + config + " " + single, &output), 0)
       << output;
   EXPECT_EQ(output, "batches 14 samples 896\n");
-  ASSERT_EQ(shell(kMpirun + " -np 2 " + FLOWFEED_DP_PROBE + " " + config + " " + pair +
-                      " pipeline.batch_size=32",
-                  &output),
+  ASSERT_EQ(run_shell_bounded(kMpirun + " -np 2 " + FLOWFEED_DP_PROBE + " " + config + " " + pair +
+                                  " pipeline.batch_size=32",
+                              &output),
             0)
       << output;
   EXPECT_EQ(output, "batches 14 samples 448\nbatches 14 samples 448\n");
@@ -179,9 +159,9 @@ TEST(DataParallel, TwoMpiRanksTrainTheModelOfOneProcessWithTwiceTheBatch) {
   EXPECT_EQ(rank0, rank1) << "the ranks' weights differ";
   EXPECT_LT(relative_difference(rank0, one), 1e-5);
   // Without the all-reduce each rank trains its own model on its half: far from the one above.
-  ASSERT_EQ(shell(kMpirun + " -np 2 " + FLOWFEED_DP_PROBE + " " + config + " " + alone +
-                      " pipeline.batch_size=32 nodes.train.params.all_reduce=none",
-                  &output),
+  ASSERT_EQ(run_shell_bounded(kMpirun + " -np 2 " + FLOWFEED_DP_PROBE + " " + config + " " + alone +
+                                  " pipeline.batch_size=32 nodes.train.params.all_reduce=none",
+                              &output),
             0)
       << output;
   EXPECT_GT(relative_difference(read_params(alone + ".0"), one), 1e-2);
@@ -192,7 +172,8 @@ TEST(DataParallel, MpiTransportNeedsMpirunAndEqualStepCounts) {
   const std::string config = train_config();
   std::string output;
   EXPECT_EQ(
-      shell("RANK=1 WORLD_SIZE=2 " + std::string(FLOWFEED_RUNNER) + " " + config + " -q", &output),
+      run_shell_bounded(
+          "RANK=1 WORLD_SIZE=2 " + std::string(FLOWFEED_RUNNER) + " " + config + " -q", &output),
       2);
   EXPECT_EQ(output, config +
                         ":8:5: nodes.train.params.all_reduce: mpi needs a job launched by Open "
@@ -200,15 +181,16 @@ TEST(DataParallel, MpiTransportNeedsMpirunAndEqualStepCounts) {
                         "mpirun, or set all_reduce: none to train one model per rank\n");
   // 448 samples over 3 ranks in batches of 32: 150 samples (5 batches) for rank 0, 149 (5) for
   // the others; in batches of 30: 5 and 5; in batches of 50: 3 and 3; in batches of 149: 2 and 1.
-  EXPECT_EQ(shell("RANK=0 WORLD_SIZE=3 " + std::string(FLOWFEED_RUNNER) + " " + config +
-                      " -q --set pipeline.batch_size=149 --set nodes.train.params.all_reduce=none",
-                  &output),
+  EXPECT_EQ(run_shell_bounded(
+                "RANK=0 WORLD_SIZE=3 " + std::string(FLOWFEED_RUNNER) + " " + config +
+                    " -q --set pipeline.batch_size=149 --set nodes.train.params.all_reduce=none",
+                &output),
             0)
       << output;
   if (!have_mpirun()) GTEST_SKIP() << "mpirun not installed (Debian: openmpi-bin)";
-  EXPECT_NE(shell(kMpirun + " -np 3 " + FLOWFEED_RUNNER + " " + config +
-                      " -q --set pipeline.batch_size=149",
-                  &output),
+  EXPECT_NE(run_shell_bounded(kMpirun + " -np 3 " + FLOWFEED_RUNNER + " " + config +
+                                  " -q --set pipeline.batch_size=149",
+                              &output),
             0);
   // Whichever rank checks first reports it; each names a rank with another step count.
   EXPECT_NE(output.find(config +
@@ -228,23 +210,24 @@ TEST(DataParallel, ARankThatFailsEndsTheWholeJob) {
   const std::string config = train_config();
   std::string output;
   // Rank 1 cannot read its evaluation files and ends before it joins; rank 0 waits for it. mpirun
-  // must end rank 0 (within the 120 s limit of shell()), and rank 1 says why.
+  // must end rank 0 (within the 120 s limit of run_shell_bounded()), and rank 1 says why.
   const std::string missing = temp_file("missing.idx").string();
-  int status = shell(kMpirun + " -np 1 " + FLOWFEED_RUNNER + " " + config + " -q : -np 1 " +
-                         FLOWFEED_RUNNER + " " + config +
-                         " -q --set nodes.train.params.eval_images=" + missing +
-                         " --set nodes.train.params.eval_labels=" + missing,
-                     &output);
+  int status = run_shell_bounded(kMpirun + " -np 1 " + FLOWFEED_RUNNER + " " + config +
+                                     " -q : -np 1 " + FLOWFEED_RUNNER + " " + config +
+                                     " -q --set nodes.train.params.eval_images=" + missing +
+                                     " --set nodes.train.params.eval_labels=" + missing,
+                                 &output);
   EXPECT_NE(status, 0);
   EXPECT_NE(status, 124) << "the job hung: " << output;
   EXPECT_NE(output.find(missing), std::string::npos) << output;
   EXPECT_NE(output.find("the job has been aborted"), std::string::npos) << output;
   // Rank 1 fails at batch 3, after both have trained together: rank 0 is inside an all-reduce.
-  status = shell(kMpirun + " -np 1 " + FLOWFEED_RUNNER + " " + config + " -q : -np 1 " +
-                     FLOWFEED_RUNNER + " " + config +
-                     " -q --enable-fault-nodes --set nodes.upload.type=fault_upload --set "
-                     "nodes.upload.params.mode=throw --set nodes.upload.params.at_batch=3",
-                 &output);
+  status =
+      run_shell_bounded(kMpirun + " -np 1 " + FLOWFEED_RUNNER + " " + config + " -q : -np 1 " +
+                            FLOWFEED_RUNNER + " " + config +
+                            " -q --enable-fault-nodes --set nodes.upload.type=fault_upload --set "
+                            "nodes.upload.params.mode=throw --set nodes.upload.params.at_batch=3",
+                        &output);
   EXPECT_NE(status, 0);
   EXPECT_NE(status, 124) << "the job hung: " << output;
   EXPECT_NE(output.find("error: node 'upload' (fault_upload, " + config + ":7) batch 3"),

@@ -26,10 +26,7 @@ std::string python() {
 }
 
 std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return flowfeed::test::read_file(path.string());
 }
 
 struct Member {

@@ -1,12 +1,16 @@
 #pragma once
 /// \file
-/// What the multi-process tests share: running a shell command and reading the `record` sink's
-/// files.
+/// What the multi-process tests share: running a shell command (alone or under mpirun), reading
+/// files and the `record` sink's files, and comparing trained weights.
 
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -26,6 +30,42 @@ inline int run_shell(const std::string& command, std::string* output = nullptr) 
   const int status = pclose(pipe);
   if (output) *output = out;
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/// Runs `command` (environment assignments may lead it) under a 120 s limit, stderr with stdout;
+/// returns its exit status and, when asked, its output.
+inline int run_shell_bounded(const std::string& command, std::string* output = nullptr) {
+  return run_shell("timeout -k 5 120 env " + command + " 2>&1", output);
+}
+
+/// mpirun as CI runs it: as root, more ranks than cores, no shared-memory single copy (containers
+/// often forbid the ptrace it needs). Put `-np N program ...` after it.
+inline const std::string kMpirun =
+    "OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1 "
+    "mpirun --allow-run-as-root --oversubscribe --bind-to none";
+
+/// True when mpirun is installed (Debian: openmpi-bin); the MPI tests skip without it.
+inline bool have_mpirun() {
+  return std::system("command -v mpirun > /dev/null 2>&1") == 0;
+}
+
+/// The whole file, as bytes ("" when it cannot be read).
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+/// max |a - b| over max |b| (and a failed expectation when the sizes differ).
+inline double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double diff = 0, scale = 0;
+  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    diff = std::max(diff, std::abs(static_cast<double>(a[i]) - b[i]));
+    scale = std::max(scale, std::abs(static_cast<double>(b[i])));
+  }
+  return diff / scale;
 }
 
 /// epoch -> batches (samples in visiting order), from a `record` sink's file.

@@ -32,10 +32,7 @@ fs::path temp_path(const std::string& name) {
 }
 
 std::string slurp(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return flowfeed::test::read_file(path.string());
 }
 
 /// The runner in a child process; its output goes to a log file.
@@ -387,10 +384,8 @@ TEST(ResumeWorldSize, OneRankToTwoSplitTheRestOfTheGlobalOrder) {
   EXPECT_EQ(got, expected);
 }
 
-/// mpirun as CI runs it (see data_parallel_test.cpp).
-const std::string kMpirun =
-    "OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1 "
-    "mpirun --allow-run-as-root --oversubscribe --bind-to none";
+using flowfeed::test::kMpirun;
+using flowfeed::test::relative_difference;
 
 /// The floats of an mlp state file (after its header and layer shapes).
 std::vector<float> mlp_state(const fs::path& dir) {
@@ -408,21 +403,8 @@ std::vector<float> mlp_state(const fs::path& dir) {
   return out;
 }
 
-/// max |a - b| over max |b|.
-double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double diff = 0, scale = 0;
-  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    diff = std::max(diff, std::abs(static_cast<double>(a[i]) - b[i]));
-    scale = std::max(scale, std::abs(static_cast<double>(b[i])));
-  }
-  return diff / scale;
-}
-
 TEST(DataParallel, MpiRanksResumedOnOneAndOneResumedOnTwoTrainTheUninterruptedModel) {
-  if (std::system("command -v mpirun > /dev/null 2>&1") != 0) {
-    GTEST_SKIP() << "mpirun not installed (Debian: openmpi-bin)";
-  }
+  if (!flowfeed::test::have_mpirun()) GTEST_SKIP() << "mpirun not installed (Debian: openmpi-bin)";
   const fs::path config = temp_path("dp.yaml");
   // 7 steps of global batch 64 per epoch; all_reduce: auto is mpi under mpirun.
   std::ofstream(config) << "pipeline: { epochs: 2, batch_size: 64, prefetch_depth: 4, device: "
@@ -434,9 +416,7 @@ TEST(DataParallel, MpiRanksResumedOnOneAndOneResumedOnTwoTrainTheUninterruptedMo
                            "} }\n"
                            "  - { name: train, type: mlp, params: { hidden: [16], classes: 5, lr: "
                            "0.2, momentum: 0.9 } }\n";
-  auto shell = [](const std::string& command, std::string* output) {
-    return flowfeed::test::run_shell("timeout -k 5 120 env " + command + " 2>&1", output);
-  };
+  const auto shell = flowfeed::test::run_shell_bounded;
   const std::string runner = std::string(FLOWFEED_RUNNER) + " " + config.string() + " -q ";
   std::string output;
   const fs::path whole = temp_path("dp_whole");

@@ -21,23 +21,12 @@ namespace {
 
 using flowfeed::test::Runner;
 
-constexpr double kExitBound = 60;
+using flowfeed::test::kExitBound;
+using flowfeed::test::read_file;
+using flowfeed::test::write_config;
 
 std::string temp_path(const std::string& name) {
-  return testing::TempDir() + "flowfeed_outputs_" + std::to_string(getpid()) + "_" + name;
-}
-
-std::string write_config(const std::string& name, const std::string& yaml) {
-  const std::string path = temp_path(name + ".yaml");
-  std::ofstream(path) << yaml;
-  return path;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return flowfeed::test::runner_temp_path(name);
 }
 
 const std::string kSmallRun =

@@ -3,19 +3,39 @@
 /// pipeline_runner in a child process, as a user meets it: its exit code and what it prints.
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <fstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "tests/apps/process_util.hpp"
+
 namespace flowfeed::test {
 
 using Clock = std::chrono::steady_clock;
+
+/// Seconds a runner test waits for the child to end: far above what any of its runs needs, so
+/// that only a hang fails.
+inline constexpr double kExitBound = 60;
+
+/// `name` in the test temp dir, unique to this process.
+inline std::string runner_temp_path(const std::string& name) {
+  return testing::TempDir() + "flowfeed_runner_" + std::to_string(getpid()) + "_" + name;
+}
+
+/// Writes `yaml` to runner_temp_path(name + ".yaml") and returns the path.
+inline std::string write_config(const std::string& name, const std::string& yaml) {
+  const std::string path = runner_temp_path(name + ".yaml");
+  std::ofstream(path) << yaml;
+  return path;
+}
 
 /// The runner in a child process, with its stdout and stderr captured.
 class Runner {

@@ -19,20 +19,9 @@ namespace {
 
 using flowfeed::test::Runner;
 
-/// Writes `yaml` to a file in the test temp dir and returns its path.
-std::string write_config(const std::string& name, const std::string& yaml) {
-  std::string path =
-      testing::TempDir() + "flowfeed_runner_" + std::to_string(getpid()) + "_" + name + ".yaml";
-  std::ofstream(path) << yaml;
-  return path;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using flowfeed::test::kExitBound;
+using flowfeed::test::read_file;
+using flowfeed::test::write_config;
 
 /// A run of 1000 batches with a train step of 2 ms: long enough to be interrupted.
 std::string long_run(const std::string& train) {
@@ -48,8 +37,6 @@ std::string long_run(const std::string& train) {
 
 // The progress line the runner prints (to stderr, every 500 ms) once the run is under way.
 constexpr const char* kProgress = "flowfeed: ";
-// Bounds for "the child ends": far above what any of these runs needs, so that only a hang fails.
-constexpr double kExitBound = 60;
 
 TEST(RunnerExit, NodeFailureExits1WithOneMessageNamingNodeLineAndBatch) {
   const std::string path = write_config("fail",

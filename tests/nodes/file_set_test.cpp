@@ -27,6 +27,33 @@ TEST(FileSet, GlobMatchesSortByteWiseAndListsKeepTheirOrder) {
                                       dir.file("train-02.npy")}));
 }
 
+TEST(FileSet, BracesExpandInOrderBeforeGlobs) {
+  EXPECT_EQ(expand_braces("train-{000..003}.tar"),
+            (std::vector<std::string>{"train-000.tar", "train-001.tar", "train-002.tar",
+                                      "train-003.tar"}));
+  EXPECT_EQ(expand_braces("s{9..11}"), (std::vector<std::string>{"s9", "s10", "s11"}));
+  EXPECT_EQ(expand_braces("s{3..1}"), (std::vector<std::string>{"s3", "s2", "s1"}));
+  EXPECT_EQ(expand_braces("{b,a}-{1..2}"), (std::vector<std::string>{"b-1", "b-2", "a-1", "a-2"}));
+  EXPECT_EQ(expand_braces("x{a,b{1..2}}"), (std::vector<std::string>{"xa", "xb1", "xb2"}));
+  // Not a list or a range: kept as written, like a shell.
+  EXPECT_EQ(expand_braces("{x}-{1,2}"), (std::vector<std::string>{"{x}-1", "{x}-2"}));
+  EXPECT_EQ(expand_braces("open{1,2"), (std::vector<std::string>{"open{1,2"}));
+  EXPECT_EQ(error_of<DataError>([] { expand_braces("s{0..99999999}"); }),
+            "s{0..99999999}: the range {0..99999999} names 100000000 files, more than the 1000000 "
+            "a brace may (check the bounds)");
+
+  TempDir dir;
+  for (const char* name : {"a-0.tar", "a-1.tar", "b-0.tar", "b-1.tar", "b-2.tar"}) {
+    write_bytes(dir.file(name), Bytes{1}, false);
+  }
+  // Brace order first, then each glob's matches sorted.
+  EXPECT_EQ(expand_file_set({dir.file("{b,a}-*.tar")}, "shards"),
+            (std::vector<std::string>{dir.file("b-0.tar"), dir.file("b-1.tar"), dir.file("b-2.tar"),
+                                      dir.file("a-0.tar"), dir.file("a-1.tar")}));
+  EXPECT_EQ(error_of<DataError>([&] { expand_file_set({dir.file("a-{0..2}.tar")}, "shards"); }),
+            dir.file("a-2.tar") + ": cannot open (No such file or directory)");
+}
+
 TEST(FileSet, NamesTheBadEntry) {
   TempDir dir;
   write_bytes(dir.file("a.npy"), Bytes{1}, false);

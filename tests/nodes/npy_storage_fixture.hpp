@@ -24,6 +24,26 @@ inline std::uint8_t feature_byte(std::size_t s, std::size_t k) {
   return static_cast<std::uint8_t>((s * 131 + k * 7 + k / 251) & 0xFF);
 }
 
+/// Writes `features` (a file of `dir`), uint8 [rows, row_bytes] of samples first, first + 1, ...
+/// (feature_byte), its payload at a multiple of `align`, and `labels`, int32 labels s % 7;
+/// returns the features' bytes.
+inline std::vector<std::uint8_t> write_feature_rows(const TempDir& dir, const std::string& features,
+                                                    const std::string& labels, std::size_t rows,
+                                                    std::size_t row_bytes, std::size_t align = 64,
+                                                    std::size_t first = 0) {
+  std::vector<std::uint8_t> x(rows * row_bytes);
+  std::vector<std::int32_t> y(rows);
+  for (std::size_t r = 0; r < rows; ++r) {
+    for (std::size_t k = 0; k < row_bytes; ++k) x[r * row_bytes + k] = feature_byte(first + r, k);
+    y[r] = static_cast<std::int32_t>((first + r) % 7);
+  }
+  write_npy(dir.file(features), NpyDtype::uint8,
+            {static_cast<std::int64_t>(rows), static_cast<std::int64_t>(row_bytes)}, x.data(),
+            align);
+  write_npy(dir.file(labels), NpyDtype::int32, {static_cast<std::int64_t>(rows)}, y.data());
+  return x;
+}
+
 class NpyStorageTest : public ::testing::Test {
  protected:
   /// Files go to a fresh directory under `base` (default: the system temp dir).
@@ -36,19 +56,9 @@ class NpyStorageTest : public ::testing::Test {
     row_bytes_ = row_bytes;
     std::size_t first = 0;
     for (std::size_t i = 0; i < rows.size(); ++i) {
-      std::vector<std::uint8_t> x(rows[i] * row_bytes);
-      std::vector<std::int32_t> y(rows[i]);
-      for (std::size_t r = 0; r < rows[i]; ++r) {
-        for (std::size_t k = 0; k < row_bytes; ++k)
-          x[r * row_bytes + k] = feature_byte(first + r, k);
-        y[r] = static_cast<std::int32_t>((first + r) % 7);
-      }
       const std::string n = (i < 10 ? "0" : "") + std::to_string(i);
-      write_npy(dir_.file(stem + "-" + n + ".npy"), NpyDtype::uint8,
-                {static_cast<std::int64_t>(rows[i]), static_cast<std::int64_t>(row_bytes)},
-                x.data(), align);
-      write_npy(dir_.file(stem + "-labels-" + n + ".npy"), NpyDtype::int32,
-                {static_cast<std::int64_t>(rows[i])}, y.data());
+      write_feature_rows(dir_, stem + "-" + n + ".npy", stem + "-labels-" + n + ".npy", rows[i],
+                         row_bytes, align, first);
       first += rows[i];
     }
     samples_ = first;

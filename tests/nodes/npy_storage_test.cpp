@@ -137,13 +137,13 @@ TEST_P(NpyEngineTest, EveryByteArrivesInOrder) {
 
 INSTANTIATE_TEST_SUITE_P(
     Engines, NpyEngineTest,
-    ::testing::Values(EngineCase{"pread", false, 4096, 4096}, EngineCase{"pread", false, 5000, 64},
-                      EngineCase{"pread", true, 4096, 4096}, EngineCase{"pread", true, 5000, 4096},
-                      EngineCase{"io_uring", false, 4096, 4096},
-                      EngineCase{"io_uring", false, 5000, 64},
-                      EngineCase{"io_uring", true, 4096, 4096},
-                      EngineCase{"io_uring", true, 5000, 4096},
-                      EngineCase{"io_uring", false, 5000, 64, true}),
+    ::testing::Values(
+        EngineCase{"pread", false, 4096, 4096}, EngineCase{"pread", false, 5000, 64},
+        EngineCase{"pread", true, 4096, 4096}, EngineCase{"pread", true, 5000, 4096},
+        EngineCase{"io_uring", false, 4096, 4096}, EngineCase{"io_uring", false, 5000, 64},
+        EngineCase{"io_uring", true, 4096, 4096}, EngineCase{"io_uring", true, 5000, 4096},
+        EngineCase{"io_uring", false, 5000, 64, true}, EngineCase{"pread", false, 5000, 64, true},
+        EngineCase{"pread", true, 4096, 4096, true}),
     [](const ::testing::TestParamInfo<EngineCase>& info) {
       return std::string(info.param.io) + (info.param.direct ? "_direct_" : "_cached_") +
              (info.param.async ? "async_" : "") + std::to_string(info.param.row_bytes);

@@ -182,7 +182,7 @@ TEST_F(MegatronIndexTest, DtypeMismatch) {
                 "token type)");
   const std::string other = dir_.file("wide");
   write_megatron(other, DType::int32, {{1, 2, 3}});
-  EXPECT_EQ(build_error("files: '" + prefix_ + "," + other + "', format: megatron, context: 2"),
+  EXPECT_EQ(build_error("files: [" + prefix_ + ", " + other + "], format: megatron, context: 2"),
             kPrefix + other + ".idx: tokens are int32, but " + bin_ +
                 " holds uint16 (every file of a stream holds one token type)");
 }
@@ -207,10 +207,19 @@ TEST(TokenFiles, MissingFileAndEmptyGlob) {
   const std::string here = dir.file("here.bin");
   testing_files::write_bytes(here, testing_files::Bytes(100, 1), false);
   const std::string missing = dir.file("missing.bin");
-  EXPECT_EQ(build_error("files: '" + here + "," + missing + "', context: 4"),
+  EXPECT_EQ(build_error("files: [" + here + ", " + missing + "], context: 4"),
             kPrefix + missing + ": cannot open (No such file or directory)");
   EXPECT_EQ(build_error("files: " + dir.file("train-*.bin") + ", context: 4"),
-            kPrefix + dir.file("train-*.bin") + ": matches no file");
+            kPrefix + dir.file("train-*.bin") +
+                ": matches no file (check the directory and the pattern)");
+  EXPECT_EQ(build_error("files: [" + here + ", '" + dir.file("h?re.bin") + "'], context: 4"),
+            kPrefix + here + ": named twice in files (each file may appear once)");
+  // Megatron prefixes are matched against the .bin files.
+  EXPECT_EQ(build_error("files: '" + dir.file("corpus-{0..2}") + "', format: megatron, context: 4"),
+            kPrefix + dir.file("corpus-0.bin") + ": cannot open (No such file or directory)");
+  EXPECT_EQ(
+      build_error("files: '" + dir.file("c*") + "', format: megatron, context: 4"),
+      kPrefix + dir.file("c*.bin") + ": matches no file (check the directory and the pattern)");
 }
 
 TEST(TokenFiles, ContextLargerThanTheData) {
@@ -224,7 +233,7 @@ TEST(TokenFiles, ContextLargerThanTheData) {
   const std::string other = dir.file("other.bin");
   token_corpus::write_raw(other, std::vector<std::uint32_t>(60, 3), 2);
   EXPECT_EQ(
-      build_error("files: '" + path + "," + other + "', context: 100, cross_documents: false"),
+      build_error("files: [" + path + ", " + other + "], context: 100, cross_documents: false"),
       kPrefix + path +
           " and 1 more file: no document holds a window of context 100 (a window needs "
           "context + 1 tokens inside one document; the longest has 100) lower context, or "
@@ -241,7 +250,7 @@ TEST(TokenFiles, FileTruncatedWhileARunReadsIt) {
   std::filesystem::resize_file(path, 100);  // 50 tokens: batch 2 (windows 4, 5) reads past it
   const std::string message = error_of<NodeError>([&] { p.run(); });
   EXPECT_EQ(message, "node 'load' (tokens, <string>:3) batch 2 (epoch 0): " + path +
-                         ": short read at offset 100 (end of file, 22 more bytes wanted) the file "
+                         ": short read at offset 100 (end of file, 20 more bytes wanted) the file "
                          "was truncated while open");
   EXPECT_EQ(p.free_buffers(), p.total_buffers());
 }

@@ -150,13 +150,14 @@ TEST_F(TokensLoaderTest, SeveralFilesAreOneStream) {
   write_raw(dir_.file("shard-0.bin"), c.tokens.data(), a, 2);
   write_raw(dir_.file("shard-1.bin"), c.tokens.data() + a, b - a, 2);
   write_raw(dir_.file("shard-2.bin"), c.tokens.data() + b, c.tokens.size() - b, 2);
-  const std::string list =
-      dir_.file("shard-0.bin") + "," + dir_.file("shard-1.bin") + ", " + dir_.file("shard-2.bin");
-  for (const std::string& files : {list, dir_.file("shard-*.bin")}) {
-    for (const char* io : {"pread", "mmap"}) {
+  const std::string list = "[" + dir_.file("shard-0.bin") + ", " + dir_.file("shard-1.bin") + ", " +
+                           dir_.file("shard-2.bin") + "]";
+  for (const std::string& files :
+       {list, dir_.file("shard-*.bin"), "'" + dir_.file("shard-{0..2}.bin") + "'"}) {
+    for (const char* io : {"pread", "io_uring", "mmap"}) {
       SCOPED_TRACE(files + " " + io);
       // Across files: the concatenation, windows spanning the shard boundaries included.
-      run(yaml("files: '" + files + "', context: 1000, io: " + io));
+      run(yaml("files: " + files + ", context: 1000, io: " + io));
       expect_windows(*seen_, c.tokens, 1000, 2,
                      [](std::uint32_t, std::uint32_t s) { return std::uint64_t{s} * 1000; });
       expect_each_window_once_per_epoch((c.tokens.size() - 1) / 1000, 2);
@@ -165,7 +166,7 @@ TEST_F(TokensLoaderTest, SeveralFilesAreOneStream) {
   // Random positions across the files, read from their mappings.
   {
     const std::vector<std::uint64_t> starts = all_starts({0, c.tokens.size()}, 1000, true);
-    run(yaml("files: '" + list + "', context: 1000, io: mmap, positions: random, seed: 2",
+    run(yaml("files: " + list + ", context: 1000, io: mmap, positions: random, seed: 2",
              "shuffle: true"));
     expect_windows(*seen_, c.tokens, 1000, 2,
                    [&](std::uint32_t e, std::uint32_t s) { return random_start(starts, 2, e, s); });
@@ -173,10 +174,32 @@ TEST_F(TokensLoaderTest, SeveralFilesAreOneStream) {
   // cross_documents: false: each file is a document, no window spans two.
   const std::vector<std::uint64_t> bounds = {0, a, b, c.tokens.size()};
   const std::vector<std::uint64_t> starts = all_starts(bounds, 1000, false);
-  run(yaml("files: '" + list + "', context: 1000, cross_documents: false"));
+  run(yaml("files: " + list + ", context: 1000, cross_documents: false"));
   expect_windows(*seen_, c.tokens, 1000, 2,
                  [&](std::uint32_t, std::uint32_t s) { return starts[s]; });
   expect_each_window_once_per_epoch(starts.size(), 2);
+}
+
+// The stream follows the list's order, then brace order, then each glob's sorted matches: three
+// shards listed as 2, 0, 1 are read in that order.
+TEST_F(TokensLoaderTest, ListsBracesAndGlobsGiveTheStreamItsOrder) {
+  const Corpus& c = licenses();
+  const std::size_t a = 70001, b = 150003;
+  write_raw(dir_.file("shard-0.bin"), c.tokens.data(), a, 2);
+  write_raw(dir_.file("shard-1.bin"), c.tokens.data() + a, b - a, 2);
+  write_raw(dir_.file("shard-2.bin"), c.tokens.data() + b, c.tokens.size() - b, 2);
+  std::vector<std::uint32_t> reordered(c.tokens.begin() + static_cast<long>(b), c.tokens.end());
+  reordered.insert(reordered.end(), c.tokens.begin(), c.tokens.begin() + static_cast<long>(b));
+  TokensOptions o;
+  o.files = {dir_.file("shard-{2,0}.bin"), dir_.file("shard-[1].bin")};
+  o.context = 1000;
+  EXPECT_EQ(TokensLoader(o).files(),
+            (std::vector<std::string>{dir_.file("shard-2.bin"), dir_.file("shard-0.bin"),
+                                      dir_.file("shard-1.bin")}));
+  run(yaml("files: ['" + o.files[0] + "', '" + o.files[1] + "'], context: 1000"));
+  expect_windows(*seen_, reordered, 1000, 2,
+                 [](std::uint32_t, std::uint32_t s) { return std::uint64_t{s} * 1000; });
+  expect_each_window_once_per_epoch((c.tokens.size() - 1) / 1000, 2);
 }
 
 TEST_F(TokensLoaderTest, MegatronDocumentsBoundWindowsUnlessCrossed) {
@@ -252,6 +275,80 @@ TEST_F(TokensLoaderTest, RanksGetDisjointWindowsThatCoverTheEpoch) {
     EXPECT_EQ(total, windows);       // disjoint
     EXPECT_EQ(all.size(), windows);  // and covering
     EXPECT_EQ(*all.rbegin(), windows - 1);
+  }
+}
+
+double extra(const RunReport& report, const std::string& key) {
+  const auto it = report.extra.find(key);
+  return it == report.extra.end() ? -1.0 : it->second;
+}
+
+std::vector<std::string> pool_names(const RunReport& report) {
+  std::vector<std::string> names;
+  for (const auto& p : report.pools) names.push_back(p.name);
+  return names;
+}
+
+// The loader reads x and y straight into the staging node's buffer: the staging node copies
+// nothing and the only batch buffers before the upload are the loader's. Each byte of x and y is
+// read once, by one of two requests per run of adjacent windows.
+TEST_F(TokensLoaderTest, WindowsAreReadStraightIntoTheStagingBuffer) {
+  const Corpus& c = licenses();
+  const std::string path = dir_.file("train.bin");
+  write_raw(path, c.tokens, 2);
+  const std::size_t windows = (c.tokens.size() - 1) / 256;
+  const double window_bytes = 2.0 * 256 * 2;  // x and y, uint16
+  for (const char* io : {"pread", "io_uring"}) {
+    SCOPED_TRACE(io);
+    const std::string params = std::string("files: ") + path + ", context: 256, io: " + io;
+    RunReport report = run(yaml(params));
+    expect_windows(*seen_, c.tokens, 256, 2,
+                   [](std::uint32_t, std::uint32_t s) { return std::uint64_t{s} * 256; });
+    expect_each_window_once_per_epoch(windows, 2);
+    EXPECT_EQ(extra(report, "stage.copied_bytes"), 0.0);
+    EXPECT_EQ(extra(report, "stage.passed_through_batches"), static_cast<double>(report.batches));
+    EXPECT_EQ(pool_names(report), (std::vector<std::string>{"load.staging", "upload.device"}));
+    EXPECT_EQ(extra(report, "load.io_bytes"), 2.0 * static_cast<double>(windows) * window_bytes);
+    // Unshuffled, a batch's windows are one run: one read for x and one for y.
+    EXPECT_EQ(extra(report, "load.io_reads"), 2.0 * static_cast<double>(report.batches));
+    // Shuffled: a run a window, the same bytes.
+    report = run(yaml(params, "shuffle: true, seed: 3"));
+    expect_windows(*seen_, c.tokens, 256, 2,
+                   [](std::uint32_t, std::uint32_t s) { return std::uint64_t{s} * 256; });
+    EXPECT_EQ(extra(report, "load.io_bytes"), 2.0 * static_cast<double>(windows) * window_bytes);
+    EXPECT_EQ(extra(report, "stage.copied_bytes"), 0.0);
+  }
+  // Without a staging node the loader fills host buffers of its own.
+  seen_ = std::make_shared<Seen>();
+  Registry r;
+  register_builtin_nodes(r);
+  register_window_sink(r, seen_);
+  std::string text = yaml("files: " + path + ", context: 256");
+  text.erase(text.find("  - { name: stage"),
+             text.find("  - { name: upload") - text.find("  - { name: stage"));
+  Pipeline p(load_config_string(text, r), r);
+  const RunReport report = p.run();
+  EXPECT_EQ(pool_names(report), (std::vector<std::string>{"load.host", "upload.device"}));
+  expect_windows(*seen_, c.tokens, 256, 2,
+                 [](std::uint32_t, std::uint32_t s) { return std::uint64_t{s} * 256; });
+}
+
+// direct: true: x of windows whose rows are whole 4 KiB pages (2,048 uint16 tokens) at page
+// offsets goes around the page cache; y, one token later, is not aligned like its buffer and goes
+// through the cache. The bytes are the same.
+TEST_F(TokensLoaderTest, DirectReadsTakeTheAlignedXRows) {
+  const Corpus& c = licenses();
+  const std::string path = dir_.file("train.bin");
+  write_raw(path, c.tokens, 2);
+  const std::size_t windows = (c.tokens.size() - 1) / 2048;
+  for (const char* io : {"pread", "io_uring"}) {
+    SCOPED_TRACE(io);
+    const RunReport report =
+        run(yaml(std::string("files: ") + path + ", context: 2048, direct: true, io: " + io));
+    expect_windows(*seen_, c.tokens, 2048, 2,
+                   [](std::uint32_t, std::uint32_t s) { return std::uint64_t{s} * 2048; });
+    EXPECT_EQ(extra(report, "load.io_bytes"), 2.0 * static_cast<double>(windows) * 2 * 4096);
+    EXPECT_EQ(extra(report, "load.io_direct_bytes"), 2.0 * static_cast<double>(windows) * 4096);
   }
 }
 

@@ -12,8 +12,7 @@ namespace {
 using namespace webdataset_testing;
 
 TEST(WebDatasetErrors, TruncatedTarFailsTheBuildWithItsOffset) {
-  const Shards& s = corrupt();
-  const std::string tar = s.file("truncated.tar");
+  const std::string tar = corrupt_tar("truncated");
   EXPECT_EQ(build_error(chain(tar, "")),
             fmt::format("{}: {}: truncated tar: the file ends 100 bytes into the header block at "
                         "offset {} (a header is 512 bytes; was the shard cut short while it was "
@@ -22,8 +21,7 @@ TEST(WebDatasetErrors, TruncatedTarFailsTheBuildWithItsOffset) {
 }
 
 TEST(WebDatasetErrors, MemberCutShortFailsTheBuildUnlessSkipped) {
-  const Shards& s = corrupt();
-  const std::string tar = s.file("cut_short.tar");
+  const std::string tar = corrupt_tar("cut_short");
   EXPECT_EQ(build_error(chain(tar, "")),
             fmt::format("{}: {}: sample 's003' (member 's003.jpg' at offset {}): the member is cut "
                         "short (the shard ends before the size its header declares) (set "
@@ -35,8 +33,7 @@ TEST(WebDatasetErrors, MemberCutShortFailsTheBuildUnlessSkipped) {
 }
 
 TEST(WebDatasetErrors, SampleWithoutLabelFailsTheBuild) {
-  const Shards& s = corrupt();
-  const std::string tar = s.file("no_label.tar");
+  const std::string tar = corrupt_tar("no_label");
   EXPECT_EQ(build_error(chain(tar, "")),
             fmt::format("{}: {}: sample 's002' (member 's002.jpg' at offset {}): no label member "
                         "(.cls) (set pipeline.on_error: skip to drop such samples)",
@@ -44,37 +41,35 @@ TEST(WebDatasetErrors, SampleWithoutLabelFailsTheBuild) {
 }
 
 TEST(WebDatasetErrors, UndecodableImagesFailTheirBatchNamingShardMemberAndOffset) {
-  const Shards& s = corrupt();
-  const std::string text = s.file("not_image.tar");
+  const std::string text = corrupt_tar("not_image");
   EXPECT_EQ(run_error(chain(text, "")),
             fmt::format("{} batch 0 (epoch 0): {}: sample 's002' (member 's002.jpg' at offset "
                         "{}): not a decodable JPEG (Not a JPEG file: starts with 0x68 0x65)",
                         kLoad, text, header_of("not_image", 2)));
-  const std::string empty = s.file("zero_byte.tar");
+  const std::string empty = corrupt_tar("zero_byte");
   EXPECT_EQ(run_error(chain(empty, "")),
             fmt::format("{} batch 0 (epoch 0): {}: sample 's002' (member 's002.jpg' at offset "
                         "{}): empty image (0 bytes)",
                         kLoad, empty, header_of("zero_byte", 2)));
-  const std::string label = s.file("bad_label.tar");
+  const std::string label = corrupt_tar("bad_label");
   EXPECT_EQ(run_error(chain(label, "")),
             fmt::format("{} batch 0 (epoch 0): {}: sample 's002' (member 's002.jpg' at offset "
                         "{}): label 'two' in its .cls member is not an integer",
                         kLoad, label, header_of("bad_label", 2)));
-  EXPECT_EQ(run_error(chain(s.file("whole.tar"), ", num_classes: 3")),
+  EXPECT_EQ(run_error(chain(corrupt_tar("whole"), ", num_classes: 3")),
             fmt::format("{} batch 0 (epoch 0): {}: sample 's003' (member 's003.jpg' at offset "
                         "{}): label 3 is out of range [0, 3)",
-                        kLoad, s.file("whole.tar"), header_of("whole", 3)));
+                        kLoad, corrupt_tar("whole"), header_of("whole", 3)));
 }
 
 TEST(WebDatasetErrors, SkipDropsExactlyTheBadSamplesAndNamesThem) {
-  const Shards& s = corrupt();
-  const std::string tar = s.file("mixed.tar");
+  const std::string tar = corrupt_tar("mixed");
   Outcome r = run(chain(tar, "", ", epochs: 2, batch_size: 5, on_error: skip, max_skipped: 6"), 2);
   EXPECT_EQ(r.report.samples, 20u);
   EXPECT_EQ(r.report.skipped_samples, 6u);
   EXPECT_EQ(r.report.skipped_batches, 0u);
   // Every good sample arrives with its own label; the bad ones (3, 7, 11) never do.
-  const Json& m = s.manifest()["mixed"];
+  const Json& m = corrupt().manifest()["mixed"];
   for (const auto& [key, bytes] : r.x) {
     EXPECT_NE(key.second, 3u);
     EXPECT_NE(key.second, 7u);
@@ -89,7 +84,7 @@ TEST(WebDatasetErrors, SkipDropsExactlyTheBadSamplesAndNamesThem) {
             fmt::format("skipped: dropped sample 3 from batch 0 (epoch 0): {}: sample 'bad_text' "
                         "(member 'bad_text.jpg' at offset {}): not a decodable JPEG (Not a JPEG "
                         "file: starts with 0x68 0x65)",
-                        tar, m[3]["members"]["jpg"]["header"].get<std::uint64_t>()));
+                        tar, header_of("mixed", 3)));
 
   // One more than max_skipped ends the run.
   EXPECT_EQ(
@@ -97,19 +92,18 @@ TEST(WebDatasetErrors, SkipDropsExactlyTheBadSamplesAndNamesThem) {
       fmt::format("{} batch 0 (epoch 0): {}: sample 'bad_text' (member 'bad_text.jpg' at offset "
                   "{}): not a decodable JPEG (Not a JPEG file: starts with 0x68 0x65) (3 samples "
                   "dropped, more than pipeline.max_skipped = 2)",
-                  kLoad, tar, m[3]["members"]["jpg"]["header"].get<std::uint64_t>()));
+                  kLoad, tar, header_of("mixed", 3)));
 }
 
 TEST(WebDatasetErrors, BytesFieldsArriveZeroPaddedWithTheirLengths) {
-  const Shards& s = corrupt();
-  const std::string tar = s.file("fields.tar");
-  const Json& m = s.manifest()["fields"];
+  const std::string tar = corrupt_tar("fields");
+  const Json& m = corrupt().manifest()["fields"];
   const std::string params = ", height: 8, width: 8, bytes_fields: 'json:32, txt:16'";
   EXPECT_EQ(build_error(chain(tar, params)),
             fmt::format("{}: {}: sample 's003' (member 's003.jpg' at offset {}): no .txt member "
                         "(bytes_fields asks for it) (set pipeline.on_error: skip to drop such "
                         "samples)",
-                        kLoad, tar, m[3]["members"]["jpg"]["header"].get<std::uint64_t>()));
+                        kLoad, tar, header_of("fields", 3)));
   Registry r;
   register_builtin_nodes(r);
   Pipeline p(load_config_string(
@@ -150,7 +144,35 @@ TEST(WebDatasetErrors, BytesFieldsArriveZeroPaddedWithTheirLengths) {
             fmt::format("skipped: dropped sample 1 from batch 0 (epoch 0): {}: sample 's001' "
                         "(member 's001.jpg' at offset {}): its .txt member holds 40 bytes, more "
                         "than the 16 of bytes_fields",
-                        tar, m[1]["members"]["jpg"]["header"].get<std::uint64_t>()));
+                        tar, header_of("fields", 1)));
+}
+
+// Shards named by braces, a glob, a YAML list or one comma- and space-separated string are the same
+// data set in the same order; a missing or repeated shard is named when the pipeline is built.
+TEST(WebDatasetErrors, ShardListsExpandAlikeAndAMissingShardIsNamed) {
+  const Shards& s = photos();
+  const Outcome braces = run(chain(s.file("photos-{000..002}.tar"), ", height: 8, width: 8"));
+  ASSERT_EQ(braces.x.size(), 40u);
+  const std::string a = s.file("photos-000.tar"), b = s.file("photos-001.tar"),
+                    c = s.file("photos-002.tar");
+  for (const std::string& shards :
+       {"'" + s.file("photos-*.tar") + "'", "[" + a + ", '" + s.file("photos-00{1,2}.tar") + "']",
+        "'" + a + ", " + b + " " + c + "'"}) {
+    SCOPED_TRACE(shards);
+    std::string yaml = chain("X", ", height: 8, width: 8");
+    yaml.replace(yaml.find("'X'"), 3, shards);
+    const Outcome other = run(yaml);
+    EXPECT_EQ(other.x, braces.x);
+    EXPECT_EQ(other.y, braces.y);
+  }
+  EXPECT_EQ(build_error(chain(s.file("photos-{000..003}.tar"), "")),
+            fmt::format("{}: {}: cannot open (No such file or directory)", kLoad,
+                        s.file("photos-003.tar")));
+  EXPECT_EQ(build_error(chain(a + "," + s.file("photos-00[0].tar"), "")),
+            fmt::format("{}: {}: named twice in shards (each file may appear once)", kLoad, a));
+  EXPECT_EQ(build_error(chain(s.file("none-*.tar"), "")),
+            fmt::format("{}: {}: matches no file (check the directory and the pattern)", kLoad,
+                        s.file("none-*.tar")));
 }
 
 TEST(WebDatasetErrors, ContradictoryParamsAreConfigErrors) {

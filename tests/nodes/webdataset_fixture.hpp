@@ -129,6 +129,12 @@ inline std::string run_error(const std::string& yaml) {
 
 inline const std::string kLoad = "node 'load' (webdataset, <string>:4)";
 
+/// The corrupt case's shard `<name>.tar`.
+inline std::string corrupt_tar(const std::string& name) {
+  return corrupt().file(name + ".tar");
+}
+
+/// Where the header of sample `sample`'s `field` member sits in corrupt_tar(name).
 inline std::uint64_t header_of(const std::string& name, int sample, const char* field = "jpg") {
   return corrupt().manifest()[name][sample]["members"][field]["header"];
 }

@@ -18,8 +18,9 @@ struct IoOptions {
   /// When io_uring or O_DIRECT is unavailable (kernel, seccomp, file system): true logs it and
   /// reads with pread / through the page cache; false throws.
   bool fallback = true;
-  /// io_uring: hand reads through the page cache to the kernel's worker threads (IOSQE_ASYNC), so
-  /// the copies of one batch's cached reads run in parallel instead of in the submitting thread.
+  /// Copy one batch's reads through the page cache in parallel instead of in the calling thread:
+  /// io_uring hands them to the kernel's worker threads (IOSQE_ASYNC); pread splits them into
+  /// pieces of read_bytes, read as TBB tasks on the pipeline's threads.
   bool async = false;
 };
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "flowfeed/node.hpp"
+#include "flowfeed/nodes/io.hpp"
 
 namespace flowfeed {
 
@@ -26,13 +27,6 @@ enum class TokenFormat {
   megatron,  ///< Megatron-LM `<prefix>.bin` + `<prefix>.idx`; the index gives the documents
 };
 
-/// How a `tokens` loader reads its files.
-enum class TokenIo {
-  pread,  ///< one pread per run of adjacent windows; a file that shrinks gives a DataError
-  mmap,   ///< files mapped read-only once, windows copied from the mapping: no system call per
-          ///< window; a file truncated while mapped kills the process (SIGBUS)
-};
-
 /// Where windows start.
 enum class WindowPositions {
   sequential,  ///< window i starts at token i * context: non-overlapping, the same every epoch
@@ -42,7 +36,8 @@ enum class WindowPositions {
 /// Options of the `tokens` loader (the params of its schema).
 struct TokensOptions {
   /// Raw token files, or Megatron prefixes (the path without `.bin`/`.idx`; a path ending in
-  /// either is accepted), read as one stream in this order.
+  /// either is accepted): paths, globs and braces, expanded in a stable order (expand_file_set;
+  /// a Megatron pattern is matched against the `.bin` files), read as one stream in that order.
   std::vector<std::string> files;
   TokenFormat format = TokenFormat::raw;
   /// uint8, uint16, uint32 or int32; nullopt: uint16 for raw files, the index's for Megatron
@@ -56,27 +51,38 @@ struct TokensOptions {
   std::uint64_t seed = 0;  ///< random positions: the seed of the draw
   /// Random positions: windows per epoch; 0 = as many as sequential positions give.
   std::uint64_t windows = 0;
-  TokenIo io = TokenIo::pread;  ///< how windows are read
+  IoOptions io;         ///< how windows are read (pread or io_uring; O_DIRECT; read sizes)
+  bool mmap = false;    ///< copy windows from the files mapped read-only instead (`io: mmap`): no
+                        ///< system call per window; a file truncated while mapped kills the process
+  int concurrency = 1;  ///< process() calls at once (the node's `concurrency`)
+  std::string name = "load";  ///< the node's name, for report figures and log lines
 };
 
-/// The `tokens` loader node. The constructor opens and validates every file (DataError naming
-/// file, field and offset) and decides the windows; size() is the number of windows per epoch,
-/// so the sampler's shuffle, drop_last and rank/world sharding apply to windows. process() reads
-/// each run of adjacent windows with one pread (or one copy from the mapped file) into a scratch
-/// buffer and copies x and y from it; memory is the pools, never the files.
+/// The `tokens` loader node. The constructor expands the file list, opens and validates every
+/// file (DataError naming file, field and offset) and decides the windows; size() is the number
+/// of windows per epoch, so the sampler's shuffle, drop_last and rank/world sharding apply to
+/// windows. process() reads each run of adjacent windows with the I/O engine (two requests: the
+/// x tokens and the y tokens, one later) straight into a buffer of the pool
+/// BuildContext::make_fill_pool gives (pinned staging memory when a pinned_staging or
+/// cuda_upload follows), or copies them from the mapped files; memory is the pools, never the
+/// files.
 class TokensLoader final : public LoaderNode {
  public:
   explicit TokensLoader(TokensOptions options);
   ~TokensLoader() override;
-  /// Options from validated params (`files` expanded: a path, a glob, or a comma-separated list).
+  /// Options from validated params (`files` as written; the constructor expands them).
   static TokensOptions options_from(const Params& params);
 
   void setup(BuildContext& context) override;
   void process(Batch& batch) override;
+  /// Adds the I/O engine's figures (`<name>.io_reads`, `io_bytes`, ...) and notes.
+  void finish(RunReport& report) override;
   std::size_t size() const override;
   std::vector<TensorSpec> sample_tensors() const override;
 
   const TokensOptions& options() const noexcept { return options_; }
+  /// The files read, expanded, in stream order (Megatron: the prefixes).
+  std::vector<std::string> files() const;
   /// The token type of the files.
   DType dtype() const noexcept;
   /// Tokens in the whole stream.
@@ -86,10 +92,11 @@ class TokensLoader final : public LoaderNode {
 
  private:
   TokensOptions options_;
+  std::vector<std::string> files_;  // expanded
   std::unique_ptr<TokenStream> stream_;
   std::unique_ptr<TokenWindows> windows_;
+  Tier tier_ = Tier::host;  // where reads land: the fill pool's tier
   BufferPool* pool_ = nullptr;
-  BufferPool* scratch_ = nullptr;
 };
 
 /// Adds the `tokens` type to `registry`.

@@ -31,10 +31,10 @@ struct BytesField {
 
 /// Options of the `webdataset` loader (the params of its schema).
 struct WebDatasetOptions {
-  /// Shard paths: a comma- or space-separated list of paths and globs; `{000..009}` and `{a,b}`
-  /// braces expand as in WebDataset URLs. Together they are one data set, in the order listed
-  /// (each glob sorted).
-  std::string shards;
+  /// Shard paths, globs and brace patterns (`{000..009}` and `{a,b}` expand as in WebDataset
+  /// URLs); one string may list several, separated by commas or spaces. Together they are one
+  /// data set, in the order listed (each glob sorted), expanded by expand_shards().
+  std::vector<std::string> shards;
   int height = 224;  ///< output rows
   int width = 224;   ///< output columns
   int channels = 3;  ///< 3: RGB, 1: gray (BT.601 luma)
@@ -56,8 +56,10 @@ struct WebDatasetOptions {
 /// Registers `webdataset` (load) and `random_flip` (transform).
 void register_webdataset(Registry& registry);
 
-/// Expands a `shards` string (see WebDatasetOptions::shards) into paths. Throws DataError when a
-/// glob matches nothing or the list is empty.
-std::vector<std::string> expand_shards(const std::string& shards);
+/// Expands `shards` (see WebDatasetOptions::shards) into paths: each string split at commas and
+/// spaces, then the file-set expansion every file loader uses (braces, globs sorted by byte
+/// value, every file checked). Throws DataError naming the pattern or file: a glob that matches
+/// nothing, a missing or unreadable file, a file named twice, an empty list.
+std::vector<std::string> expand_shards(const std::vector<std::string>& shards);
 
 }  // namespace flowfeed
