@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 #include <png.h>
-#include <stb/stb_image_resize.h>
 #include <turbojpeg.h>
 
 #include <algorithm>
@@ -11,14 +10,6 @@
 #include <cstring>
 
 namespace flowfeed {
-
-/// stb_image_resize's allocator (stb_resize_impl.cpp): its one working block per call comes from
-/// the decoder's scratch buffer, which grows to the largest need and is then reused.
-void* resize_scratch(void* context, std::size_t bytes) {
-  auto& mem = *static_cast<std::vector<std::byte>*>(context);
-  if (mem.size() < bytes) mem.resize(bytes);
-  return mem.data();
-}
 
 namespace {
 
@@ -216,69 +207,26 @@ ImageSize ImageDecoder::decode_png(const std::uint8_t* data, std::size_t bytes, 
 }
 
 void ImageDecoder::decode(const std::uint8_t* data, std::size_t bytes, ImageFormat format,
-                          ImageSize size, const CropBox& box, const DecodeTarget& target,
+                          ImageSize size, const CropBox& box, const DecodeTarget& target, bool flip,
                           std::uint8_t* out) {
   if (bytes == 0) throw DecodeError("empty image (0 bytes)");
   const ImageSize decoded = format == ImageFormat::jpeg
                                 ? decode_jpeg(data, bytes, size, box, target)
                                 : decode_png(data, bytes, target.channels);
-  resize(decoded, size, box, target, out);
+  resize(decoded, box, target, flip, out);
 }
 
-void ImageDecoder::resize(ImageSize decoded, ImageSize source, const CropBox& box,
-                          const DecodeTarget& target, std::uint8_t* out) {
-  const auto c = static_cast<std::size_t>(target.channels);
-  const std::size_t in_stride = static_cast<std::size_t>(decoded.width) * c;
-  const std::size_t out_stride = static_cast<std::size_t>(target.width) * c;
-  const bool same_scale = decoded.width == source.width && decoded.height == source.height;
-  const auto x0 = static_cast<long>(box.x);
-  const auto y0 = static_cast<long>(box.y);
-  if (same_scale && box.x == static_cast<double>(x0) && box.y == static_cast<double>(y0) &&
-      box.width == target.width && box.height == target.height) {
-    // The crop is the output pixel for pixel: a copy keeps lossless images exact.
-    for (int y = 0; y < target.height; ++y) {
-      const std::uint8_t* src = pixels_.data() + static_cast<std::size_t>(y0 + y) * in_stride +
-                                static_cast<std::size_t>(x0) * c;
-      std::copy(src, src + out_stride, out + static_cast<std::size_t>(y) * out_stride);
-    }
-    return;
-  }
+void ImageDecoder::resize(ImageSize decoded, const CropBox& box, const DecodeTarget& target,
+                          bool flip, std::uint8_t* out) {
   // Pixel i of an image the IDCT scaled by f covers source pixels [i / f, (i + 1) / f) (its last
   // one may be partial: the scaled size is rounded up), so the box scales by f, not by the ratio
   // of the sizes.
   const double f = static_cast<double>(last_scale_eighths_) / 8.0;
-  const double bx0 = box.x * f;
-  const double by0 = box.y * f;
-  const double bx1 = (box.x + box.width) * f;
-  const double by1 = (box.y + box.height) * f;
-  // stb_image_resize converts every input pixel of a row it reads: hand it the box and a margin
-  // as wide as the triangle filter's reach (one output pixel's span, at least one input pixel),
-  // not the whole image. Inside the image the margin holds the real neighbours, at its edges the
-  // clamp is the image's own, so the output is the same.
-  const auto reach = [](double span, int out) {
-    return static_cast<long>(std::ceil(std::max(1.0, span / out))) + 2;
-  };
-  const long mx = reach(bx1 - bx0, target.width);
-  const long my = reach(by1 - by0, target.height);
-  const long xs = std::max(0L, static_cast<long>(std::floor(bx0)) - mx);
-  const long ys = std::max(0L, static_cast<long>(std::floor(by0)) - my);
-  const long xe =
-      std::min(static_cast<long>(decoded.width), static_cast<long>(std::ceil(bx1)) + mx);
-  const long ye =
-      std::min(static_cast<long>(decoded.height), static_cast<long>(std::ceil(by1)) + my);
-  const double sw = static_cast<double>(xe - xs);
-  const double sh = static_cast<double>(ye - ys);
-  const std::uint8_t* sub =
-      pixels_.data() + static_cast<std::size_t>(ys) * in_stride + static_cast<std::size_t>(xs) * c;
-  if (!stbir_resize_region(
-          sub, static_cast<int>(xe - xs), static_cast<int>(ye - ys), static_cast<int>(in_stride),
-          out, target.width, target.height, static_cast<int>(out_stride), STBIR_TYPE_UINT8,
-          target.channels, STBIR_ALPHA_CHANNEL_NONE, 0, STBIR_EDGE_CLAMP, STBIR_EDGE_CLAMP,
-          STBIR_FILTER_TRIANGLE, STBIR_FILTER_TRIANGLE, STBIR_COLORSPACE_LINEAR, &resize_mem_,
-          static_cast<float>((bx0 - xs) / sw), static_cast<float>((by0 - ys) / sh),
-          static_cast<float>((bx1 - xs) / sw), static_cast<float>((by1 - ys) / sh))) {
-    throw DecodeError("stb_image_resize failed");
-  }
+  const ResampleBox region{box.x * f, box.y * f, (box.x + box.width) * f, (box.y + box.height) * f};
+  const std::size_t stride =
+      static_cast<std::size_t>(decoded.width) * static_cast<std::size_t>(target.channels);
+  resampler_.resize(pixels_.data(), decoded.width, decoded.height, stride, target.channels, region,
+                    {target.width, target.height, flip, target.chw}, out);
 }
 
 }  // namespace flowfeed

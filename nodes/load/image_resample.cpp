@@ -1,0 +1,244 @@
+#include "image_resample.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+namespace flowfeed {
+
+namespace {
+
+// Pillow's Resample.c: weights are fixed point with 22 fraction bits (32 - 8 bits of a pixel - 2
+// of headroom), sums start at one half for rounding.
+constexpr int kPrecisionBits = 32 - 8 - 2;
+constexpr std::int32_t kHalf = std::int32_t{1} << (kPrecisionBits - 1);
+
+inline std::uint8_t clip8(std::int32_t v) {
+  if (v >= (std::int32_t{1} << kPrecisionBits << 8)) return 255;
+  if (v <= 0) return 0;
+  return static_cast<std::uint8_t>(v >> kPrecisionBits);
+}
+
+/// Pillow's bilinear filter: a triangle of support 1.
+inline double triangle(double x) {
+  x = std::fabs(x);
+  return x < 1.0 ? 1.0 - x : 0.0;
+}
+
+/// The horizontal pass over `rows` rows starting at `row0`, output pixel x of a row to place x
+/// (or its mirror).
+template <int C>
+void horizontal(const std::uint8_t* src, std::size_t stride, int row0, int rows, int ksize,
+                const int* first, const int* count, const std::int32_t* weights, int out_width,
+                bool flip, std::uint8_t* dst) {
+  const auto w = static_cast<std::size_t>(out_width);
+  for (int y = 0; y < rows; ++y) {
+    const std::uint8_t* in = src + static_cast<std::size_t>(row0 + y) * stride;
+    std::uint8_t* row = dst + static_cast<std::size_t>(y) * w * C;
+    for (std::size_t x = 0; x < w; ++x) {
+      const std::int32_t* k = weights + x * static_cast<std::size_t>(ksize);
+      const std::uint8_t* p = in + static_cast<std::size_t>(first[x]) * C;
+      std::int32_t s[C];
+      for (int c = 0; c < C; ++c) s[c] = kHalf;
+      for (int i = 0; i < count[x]; ++i) {
+        for (int c = 0; c < C; ++c) s[c] += p[i * C + c] * k[i];
+      }
+      std::uint8_t* q = row + (flip ? w - 1 - x : x) * C;
+      for (int c = 0; c < C; ++c) q[c] = clip8(s[c]);
+    }
+  }
+}
+
+#if defined(__SSE2__)
+/// The horizontal pass for 3 or 4 channels, two taps at a time with SSE2's pmaddwd. A 22-bit
+/// weight does not fit its 16-bit operands, so each weight is split into its high and low 11 bits
+/// (`split`: high, low pairs per tap) and the two sums recombined: sum(p * w) = (sum(p * high)
+/// << 11) + sum(p * low), exactly, so the bytes are Pillow's.
+template <int C>
+void horizontal_sse2(const std::uint8_t* src, int width, std::size_t stride, int row0, int rows,
+                     int ksize, const int* first, const int* count, const std::int16_t* split,
+                     int out_width, bool flip, std::uint8_t* dst) {
+  static_assert(C == 3 || C == 4);
+  const auto w = static_cast<std::size_t>(out_width);
+  const __m128i zero = _mm_setzero_si128();
+  const __m128i half = _mm_set1_epi32(kHalf);
+  // A pixel as the low lanes of a vector: one 4-byte load, except for the image's last column,
+  // where a 4th byte might lie past the end of the buffer (assembled from single bytes instead).
+  auto pixel = [](const std::uint8_t* p, bool last) {
+    std::uint32_t v;
+    if (C == 4 || !last) {
+      std::memcpy(&v, p, 4);
+    } else {
+      v = p[0] | (std::uint32_t{p[1]} << 8) | (std::uint32_t{p[2]} << 16);
+    }
+    return _mm_cvtsi32_si128(static_cast<int>(v));
+  };
+  for (int y = 0; y < rows; ++y) {
+    const std::uint8_t* in = src + static_cast<std::size_t>(row0 + y) * stride;
+    std::uint8_t* row = dst + static_cast<std::size_t>(y) * w * C;
+    for (std::size_t x = 0; x < w; ++x) {
+      // Per tap pair: high weights of both taps, then low weights (int16 each).
+      const std::int16_t* k = split + x * static_cast<std::size_t>(ksize + 1) * 2;
+      const std::uint8_t* p = in + static_cast<std::size_t>(first[x]) * C;
+      __m128i hi = zero;
+      __m128i lo = zero;
+      const int n = count[x];
+      const int last = width - 1 - first[x];  // the tap at the image's last column
+      for (int i = 0; i < n; i += 2) {
+        const __m128i a = pixel(p + i * C, i == last);
+        const __m128i b = i + 1 < n ? pixel(p + (i + 1) * C, i + 1 == last) : zero;
+        // r0 r1 g0 g1 b0 b1 x0 x1 as int16, times w0 w1 w0 w1 ...: r0*w0 + r1*w1, ... as int32.
+        const __m128i ab = _mm_unpacklo_epi8(_mm_unpacklo_epi8(a, b), zero);
+        std::int32_t wh;
+        std::int32_t wl;
+        std::memcpy(&wh, k + 2 * i, 4);
+        std::memcpy(&wl, k + 2 * i + 2, 4);
+        hi = _mm_add_epi32(hi, _mm_madd_epi16(ab, _mm_set1_epi32(wh)));
+        lo = _mm_add_epi32(lo, _mm_madd_epi16(ab, _mm_set1_epi32(wl)));
+      }
+      __m128i sum = _mm_add_epi32(_mm_add_epi32(_mm_slli_epi32(hi, 11), lo), half);
+      sum = _mm_srai_epi32(sum, kPrecisionBits);
+      // Saturating packs clamp to [0, 255], as clip8 does.
+      sum = _mm_packus_epi16(_mm_packs_epi32(sum, zero), zero);
+      const auto v = static_cast<std::uint32_t>(_mm_cvtsi128_si32(sum));
+      std::uint8_t* q = row + (flip ? w - 1 - x : x) * C;
+      for (int c = 0; c < C; ++c) q[c] = static_cast<std::uint8_t>(v >> (8 * c));
+    }
+  }
+}
+#endif
+
+}  // namespace
+
+void Resampler::taps(int in_size, double in0, double in1, int out_size, Taps& t) {
+  // Pillow's precompute_coeffs, step for step (its box coordinates are C floats).
+  const auto f0 = static_cast<float>(in0);
+  const auto f1 = static_cast<float>(in1);
+  const double scale = static_cast<double>(f1 - f0) / out_size;
+  const double filterscale = std::max(scale, 1.0);
+  const double support = filterscale;  // the triangle's support, 1, times the scale
+  t.ksize = static_cast<int>(std::ceil(support)) * 2 + 1;
+  const auto n = static_cast<std::size_t>(out_size);
+  const auto ksize = static_cast<std::size_t>(t.ksize);
+  t.first.resize(n);
+  t.count.resize(n);
+  if (t.weights.size() < n * ksize) t.weights.resize(n * ksize);
+  if (t.exact.size() < ksize) t.exact.resize(ksize);
+  const double ss = 1.0 / filterscale;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double center = f0 + (static_cast<double>(i) + 0.5) * scale;
+    const int lo = std::max(static_cast<int>(center - support + 0.5), 0);
+    const int hi = std::min(static_cast<int>(center + support + 0.5), in_size);
+    const int count = std::max(hi - lo, 0);
+    double sum = 0;
+    for (int x = 0; x < count; ++x) {
+      const double w = triangle((x + lo - center + 0.5) * ss);
+      t.exact[static_cast<std::size_t>(x)] = w;
+      sum += w;
+    }
+    std::int32_t* k = t.weights.data() + i * ksize;
+    for (int x = 0; x < count; ++x) {
+      double w = t.exact[static_cast<std::size_t>(x)];
+      if (sum != 0.0) w /= sum;
+      k[x] = static_cast<std::int32_t>(w < 0 ? -0.5 + w * (1 << kPrecisionBits)
+                                             : 0.5 + w * (1 << kPrecisionBits));
+    }
+    t.first[i] = lo;
+    t.count[i] = count;
+  }
+  // The same weights split for horizontal_sse2: per tap pair, the high 11 bits of both, then the
+  // low 11 bits of both; a missing second tap weighs 0.
+  const std::size_t pairs = (ksize + 1) / 2;
+  if (t.split.size() < n * pairs * 4) t.split.resize(n * pairs * 4);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::int32_t* k = t.weights.data() + i * ksize;
+    std::int16_t* out = t.split.data() + i * pairs * 4;
+    for (std::size_t j = 0; j < pairs; ++j) {
+      for (std::size_t m = 0; m < 2; ++m) {
+        const std::size_t tap = 2 * j + m;
+        const std::int32_t w = static_cast<int>(tap) < t.count[i] ? k[tap] : 0;
+        out[4 * j + m] = static_cast<std::int16_t>(w >> 11);
+        out[4 * j + 2 + m] = static_cast<std::int16_t>(w & 0x7ff);
+      }
+    }
+  }
+}
+
+void Resampler::resize(const std::uint8_t* src, int width, int height, std::size_t stride,
+                       int channels, const ResampleBox& box, const ResampleOutput& out,
+                       std::uint8_t* dst) {
+  if (channels < 1 || channels > 4) throw std::invalid_argument("resample: 1 to 4 channels");
+  taps(width, box.x0, box.x1, out.width, horizontal_);
+  taps(height, box.y0, box.y1, out.height, vertical_);
+  // Only the rows some output row reads go through the horizontal pass.
+  const int row0 = vertical_.first.front();
+  const int row_end = vertical_.first.back() + vertical_.count.back();
+  const int rows = std::max(row_end - row0, 0);
+  const auto c = static_cast<std::size_t>(channels);
+  const std::size_t n = static_cast<std::size_t>(out.width) * c;  // bytes of one output row
+  if (rows_.size() < n * static_cast<std::size_t>(rows))
+    rows_.resize(n * static_cast<std::size_t>(rows));
+  if (sums_.size() < n) sums_.resize(n);
+  const Taps& h = horizontal_;
+  switch (channels) {
+    case 1:
+      horizontal<1>(src, stride, row0, rows, h.ksize, h.first.data(), h.count.data(),
+                    h.weights.data(), out.width, out.flip, rows_.data());
+      break;
+    case 2:
+      horizontal<2>(src, stride, row0, rows, h.ksize, h.first.data(), h.count.data(),
+                    h.weights.data(), out.width, out.flip, rows_.data());
+      break;
+#if defined(__SSE2__)
+    case 3:
+      horizontal_sse2<3>(src, width, stride, row0, rows, h.ksize, h.first.data(), h.count.data(),
+                         h.split.data(), out.width, out.flip, rows_.data());
+      break;
+    default:
+      horizontal_sse2<4>(src, width, stride, row0, rows, h.ksize, h.first.data(), h.count.data(),
+                         h.split.data(), out.width, out.flip, rows_.data());
+      break;
+#else
+    case 3:
+      horizontal<3>(src, stride, row0, rows, h.ksize, h.first.data(), h.count.data(),
+                    h.weights.data(), out.width, out.flip, rows_.data());
+      break;
+    default:
+      horizontal<4>(src, stride, row0, rows, h.ksize, h.first.data(), h.count.data(),
+                    h.weights.data(), out.width, out.flip, rows_.data());
+      break;
+#endif
+  }
+  // The vertical pass, a whole output row at a time: each tap adds a row of the horizontal pass
+  // times its weight (a loop the compiler vectorises).
+  const auto plane = static_cast<std::size_t>(out.width) * static_cast<std::size_t>(out.height);
+  std::int32_t* sums = sums_.data();
+  for (std::size_t y = 0; y < static_cast<std::size_t>(out.height); ++y) {
+    std::fill(sums, sums + n, kHalf);
+    const std::int32_t* k =
+        vertical_.weights.data() + y * static_cast<std::size_t>(vertical_.ksize);
+    for (int i = 0; i < vertical_.count[y]; ++i) {
+      const std::uint8_t* row =
+          rows_.data() + static_cast<std::size_t>(vertical_.first[y] - row0 + i) * n;
+      const std::int32_t w = k[i];
+      for (std::size_t j = 0; j < n; ++j) sums[j] += row[j] * w;
+    }
+    if (!out.chw) {
+      std::uint8_t* o = dst + y * n;
+      for (std::size_t j = 0; j < n; ++j) o[j] = clip8(sums[j]);
+      continue;
+    }
+    for (std::size_t ch = 0; ch < c; ++ch) {
+      std::uint8_t* o = dst + ch * plane + y * static_cast<std::size_t>(out.width);
+      for (std::size_t x = 0; x < static_cast<std::size_t>(out.width); ++x)
+        o[x] = clip8(sums[x * c + ch]);
+    }
+  }
+}
+
+}  // namespace flowfeed

@@ -1,0 +1,62 @@
+#pragma once
+/// \file
+/// Resizing a sub-pixel region of a uint8 image with Pillow's arithmetic: `Image.resize(size,
+/// BILINEAR, box)` is a separable triangle filter, antialiased when shrinking (its support grows
+/// with the scale), with 22-bit fixed-point weights, a horizontal pass then a vertical one, each
+/// rounded to uint8 — what torchvision's `RandomResizedCrop(antialias=True)` does to PIL images.
+/// The same steps here give the same bytes. The flip and the output layout are folded into the
+/// passes, so the result lands in the batch without another copy.
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace flowfeed {
+
+/// A region of an image in pixel-edge coordinates: [x0, x1) × [y0, y1), fractions allowed.
+struct ResampleBox {
+  double x0 = 0;
+  double y0 = 0;
+  double x1 = 0;
+  double y1 = 0;
+};
+
+/// Where and how the resized region is written.
+struct ResampleOutput {
+  int width = 0;
+  int height = 0;
+  bool flip = false;  ///< mirror left to right
+  bool chw = false;   ///< planes instead of interleaved pixels
+};
+
+/// Pillow's bilinear resample. Keeps its weights and intermediate rows between calls: one per
+/// thread; after the largest image has been met it allocates nothing.
+class Resampler {
+ public:
+  /// Resizes `box` of `src` (`width` × `height` pixels of `channels` (1 to 4) bytes, rows
+  /// `stride` bytes apart) to `out.width` × `out.height`, writing `dst` (HWC, or CHW when
+  /// `out.chw`). Pixels outside the image are never read: the filter is cut at its edges and its
+  /// weights renormalised, as Pillow does.
+  void resize(const std::uint8_t* src, int width, int height, std::size_t stride, int channels,
+              const ResampleBox& box, const ResampleOutput& out, std::uint8_t* dst);
+
+ private:
+  /// One direction's weights: for output pixel i, taps [first[i], first[i] + count[i]) with
+  /// weights weights[i * ksize + k].
+  struct Taps {
+    int ksize = 0;
+    std::vector<int> first;
+    std::vector<int> count;
+    std::vector<std::int32_t> weights;
+    std::vector<std::int16_t> split;  // weights as 11-bit halves, for the SIMD pass
+    std::vector<double> exact;
+  };
+  static void taps(int in_size, double in0, double in1, int out_size, Taps& t);
+
+  Taps horizontal_;
+  Taps vertical_;
+  std::vector<std::uint8_t> rows_;  // the horizontal pass: out.width × rows used × channels
+  std::vector<std::int32_t> sums_;  // the vertical pass's accumulators, one output row
+};
+
+}  // namespace flowfeed
