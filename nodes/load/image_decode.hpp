@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -16,6 +17,8 @@
 #include "image_resample.hpp"
 
 namespace flowfeed {
+
+struct JpegState;  // libjpeg's decompressor and error manager (image_decode.cpp)
 
 /// The encodings the image loader decodes.
 enum class ImageFormat : std::uint8_t { jpeg, png };
@@ -66,17 +69,16 @@ class ImageDecoder {
   int last_scale_eighths() const noexcept { return last_scale_eighths_; }
 
  private:
-  /// Decodes the whole JPEG at the smallest IDCT scale that keeps the crop at least as large as
-  /// the target; returns its size.
-  ImageSize decode_jpeg(const std::uint8_t* data, std::size_t bytes, ImageSize size,
-                        const CropBox& box, const DecodeTarget& target);
+  /// Decodes the part of the JPEG that the crop's resize reads, at the smallest IDCT scale that
+  /// keeps the crop at least as large as the target, and resizes it into `out`.
+  void decode_jpeg(const std::uint8_t* data, std::size_t bytes, ImageSize size, const CropBox& box,
+                   const DecodeTarget& target, bool flip, std::uint8_t* out);
   ImageSize decode_png(const std::uint8_t* data, std::size_t bytes, int channels);
-  void resize(ImageSize decoded, const CropBox& box, const DecodeTarget& target, bool flip,
-              std::uint8_t* out);
 
-  void* jpeg_ = nullptr;              // tjhandle
-  std::vector<std::uint8_t> pixels_;  // the decoded (possibly reduced) image, HWC
-  std::vector<std::uint8_t> cmyk_;    // a CMYK JPEG before conversion
+  void* jpeg_ = nullptr;                // tjhandle: headers
+  std::unique_ptr<JpegState> region_;  // libjpeg: the decode of a region
+  std::vector<std::uint8_t> pixels_;   // the decoded region (possibly reduced) or PNG, HWC
+  std::vector<std::uint8_t> cmyk_;     // a CMYK JPEG's region before conversion
   Resampler resampler_;
   int last_scale_eighths_ = 8;
 };

@@ -169,16 +169,43 @@ void Resampler::taps(int in_size, double in0, double in1, int out_size, Taps& t)
   }
 }
 
+PixelRect Resampler::plan(int width, int height, const ResampleBox& box, int out_width,
+                          int out_height) {
+  taps(width, box.x0, box.x1, out_width, horizontal_);
+  taps(height, box.y0, box.y1, out_height, vertical_);
+  // The taps move right (down) with the output pixel: the first output's first tap and the last
+  // output's last one bound every pixel read.
+  PixelRect r;
+  r.x = horizontal_.first.front();
+  r.y = vertical_.first.front();
+  r.width = std::max(horizontal_.first.back() + horizontal_.count.back() - r.x, 0);
+  r.height = std::max(vertical_.first.back() + vertical_.count.back() - r.y, 0);
+  for (int& f : horizontal_.first) f -= r.x;
+  for (int& f : vertical_.first) f -= r.y;
+  planned_ = r;
+  out_width_ = out_width;
+  out_height_ = out_height;
+  return r;
+}
+
 void Resampler::resize(const std::uint8_t* src, int width, int height, std::size_t stride,
                        int channels, const ResampleBox& box, const ResampleOutput& out,
                        std::uint8_t* dst) {
+  const PixelRect r = plan(width, height, box, out.width, out.height);
+  run(src + static_cast<std::size_t>(r.y) * stride +
+          static_cast<std::size_t>(r.x) * static_cast<std::size_t>(channels),
+      stride, channels, out, dst);
+}
+
+void Resampler::run(const std::uint8_t* src, std::size_t stride, int channels,
+                    const ResampleOutput& out, std::uint8_t* dst) {
   if (channels < 1 || channels > 4) throw std::invalid_argument("resample: 1 to 4 channels");
-  taps(width, box.x0, box.x1, out.width, horizontal_);
-  taps(height, box.y0, box.y1, out.height, vertical_);
-  // Only the rows some output row reads go through the horizontal pass.
-  const int row0 = vertical_.first.front();
-  const int row_end = vertical_.first.back() + vertical_.count.back();
-  const int rows = std::max(row_end - row0, 0);
+  if (out.width != out_width_ || out.height != out_height_) {
+    throw std::logic_error("resample: run's output size differs from the plan's");
+  }
+  const int row0 = 0;
+  const int rows = planned_.height;
+  const int width = planned_.width;
   const auto c = static_cast<std::size_t>(channels);
   const std::size_t n = static_cast<std::size_t>(out.width) * c;  // bytes of one output row
   if (rows_.size() < n * static_cast<std::size_t>(rows))

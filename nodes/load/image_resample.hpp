@@ -21,6 +21,14 @@ struct ResampleBox {
   double y1 = 0;
 };
 
+/// Whole pixels of an image: columns [x, x + width), rows [y, y + height).
+struct PixelRect {
+  int x = 0;
+  int y = 0;
+  int width = 0;
+  int height = 0;
+};
+
 /// Where and how the resized region is written.
 struct ResampleOutput {
   int width = 0;
@@ -36,9 +44,18 @@ class Resampler {
   /// Resizes `box` of `src` (`width` × `height` pixels of `channels` (1 to 4) bytes, rows
   /// `stride` bytes apart) to `out.width` × `out.height`, writing `dst` (HWC, or CHW when
   /// `out.chw`). Pixels outside the image are never read: the filter is cut at its edges and its
-  /// weights renormalised, as Pillow does.
+  /// weights renormalised, as Pillow does. plan() then run().
   void resize(const std::uint8_t* src, int width, int height, std::size_t stride, int channels,
               const ResampleBox& box, const ResampleOutput& out, std::uint8_t* dst);
+
+  /// Computes the weights for resizing `box` of a `width` × `height` image to `out_width` ×
+  /// `out_height`, and returns the pixels they read: a decoder need produce no others.
+  PixelRect plan(int width, int height, const ResampleBox& box, int out_width, int out_height);
+
+  /// Resizes with the last plan. `src` points at the plan's first pixel (its rect's x, y); the
+  /// rect's pixels are there, rows `stride` bytes apart. `out` has the plan's size.
+  void run(const std::uint8_t* src, std::size_t stride, int channels, const ResampleOutput& out,
+           std::uint8_t* dst);
 
  private:
   /// One direction's weights: for output pixel i, taps [first[i], first[i] + count[i]) with
@@ -53,8 +70,11 @@ class Resampler {
   };
   static void taps(int in_size, double in0, double in1, int out_size, Taps& t);
 
-  Taps horizontal_;
-  Taps vertical_;
+  Taps horizontal_;  // first[] relative to planned_.x
+  Taps vertical_;    // first[] relative to planned_.y
+  PixelRect planned_;
+  int out_width_ = 0;
+  int out_height_ = 0;
   std::vector<std::uint8_t> rows_;  // the horizontal pass: out.width × rows used × channels
   std::vector<std::int32_t> sums_;  // the vertical pass's accumulators, one output row
 };
