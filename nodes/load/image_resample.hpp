@@ -75,8 +75,8 @@ class Resampler {
   PixelRect planned_;
   int out_width_ = 0;
   int out_height_ = 0;
-  std::vector<std::uint8_t> rows_;  // the horizontal pass: out.width × rows used × channels
-  std::vector<std::int32_t> sums_;  // the vertical pass's accumulators, one output row
+  std::vector<std::uint8_t> rows_;    // the horizontal pass: out.width × rows used × channels
+  std::vector<std::uint8_t> packed_;  // one output row before it is split into planes (CHW)
 };
 
 }  // namespace flowfeed
