@@ -88,11 +88,8 @@ void horizontal_sse2(const std::uint8_t* src, int width, std::size_t stride, int
       __m128i hi = zero;
       __m128i lo = zero;
       const int n = count[x];
-      const int last = width - 1 - first[x];  // the tap at the image's last column
-      for (int i = 0; i < n; i += 2) {
-        const __m128i a = pixel(p + i * C, i == last);
-        const __m128i b = i + 1 < n ? pixel(p + (i + 1) * C, i + 1 == last) : zero;
-        // r0 r1 g0 g1 b0 b1 x0 x1 as int16, times w0 w1 w0 w1 ...: r0*w0 + r1*w1, ... as int32.
+      // r0 r1 g0 g1 b0 b1 x0 x1 as int16, times w0 w1 w0 w1 ...: r0*w0 + r1*w1, ... as int32.
+      auto add = [&](int i, __m128i a, __m128i b) {
         const __m128i ab = _mm_unpacklo_epi8(_mm_unpacklo_epi8(a, b), zero);
         std::int32_t wh;
         std::int32_t wl;
@@ -100,6 +97,17 @@ void horizontal_sse2(const std::uint8_t* src, int width, std::size_t stride, int
         std::memcpy(&wl, k + 2 * i + 2, 4);
         hi = _mm_add_epi32(hi, _mm_madd_epi16(ab, _mm_set1_epi32(wh)));
         lo = _mm_add_epi32(lo, _mm_madd_epi16(ab, _mm_set1_epi32(wl)));
+      };
+      if (first[x] + n + 2 <= width) {
+        // Away from the right edge: 4-byte loads all, an odd count's extra tap weighs 0.
+        for (int i = 0; i < n; i += 2)
+          add(i, pixel(p + i * C, false), pixel(p + (i + 1) * C, false));
+      } else {
+        const int last = width - 1 - first[x];  // the tap at the image's last column
+        for (int i = 0; i < n; i += 2) {
+          add(i, pixel(p + i * C, i == last),
+              i + 1 < n ? pixel(p + (i + 1) * C, i + 1 == last) : zero);
+        }
       }
       __m128i sum = _mm_add_epi32(_mm_add_epi32(_mm_slli_epi32(hi, 11), lo), half);
       sum = _mm_srai_epi32(sum, kPrecisionBits);
