@@ -8,6 +8,10 @@
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define FLOWFEED_RESAMPLE_AVX2 1  // compiled for AVX2 alone, chosen at run time
+#endif
 
 namespace flowfeed {
 
@@ -161,6 +165,49 @@ void vertical_row_sse2(const std::uint8_t* rows, std::size_t n, int count,
 }
 #endif
 
+#if defined(FLOWFEED_RESAMPLE_AVX2)
+/// vertical_row_sse2 32 bytes at a time (AVX2's unpacks and packs work within 128-bit lanes;
+/// unpacking then packing puts every byte back in its place).
+__attribute__((target("avx2"))) inline __m256i finish_avx2(__m256i hi, __m256i lo) {
+  return _mm256_srai_epi32(
+      _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(hi, 11), lo), _mm256_set1_epi32(kHalf)),
+      kPrecisionBits);
+}
+
+__attribute__((target("avx2"))) void vertical_row_avx2(const std::uint8_t* rows, std::size_t n,
+                                                       int count, const std::int16_t* split,
+                                                       std::uint8_t* out) {
+  const __m256i zero = _mm256_setzero_si256();
+  for (std::size_t j = 0; j + 32 <= n; j += 32) {
+    __m256i hi[4] = {zero, zero, zero, zero};
+    __m256i lo[4] = {zero, zero, zero, zero};
+    for (int i = 0; i < count; i += 2) {
+      const std::uint8_t* ra = rows + static_cast<std::size_t>(i) * n + j;
+      const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ra));
+      const __m256i b =
+          i + 1 < count ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ra + n)) : zero;
+      std::int32_t wh;
+      std::int32_t wl;
+      std::memcpy(&wh, split + 2 * i, 4);
+      std::memcpy(&wl, split + 2 * i + 2, 4);
+      const __m256i vh = _mm256_set1_epi32(wh);
+      const __m256i vl = _mm256_set1_epi32(wl);
+      const __m256i ab_lo = _mm256_unpacklo_epi8(a, b);
+      const __m256i ab_hi = _mm256_unpackhi_epi8(a, b);
+      const __m256i p[4] = {_mm256_unpacklo_epi8(ab_lo, zero), _mm256_unpackhi_epi8(ab_lo, zero),
+                            _mm256_unpacklo_epi8(ab_hi, zero), _mm256_unpackhi_epi8(ab_hi, zero)};
+      for (int q = 0; q < 4; ++q) {
+        hi[q] = _mm256_add_epi32(hi[q], _mm256_madd_epi16(p[q], vh));
+        lo[q] = _mm256_add_epi32(lo[q], _mm256_madd_epi16(p[q], vl));
+      }
+    }
+    const __m256i w0 = _mm256_packs_epi32(finish_avx2(hi[0], lo[0]), finish_avx2(hi[1], lo[1]));
+    const __m256i w1 = _mm256_packs_epi32(finish_avx2(hi[2], lo[2]), finish_avx2(hi[3], lo[3]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + j), _mm256_packus_epi16(w0, w1));
+  }
+}
+#endif
+
 }  // namespace
 
 void Resampler::taps(int in_size, double in0, double in1, int out_size, Taps& t) {
@@ -217,6 +264,19 @@ void Resampler::taps(int in_size, double in0, double in1, int out_size, Taps& t)
   }
 }
 
+ResampleSimd best_resample_simd() noexcept {
+#if defined(FLOWFEED_RESAMPLE_AVX2)
+  if (__builtin_cpu_supports("avx2")) return ResampleSimd::avx2;
+#endif
+#if defined(__SSE2__)
+  return ResampleSimd::sse2;
+#else
+  return ResampleSimd::none;
+#endif
+}
+
+Resampler::Resampler(ResampleSimd simd) : simd_(std::min(simd, best_resample_simd())) {}
+
 PixelRect Resampler::plan(int width, int height, const ResampleBox& box, int out_width,
                           int out_height) {
   taps(width, box.x0, box.x1, out_width, horizontal_);
@@ -270,10 +330,20 @@ void Resampler::run(const std::uint8_t* src, std::size_t stride, int channels,
       break;
 #if defined(__SSE2__)
     case 3:
+      if (simd_ == ResampleSimd::none) {
+        horizontal<3>(src, stride, row0, rows, h.ksize, h.first.data(), h.count.data(),
+                      h.weights.data(), out.width, out.flip, rows_.data());
+        break;
+      }
       horizontal_sse2<3>(src, width, stride, row0, rows, h.ksize, h.first.data(), h.count.data(),
                          h.split.data(), out.width, out.flip, rows_.data());
       break;
     default:
+      if (simd_ == ResampleSimd::none) {
+        horizontal<4>(src, stride, row0, rows, h.ksize, h.first.data(), h.count.data(),
+                      h.weights.data(), out.width, out.flip, rows_.data());
+        break;
+      }
       horizontal_sse2<4>(src, width, stride, row0, rows, h.ksize, h.first.data(), h.count.data(),
                          h.split.data(), out.width, out.flip, rows_.data());
       break;
@@ -300,9 +370,18 @@ void Resampler::run(const std::uint8_t* src, std::size_t stride, int channels,
     const int count = vertical_.count[y];
     std::uint8_t* o = out.chw ? packed_.data() : dst + y * n;
     std::size_t done = 0;
+    const std::int16_t* split = vertical_.split.data() + y * (ksize + 1) * 2;
+#if defined(FLOWFEED_RESAMPLE_AVX2)
+    if (simd_ == ResampleSimd::avx2) {
+      vertical_row_avx2(first, n, count, split, o);
+      done = n - n % 32;
+    }
+#endif
 #if defined(__SSE2__)
-    vertical_row_sse2(first, n, count, vertical_.split.data() + y * (ksize + 1) * 2, o);
-    done = n - n % 16;
+    if (simd_ != ResampleSimd::none && done == 0) {
+      vertical_row_sse2(first, n, count, split, o);
+      done = n - n % 16;
+    }
 #endif
     for (std::size_t j = done; j < n; ++j) {
       std::int32_t sum = kHalf;

@@ -37,10 +37,19 @@ struct ResampleOutput {
   bool chw = false;   ///< planes instead of interleaved pixels
 };
 
+/// The instructions the resample may use; each gives the same bytes.
+enum class ResampleSimd : std::uint8_t { none, sse2, avx2 };
+
+/// The best this CPU runs (AVX2 is chosen at run time; SSE2 is x86-64's baseline).
+ResampleSimd best_resample_simd() noexcept;
+
 /// Pillow's bilinear resample. Keeps its weights and intermediate rows between calls: one per
 /// thread; after the largest image has been met it allocates nothing.
 class Resampler {
  public:
+  /// At most `simd` (tests compare the paths); never more than the CPU has.
+  explicit Resampler(ResampleSimd simd = ResampleSimd::avx2);
+
   /// Resizes `box` of `src` (`width` × `height` pixels of `channels` (1 to 4) bytes, rows
   /// `stride` bytes apart) to `out.width` × `out.height`, writing `dst` (HWC, or CHW when
   /// `out.chw`). Pixels outside the image are never read: the filter is cut at its edges and its
@@ -72,6 +81,7 @@ class Resampler {
 
   Taps horizontal_;  // first[] relative to planned_.x
   Taps vertical_;    // first[] relative to planned_.y
+  ResampleSimd simd_;
   PixelRect planned_;
   int out_width_ = 0;
   int out_height_ = 0;
