@@ -85,7 +85,11 @@ void horizontal_sse2(const std::uint8_t* src, int width, std::size_t stride, int
   for (int y = 0; y < rows; ++y) {
     const std::uint8_t* in = src + static_cast<std::size_t>(row0 + y) * stride;
     std::uint8_t* row = dst + static_cast<std::size_t>(y) * w * C;
-    for (std::size_t x = 0; x < w; ++x) {
+    // Output places in increasing order (a flip takes its pixels from the mirrored output), so
+    // each pixel is stored with one 4-byte write whose 4th byte the next pixel overwrites (the
+    // row buffer has room for the last one's).
+    for (std::size_t j = 0; j < w; ++j) {
+      const std::size_t x = flip ? w - 1 - j : j;
       // Per tap pair: high weights of both taps, then low weights (int16 each).
       const std::int16_t* k = split + x * static_cast<std::size_t>(ksize + 1) * 2;
       const std::uint8_t* p = in + static_cast<std::size_t>(first[x]) * C;
@@ -118,8 +122,7 @@ void horizontal_sse2(const std::uint8_t* src, int width, std::size_t stride, int
       // Saturating packs clamp to [0, 255], as clip8 does.
       sum = _mm_packus_epi16(_mm_packs_epi32(sum, zero), zero);
       const auto v = static_cast<std::uint32_t>(_mm_cvtsi128_si32(sum));
-      std::uint8_t* q = row + (flip ? w - 1 - x : x) * C;
-      for (int c = 0; c < C; ++c) q[c] = static_cast<std::uint8_t>(v >> (8 * c));
+      std::memcpy(row + j * C, &v, 4);
     }
   }
 }
@@ -316,8 +319,9 @@ void Resampler::run(const std::uint8_t* src, std::size_t stride, int channels,
   const int width = planned_.width;
   const auto c = static_cast<std::size_t>(channels);
   const std::size_t n = static_cast<std::size_t>(out.width) * c;  // bytes of one output row
-  if (rows_.size() < n * static_cast<std::size_t>(rows))
-    rows_.resize(n * static_cast<std::size_t>(rows));
+  // One byte more: horizontal_sse2 writes 4 bytes for the last 3-byte pixel.
+  if (rows_.size() < n * static_cast<std::size_t>(rows) + 1)
+    rows_.resize(n * static_cast<std::size_t>(rows) + 1);
   const Taps& h = horizontal_;
   switch (channels) {
     case 1:
