@@ -34,15 +34,14 @@ inline double triangle(double x) {
   return x < 1.0 ? 1.0 - x : 0.0;
 }
 
-/// The horizontal pass over `rows` rows starting at `row0`, output pixel x of a row to place x
-/// (or its mirror).
+/// The horizontal pass over `rows` rows, output pixel x of a row to place x (or its mirror).
 template <int C>
-void horizontal(const std::uint8_t* src, std::size_t stride, int row0, int rows, int ksize,
-                const int* first, const int* count, const std::int32_t* weights, int out_width,
-                bool flip, std::uint8_t* dst) {
+void horizontal(const std::uint8_t* src, std::size_t stride, int rows, int ksize, const int* first,
+                const int* count, const std::int32_t* weights, int out_width, bool flip,
+                std::uint8_t* dst) {
   const auto w = static_cast<std::size_t>(out_width);
   for (int y = 0; y < rows; ++y) {
-    const std::uint8_t* in = src + static_cast<std::size_t>(row0 + y) * stride;
+    const std::uint8_t* in = src + static_cast<std::size_t>(y) * stride;
     std::uint8_t* row = dst + static_cast<std::size_t>(y) * w * C;
     for (std::size_t x = 0; x < w; ++x) {
       const std::int32_t* k = weights + x * static_cast<std::size_t>(ksize);
@@ -64,9 +63,9 @@ void horizontal(const std::uint8_t* src, std::size_t stride, int row0, int rows,
 /// (`split`: high, low pairs per tap) and the two sums recombined: sum(p * w) = (sum(p * high)
 /// << 11) + sum(p * low), exactly, so the bytes are Pillow's.
 template <int C>
-void horizontal_sse2(const std::uint8_t* src, int width, std::size_t stride, int row0, int rows,
-                     int ksize, const int* first, const int* count, const std::int16_t* split,
-                     int out_width, bool flip, std::uint8_t* dst) {
+void horizontal_sse2(const std::uint8_t* src, int width, std::size_t stride, int rows, int ksize,
+                     const int* first, const int* count, const std::int16_t* split, int out_width,
+                     bool flip, std::uint8_t* dst) {
   static_assert(C == 3 || C == 4);
   const auto w = static_cast<std::size_t>(out_width);
   const __m128i zero = _mm_setzero_si128();
@@ -83,7 +82,7 @@ void horizontal_sse2(const std::uint8_t* src, int width, std::size_t stride, int
     return _mm_cvtsi32_si128(static_cast<int>(v));
   };
   for (int y = 0; y < rows; ++y) {
-    const std::uint8_t* in = src + static_cast<std::size_t>(row0 + y) * stride;
+    const std::uint8_t* in = src + static_cast<std::size_t>(y) * stride;
     std::uint8_t* row = dst + static_cast<std::size_t>(y) * w * C;
     // Output places in increasing order (a flip takes its pixels from the mirrored output), so
     // each pixel is stored with one 4-byte write whose 4th byte the next pixel overwrites (the
@@ -211,6 +210,24 @@ __attribute__((target("avx2"))) void vertical_row_avx2(const std::uint8_t* rows,
 }
 #endif
 
+/// The horizontal pass for 3 or 4 channels: SSE2 when allowed and compiled, else plain C++.
+template <int C>
+void horizontal_best(bool simd, const std::uint8_t* src, int width, std::size_t stride, int rows,
+                     int ksize, const int* first, const int* count, const std::int32_t* weights,
+                     const std::int16_t* split, const ResampleOutput& out, std::uint8_t* dst) {
+#if defined(__SSE2__)
+  if (simd) {
+    horizontal_sse2<C>(src, width, stride, rows, ksize, first, count, split, out.width, out.flip,
+                       dst);
+    return;
+  }
+#endif
+  (void)simd;
+  (void)width;
+  (void)split;
+  horizontal<C>(src, stride, rows, ksize, first, count, weights, out.width, out.flip, dst);
+}
+
 }  // namespace
 
 void Resampler::taps(int in_size, double in0, double in1, int out_size, Taps& t) {
@@ -314,7 +331,6 @@ void Resampler::run(const std::uint8_t* src, std::size_t stride, int channels,
   if (out.width != out_width_ || out.height != out_height_) {
     throw std::logic_error("resample: run's output size differs from the plan's");
   }
-  const int row0 = 0;
   const int rows = planned_.height;
   const int width = planned_.width;
   const auto c = static_cast<std::size_t>(channels);
@@ -323,44 +339,24 @@ void Resampler::run(const std::uint8_t* src, std::size_t stride, int channels,
   if (rows_.size() < n * static_cast<std::size_t>(rows) + 1)
     rows_.resize(n * static_cast<std::size_t>(rows) + 1);
   const Taps& h = horizontal_;
+  const bool simd = simd_ != ResampleSimd::none;
   switch (channels) {
     case 1:
-      horizontal<1>(src, stride, row0, rows, h.ksize, h.first.data(), h.count.data(),
-                    h.weights.data(), out.width, out.flip, rows_.data());
+      horizontal<1>(src, stride, rows, h.ksize, h.first.data(), h.count.data(), h.weights.data(),
+                    out.width, out.flip, rows_.data());
       break;
     case 2:
-      horizontal<2>(src, stride, row0, rows, h.ksize, h.first.data(), h.count.data(),
-                    h.weights.data(), out.width, out.flip, rows_.data());
+      horizontal<2>(src, stride, rows, h.ksize, h.first.data(), h.count.data(), h.weights.data(),
+                    out.width, out.flip, rows_.data());
       break;
-#if defined(__SSE2__)
     case 3:
-      if (simd_ == ResampleSimd::none) {
-        horizontal<3>(src, stride, row0, rows, h.ksize, h.first.data(), h.count.data(),
-                      h.weights.data(), out.width, out.flip, rows_.data());
-        break;
-      }
-      horizontal_sse2<3>(src, width, stride, row0, rows, h.ksize, h.first.data(), h.count.data(),
-                         h.split.data(), out.width, out.flip, rows_.data());
+      horizontal_best<3>(simd, src, width, stride, rows, h.ksize, h.first.data(), h.count.data(),
+                         h.weights.data(), h.split.data(), out, rows_.data());
       break;
     default:
-      if (simd_ == ResampleSimd::none) {
-        horizontal<4>(src, stride, row0, rows, h.ksize, h.first.data(), h.count.data(),
-                      h.weights.data(), out.width, out.flip, rows_.data());
-        break;
-      }
-      horizontal_sse2<4>(src, width, stride, row0, rows, h.ksize, h.first.data(), h.count.data(),
-                         h.split.data(), out.width, out.flip, rows_.data());
+      horizontal_best<4>(simd, src, width, stride, rows, h.ksize, h.first.data(), h.count.data(),
+                         h.weights.data(), h.split.data(), out, rows_.data());
       break;
-#else
-    case 3:
-      horizontal<3>(src, stride, row0, rows, h.ksize, h.first.data(), h.count.data(),
-                    h.weights.data(), out.width, out.flip, rows_.data());
-      break;
-    default:
-      horizontal<4>(src, stride, row0, rows, h.ksize, h.first.data(), h.count.data(),
-                    h.weights.data(), out.width, out.flip, rows_.data());
-      break;
-#endif
   }
   // The vertical pass, a whole output row at a time: each tap adds a row of the horizontal pass
   // times its weight. CHW output is split into planes from a packed row.
@@ -368,8 +364,7 @@ void Resampler::run(const std::uint8_t* src, std::size_t stride, int channels,
   if (out.chw && packed_.size() < n) packed_.resize(n);
   const auto ksize = static_cast<std::size_t>(vertical_.ksize);
   for (std::size_t y = 0; y < static_cast<std::size_t>(out.height); ++y) {
-    const std::uint8_t* first =
-        rows_.data() + static_cast<std::size_t>(vertical_.first[y] - row0) * n;
+    const std::uint8_t* first = rows_.data() + static_cast<std::size_t>(vertical_.first[y]) * n;
     const std::int32_t* k = vertical_.weights.data() + y * ksize;
     const int count = vertical_.count[y];
     std::uint8_t* o = out.chw ? packed_.data() : dst + y * n;
