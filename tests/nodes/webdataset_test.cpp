@@ -139,6 +139,30 @@ TEST(WebDataset, RandomCropDecodesOnlyItsRegionWithTheBytesOfAWholeDecode) {
   EXPECT_LT(flipped, 35);
 }
 
+TEST(WebDataset, EveryJpegKindDecodesARegionAsItsWholeImage) {
+  // An 8x8 crop from the middle of each 40x30 image: libjpeg skips the rows above it and crops
+  // the columns (baseline 4:2:0, gray, CMYK, progressive); the bytes must be those of the whole
+  // image's decode resized over the same box.
+  const Shards& s = formats();
+  Outcome whole = run(chain(s.file("formats.tar"), kWhole, ", batch_size: 16"));
+  Outcome part = run(chain(s.file("formats.tar"), ", height: 8, width: 8, crop: center, resize: 30",
+                           ", batch_size: 16"));
+  const CropBox b = center_crop(40, 30, 30, 8, 8);
+  Resampler resampler;
+  int kinds = 0;
+  for (std::size_t i = 0; i < s.manifest().size(); ++i) {
+    const std::string kind = s.manifest()[i]["kind"];
+    if (kind.rfind("jpeg", 0) != 0) continue;
+    SCOPED_TRACE(kind);
+    ++kinds;
+    std::vector<std::uint8_t> want(8 * 8 * 3);
+    resampler.resize(whole.x.at({0, static_cast<std::uint32_t>(i)}).data(), 40, 30, 40 * 3, 3,
+                     {b.x, b.y, b.x + b.width, b.y + b.height}, {8, 8, false, false}, want.data());
+    EXPECT_EQ(part.x.at({0, static_cast<std::uint32_t>(i)}), want);
+  }
+  EXPECT_EQ(kinds, 4);
+}
+
 TEST(WebDataset, GrayOutputAndChwLayout) {
   const Shards& s = formats();
   Outcome hwc = run(chain(s.file("formats.tar"), kWhole, ", batch_size: 16"));
