@@ -92,7 +92,9 @@ def formats(out):
     for key, im, kw in [("jpeg_rgb", rgb, {"quality": 95}),
                         ("jpeg_gray", Image.fromarray(gray, "L"), {"quality": 95}),
                         ("jpeg_cmyk", rgb.convert("CMYK"), {"quality": 95}),
-                        ("jpeg_progressive", rgb, {"quality": 95, "progressive": True})]:
+                        ("jpeg_progressive", rgb, {"quality": 95, "progressive": True}),
+                        ("jpeg_422", rgb, {"quality": 95, "subsampling": 1}),
+                        ("jpeg_444", rgb, {"quality": 95, "subsampling": 0})]:
         data = encode(im, "JPEG", **kw)
         kinds.append((key, "jpg", data, np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))))
     samples = []

@@ -141,8 +141,8 @@ TEST(WebDataset, RandomCropDecodesOnlyItsRegionWithTheBytesOfAWholeDecode) {
 
 TEST(WebDataset, EveryJpegKindDecodesARegionAsItsWholeImage) {
   // An 8x8 crop from the middle of each 40x30 image: libjpeg skips the rows above it and crops
-  // the columns (baseline 4:2:0, gray, CMYK, progressive); the bytes must be those of the whole
-  // image's decode resized over the same box.
+  // the columns (baseline 4:2:0, 4:2:2 and 4:4:4, gray, CMYK, progressive); the bytes must be
+  // those of the whole image's decode resized over the same box.
   const Shards& s = formats();
   Outcome whole = run(chain(s.file("formats.tar"), kWhole, ", batch_size: 16"));
   Outcome part = run(chain(s.file("formats.tar"), ", height: 8, width: 8, crop: center, resize: 30",
@@ -160,7 +160,7 @@ TEST(WebDataset, EveryJpegKindDecodesARegionAsItsWholeImage) {
                      {b.x, b.y, b.x + b.width, b.y + b.height}, {8, 8, false, false}, want.data());
     EXPECT_EQ(part.x.at({0, static_cast<std::uint32_t>(i)}), want);
   }
-  EXPECT_EQ(kinds, 4);
+  EXPECT_EQ(kinds, 6);
 }
 
 TEST(WebDataset, GrayOutputAndChwLayout) {
