@@ -32,7 +32,7 @@ case $step in
     for l in "${libs[@]}"; do cp "$build/$l" "$dir/lib/"; done
     cp /usr/local/cuda/lib64/libcudart_static.a "$dir/lib/"
     cp -r /usr/include/dlpack "$dir/include/"
-    for so in libtbb.so.12 libyaml-cpp.so.0.7 libz.so.1 libturbojpeg.so.0 libpng16.so.16 liburing.so.2; do
+    for so in libtbb.so.12 libyaml-cpp.so.0.7 libz.so.1 libturbojpeg.so.0 libjpeg.so.62 libpng16.so.16 liburing.so.2; do
       cp -L "/usr/lib/x86_64-linux-gnu/$so" "$dir/_libs/"
     done
     du -sh "$dir"
@@ -51,7 +51,8 @@ case $step in
       "$root/python/module.cpp" "$root/python/tensor.cpp" -o "$out" \
       -Wl,--start-group "$dir"/lib/libflowfeed_*.a -Wl,--end-group "$dir/lib/libcudart_static.a" \
       "$dir/_libs/libtbb.so.12" "$dir/_libs/libyaml-cpp.so.0.7" "$dir/_libs/libz.so.1" \
-      "$dir/_libs/libturbojpeg.so.0" "$dir/_libs/libpng16.so.16" "$dir/_libs/liburing.so.2" \
+      "$dir/_libs/libturbojpeg.so.0" "$dir/_libs/libjpeg.so.62" "$dir/_libs/libpng16.so.16" \
+      "$dir/_libs/liburing.so.2" \
       -L/usr/local/cuda/lib64 -lcublas -lcublasLt -ldl -lrt -lpthread \
       -Wl,-rpath,'$ORIGIN/../_libs' -Wl,-rpath,/usr/local/cuda/lib64
     echo "built $out"

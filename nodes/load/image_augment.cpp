@@ -73,35 +73,6 @@ bool flip_choice(std::uint64_t seed, std::uint64_t epoch, std::uint64_t sample, 
   return rng.uniform(0, 1) < p;
 }
 
-void store_image(const std::uint8_t* hwc, int width, int height, int channels, bool chw, bool flip,
-                 std::uint8_t* dst) noexcept {
-  const auto w = static_cast<std::size_t>(width);
-  const auto h = static_cast<std::size_t>(height);
-  const auto c = static_cast<std::size_t>(channels);
-  if (!chw) {
-    for (std::size_t y = 0; y < h; ++y) {
-      const std::uint8_t* src = hwc + y * w * c;
-      std::uint8_t* out = dst + y * w * c;
-      if (!flip) {
-        std::copy(src, src + w * c, out);
-        continue;
-      }
-      for (std::size_t x = 0; x < w; ++x) {
-        std::copy(src + (w - 1 - x) * c, src + (w - x) * c, out + x * c);
-      }
-    }
-    return;
-  }
-  for (std::size_t ch = 0; ch < c; ++ch) {
-    std::uint8_t* plane = dst + ch * w * h;
-    for (std::size_t y = 0; y < h; ++y) {
-      const std::uint8_t* src = hwc + y * w * c + ch;
-      std::uint8_t* out = plane + y * w;
-      for (std::size_t x = 0; x < w; ++x) out[flip ? w - 1 - x : x] = src[x * c];
-    }
-  }
-}
-
 void flip_in_place(std::uint8_t* image, int width, int height, int channels, bool chw) noexcept {
   const auto w = static_cast<std::size_t>(width);
   const auto h = static_cast<std::size_t>(height);

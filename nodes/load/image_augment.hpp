@@ -50,11 +50,6 @@ CropBox center_crop(int width, int height, int resize, int out_width, int out_he
 /// True with probability `p` (one draw from a kFlipSalt stream of the sample).
 bool flip_choice(std::uint64_t seed, std::uint64_t epoch, std::uint64_t sample, double p);
 
-/// Copies an HWC image of `width` × `height` × `channels` into `dst` as HWC or CHW (`chw`),
-/// mirrored left-right when `flip`.
-void store_image(const std::uint8_t* hwc, int width, int height, int channels, bool chw, bool flip,
-                 std::uint8_t* dst) noexcept;
-
 /// Mirrors an image left-right in place (HWC or CHW).
 void flip_in_place(std::uint8_t* image, int width, int height, int channels, bool chw) noexcept;
 

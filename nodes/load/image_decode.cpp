@@ -2,23 +2,20 @@
 
 #include <fmt/format.h>
 #include <png.h>
-#include <stb/stb_image_resize.h>
 #include <turbojpeg.h>
 
 #include <algorithm>
 #include <cmath>
 #include <csetjmp>
+#include <cstdio>
 #include <cstring>
 
-namespace flowfeed {
+// libjpeg's own API (libjpeg-turbo's jpeglib.h needs FILE declared first): TurboJPEG 2.1 cannot
+// decode part of an image; jpeg_crop_scanline and jpeg_skip_scanlines can.
+#include <jerror.h>
+#include <jpeglib.h>
 
-/// stb_image_resize's allocator (stb_resize_impl.cpp): its one working block per call comes from
-/// the decoder's scratch buffer, which grows to the largest need and is then reused.
-void* resize_scratch(void* context, std::size_t bytes) {
-  auto& mem = *static_cast<std::vector<std::byte>*>(context);
-  if (mem.size() < bytes) mem.resize(bytes);
-  return mem.data();
-}
+namespace flowfeed {
 
 namespace {
 
@@ -122,14 +119,112 @@ bool png_read(PngSource& src, int channels, std::vector<std::uint8_t>& out, Imag
   return true;
 }
 
+// ---- libjpeg, through its setjmp error handling as libpng above.
+
+struct JpegErrors {
+  jpeg_error_mgr pub;
+  std::jmp_buf jump;
+  int warning;  // the first warning's message code, -1 none
+  char message[JMSG_LENGTH_MAX];
+};
+
+void jpeg_fail(j_common_ptr c) {
+  auto* e = reinterpret_cast<JpegErrors*>(c->err);
+  (*c->err->format_message)(c, e->message);
+  std::longjmp(e->jump, 1);
+}
+
+/// Warnings (level -1) are noted, not printed; trace messages are dropped.
+void jpeg_note(j_common_ptr c, int level) {
+  auto* e = reinterpret_cast<JpegErrors*>(c->err);
+  if (level < 0 && e->warning < 0) {
+    e->warning = c->err->msg_code;
+    (*c->err->format_message)(c, e->message);
+  }
+}
+
 }  // namespace
 
-ImageDecoder::ImageDecoder() : jpeg_(tjInitDecompress()) {
+struct JpegState {
+  jpeg_decompress_struct info;
+  JpegErrors errors;
+};
+
+namespace {
+
+/// What read_jpeg_region decodes: the JPEG at 1/`denom` size as `space`, rows [y0, y1) and at
+/// least columns [x0, x1) of it, into `out` (rows packed; `capacity` bytes). libjpeg widens the
+/// columns to its iMCU boundary on the left: `x` and `width` are the columns it produced.
+struct JpegRegion {
+  int denom;
+  J_COLOR_SPACE space;
+  int x0, x1, y0, y1;
+  std::uint8_t* out;
+  std::size_t capacity;
+  int x;
+  int width;
+};
+
+/// Decodes a region (JpegRegion). The rows above it are entropy-decoded only (no IDCT, upsampling
+/// or colour conversion), the rows below it not at all, and the columns outside it skip all but
+/// entropy decoding. Returns false with errors.message set.
+bool read_jpeg_region(JpegState& j, const std::uint8_t* data, std::size_t bytes, JpegRegion& r) {
+  jpeg_decompress_struct& c = j.info;
+  j.errors.warning = -1;
+  if (setjmp(j.errors.jump)) {
+    jpeg_abort_decompress(&c);
+    return false;
+  }
+  jpeg_mem_src(&c, data, static_cast<unsigned long>(bytes));
+  jpeg_read_header(&c, TRUE);
+  c.scale_num = 1;
+  c.scale_denom = static_cast<unsigned>(r.denom);
+  c.out_color_space = r.space;
+  jpeg_start_decompress(&c);
+  auto x = static_cast<JDIMENSION>(r.x0);
+  auto width = static_cast<JDIMENSION>(r.x1 - r.x0);
+  if (width < c.output_width) jpeg_crop_scanline(&c, &x, &width);
+  const std::size_t row =
+      static_cast<std::size_t>(width) * static_cast<std::size_t>(c.output_components);
+  if (row * static_cast<std::size_t>(r.y1 - r.y0) > r.capacity ||
+      static_cast<JDIMENSION>(r.y1) > c.output_height) {
+    std::strcpy(j.errors.message, "the region to decode does not fit its buffer");
+    jpeg_abort_decompress(&c);
+    return false;
+  }
+  if (r.y0 > 0) jpeg_skip_scanlines(&c, static_cast<JDIMENSION>(r.y0));
+  JSAMPROW rows[16];
+  while (c.output_scanline < static_cast<JDIMENSION>(r.y1)) {
+    const JDIMENSION n =
+        std::min<JDIMENSION>(16, static_cast<JDIMENSION>(r.y1) - c.output_scanline);
+    for (JDIMENSION i = 0; i < n; ++i) {
+      rows[i] =
+          r.out +
+          static_cast<std::size_t>(c.output_scanline + i - static_cast<JDIMENSION>(r.y0)) * row;
+    }
+    jpeg_read_scanlines(&c, rows, n);
+  }
+  // The rows below are never decoded: abort, not finish, which would read them.
+  jpeg_abort_decompress(&c);
+  r.x = static_cast<int>(x);
+  r.width = static_cast<int>(width);
+  return true;
+}
+
+}  // namespace
+
+ImageDecoder::ImageDecoder() : jpeg_(tjInitDecompress()), region_(std::make_unique<JpegState>()) {
   if (!jpeg_)
     throw std::runtime_error("tjInitDecompress failed: " + std::string(tjGetErrorStr2(nullptr)));
+  JpegState& j = *region_;
+  j.info.err = jpeg_std_error(&j.errors.pub);
+  j.errors.pub.error_exit = jpeg_fail;
+  j.errors.pub.emit_message = jpeg_note;
+  jpeg_create_decompress(&j.info);
 }
 
 ImageDecoder::~ImageDecoder() {
+  jpeg_destroy_decompress(&region_->info);
   tjDestroy(jpeg_);
 }
 
@@ -152,8 +247,9 @@ ImageSize ImageDecoder::size(const std::uint8_t* data, std::size_t bytes, ImageF
   return s;
 }
 
-ImageSize ImageDecoder::decode_jpeg(const std::uint8_t* data, std::size_t bytes, ImageSize size,
-                                    const CropBox& box, const DecodeTarget& target) {
+void ImageDecoder::decode_jpeg(const std::uint8_t* data, std::size_t bytes, ImageSize size,
+                               const CropBox& box, const DecodeTarget& target, bool flip,
+                               std::uint8_t* out) {
   int subsamp = 0;
   int colorspace = 0;
   int w = 0;
@@ -162,47 +258,62 @@ ImageSize ImageDecoder::decode_jpeg(const std::uint8_t* data, std::size_t bytes,
     throw DecodeError("not a decodable JPEG (" + jpeg_error(jpeg_) + ")");
   }
   // The smallest IDCT scale at which the crop still covers the target in both directions: then
-  // the resize only shrinks, and a 500 px photo cropped to 224 decodes at 1/2 (4x fewer pixels).
-  tjscalingfactor scale{1, 1};
+  // the resize only shrinks, and a 1000 px photo cropped to 224 decodes at 1/2 (4x fewer pixels).
+  // Only 1/2, 1/4 and 1/8 have fast (SIMD) reduced IDCTs in libjpeg-turbo: 7/8, 3/4 and 5/8
+  // decode slower than full size (measured: docs/IMAGES.md).
+  int denom = 1;
   if (target.dct_scaling) {
-    int count = 0;
-    const tjscalingfactor* factors = tjGetScalingFactors(&count);
-    for (int i = 0; i < count; ++i) {
-      const tjscalingfactor f = factors[i];
-      // Only 1/2, 1/4 and 1/8 have fast (SIMD) reduced IDCTs in libjpeg-turbo: 7/8, 3/4 and 5/8
-      // decode slower than full size (measured: docs/IMAGES.md).
-      if (f.num != 1 || (f.denom != 2 && f.denom != 4 && f.denom != 8)) continue;
-      const double r = static_cast<double>(f.num) / f.denom;
-      if (box.width * r >= target.width && box.height * r >= target.height &&
-          f.num * scale.denom < scale.num * f.denom) {
-        scale = f;
-      }
+    for (int d : {2, 4, 8}) {
+      if (box.width / d >= target.width && box.height / d >= target.height) denom = d;
     }
   }
-  last_scale_eighths_ = scale.num * 8 / scale.denom;
-  const ImageSize scaled{TJSCALED(size.width, scale), TJSCALED(size.height, scale)};
+  last_scale_eighths_ = 8 / denom;
+  const ImageSize scaled{(size.width + denom - 1) / denom, (size.height + denom - 1) / denom};
+  // Pixel i of an image the IDCT scaled by 1/d covers source pixels [i d, (i + 1) d) (its last
+  // one may be partial: the scaled size is rounded up), so the box scales by 1/d, not by the
+  // ratio of the sizes.
+  const double f = 1.0 / denom;
+  const PixelRect need =
+      resampler_.plan(scaled.width, scaled.height,
+                      {box.x * f, box.y * f, (box.x + box.width) * f, (box.y + box.height) * f},
+                      target.width, target.height);
   const bool cmyk = colorspace == TJCS_CMYK || colorspace == TJCS_YCCK;
-  const int format = cmyk ? TJPF_CMYK : (target.channels == 3 ? TJPF_RGB : TJPF_GRAY);
-  const std::size_t pixel_count =
-      static_cast<std::size_t>(scaled.width) * static_cast<std::size_t>(scaled.height);
+  const int components = cmyk ? 4 : target.channels;
+  // Two more columns each side than the filter reads: libjpeg's chroma upsampling treats the
+  // region's edge as the image's, so its outermost column may differ from a whole decode.
+  JpegRegion r{};
+  r.denom = denom;
+  r.space = cmyk ? JCS_CMYK : (target.channels == 3 ? JCS_RGB : JCS_GRAYSCALE);
+  r.x0 = std::max(need.x - 2, 0);
+  r.x1 = std::min(need.x + need.width + 2, scaled.width);
+  r.y0 = need.y;
+  r.y1 = need.y + need.height;
   std::vector<std::uint8_t>& dst = cmyk ? cmyk_ : pixels_;
-  const std::size_t need = pixel_count * static_cast<std::size_t>(tjPixelSize[format]);
-  if (dst.size() < need) dst.resize(need);
-  if (tjDecompress2(jpeg_, data, bytes, dst.data(), scaled.width, 0, scaled.height, format, 0) !=
-      0) {
-    const std::string why = jpeg_error(jpeg_);
-    // A warning still leaves a whole image (e.g. extraneous bytes before a marker, which PIL
-    // accepts too), except when the data ended early: then part of the image is missing.
-    if (tjGetErrorCode(jpeg_) != TJERR_WARNING || why.find("Premature end") != std::string::npos) {
-      throw DecodeError("corrupt JPEG data (" + why + ")");
-    }
+  // libjpeg may widen the region on the left by up to an iMCU: budget the whole scaled width.
+  const std::size_t capacity = static_cast<std::size_t>(scaled.width) *
+                               static_cast<std::size_t>(r.y1 - r.y0) *
+                               static_cast<std::size_t>(components);
+  if (dst.size() < capacity) dst.resize(capacity);
+  r.out = dst.data();
+  r.capacity = dst.size();
+  if (!read_jpeg_region(*region_, data, bytes, r)) {
+    throw DecodeError(fmt::format("corrupt JPEG data ({})", region_->errors.message));
   }
+  // A warning still leaves a whole image (e.g. extraneous bytes before a marker, which PIL accepts
+  // too), except when the data ended early: then part of the region is missing.
+  if (region_->errors.warning == JWRN_JPEG_EOF) {
+    throw DecodeError(fmt::format("corrupt JPEG data ({})", region_->errors.message));
+  }
+  const auto c = static_cast<std::size_t>(target.channels);
+  const std::size_t pixel_count =
+      static_cast<std::size_t>(r.width) * static_cast<std::size_t>(r.y1 - r.y0);
   if (cmyk) {
-    const std::size_t out = pixel_count * static_cast<std::size_t>(target.channels);
-    if (pixels_.size() < out) pixels_.resize(out);
+    if (pixels_.size() < pixel_count * c) pixels_.resize(pixel_count * c);
     cmyk_to(cmyk_.data(), pixel_count, target.channels, pixels_.data());
   }
-  return scaled;
+  const std::size_t stride = static_cast<std::size_t>(r.width) * c;
+  resampler_.run(pixels_.data() + static_cast<std::size_t>(need.x - r.x) * c, stride,
+                 target.channels, {target.width, target.height, flip, target.chw}, out);
 }
 
 ImageSize ImageDecoder::decode_png(const std::uint8_t* data, std::size_t bytes, int channels) {
@@ -216,69 +327,19 @@ ImageSize ImageDecoder::decode_png(const std::uint8_t* data, std::size_t bytes, 
 }
 
 void ImageDecoder::decode(const std::uint8_t* data, std::size_t bytes, ImageFormat format,
-                          ImageSize size, const CropBox& box, const DecodeTarget& target,
+                          ImageSize size, const CropBox& box, const DecodeTarget& target, bool flip,
                           std::uint8_t* out) {
   if (bytes == 0) throw DecodeError("empty image (0 bytes)");
-  const ImageSize decoded = format == ImageFormat::jpeg
-                                ? decode_jpeg(data, bytes, size, box, target)
-                                : decode_png(data, bytes, target.channels);
-  resize(decoded, size, box, target, out);
-}
-
-void ImageDecoder::resize(ImageSize decoded, ImageSize source, const CropBox& box,
-                          const DecodeTarget& target, std::uint8_t* out) {
-  const auto c = static_cast<std::size_t>(target.channels);
-  const std::size_t in_stride = static_cast<std::size_t>(decoded.width) * c;
-  const std::size_t out_stride = static_cast<std::size_t>(target.width) * c;
-  const bool same_scale = decoded.width == source.width && decoded.height == source.height;
-  const auto x0 = static_cast<long>(box.x);
-  const auto y0 = static_cast<long>(box.y);
-  if (same_scale && box.x == static_cast<double>(x0) && box.y == static_cast<double>(y0) &&
-      box.width == target.width && box.height == target.height) {
-    // The crop is the output pixel for pixel: a copy keeps lossless images exact.
-    for (int y = 0; y < target.height; ++y) {
-      const std::uint8_t* src = pixels_.data() + static_cast<std::size_t>(y0 + y) * in_stride +
-                                static_cast<std::size_t>(x0) * c;
-      std::copy(src, src + out_stride, out + static_cast<std::size_t>(y) * out_stride);
-    }
+  if (format == ImageFormat::jpeg) {
+    decode_jpeg(data, bytes, size, box, target, flip, out);
     return;
   }
-  // Pixel i of an image the IDCT scaled by f covers source pixels [i / f, (i + 1) / f) (its last
-  // one may be partial: the scaled size is rounded up), so the box scales by f, not by the ratio
-  // of the sizes.
-  const double f = static_cast<double>(last_scale_eighths_) / 8.0;
-  const double bx0 = box.x * f;
-  const double by0 = box.y * f;
-  const double bx1 = (box.x + box.width) * f;
-  const double by1 = (box.y + box.height) * f;
-  // stb_image_resize converts every input pixel of a row it reads: hand it the box and a margin
-  // as wide as the triangle filter's reach (one output pixel's span, at least one input pixel),
-  // not the whole image. Inside the image the margin holds the real neighbours, at its edges the
-  // clamp is the image's own, so the output is the same.
-  const auto reach = [](double span, int out) {
-    return static_cast<long>(std::ceil(std::max(1.0, span / out))) + 2;
-  };
-  const long mx = reach(bx1 - bx0, target.width);
-  const long my = reach(by1 - by0, target.height);
-  const long xs = std::max(0L, static_cast<long>(std::floor(bx0)) - mx);
-  const long ys = std::max(0L, static_cast<long>(std::floor(by0)) - my);
-  const long xe =
-      std::min(static_cast<long>(decoded.width), static_cast<long>(std::ceil(bx1)) + mx);
-  const long ye =
-      std::min(static_cast<long>(decoded.height), static_cast<long>(std::ceil(by1)) + my);
-  const double sw = static_cast<double>(xe - xs);
-  const double sh = static_cast<double>(ye - ys);
-  const std::uint8_t* sub =
-      pixels_.data() + static_cast<std::size_t>(ys) * in_stride + static_cast<std::size_t>(xs) * c;
-  if (!stbir_resize_region(
-          sub, static_cast<int>(xe - xs), static_cast<int>(ye - ys), static_cast<int>(in_stride),
-          out, target.width, target.height, static_cast<int>(out_stride), STBIR_TYPE_UINT8,
-          target.channels, STBIR_ALPHA_CHANNEL_NONE, 0, STBIR_EDGE_CLAMP, STBIR_EDGE_CLAMP,
-          STBIR_FILTER_TRIANGLE, STBIR_FILTER_TRIANGLE, STBIR_COLORSPACE_LINEAR, &resize_mem_,
-          static_cast<float>((bx0 - xs) / sw), static_cast<float>((by0 - ys) / sh),
-          static_cast<float>((bx1 - xs) / sw), static_cast<float>((by1 - ys) / sh))) {
-    throw DecodeError("stb_image_resize failed");
-  }
+  const ImageSize decoded = decode_png(data, bytes, target.channels);
+  resampler_.resize(
+      pixels_.data(), decoded.width, decoded.height,
+      static_cast<std::size_t>(decoded.width) * static_cast<std::size_t>(target.channels),
+      target.channels, {box.x, box.y, box.x + box.width, box.y + box.height},
+      {target.width, target.height, flip, target.chw}, out);
 }
 
 }  // namespace flowfeed

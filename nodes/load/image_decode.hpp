@@ -3,17 +3,22 @@
 /// Decoding a JPEG (TurboJPEG) or PNG (libpng) straight into an output crop of fixed size: the
 /// crop region is chosen before the pixels are decoded, so a JPEG whose region is much larger than
 /// the output is decoded at a reduced size by the IDCT itself (1/2, 1/4, 1/8, ...), then resized
-/// with stb_image_resize. One ImageDecoder per thread; none of it is thread-safe.
+/// with Pillow's bilinear arithmetic (image_resample.hpp). One ImageDecoder per thread; none of it
+/// is thread-safe.
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "image_augment.hpp"
+#include "image_resample.hpp"
 
 namespace flowfeed {
+
+struct JpegState;  // libjpeg's decompressor and error manager (image_decode.cpp)
 
 /// The encodings the image loader decodes.
 enum class ImageFormat : std::uint8_t { jpeg, png };
@@ -31,11 +36,13 @@ struct ImageSize {
   int height = 0;
 };
 
-/// What the decoder produces: `width` × `height` × `channels` (1: gray, 3: RGB) uint8 HWC.
+/// What the decoder produces: `width` × `height` × `channels` (1: gray, 3: RGB) uint8, HWC or
+/// CHW.
 struct DecodeTarget {
   int width = 224;
   int height = 224;
   int channels = 3;
+  bool chw = false;         ///< planes instead of interleaved pixels
   bool dct_scaling = true;  ///< let a JPEG's IDCT shrink the image when the crop allows
 };
 
@@ -52,27 +59,27 @@ class ImageDecoder {
   ImageSize size(const std::uint8_t* data, std::size_t bytes, ImageFormat format);
 
   /// Decodes the image (whose size() is `size`), takes the region `box` of it and resizes that to
-  /// `target` (triangle filter, as torchvision's antialiased bilinear), writing HWC into `out`
-  /// (target.width × target.height × target.channels bytes). Throws DecodeError.
+  /// `target` (Pillow's bilinear resize, as torchvision's antialiased one), mirrored left to
+  /// right when `flip`, writing `out` (target.width × target.height × target.channels bytes).
+  /// Throws DecodeError.
   void decode(const std::uint8_t* data, std::size_t bytes, ImageFormat format, ImageSize size,
-              const CropBox& box, const DecodeTarget& target, std::uint8_t* out);
+              const CropBox& box, const DecodeTarget& target, bool flip, std::uint8_t* out);
 
   /// The JPEG scale (numerator/denominator) the last decode used: 8/8 when full size.
   int last_scale_eighths() const noexcept { return last_scale_eighths_; }
 
  private:
-  /// Decodes the whole JPEG at the smallest IDCT scale that keeps the crop at least as large as
-  /// the target; returns its size.
-  ImageSize decode_jpeg(const std::uint8_t* data, std::size_t bytes, ImageSize size,
-                        const CropBox& box, const DecodeTarget& target);
+  /// Decodes the part of the JPEG that the crop's resize reads, at the smallest IDCT scale that
+  /// keeps the crop at least as large as the target, and resizes it into `out`.
+  void decode_jpeg(const std::uint8_t* data, std::size_t bytes, ImageSize size, const CropBox& box,
+                   const DecodeTarget& target, bool flip, std::uint8_t* out);
   ImageSize decode_png(const std::uint8_t* data, std::size_t bytes, int channels);
-  void resize(ImageSize decoded, ImageSize source, const CropBox& box, const DecodeTarget& target,
-              std::uint8_t* out);
 
-  void* jpeg_ = nullptr;               // tjhandle
-  std::vector<std::uint8_t> pixels_;   // the decoded (possibly reduced) image, HWC
-  std::vector<std::uint8_t> cmyk_;     // a CMYK JPEG before conversion
-  std::vector<std::byte> resize_mem_;  // stb_image_resize's working memory
+  void* jpeg_ = nullptr;               // tjhandle: headers
+  std::unique_ptr<JpegState> region_;  // libjpeg: the decode of a region
+  std::vector<std::uint8_t> pixels_;   // the decoded region (possibly reduced) or PNG, HWC
+  std::vector<std::uint8_t> cmyk_;     // a CMYK JPEG's region before conversion
+  Resampler resampler_;
   int last_scale_eighths_ = 8;
 };
 

@@ -21,12 +21,11 @@
 
 namespace flowfeed {
 
-/// What one thread decodes with: its decoder and the encoded and decoded bytes of its current
-/// sample. Each grows to the largest sample it has met, then is reused.
+/// What one thread decodes with: its decoder and the encoded bytes of its current sample. Each
+/// grows to the largest sample it has met, then is reused.
 struct DecodeWorker {
   ImageDecoder decoder;
   std::vector<std::uint8_t> encoded;
-  std::vector<std::uint8_t> hwc;
 };
 struct DecodeWorkers {
   tbb::enumerable_thread_specific<DecodeWorker> per_thread;
@@ -106,6 +105,7 @@ WebDatasetLoader::WebDatasetLoader(WebDatasetOptions options)
   target_.width = options_.width;
   target_.height = options_.height;
   target_.channels = options_.channels;
+  target_.chw = options_.chw;
   target_.dct_scaling = options_.dct_scaling;
   sample_bytes_ = static_cast<std::size_t>(options_.width) *
                   static_cast<std::size_t>(options_.height) *
@@ -282,7 +282,6 @@ void WebDatasetLoader::load_sample(std::uint32_t sample, std::uint32_t epoch,
   read_fields(sample, row);
   if (w.encoded.size() < s.image_bytes) w.encoded.resize(s.image_bytes);
   read_exact(s, s.image_offset, s.image_bytes, w.encoded.data());
-  if (w.hwc.size() < sample_bytes_) w.hwc.resize(sample_bytes_);
   try {
     const ImageSize size = w.decoder.size(w.encoded.data(), s.image_bytes, s.format);
     CropBox box;
@@ -293,13 +292,12 @@ void WebDatasetLoader::load_sample(std::uint32_t sample, std::uint32_t epoch,
     } else {
       box = center_crop(size.width, size.height, options_.resize, options_.width, options_.height);
     }
-    w.decoder.decode(w.encoded.data(), s.image_bytes, s.format, size, box, target_, w.hwc.data());
+    // The crop, resize, flip and layout happen in one pass that writes the batch's row.
+    const bool flip = flip_choice(options_.seed, epoch, sample, options_.flip);
+    w.decoder.decode(w.encoded.data(), s.image_bytes, s.format, size, box, target_, flip, row.x);
   } catch (const DecodeError& e) {
     throw DataError(index_.where(s) + ": " + e.what());
   }
-  const bool flip = flip_choice(options_.seed, epoch, sample, options_.flip);
-  store_image(w.hwc.data(), options_.width, options_.height, options_.channels, options_.chw, flip,
-              row.x);
 }
 
 void WebDatasetLoader::process(Batch& batch) {

@@ -52,20 +52,31 @@ std::string shape_text(const TensorSpec& t) {
   return fmt::format("{} {}", dtype_name(t.dtype), t.shape);
 }
 
-template <class Store>
-void normalize_loop(const std::uint8_t* in, std::size_t elements, std::size_t plane,
-                    const NormalizeOptions& o, Store store) {
+/// Converts every value through a table of the 256 results per channel, computed with the same
+/// two float32 operations (and the same rounding to `T`) as the device kernel: the same bits, with
+/// neither a division nor a channel index computed per value.
+template <class T, class Convert>
+void normalize_loop(const std::uint8_t* in, T* out, std::size_t elements, std::size_t plane,
+                    const NormalizeOptions& o, Convert convert) {
   const std::size_t channels = o.mean.size();
-  float mean[NormalizeOptions::kMaxChannels];
-  float stddev[NormalizeOptions::kMaxChannels];
+  T table[NormalizeOptions::kMaxChannels][256];
   for (std::size_t c = 0; c < channels; ++c) {
-    mean[c] = static_cast<float>(o.mean[c]);
-    stddev[c] = static_cast<float>(o.stddev[c]);
+    const auto mean = static_cast<float>(o.mean[c]);
+    const auto stddev = static_cast<float>(o.stddev[c]);
+    for (int v = 0; v < 256; ++v) table[c][v] = convert((static_cast<float>(v) - mean) / stddev);
   }
-  const bool chw = o.layout == ChannelLayout::chw;
+  if (o.layout == ChannelLayout::chw) {
+    for (std::size_t start = 0; start < elements; start += plane) {
+      const T* t = table[(start / plane) % channels];
+      const std::size_t end = std::min(elements, start + plane);
+      for (std::size_t e = start; e < end; ++e) out[e] = t[in[e]];
+    }
+    return;
+  }
+  std::size_t c = 0;
   for (std::size_t e = 0; e < elements; ++e) {
-    const std::size_t c = chw ? (e / plane) % channels : e % channels;
-    store(e, (static_cast<float>(in[e]) - mean[c]) / stddev[c]);
+    out[e] = table[c][in[e]];
+    if (++c == channels) c = 0;
   }
 }
 
@@ -125,23 +136,18 @@ class Normalize final : public Node {
 void normalize_values(const std::uint8_t* in, void* out, std::size_t elements, std::size_t plane,
                       const NormalizeOptions& options) {
   switch (options.dtype) {
-    case DType::float16: {
-      auto* p = static_cast<std::uint16_t*>(out);
-      normalize_loop(in, elements, plane, options,
-                     [p](std::size_t e, float v) { p[e] = float_to_float16_bits(v); });
+    case DType::float16:
+      normalize_loop(in, static_cast<std::uint16_t*>(out), elements, plane, options,
+                     float_to_float16_bits);
       return;
-    }
-    case DType::bfloat16: {
-      auto* p = static_cast<std::uint16_t*>(out);
-      normalize_loop(in, elements, plane, options,
-                     [p](std::size_t e, float v) { p[e] = float_to_bfloat16_bits(v); });
+    case DType::bfloat16:
+      normalize_loop(in, static_cast<std::uint16_t*>(out), elements, plane, options,
+                     float_to_bfloat16_bits);
       return;
-    }
-    default: {
-      auto* p = static_cast<float*>(out);
-      normalize_loop(in, elements, plane, options, [p](std::size_t e, float v) { p[e] = v; });
+    default:
+      normalize_loop(in, static_cast<float*>(out), elements, plane, options,
+                     [](float v) { return v; });
       return;
-    }
   }
 }
 

@@ -92,7 +92,9 @@ def formats(out):
     for key, im, kw in [("jpeg_rgb", rgb, {"quality": 95}),
                         ("jpeg_gray", Image.fromarray(gray, "L"), {"quality": 95}),
                         ("jpeg_cmyk", rgb.convert("CMYK"), {"quality": 95}),
-                        ("jpeg_progressive", rgb, {"quality": 95, "progressive": True})]:
+                        ("jpeg_progressive", rgb, {"quality": 95, "progressive": True}),
+                        ("jpeg_422", rgb, {"quality": 95, "subsampling": 1}),
+                        ("jpeg_444", rgb, {"quality": 95, "subsampling": 0})]:
         data = encode(im, "JPEG", **kw)
         kinds.append((key, "jpg", data, np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))))
     samples = []
@@ -146,7 +148,9 @@ def corrupt(out):
     bad = {"not_image": (["s002", [("cls", b"2"), ("jpg", b"hello, not a JPEG")], {"label": 2}]),
            "zero_byte": (["s002", [("cls", b"2"), ("jpg", b"")], {"label": 2}]),
            "no_label": (["s002", [("jpg", good(2)[1][1][1])], {"label": None}]),
-           "bad_label": (["s002", [("cls", b"two"), ("jpg", good(2)[1][1][1])], {"label": None}])}
+           "bad_label": (["s002", [("cls", b"two"), ("jpg", good(2)[1][1][1])], {"label": None}]),
+           # A JPEG whose entropy-coded data stops halfway (no EOI): its lower rows are missing.
+           "cut_jpeg": (["s002", [("cls", b"2"), ("jpg", good(2)[1][1][1][:740])], {"label": 2}])}
     for name, sample in bad.items():
         samples = [good(0), good(1), tuple(sample), good(3)]
         manifest[name] = write_shard(os.path.join(out, name + ".tar"), samples)

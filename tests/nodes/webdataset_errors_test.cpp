@@ -62,6 +62,21 @@ TEST(WebDatasetErrors, UndecodableImagesFailTheirBatchNamingShardMemberAndOffset
                         kLoad, corrupt_tar("whole"), header_of("whole", 3)));
 }
 
+TEST(WebDatasetErrors, AJpegCutShortFailsWhenItsCropNeedsTheMissingRows) {
+  // The whole 32x24 image is the crop: libjpeg reaches the end of the data before its last rows
+  // (it would fill them with grey) and the sample fails.
+  const Shards& s = corrupt();
+  const std::string tar = s.file("cut_jpeg.tar");
+  EXPECT_EQ(run_error(chain(tar, ", height: 24, width: 32, crop: center, resize: 24")),
+            fmt::format("{} batch 0 (epoch 0): {}: sample 's002' (member 's002.jpg' at offset "
+                        "{}): corrupt JPEG data (Premature end of JPEG file)",
+                        kLoad, tar, header_of("cut_jpeg", 2)));
+  Outcome r = run(chain(tar, ", height: 24, width: 32, crop: center, resize: 24",
+                        ", on_error: skip, max_skipped: 1"));
+  EXPECT_EQ(r.report.samples, 3u);
+  EXPECT_EQ(r.report.skipped_samples, 1u);
+}
+
 TEST(WebDatasetErrors, SkipDropsExactlyTheBadSamplesAndNamesThem) {
   const std::string tar = corrupt_tar("mixed");
   Outcome r = run(chain(tar, "", ", epochs: 2, batch_size: 5, on_error: skip, max_skipped: 6"), 2);

@@ -8,6 +8,8 @@
 #include <sstream>
 #include <tuple>
 
+#include "nodes/load/image_augment.hpp"
+#include "nodes/load/image_resample.hpp"
 #include "tests/nodes/webdataset_fixture.hpp"
 
 namespace flowfeed {
@@ -96,9 +98,69 @@ TEST(WebDataset, CenterCropGeometryMatchesPilsResizeOfTheSameBox) {
     ASSERT_EQ(got.size(), ref.size());
     int worst = 0;
     for (std::size_t k = 0; k < ref.size(); ++k) worst = std::max(worst, std::abs(got[k] - ref[k]));
-    // Both are triangle filters over the same box; they round and clamp edges differently.
-    EXPECT_LE(worst, 2);
+    // The same weights, passes and rounding as Pillow's resample: the same bytes.
+    EXPECT_EQ(worst, 0);
   }
+}
+
+TEST(WebDataset, RandomCropDecodesOnlyItsRegionWithTheBytesOfAWholeDecode) {
+  // The loader decodes only the rows and columns its resize reads (libjpeg's skip and crop), and
+  // resizes from there: the bytes must be those of TurboJPEG's whole decode of the photo resized
+  // over the same box (Resampler, Pillow's bytes: CenterCropGeometryMatchesPilsResizeOfTheSameBox).
+  const Shards& s = photos();
+  Outcome r = run(chain(s.file("photos-*.tar"),
+                        ", height: 24, width: 24, flip: 0.5, seed: 5, dct_scaling: false",
+                        ", batch_size: 40"));
+  ASSERT_EQ(r.x.size(), 40u);
+  tjhandle h = tjInitDecompress();
+  Resampler resampler;
+  int flipped = 0;
+  for (std::uint32_t i = 0; i < 40; ++i) {
+    SCOPED_TRACE(i);
+    const Json& m = s.manifest()[i];
+    const auto tar = read_file(s.file(fmt::format("photos-{:03}.tar", i / 14)));
+    const int w = m["width"];
+    const int hgt = m["height"];
+    std::vector<std::uint8_t> whole(static_cast<std::size_t>(w * hgt * 3));
+    ASSERT_EQ(tjDecompress2(h, tar.data() + m["members"]["jpg"]["data"].get<std::size_t>(),
+                            m["members"]["jpg"]["size"], whole.data(), w, 0, hgt, TJPF_RGB, 0),
+              0);
+    SampleRng rng(5, 0, i, kCropSalt);
+    const CropBox b = random_resized_crop(w, hgt, 0.08, 1.0, 3.0 / 4.0, 4.0 / 3.0, rng);
+    const bool flip = flip_choice(5, 0, i, 0.5);
+    flipped += flip;
+    std::vector<std::uint8_t> want(24 * 24 * 3);
+    resampler.resize(whole.data(), w, hgt, static_cast<std::size_t>(w) * 3, 3,
+                     {b.x, b.y, b.x + b.width, b.y + b.height}, {24, 24, flip, false}, want.data());
+    EXPECT_EQ(r.x.at({0, i}), want);
+  }
+  tjDestroy(h);
+  EXPECT_GT(flipped, 5);
+  EXPECT_LT(flipped, 35);
+}
+
+TEST(WebDataset, EveryJpegKindDecodesARegionAsItsWholeImage) {
+  // An 8x8 crop from the middle of each 40x30 image: libjpeg skips the rows above it and crops
+  // the columns (baseline 4:2:0, 4:2:2 and 4:4:4, gray, CMYK, progressive); the bytes must be
+  // those of the whole image's decode resized over the same box.
+  const Shards& s = formats();
+  Outcome whole = run(chain(s.file("formats.tar"), kWhole, ", batch_size: 16"));
+  Outcome part = run(chain(s.file("formats.tar"), ", height: 8, width: 8, crop: center, resize: 30",
+                           ", batch_size: 16"));
+  const CropBox b = center_crop(40, 30, 30, 8, 8);
+  Resampler resampler;
+  int kinds = 0;
+  for (std::size_t i = 0; i < s.manifest().size(); ++i) {
+    const std::string kind = s.manifest()[i]["kind"];
+    if (kind.rfind("jpeg", 0) != 0) continue;
+    SCOPED_TRACE(kind);
+    ++kinds;
+    std::vector<std::uint8_t> want(8 * 8 * 3);
+    resampler.resize(whole.x.at({0, static_cast<std::uint32_t>(i)}).data(), 40, 30, 40 * 3, 3,
+                     {b.x, b.y, b.x + b.width, b.y + b.height}, {8, 8, false, false}, want.data());
+    EXPECT_EQ(part.x.at({0, static_cast<std::uint32_t>(i)}), want);
+  }
+  EXPECT_EQ(kinds, 6);
 }
 
 TEST(WebDataset, GrayOutputAndChwLayout) {
