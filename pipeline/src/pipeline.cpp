@@ -17,12 +17,7 @@ namespace detail {
 
 /// The TBB arena's size: `pipeline.threads`, else the core count.
 int arena_threads(const PipelineConfig& config) {
-  if (config.pipeline.threads > 0) return config.pipeline.threads;
-  // Pull mode: the caller's loop runs on a thread of its own outside the arena; one worker per
-  // core besides would take turns with it on its core (idle workers spin before they sleep).
-  // Below three cores a worker is worth more than that core.
-  const int cores = tbb::info::default_concurrency();
-  return config.pipeline.mode == RunMode::pull && cores > 2 ? cores - 1 : cores;
+  return config.pipeline.threads > 0 ? config.pipeline.threads : tbb::info::default_concurrency();
 }
 
 namespace {

@@ -37,7 +37,7 @@ struct PipelineOptions {
   /// visible devices and sets `device_id` to the first entry (the shared stages' device).
   std::vector<int> devices;
   bool all_devices = false;    ///< `devices: all`, before validation resolves it
-  int threads = 0;             ///< TBB arena size; 0 = the core count (pull mode, over 2 cores: one fewer)
+  int threads = 0;             ///< TBB arena size; 0 = the core count
   double stall_timeout_s = 0;  ///< end a run that makes no progress for this long; 0 = never
   OnError on_error = OnError::fail;
   int max_skipped = 0;          ///< under `skip`, the run fails once more batches were skipped
