@@ -29,6 +29,23 @@ std::atomic<PipelineHolder*> g_waiting{nullptr};
 std::atomic<int> g_in_handler{0};
 std::atomic<int> g_interrupts{0};
 struct sigaction g_previous {};
+// Python's own C handler for SIGINT, as it was when the module was imported: it trips the flag
+// that raises KeyboardInterrupt (or runs the program's signal.signal handler).
+struct sigaction g_python {};
+
+void call_handler(const struct sigaction& h, int sig, siginfo_t* info, void* context) {
+  if (h.sa_flags & SA_SIGINFO) {
+    if (h.sa_sigaction) h.sa_sigaction(sig, info, context);
+  } else if (h.sa_handler != SIG_DFL && h.sa_handler != SIG_IGN) {
+    h.sa_handler(sig);
+  }
+}
+
+bool same_handler(const struct sigaction& a, const struct sigaction& b) {
+  return (a.sa_flags & SA_SIGINFO) == (b.sa_flags & SA_SIGINFO) &&
+         ((a.sa_flags & SA_SIGINFO) ? a.sa_sigaction == b.sa_sigaction
+                                    : a.sa_handler == b.sa_handler);
+}
 
 void on_sigint(int sig, siginfo_t* info, void* context) {
   g_in_handler.fetch_add(1);
@@ -40,11 +57,12 @@ void on_sigint(int sig, siginfo_t* info, void* context) {
     }
   }
   g_in_handler.fetch_sub(1);
-  if (g_previous.sa_flags & SA_SIGINFO) {
-    if (g_previous.sa_sigaction) g_previous.sa_sigaction(sig, info, context);
-  } else if (g_previous.sa_handler != SIG_DFL && g_previous.sa_handler != SIG_IGN) {
-    g_previous.sa_handler(sig);
-  }
+  call_handler(g_previous, sig, info, context);
+  // A native library loaded since (a CUDA or array library, say) may have put its own handler in
+  // front of Python's without chaining to it: Python would then never hear of the Ctrl-C, and the
+  // loop would end quietly instead of with KeyboardInterrupt. Python's handler only sets a flag,
+  // so a second call is harmless.
+  if (!same_handler(g_previous, g_python)) call_handler(g_python, sig, info, context);
 }
 
 /// Puts on_sigint in front of the current SIGINT handler, unless it is there already or nothing
@@ -252,6 +270,7 @@ PYBIND11_MODULE(flowfeed, m) {
       "flowfeed: streams training batches to the GPU. Pipeline(config) builds a pull-mode "
       "pipeline from YAML; its batches' tensors leave through DLPack without copies.";
   g_main_thread = std::this_thread::get_id();
+  sigaction(SIGINT, nullptr, &g_python);
 
   static auto error = py::register_exception<Error>(m, "Error", PyExc_RuntimeError);
   py::register_exception<ConfigError>(m, "ConfigError", error.ptr());

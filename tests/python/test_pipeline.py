@@ -1,5 +1,6 @@
 """The flowfeed module on the host backend: bytes through DLPack, release semantics, errors,
 Ctrl-C, several pipelines, reference counting."""
+import ctypes
 import gc
 import os
 import signal
@@ -154,12 +155,12 @@ nodes:
         flowfeed.Pipeline(config)
 
 
-def test_ctrl_c_mid_epoch_raises_keyboard_interrupt_and_drains(data):
-    # Batch 5 takes 1.5 s in a node; SIGINT comes 0.3 s after batch 4 was taken, while the loop
-    # waits inside the pipeline for batch 5. The loader runs serially here: at concurrency 2 batch 5
-    # can finish loading first and enter the serial `slow` node ahead of batch 4 (order is only
-    # restored at the end), so batch 4 would come out after the stall, the rest of the run right
-    # after it, and the timer would be cancelled before it fired.
+def interrupt_mid_epoch(data):
+    """Batch 5 takes 1.5 s in a node; SIGINT comes 0.3 s after batch 4 was taken, while the loop
+    waits inside the pipeline for batch 5. The loader runs serially here: at concurrency 2 batch 5
+    can finish loading first and enter the serial `slow` node ahead of batch 4 (order is only
+    restored at the end), so batch 4 would come out after the stall, the rest of the run right
+    after it, and the timer would be cancelled before it fired."""
     config = data.config(epochs=3, extra_nodes="""\
         - { name: slow, type: fault_transform, params: { mode: stall, at_batch: 5, stall_s: 1.5 } }
         """)
@@ -182,6 +183,24 @@ def test_ctrl_c_mid_epoch_raises_keyboard_interrupt_and_drains(data):
     assert report["batches"] < 3 * expected_batches(data, 64)
     # The pipeline runs again afterwards.
     assert sum(1 for _ in pipeline.epoch()) == expected_batches(data, 64)
+
+
+def test_ctrl_c_mid_epoch_raises_keyboard_interrupt_and_drains(data):
+    interrupt_mid_epoch(data)
+
+
+def test_ctrl_c_raises_even_after_a_native_library_replaced_pythons_handler(data):
+    # What a native library can do when it loads (seen with CuPy on the GPU machine): put a SIGINT
+    # handler of its own in front of Python's without chaining to it. Here libc's srand stands in
+    # for it (it ignores the signal); Python would never raise KeyboardInterrupt on its own.
+    libc = ctypes.CDLL(None)
+    libc.signal.restype = ctypes.c_void_p
+    libc.signal.argtypes = [ctypes.c_int, ctypes.c_void_p]
+    libc.signal(signal.SIGINT, ctypes.cast(libc.srand, ctypes.c_void_p).value)
+    try:
+        interrupt_mid_epoch(data)
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own again
 
 
 def test_two_pipelines_in_one_process(data, tmp_path):
