@@ -68,13 +68,15 @@ void PipelineImpl::retry_smaller_depth(MemoryKind kind, std::uint64_t bytes, std
   std::uint64_t scaled = device ? scaled_device_ : scaled_host_;
   std::uint64_t fixed = claimed - scaled;
   (scales ? scaled : fixed) += bytes;
-  if (scaled == 0 || fixed >= *limit) return;
+  if (scaled == 0 || fixed >= *limit || depth == 1) return;
   // The pools seen so far scale with the depth; the ones not yet seen may lower it again.
   const long double per_depth = static_cast<long double>(scaled) / static_cast<long double>(depth);
   const long double room = static_cast<long double>(*limit - fixed) / per_depth;
   const int fits =
       static_cast<int>(std::min<long double>(room, static_cast<long double>(depth - 1)));
-  if (fits >= 1) throw DepthRetry{fits};
+  // Too little even for the claims seen: try one batch in flight, so that the error (if it still
+  // does not fit) names the least the pipeline needs.
+  throw DepthRetry{std::max(fits, 1)};
 }
 
 void PipelineImpl::tune_begin(const RunOptions& options, std::uint64_t start_ns) {

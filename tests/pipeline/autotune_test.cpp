@@ -1,1 +1,221 @@
+// `concurrency: auto` and `prefetch_depth: auto` on real graphs whose stages cost what their delay
+// params say: the tuner gives the slow stage the bodies it needs and leaves the rest, follows a
+// cost that changes mid-run, and memory never grows past the pools sized at build, which fit
+// pipeline.memory_budget. Also the config errors of the new keys.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
 
+#include <string>
+
+#include "flowfeed/config.hpp"
+#include "flowfeed/error.hpp"
+#include "flowfeed/nodes/builtin.hpp"
+#include "flowfeed/pipeline.hpp"
+#include "flowfeed/registry.hpp"
+
+namespace flowfeed {
+namespace {
+
+/// A chain of host nodes: synthetic (load_ms), an optional delay transform, staging, upload and a
+/// sleep train step; 8 threads so that sleeping bodies are not short of workers on 2 cores.
+std::string chain(int batches, double load_ms, const std::string& transform, double train_ms,
+                  const std::string& pipeline_extra = "") {
+  return fmt::format(
+      "pipeline: {{ epochs: 1, batch_size: 64, prefetch_depth: auto, threads: 8, device: host{} "
+      "}}\n"
+      "nodes:\n"
+      "  - {{ name: load, type: synthetic, concurrency: auto, params: {{ batches: {}, "
+      "sample_shape: [64], delay_ms: {:g} }} }}\n"
+      "{}"
+      "  - {{ name: stage, type: host_staging, concurrency: 2 }}\n"
+      "  - {{ name: upload, type: host_upload }}\n"
+      "  - {{ name: train, type: sleep, params: {{ ms: {:g} }} }}\n",
+      pipeline_extra, batches, load_ms, transform, train_ms);
+}
+
+RunReport run_yaml(const std::string& yaml) {
+  Registry registry = builtin_registry();
+  Pipeline pipeline(load_config_string(yaml, registry, {}, "auto.yaml"), registry);
+  return pipeline.run();
+}
+
+/// Memory stayed inside what was allocated at build, and that inside the budget.
+void expect_within_budget(const RunReport& r) {
+  const int depth = r.tuning.max_prefetch_depth;
+  EXPECT_TRUE(r.tuning.active);
+  EXPECT_TRUE(r.tuning.within_budget);
+  EXPECT_EQ(r.allocations_after_build, 0u);
+  EXPECT_LE(r.max_in_flight, depth);
+  EXPECT_LE(r.tuning.host_pool_bytes, r.tuning.host_budget_bytes);
+  for (const PoolReport& p : r.pools) {
+    EXPECT_EQ(p.buffers, static_cast<std::size_t>(depth)) << p.name;
+    EXPECT_LE(p.high_water, static_cast<std::size_t>(depth)) << p.name;
+  }
+}
+
+int settled(const RunReport& r, const std::string& knob) {
+  auto it = r.tuning.settled.find(knob);
+  return it == r.tuning.settled.end() ? -1 : it->second;
+}
+
+TEST(Autotune, ASlowLoaderGetsTheBodiesItNeeds) {
+  // 4 ms a batch against a 1 ms train step: 4 bodies keep up, 5 with the tuner's headroom.
+  const RunReport r = run_yaml(chain(240, 4, "", 1));
+  EXPECT_EQ(r.batches, 240u);
+  expect_within_budget(r);
+  ASSERT_FALSE(r.tuning.decisions.empty());
+  const TuningDecision& first = r.tuning.decisions.front();
+  EXPECT_EQ(first.knob, "nodes.load.concurrency");
+  EXPECT_EQ(first.from, 1);
+  EXPECT_GE(settled(r, "nodes.load.concurrency"), 4);
+  EXPECT_LE(settled(r, "nodes.load.concurrency"), 8);
+  EXPECT_EQ(r.nodes[0].concurrency, settled(r, "nodes.load.concurrency"));
+  // The values to pin them, as YAML a user pastes.
+  EXPECT_NE(r.tuning.yaml.find(fmt::format("pipeline:\n  prefetch_depth: {}\n",
+                                           settled(r, "pipeline.prefetch_depth"))),
+            std::string::npos)
+      << r.tuning.yaml;
+  EXPECT_NE(r.tuning.yaml.find(fmt::format("  - {{ name: load, concurrency: {} }}\n",
+                                           settled(r, "nodes.load.concurrency"))),
+            std::string::npos)
+      << r.tuning.yaml;
+  const std::string json = r.to_json();
+  EXPECT_NE(json.find("\"knob\": \"nodes.load.concurrency\""), std::string::npos);
+}
+
+TEST(Autotune, ASlowTransformGrowsAndTheFastLoaderStaysSmall) {
+  const RunReport r = run_yaml(chain(
+      240, 0, "  - { name: augment, type: delay, concurrency: auto, params: { ms: 3 } }\n", 1));
+  EXPECT_EQ(r.batches, 240u);
+  expect_within_budget(r);
+  EXPECT_GE(settled(r, "nodes.augment.concurrency"), 3);
+  EXPECT_LE(settled(r, "nodes.load.concurrency"), 2);
+}
+
+TEST(Autotune, ASlowTrainNodeChangesNothingAndTheDepthGateHoldsBelowThePools) {
+  const RunReport r = run_yaml(chain(100, 1, "", 4));
+  EXPECT_EQ(r.batches, 100u);
+  expect_within_budget(r);
+  for (const TuningDecision& d : r.tuning.decisions) EXPECT_EQ(d.knob, "") << d.why;
+  EXPECT_EQ(settled(r, "nodes.load.concurrency"), 1);
+  // Pools for 2 × (8 threads + 4 nodes) batches; one in flight per body and one more admitted.
+  EXPECT_EQ(r.tuning.max_prefetch_depth, 24);
+  EXPECT_EQ(settled(r, "pipeline.prefetch_depth"), 6);
+  EXPECT_LE(r.max_in_flight, 6);
+  EXPECT_EQ(r.tuning.state.rfind("fed: the train node waits", 0), 0u) << r.tuning.state;
+}
+
+TEST(Autotune, AMemoryBudgetTooSmallForTheWantedDepthSizesThePoolsForTheMostItAllows) {
+  // Three pools of 16640-byte buffers: 49920 bytes per batch in flight, so 300 KiB holds 6.
+  const RunReport r = run_yaml(chain(120, 4, "", 1, ", memory_budget: { host: 300K, device: 1G }"));
+  EXPECT_EQ(r.batches, 120u);
+  expect_within_budget(r);
+  EXPECT_EQ(r.tuning.max_prefetch_depth, 6);
+  EXPECT_TRUE(r.tuning.depth_capped_by_memory);
+  EXPECT_EQ(r.tuning.host_budget_bytes, 300u * 1024);
+  EXPECT_EQ(r.tuning.host_pool_bytes, 6u * 3 * 16640);
+  EXPECT_LE(settled(r, "pipeline.prefetch_depth"), 6);
+}
+
+TEST(Autotune, ABudgetBelowOneBatchInFlightIsAConfigErrorNamingTheKey) {
+  try {
+    run_yaml(chain(10, 0, "", 0, ", memory_budget: 10K"));
+    FAIL() << "expected a ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "auto.yaml:3:5: pipeline.prefetch_depth, pipeline.batch_size: pool 'load.host' (1 "
+              "buffers of 16.2 KiB) needs 16.2 KiB of host memory, and 10.0 KiB is available "
+              "(pipeline.memory_budget.host; the process would be killed for want of memory "
+              "mid-run) lower pipeline.prefetch_depth, pipeline.batch_size");
+  }
+}
+
+TEST(Autotune, ACostThatRisesMidRunIsFollowed) {
+  // The transform costs 0.3 ms for 100 batches, then 4 ms (the data set's cold part).
+  const RunReport r = run_yaml(
+      chain(300, 0,
+            "  - { name: augment, type: delay, concurrency: auto, params: { ms: 0.3, change_after: "
+            "100, ms_after: 4 } }\n",
+            1));
+  EXPECT_EQ(r.batches, 300u);
+  expect_within_budget(r);
+  bool followed = false;
+  for (const TuningDecision& d : r.tuning.decisions) {
+    if (d.knob == "nodes.augment.concurrency" && d.batch >= 100 && d.to >= 3) followed = true;
+  }
+  EXPECT_TRUE(followed) << r.to_table();
+  EXPECT_GE(settled(r, "nodes.augment.concurrency"), 3);
+}
+
+TEST(Autotune, AutoIsAcceptedFromSetAndFixedValuesStayUntuned) {
+  Registry registry = builtin_registry();
+  const std::string yaml = chain(10, 0, "", 0);
+  const PipelineConfig c = load_config_string(
+      yaml, registry, {"pipeline.prefetch_depth=8", "nodes.load.concurrency=3"}, "auto.yaml");
+  EXPECT_FALSE(c.pipeline.auto_prefetch_depth);
+  EXPECT_EQ(c.pipeline.prefetch_depth, 8);
+  EXPECT_FALSE(c.nodes[0].auto_concurrency);
+  EXPECT_EQ(c.nodes[0].concurrency, 3);
+  Pipeline pipeline(c, registry);
+  const RunReport r = pipeline.run();
+  EXPECT_FALSE(r.tuning.active);
+  EXPECT_TRUE(r.tuning.decisions.empty());
+}
+
+std::string config_error(const std::string& yaml) {
+  Registry registry = builtin_registry();
+  try {
+    load_config_string(yaml, registry, {}, "auto.yaml");
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(Autotune, TheNewKeysBadValuesAreErrorsWithTheirPosition) {
+  EXPECT_EQ(config_error("pipeline: { prefetch_depth: lots }\n"
+                         "nodes:\n"
+                         "  - { name: load, type: synthetic, concurrency: fast }\n"
+                         "  - { name: train, type: discard }\n"),
+            "auto.yaml:1:29: pipeline.prefetch_depth: expected an int or auto, got 'lots'\n"
+            "auto.yaml:3:49: nodes[0].concurrency: expected an int or auto, got 'fast'");
+  EXPECT_EQ(config_error("pipeline:\n"
+                         "  memory_budget: { host: lots, hots: 1G, device: 120% }\n"
+                         "  thread_budget: -1\n"
+                         "nodes:\n"
+                         "  - { name: load, type: synthetic }\n"
+                         "  - { name: train, type: discard }\n"),
+            "auto.yaml:3:18: pipeline.thread_budget: -1 is out of range (must be between 0 and "
+            "4096)\n"
+            "auto.yaml:2:26: pipeline.memory_budget.host: expected a byte count above 0 "
+            "(1073741824, 512M, 16G) or a share of what is available (50%), got 'lots'\n"
+            "auto.yaml:2:32: pipeline.memory_budget.hots: unknown key (did you mean 'host'?)\n"
+            "auto.yaml:2:50: pipeline.memory_budget.device: expected a byte count above 0 "
+            "(1073741824, 512M, 16G) or a share of what is available (50%), got '120%'");
+}
+
+TEST(Autotune, MemoryBudgetTakesBytesOrAShare) {
+  Registry registry = builtin_registry();
+  const PipelineConfig c = load_config_string(
+      "pipeline: { memory_budget: { host: 25%, device: 16G }, thread_budget: 4 }\n"
+      "nodes:\n"
+      "  - { name: load, type: synthetic }\n"
+      "  - { name: train, type: discard }\n",
+      registry, {}, "auto.yaml");
+  EXPECT_DOUBLE_EQ(c.pipeline.memory_budget.host.share, 0.25);
+  EXPECT_EQ(c.pipeline.memory_budget.device.bytes, std::uint64_t{16} << 30);
+  EXPECT_EQ(c.pipeline.thread_budget, 4);
+  const std::string plain =
+      "nodes:\n  - { name: load, type: synthetic }\n  - { name: train, type: discard }\n";
+  const PipelineConfig h =
+      load_config_string("pipeline: { memory_budget: 2G }\n" + plain, registry, {}, "auto.yaml");
+  EXPECT_EQ(h.pipeline.memory_budget.host.bytes, std::uint64_t{2} << 30);
+  EXPECT_FALSE(h.pipeline.memory_budget.device.set());
+  const PipelineConfig d =
+      load_config_string(plain, registry, {"pipeline.memory_budget.device=50%"}, "auto.yaml");
+  EXPECT_DOUBLE_EQ(d.pipeline.memory_budget.device.share, 0.5);
+  EXPECT_FALSE(d.pipeline.memory_budget.host.set());
+}
+
+}  // namespace
+}  // namespace flowfeed
