@@ -129,6 +129,7 @@ void PipelineImpl::tune_tick(std::uint64_t now) {
   snap.depth_capped_by_memory = depth_capped_;
   snap.thread_budget = thread_budget_;
   snap.ordered = config_.pipeline.ordered;
+  snap.fed_before = tune_.fed_before;
   for (std::size_t i = 0; i < stages_.size(); ++i) {
     const Stage& s = *stages_[i];
     StageSample x;
@@ -167,6 +168,7 @@ void PipelineImpl::tune_tick(std::uint64_t now) {
       break;
     case TunerDecision::Kind::limit:
     case TunerDecision::Kind::settled:
+      if (d.kind == TunerDecision::Kind::settled) tune_.fed_before = true;
       tune_.state = (d.kind == TunerDecision::Kind::limit ? "limit: " : "fed: ") + d.why;
       break;
   }

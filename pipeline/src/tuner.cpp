@@ -45,6 +45,10 @@ TunerDecision decide(const TunerSnapshot& s) {
   }
   auto needed = [&](const StageSample& st) { return rate * per_batch(st); };
 
+  const bool long_window = train.items >= kTunerLongWindow;
+  // Noise first: a short window decides only a clear wait; once fed, only a clear change does.
+  if (!long_window && (wait <= kTunerActWait || s.fed_before)) return d;
+  if (s.fed_before && wait > kTunerTargetWait && wait <= kTunerActWait) return d;
   if (wait <= kTunerTargetWait) {
     // Fed. A stage that got cheaper (a warm cache) gives back the bodies it no longer needs.
     for (std::size_t i = 0; i + 1 < s.stages.size(); ++i) {
@@ -70,8 +74,6 @@ TunerDecision decide(const TunerSnapshot& s) {
                         kTunerTargetWait * 100);
     return d;
   }
-
-  if (wait <= kTunerActWait && train.items < kTunerLongWindow) return d;  // a longer look first
 
   // The stage with the fewest bodies for what the rate needs of it.
   std::size_t bottleneck = s.stages.size();

@@ -24,6 +24,7 @@ struct CostModel {
   bool capped = false;
   int thread_budget = 16;
   double window_s = 0.5;
+  bool fed_before = false;  // a window found the train node fed (tune() sets it)
 };
 
 /// What a window of the steady state would measure: the rate is the least of each stage's
@@ -47,6 +48,7 @@ TunerSnapshot measure(const CostModel& m) {
   s.depth_tunable = true;
   s.depth_capped_by_memory = m.capped;
   s.thread_budget = m.thread_budget;
+  s.fed_before = m.fed_before;
   for (std::size_t i = 0; i < m.ms.size(); ++i) {
     StageSample x;
     x.name = m.names[i];
@@ -72,6 +74,7 @@ std::vector<TunerDecision> tune(CostModel& m) {
     } else if (d.kind == TunerDecision::Kind::depth) {
       m.depth = d.to;
     } else {
+      if (d.kind == TunerDecision::Kind::settled) m.fed_before = true;
       break;
     }
   }
@@ -222,6 +225,13 @@ TEST(Tuner, ANoisyWaitJustAboveTheTargetWaitsForALongerWindow) {
   EXPECT_EQ(decide(s).kind, TunerDecision::Kind::none);
   s.stages.back().items = 64;
   EXPECT_NE(decide(s).kind, TunerDecision::Kind::none);
+  // Once the train node was fed, only a clear change of the picture is acted on.
+  s.fed_before = true;
+  EXPECT_EQ(decide(s).kind, TunerDecision::Kind::none);
+  s.stages.back().busy_s = 0.8 * s.window_s;
+  EXPECT_NE(decide(s).kind, TunerDecision::Kind::none);
+  s.stages.back().items = 30;
+  EXPECT_EQ(decide(s).kind, TunerDecision::Kind::none);
 }
 
 }  // namespace

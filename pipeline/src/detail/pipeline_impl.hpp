@@ -106,7 +106,8 @@ struct TuneState {
   std::size_t last_stage = 0;
   double settled_s = 0;  // when the last change was made
   std::uint64_t settled_batches = 0;
-  std::string state;  // the last note (settled or limit)
+  std::string state;        // the last note (settled or limit)
+  bool fed_before = false;  // a window found the train node fed
   std::vector<TuningDecision> log;
   bool print = false;
   bool bar = false;

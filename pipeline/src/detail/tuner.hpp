@@ -37,6 +37,7 @@ struct TunerSnapshot {
   bool depth_capped_by_memory = false;  // max_depth is what pipeline.memory_budget allows
   int thread_budget = 1;                // most bodies at once over the synchronous nodes
   bool ordered = true;                  // a sequencer holds batches that finished out of order
+  bool fed_before = false;              // an earlier window found the train node fed
   std::vector<StageSample> stages;      // in chain order, the train node last
 };
 
@@ -52,8 +53,10 @@ struct TunerDecision {
 
 /// The share of the window the train node may wait for data and still count as fed.
 inline constexpr double kTunerTargetWait = 0.05;
-/// Between the target and this share of waiting the figures may be noise: decide() waits for a
-/// window of kTunerLongWindow train batches before it acts on them.
+/// Between the target and this share of waiting the figures may be noise: decide() acts on them
+/// only over a window of kTunerLongWindow train batches. Once the train node was fed, it acts
+/// only above this share (the picture changed), over such a window. "Fed" itself is declared
+/// over such a window.
 inline constexpr double kTunerActWait = 0.10;
 inline constexpr std::uint64_t kTunerLongWindow = 64;
 /// Bodies (and in-flight slots) planned above what the service times need, for their spread.
