@@ -8,8 +8,8 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "flowfeed/output.hpp"
 #include "flowfeed/trace.hpp"
+#include "flowfeed/output.hpp"
 
 namespace flowfeed::bench {
 
