@@ -16,7 +16,7 @@ namespace {
 
 // A window closes once this many batches finished (and kMinWindowNs passed); after a change the
 // next one opens once the batches in flight then have finished.
-constexpr std::uint64_t kWindowBatches = 16;
+constexpr std::uint64_t kWindowBatches = 8;
 constexpr std::uint64_t kMinWindowNs = 20'000'000;
 
 std::string knob_of(const Stage& stage) {

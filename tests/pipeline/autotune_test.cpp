@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "flowfeed/builder.hpp"
 #include "flowfeed/config.hpp"
 #include "flowfeed/error.hpp"
 #include "flowfeed/nodes/builtin.hpp"
@@ -160,6 +161,29 @@ TEST(Autotune, AutoIsAcceptedFromSetAndFixedValuesStayUntuned) {
   const RunReport r = pipeline.run();
   EXPECT_FALSE(r.tuning.active);
   EXPECT_TRUE(r.tuning.decisions.empty());
+}
+
+TEST(Autotune, TheBuilderSetsTheSameKnobs) {
+  Registry registry = builtin_registry();
+  Pipeline pipeline = PipelineBuilder()
+                          .batch_size(64)
+                          .auto_prefetch_depth()
+                          .memory_budget(std::uint64_t{64} << 20)
+                          .threads(4)
+                          .thread_budget(4)
+                          .device(DeviceChoice::host)
+                          .load("synthetic", {{"batches", 60}, {"sample_shape", {64}}})
+                          .auto_concurrency()
+                          .train("sleep", {{"ms", 1.0}})
+                          .build(registry);
+  const RunReport r = pipeline.run();
+  EXPECT_EQ(r.batches, 60u);
+  EXPECT_TRUE(r.tuning.active);
+  EXPECT_EQ(r.tuning.thread_budget, 4);
+  EXPECT_EQ(r.tuning.host_budget_bytes, std::uint64_t{64} << 20);
+  // Pools for 2 × (4 threads + 2 nodes) batches.
+  EXPECT_EQ(r.tuning.max_prefetch_depth, 12);
+  expect_within_budget(r);
 }
 
 std::string config_error(const std::string& yaml) {
