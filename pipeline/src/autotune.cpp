@@ -18,6 +18,10 @@ namespace {
 // next one opens once the batches in flight then have finished.
 constexpr std::uint64_t kWindowBatches = 8;
 constexpr std::uint64_t kMinWindowNs = 20'000'000;
+// An asynchronous train node's occupancy is sampled once a tick: enough samples first.
+constexpr std::uint64_t kMinAsyncTicks = 40;
+// Decisions the report keeps.
+constexpr std::size_t kMaxLogged = 1000;
 
 std::string knob_of(const Stage& stage) {
   return "nodes." + stage.spec.name + ".concurrency";
@@ -98,11 +102,14 @@ void PipelineImpl::tune_begin(const RunOptions& options, std::uint64_t start_ns)
 void PipelineImpl::tune_tick(std::uint64_t now) {
   const Stage& train = *stages_.back();
   if (train.node->asynchronous()) {
-    // An asynchronous train node's busy time is its submit()s: sample whether a batch waits for it.
+    // An asynchronous train node's busy time is its submit()s: sample whether it is occupied,
+    // with work submitted and not completed or a batch waiting for it.
     ++tune_.ticks;
-    if (train.queued.load(std::memory_order_acquire) >
-        train.arrived.load(std::memory_order_acquire))
-      ++tune_.waiting_ticks;
+    const std::uint64_t arrived = train.arrived.load(std::memory_order_acquire);
+    if (arrived > train.items.load(std::memory_order_acquire) ||
+        train.queued.load(std::memory_order_acquire) > arrived) {
+      ++tune_.occupied_ticks;
+    }
   }
   const std::uint64_t finished = consumed_.load(std::memory_order_relaxed);
   if (!tune_.window_open) {
@@ -110,14 +117,15 @@ void PipelineImpl::tune_tick(std::uint64_t now) {
     tune_.window_open = true;
     tune_.window_ns = now;
     tune_.window_finished = finished;
-    tune_.ticks = tune_.waiting_ticks = 0;
+    tune_.ticks = tune_.occupied_ticks = 0;
     for (std::size_t i = 0; i < stages_.size(); ++i) {
       tune_.items[i] = stages_[i]->items.load(std::memory_order_relaxed);
       tune_.busy_ns[i] = stages_[i]->busy_ns.load(std::memory_order_relaxed);
     }
     return;
   }
-  if (finished - tune_.window_finished < kWindowBatches || now - tune_.window_ns < kMinWindowNs) {
+  if (finished - tune_.window_finished < kWindowBatches || now - tune_.window_ns < kMinWindowNs ||
+      (train.node->asynchronous() && tune_.ticks < kMinAsyncTicks)) {
     return;
   }
   TunerSnapshot snap;
@@ -144,7 +152,7 @@ void PipelineImpl::tune_tick(std::uint64_t now) {
         static_cast<double>(s.busy_ns.load(std::memory_order_relaxed) - tune_.busy_ns[i]) * 1e-9;
     if (x.train && s.node->asynchronous() && tune_.ticks > 0) {
       // Occupied whenever a batch waited for it.
-      x.busy_s = snap.window_s * static_cast<double>(tune_.waiting_ticks) /
+      x.busy_s = snap.window_s * static_cast<double>(tune_.occupied_ticks) /
                  static_cast<double>(tune_.ticks);
     }
     snap.stages.push_back(std::move(x));
@@ -193,7 +201,8 @@ void PipelineImpl::tune_tick(std::uint64_t now) {
       std::fflush(stderr);
     }
     if (!changed) entry.why = tune_.state;
-    tune_.log.push_back(std::move(entry));
+    // A run that keeps changing keeps its first decisions (the stderr lines have them all).
+    if (tune_.log.size() < kMaxLogged) tune_.log.push_back(std::move(entry));
   }
   // No decision: the window grows. After a change the next window opens once the batches in
   // flight now have finished.

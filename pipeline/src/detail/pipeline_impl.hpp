@@ -97,10 +97,10 @@ struct DepthRetry {
 struct TuneState {
   std::uint64_t start_ns = 0;
   bool window_open = false;
-  std::uint64_t window_ns = 0;                 // when the window began
-  std::uint64_t window_finished = 0;           // consumed_ then
-  std::vector<std::uint64_t> items, busy_ns;   // per stage, then
-  std::uint64_t ticks = 0, waiting_ticks = 0;  // async train: ticks with a batch waiting for it
+  std::uint64_t window_ns = 0;                  // when the window began
+  std::uint64_t window_finished = 0;            // consumed_ then
+  std::vector<std::uint64_t> items, busy_ns;    // per stage, then
+  std::uint64_t ticks = 0, occupied_ticks = 0;  // async train: ticks it was occupied
   std::uint64_t settle_until = 0;  // after a change, the window opens once this many finished
   TunerDecision::Kind last_kind = TunerDecision::Kind::none;
   std::size_t last_stage = 0;
