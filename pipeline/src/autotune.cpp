@@ -144,7 +144,7 @@ void PipelineImpl::tune_tick(std::uint64_t now) {
     x.name = s.spec.name;
     x.tunable = s.tunable;
     x.train = i + 1 == stages_.size();
-    x.asynchronous = s.node->asynchronous() && !x.train;
+    x.asynchronous = s.node->asynchronous();
     x.concurrency = s.tunable ? s.gate.effective() : s.spec.concurrency;
     x.max_concurrency = s.spec.concurrency;
     x.items = s.items.load(std::memory_order_relaxed) - tune_.items[i];

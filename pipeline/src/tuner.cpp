@@ -126,7 +126,8 @@ TunerDecision decide(const TunerSnapshot& s) {
   double path_s = 0;
   int widest = 1;
   for (const auto& st : s.stages) {
-    if (st.asynchronous) continue;
+    // An asynchronous train node's time is its occupancy; other asynchronous stages are unseen.
+    if (st.asynchronous && !st.train) continue;
     path_s += per_batch(st);
     widest = std::max(widest, st.concurrency);
   }

@@ -5,7 +5,12 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include "flowfeed/builder.hpp"
 #include "flowfeed/config.hpp"
@@ -197,6 +202,71 @@ TEST(Autotune, TheBuilderSetsTheSameKnobs) {
   // Pools for 2 × (4 threads + 2 nodes) batches.
   EXPECT_EQ(r.tuning.max_prefetch_depth, 12);
   expect_within_budget(r);
+}
+
+/// An asynchronous train node whose work takes `ms` per batch, one batch after another, on a
+/// thread of its own (a device's stream).
+class TimedSink final : public AsynchronousNode {
+ public:
+  explicit TimedSink(double ms) : ms_(ms), worker_([this] { work(); }) {}
+  ~TimedSink() override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    worker_.join();
+  }
+  void submit(Batch&, Completion done) override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      queue_.push_back(done);
+    }
+    wake_.notify_all();
+  }
+
+ private:
+  void work() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      wake_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      const Completion done = queue_.front();
+      queue_.pop_front();
+      lock.unlock();
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms_));
+      done();
+      lock.lock();
+    }
+  }
+  double ms_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<Completion> queue_;
+  bool stop_ = false;
+  std::thread worker_;
+};
+
+TEST(Autotune, AnAsynchronousTrainNodeIsFedByWhatItsWorkInFlightShows) {
+  Registry registry = builtin_registry();
+  NodeType sink;
+  sink.name = "timed_sink";
+  sink.role = Role::train;
+  sink.doc = "test only: asynchronous work of ms per batch";
+  sink.backend = TypeBackend::host;
+  sink.schema.add_number("ms", "work per batch", 1.0).range(0, 1000);
+  sink.create = [](const NodeSpec& spec) {
+    return std::make_unique<TimedSink>(spec.params.get_number("ms"));
+  };
+  registry.set(std::move(sink));
+  std::string yaml = chain(300, 4, "", 1);
+  yaml.replace(yaml.find("type: sleep"), 11, "type: timed_sink");
+  Pipeline pipeline(load_config_string(yaml, registry, {}, "auto.yaml"), registry);
+  const RunReport r = pipeline.run();
+  EXPECT_EQ(r.batches, 300u);
+  expect_within_budget(r);
+  // 4 ms loads against 1 ms of device work: about 4 bodies.
+  EXPECT_GE(settled(r, "nodes.load.concurrency"), 3) << r.to_table();
 }
 
 std::string config_error(const std::string& yaml) {

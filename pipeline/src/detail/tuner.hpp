@@ -21,7 +21,7 @@ struct StageSample {
   std::string name;
   bool tunable = false;       // `concurrency: auto` on a synchronous node other than the train node
   bool train = false;         // the train node (the last one)
-  bool asynchronous = false;  // busy counts submit() only: not a model of its service time
+  bool asynchronous = false;  // busy counts submit() only (a train node's: its occupancy)
   int concurrency = 1;        // effective now
   int max_concurrency = 1;    // the built node's (the thread budget for a tunable one)
   std::uint64_t items = 0;    // batches it finished in the window
