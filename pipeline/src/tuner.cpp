@@ -47,7 +47,12 @@ TunerDecision decide(const TunerSnapshot& s) {
 
   const bool long_window = train.items >= kTunerLongWindow;
   // Noise first: a short window decides only a clear wait; once fed, only a clear change does.
-  if (!long_window && (wait <= kTunerActWait || s.fed_before)) return d;
+  // Unless the model already sees the cause: fewer batches in flight than bodies to keep busy.
+  const bool starved = s.depth_tunable && s.depth <= used && s.depth < s.max_depth;
+  if (!long_window &&
+      (s.fed_before || (wait <= kTunerActWait && !(starved && wait > kTunerTargetWait)))) {
+    return d;
+  }
   if (s.fed_before && wait > kTunerTargetWait && wait <= kTunerActWait) return d;
   if (wait <= kTunerTargetWait) {
     // Fed. A stage that got cheaper (a warm cache) gives back the bodies it no longer needs.
@@ -56,7 +61,9 @@ TunerDecision decide(const TunerSnapshot& s) {
       if (!st.tunable || st.concurrency <= 1 || st.items == 0) continue;
       const int need = ceil_int(needed(st) * kTunerHeadroom, st.max_concurrency);
       const double busy = st.busy_s / (s.window_s * st.concurrency);
-      if (need < st.concurrency && busy < 0.5) {
+      // Only a clear surplus (half its bodies or more): a train node slowed for a while by the
+      // machine would otherwise take bodies that are needed again once it is not.
+      if (2 * need <= st.concurrency && busy < 0.5) {
         d.kind = TunerDecision::Kind::concurrency;
         d.stage = i;
         d.from = st.concurrency;

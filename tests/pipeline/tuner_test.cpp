@@ -225,6 +225,12 @@ TEST(Tuner, ANoisyWaitJustAboveTheTargetWaitsForALongerWindow) {
   EXPECT_EQ(decide(s).kind, TunerDecision::Kind::none);
   s.stages.back().items = 64;
   EXPECT_NE(decide(s).kind, TunerDecision::Kind::none);
+  // Fewer batches in flight than bodies to keep busy: the model sees the cause, no need to wait.
+  s.stages.back().items = 30;
+  s.depth = 8;  // load 5, staging 2, train 1
+  EXPECT_EQ(decide(s).kind, TunerDecision::Kind::depth);
+  s.depth = 12;
+  s.stages.back().items = 64;
   // Once the train node was fed, only a clear change of the picture is acted on.
   s.fed_before = true;
   EXPECT_EQ(decide(s).kind, TunerDecision::Kind::none);
