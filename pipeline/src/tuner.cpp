@@ -101,11 +101,29 @@ TunerDecision decide(const TunerSnapshot& s) {
     const int target = ceil_int(needed(st) * kTunerHeadroom, 4096);
     const std::string model = fmt::format(
         "{}: {} takes {} a batch, {} bodies give {:.0f} batches/s and the train node "
-        "takes {} ({}): {:.2f} bodies needed",
+        "takes {} ({}): {} needed",
         waits, st.name, ms(per_batch(st)), st.concurrency, st.concurrency / per_batch(st),
-        rate_text(), ms(train_s), needed(st));
+        rate_text(), ms(train_s),
+        std::isfinite(needed(st)) ? fmt::format("{:.2f} bodies", needed(st))
+                                  : std::string("every body the budget allows"));
     const int room = s.thread_budget - (used - st.concurrency);
-    const int to = std::min({target, st.max_concurrency, room});
+    // The budget split between the auto nodes by their times (what maximizes the rate when the
+    // budget, not the train node, is the limit): a node takes no more than its share.
+    double tunable_s = 0;
+    int fixed_bodies = 0;
+    for (const auto& x : s.stages) {
+      if (x.asynchronous) continue;
+      if (x.tunable) {
+        tunable_s += per_batch(x);
+      } else {
+        fixed_bodies += x.concurrency;
+      }
+    }
+    const double budget_rate = tunable_s > 0 ? (s.thread_budget - fixed_bodies) / tunable_s : rate;
+    const int share = budget_rate < rate
+                          ? std::max(1, static_cast<int>(budget_rate * per_batch(st) + 1e-9))
+                          : target;
+    const int to = std::min({target, share, st.max_concurrency, room});
     if (st.tunable && to > st.concurrency) {
       d.kind = TunerDecision::Kind::concurrency;
       d.stage = bottleneck;

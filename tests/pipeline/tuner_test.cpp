@@ -169,6 +169,22 @@ TEST(Tuner, TheThreadBudgetStopsAStageAndSaysSoThenTheDepthServesWhatItAllows) {
   EXPECT_EQ(decisions[2].why, "the train node waits 25%: " + stopped);
 }
 
+TEST(Tuner, TheThreadBudgetIsSplitBetweenAutoNodesByTheirTimes) {
+  // A train step of 0.1 ms would need 40 loaders and 20 augmenters: 7 bodies are left after
+  // staging and train, so the rate the budget allows is 7 / 6 ms, and each node gets its share.
+  CostModel m{{"load", "augment", "stage", "train"},
+              {4, 2, 0.05, 0.1},
+              {true, true, false, false},
+              {1, 1, 2, 1}};
+  m.thread_budget = 10;
+  const auto decisions = tune(m);
+  EXPECT_EQ(describe(decisions, m).rfind("load 1->4; augment 1->2; ", 0), 0u)
+      << describe(decisions, m);
+  EXPECT_EQ(decisions.back().kind, TunerDecision::Kind::limit);
+  EXPECT_EQ(m.concurrency[0], 4);
+  EXPECT_EQ(m.concurrency[1], 2);
+}
+
 TEST(Tuner, AMemoryBudgetTooSmallForTheDepthStopsAtTheMostItAllowsAndSaysSo) {
   CostModel m = slow_loader();
   m.max_depth = 8;  // what pipeline.memory_budget allowed the pools
