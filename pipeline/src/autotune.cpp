@@ -97,6 +97,24 @@ void PipelineImpl::tune_begin(const RunOptions& options, std::uint64_t start_ns)
     if (!s->node->asynchronous()) bodies += s->tunable ? 1 : s->spec.concurrency;
   }
   start_depth_ = std::min(config_.pipeline.prefetch_depth, bodies + 1);
+  if (depth_capped_) {
+    // Said once, at the start: the budget, not the cap, decided how deep the pools are.
+    const MemoryAvailable& a = budget_->available();
+    TuningDecision note{0,
+                        0,
+                        "",
+                        0,
+                        0,
+                        fmt::format("limit: pools sized for prefetch_depth {}, the most "
+                                    "pipeline.memory_budget allows ({} wanted; host budget {}{})",
+                                    config_.pipeline.prefetch_depth, depth_wanted_,
+                                    a.host ? format_bytes(*a.host) : std::string("unknown"),
+                                    a.device ? ", device budget " + format_bytes(*a.device) : "")};
+    if (tune_.print) {
+      std::fputs(("flowfeed: tune 0.00 s, batch 0: " + note.why + "\n").c_str(), stderr);
+    }
+    tune_.log.push_back(std::move(note));
+  }
 }
 
 void PipelineImpl::tune_tick(std::uint64_t now) {

@@ -144,6 +144,10 @@ TEST(Autotune, AMemoryBudgetTooSmallForTheWantedDepthSizesThePoolsForTheMostItAl
   EXPECT_EQ(r.tuning.host_budget_bytes, 300u * 1024);
   EXPECT_EQ(r.tuning.host_pool_bytes, 6u * 3 * 16640);
   EXPECT_LE(settled(r, "pipeline.prefetch_depth"), 6);
+  ASSERT_FALSE(r.tuning.decisions.empty());
+  EXPECT_EQ(r.tuning.decisions.front().why,
+            "limit: pools sized for prefetch_depth 6, the most pipeline.memory_budget allows (24 "
+            "wanted; host budget 300.0 KiB, device budget 1.0 GiB)");
 }
 
 TEST(Autotune, ABudgetBelowOneBatchInFlightIsAConfigErrorNamingTheKey) {
