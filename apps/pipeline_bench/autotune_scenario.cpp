@@ -98,17 +98,17 @@ void record(Bench& bench, nlohmann::json& details, const std::string& name,
                    {"decisions", decisions}};
 }
 
-/// A config given by path (or text): sweeps the concurrency of its load, transform and staging
-/// nodes together, then the depth at the best one, and runs it with every one of them auto.
+/// A config given by path (or text): sweeps the concurrency of its nodes before the upload node
+/// (load, transforms, staging) together, then the depth at the best one, and runs it with every
+/// one of them auto.
 void tune_config(Bench& bench, nlohmann::json& details, const std::string& name,
                  const std::string& yaml, const std::string& file) {
   const Options& o = bench.options();
   const PipelineConfig base = load_config_string(yaml, bench.registry(), o.overrides, file);
   std::vector<std::string> knobs;
   for (const auto& n : base.nodes) {
-    if (n.role == Role::load || n.role == Role::transform || n.role == Role::staging) {
-      knobs.push_back(n.name);
-    }
+    if (n.role == Role::upload || n.role == Role::train) break;  // host-side stages only
+    knobs.push_back(n.name);
   }
   auto with = [&](const std::string& concurrency, const std::string& depth, int epochs) {
     std::vector<std::string> set = o.overrides;
