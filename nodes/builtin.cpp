@@ -16,6 +16,7 @@ void register_record(Registry& registry);
 void register_discard(Registry& registry);
 void register_mlp(Registry& registry);
 void register_normalize(Registry& registry);
+void register_delay(Registry& registry);
 
 void register_load_nodes(Registry& registry) {
   register_synthetic(registry);
@@ -30,6 +31,7 @@ void register_staging_nodes(Registry& registry) {
 }
 void register_transform_nodes(Registry& registry) {
   register_normalize(registry);
+  register_delay(registry);
 }
 void register_upload_nodes(Registry& registry) {
   register_host_upload(registry);

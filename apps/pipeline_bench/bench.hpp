@@ -68,6 +68,10 @@ struct Options {
   std::string seed_config;
   // scaling
   std::string svg = "scaling.svg";
+  // autotune
+  std::vector<std::string> autotune_configs;  ///< configs to sweep and tune besides the shapes
+  bool autotune_storage = false;              ///< also the storage scenario's npy config
+  int autotune_epochs = 10;                   ///< epochs of every run
   // storage
   std::uint64_t storage_bytes = std::uint64_t{16} << 30;  ///< size of the data set it writes
   std::string storage_dir;  ///< where (empty: <temp dir>/flowfeed_storage_bench)
@@ -141,6 +145,10 @@ void resident_vs_streamed(Bench& bench);
 void overhead(Bench& bench);
 void seed(Bench& bench);
 void scaling(Bench& bench);
+void autotune(Bench& bench);
+/// The storage scenario's warm npy config (pread) over its data set, written first when it is not
+/// in --dir yet (--size bytes); for autotune.
+std::string storage_config(const Options& o, int epochs);
 void storage(Bench& bench);
 void tokens(Bench& bench);
 void images(Bench& bench);

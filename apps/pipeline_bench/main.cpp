@@ -9,6 +9,7 @@
 //   overhead              zero-work batches through the graph vs a bare oneTBB chain
 //   seed                  configs/seed_prefetch.yaml vs its ideal time
 //   scaling               batches/s vs prefetch_depth and load concurrency (table + SVG)
+//   autotune              concurrency/prefetch_depth: auto against the best of a sweep
 //   storage               a .npy data set on disk (npy -> staging -> upload): cold vs raw parallel
 //                         O_DIRECT reads, warm vs the memory loader, for pread and io_uring
 //   tokens                windows/s of 1,024 uint16 tokens from a warm token file to the device vs
@@ -87,6 +88,21 @@ int main(int argc, char** argv) {
   seed->add_option("--config", o.seed_config, "the seed config");
   app.add_subcommand("scaling",
                      "batches/s vs prefetch_depth and load concurrency, load- and train-bound");
+  auto* autotune = app.add_subcommand(
+      "autotune",
+      "concurrency: auto and prefetch_depth: auto against the best of a sweep (scaling's shapes, "
+      "a small memory budget, and --config files)");
+  autotune->add_option("--config", o.autotune_configs,
+                       "also sweep and tune these configs (e.g. configs/images.yaml)");
+  autotune->add_flag("--storage", o.autotune_storage,
+                     "also the storage scenario's npy config (--size, --dir as storage's)");
+  autotune->add_option("--size", o.storage_bytes, "with --storage: bytes of the data set")
+      ->transform(CLI::AsSizeValue(false));
+  autotune->add_option("--dir", o.storage_dir, "with --storage: where the data set is (or goes)");
+  autotune->add_option("--epochs", o.autotune_epochs, "epochs of each auto run")
+      ->check(CLI::Range(1, 1000));
+  autotune->add_option("--set", o.overrides,
+                       "override a value of the --config files, e.g. nodes.load.params.shards=...");
   auto* storage = app.add_subcommand(
       "storage", "a .npy data set on disk, cold and warm, pread and io_uring (host or GPU)");
   storage->add_option("--size", o.storage_bytes, "bytes of the data set it writes (16GiB, 4GB)")
@@ -144,6 +160,7 @@ int main(int argc, char** argv) {
       {"overhead", flowfeed::bench::overhead},
       {"seed", flowfeed::bench::seed},
       {"scaling", flowfeed::bench::scaling},
+      {"autotune", flowfeed::bench::autotune},
       {"tokens", flowfeed::bench::tokens},
       {"naive", flowfeed::bench::naive},
       {"small_batches", flowfeed::bench::small_batches},

@@ -210,6 +210,16 @@ RunReport warm_sweep(Bench& bench, const DataSet& d, const Options& o, const std
 
 }  // namespace
 
+std::string storage_config(const Options& o, int epochs) {
+  const std::uint64_t size = o.quick ? std::uint64_t{48} << 20 : o.storage_bytes;
+  fs::path dir = o.storage_dir;
+  if (dir.empty()) dir = fs::temp_directory_path() / "flowfeed_storage_bench";
+  const DataSet d = write_data_set(dir, size, std::size_t{512} << 10);
+  Options run_options = o;
+  if (o.quick) run_options.storage_batch = 8;
+  return npy_yaml(d, run_options, "pread", false, epochs);
+}
+
 void storage(Bench& bench) {
   const Options& o = bench.options();
   const Registry& registry = bench.registry();

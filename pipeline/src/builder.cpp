@@ -88,6 +88,21 @@ PipelineBuilder& PipelineBuilder::prefetch_depth(int batches, std::source_locati
   note("pipeline.prefetch_depth", where);
   return *this;
 }
+PipelineBuilder& PipelineBuilder::auto_prefetch_depth() {
+  config_.pipeline.auto_prefetch_depth = true;
+  return *this;
+}
+PipelineBuilder& PipelineBuilder::memory_budget(std::uint64_t host_bytes,
+                                                std::uint64_t device_bytes) {
+  config_.pipeline.memory_budget.host = {host_bytes, 0};
+  config_.pipeline.memory_budget.device = {device_bytes, 0};
+  return *this;
+}
+PipelineBuilder& PipelineBuilder::thread_budget(int bodies, std::source_location where) {
+  config_.pipeline.thread_budget = bodies;
+  note("pipeline.thread_budget", where);
+  return *this;
+}
 PipelineBuilder& PipelineBuilder::ordered(bool ordered) {
   config_.pipeline.ordered = ordered;
   return *this;
@@ -237,6 +252,10 @@ PipelineBuilder& PipelineBuilder::named(std::string name) {
 }
 PipelineBuilder& PipelineBuilder::concurrency(int bodies) {
   last("concurrency").concurrency = bodies;
+  return *this;
+}
+PipelineBuilder& PipelineBuilder::auto_concurrency() {
+  last("auto_concurrency").auto_concurrency = true;
   return *this;
 }
 PipelineBuilder& PipelineBuilder::streams(int streams) {

@@ -107,7 +107,10 @@ bool check_value(const ParamValue& v, const ParamSpec& spec, const std::string& 
       if (const auto* i = std::get_if<std::int64_t>(&v)) {
         return check_range(static_cast<double>(*i), spec, path, where, problems);
       }
-      return mismatch("an int");
+      if (const auto* s = std::get_if<std::string>(&v); s && spec.or_auto && *s == "auto") {
+        return true;
+      }
+      return mismatch(spec.or_auto ? "an int or auto" : "an int");
     case ParamType::number:
       if (const auto* i = std::get_if<std::int64_t>(&v)) {
         return check_range(static_cast<double>(*i), spec, path, where, problems);
@@ -207,6 +210,11 @@ std::int64_t as_int(const ParamValue& v) {
 ParamValue int_value(std::int64_t v) {
   return ParamValue(v);
 }
+/// True for the value `auto` of a key that allows it (ParamSpec::allow_auto).
+bool is_auto(const ParamValue& v) {
+  const auto* s = std::get_if<std::string>(&v);
+  return s && *s == "auto";
+}
 
 }  // namespace
 
@@ -229,9 +237,13 @@ const std::vector<OptionField>& pipeline_fields() {
        }},
       {"prefetch_depth",
        [](PipelineConfig& c, const ParamValue& v) {
-         c.pipeline.prefetch_depth = static_cast<int>(as_int(v));
+         c.pipeline.auto_prefetch_depth = is_auto(v);
+         if (!is_auto(v)) c.pipeline.prefetch_depth = static_cast<int>(as_int(v));
        },
-       [](const PipelineConfig& c) -> Get { return int_value(c.pipeline.prefetch_depth); }},
+       [](const PipelineConfig& c) -> Get {
+         if (c.pipeline.auto_prefetch_depth) return ParamValue(std::string("auto"));
+         return int_value(c.pipeline.prefetch_depth);
+       }},
       {"ordered",
        [](PipelineConfig& c, const ParamValue& v) { c.pipeline.ordered = std::get<bool>(v); },
        [](const PipelineConfig& c) -> Get { return ParamValue(c.pipeline.ordered); }},
@@ -268,6 +280,11 @@ const std::vector<OptionField>& pipeline_fields() {
          c.pipeline.threads = static_cast<int>(as_int(v));
        },
        [](const PipelineConfig& c) -> Get { return int_value(c.pipeline.threads); }},
+      {"thread_budget",
+       [](PipelineConfig& c, const ParamValue& v) {
+         c.pipeline.thread_budget = static_cast<int>(as_int(v));
+       },
+       [](const PipelineConfig& c) -> Get { return int_value(c.pipeline.thread_budget); }},
       {"stall_timeout_s",
        [](PipelineConfig& c, const ParamValue& v) {
          c.pipeline.stall_timeout_s = std::get<double>(v);
@@ -344,8 +361,13 @@ const std::vector<NodeField>& node_fields() {
        },
        [](const NodeSpec& n) { return ParamValue(n.type); }},
       {"concurrency",
-       [](NodeSpec& n, const ParamValue& v) { n.concurrency = static_cast<int>(as_int(v)); },
-       [](const NodeSpec& n) { return int_value(n.concurrency); }},
+       [](NodeSpec& n, const ParamValue& v) {
+         n.auto_concurrency = is_auto(v);
+         if (!is_auto(v)) n.concurrency = static_cast<int>(as_int(v));
+       },
+       [](const NodeSpec& n) {
+         return n.auto_concurrency ? ParamValue(std::string("auto")) : int_value(n.concurrency);
+       }},
       {"streams", [](NodeSpec& n, const ParamValue& v) { n.streams = static_cast<int>(as_int(v)); },
        [](const NodeSpec& n) { return int_value(n.streams); }},
   };

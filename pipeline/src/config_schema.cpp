@@ -15,8 +15,10 @@ const Schema& pipeline_schema() {
     Schema s;
     s.add_int("epochs", "passes over the data set", 1).range(1, 1e6);
     s.add_int("batch_size", "samples per batch (default: the loader's, else 64)").range(1, 1e8);
-    s.add_int("prefetch_depth", "most batches in flight between source and end of train", 8)
-        .range(1, 4096);
+    s.add_int("prefetch_depth",
+              "most batches in flight between source and end of train; auto: the tuner picks it", 8)
+        .range(1, 4096)
+        .allow_auto();
     s.add_bool("ordered", "the train node sees batches in sequence order", true);
     s.add_string("device", "auto: CUDA when a GPU is visible, else host", std::string("auto"))
         .one_of({"auto", "cuda", "host"});
@@ -26,6 +28,15 @@ const Schema& pipeline_schema() {
                    "device_id alone); on the host backend the entries only label the branches")
         .range(0, 1024);
     s.add_int("threads", "TBB worker threads (0: one per core)", 0).range(0, 4096);
+    s.add_string("memory_budget",
+                 "what pools and data sets may take: a byte count (host), or a map with host and "
+                 "device, each bytes (16G) or a share of what is free (50%); default: all of it, "
+                 "and for auto knobs 50% host, 80% device");
+    s.add_int("thread_budget",
+              "most node bodies the tuner lets run at once, over all synchronous nodes (0: "
+              "pipeline.threads, else the core count)",
+              0)
+        .range(0, 4096);
     s.add_number("stall_timeout_s", "end a run that makes no progress for this long (0: never)",
                  0.0)
         .range(0, 1e9);
@@ -68,7 +79,9 @@ const Schema& node_schema() {
     Schema s;
     s.add_string("name", "unique node name").make_required();
     s.add_string("type", "registered node type").make_required();
-    s.add_int("concurrency", "bodies that may run at once", 1).range(1, 4096);
+    s.add_int("concurrency", "bodies that may run at once; auto: the tuner picks it", 1)
+        .range(1, 4096)
+        .allow_auto();
     s.add_int("streams", "CUDA streams an upload node owns", 1).range(1, 64);
     return s;
   }();
@@ -106,6 +119,7 @@ std::string describe_schema(const Registry& registry) {
         os << "]";
       }
       if (p.min || p.max) os << ", " << detail::range_text(p);
+      if (p.or_auto) os << ", or auto";
       if (!p.choices.empty()) os << ", one of " << detail::join(p.choices, "|");
       os << "): " << p.doc << "\n";
     }

@@ -186,6 +186,11 @@ tbb::flow::limiter_node<Batch*, int>& PipelineImpl::wire_head(tbb::flow::graph& 
   wiring.limiter = std::make_unique<limiter_node<Batch*, int>>(
       g, static_cast<std::size_t>(config_.pipeline.prefetch_depth));
   make_edge(*wiring.source, *wiring.limiter);
+  // prefetch_depth: auto: the pools hold prefetch_depth batches; the tuner moves how many of
+  // them may be in flight.
+  if (tuning_ && config_.pipeline.auto_prefetch_depth) {
+    depth_gate_.attach(*wiring.limiter, config_.pipeline.prefetch_depth, start_depth_);
+  }
   return *wiring.limiter;
 }
 
@@ -226,10 +231,26 @@ tbb::flow::sender<Batch*>* PipelineImpl::wire_stages(tbb::flow::graph& g,
     const bool first = i == 0;
     std::atomic<std::uint64_t>* count = i + 1 == end ? passed : nullptr;
     if (!st->node->asynchronous()) {
+      // concurrency: auto: a limiter of the node's most bodies before it, of which the tuner
+      // lets `effective` through (fed by a queue_node: a limiter must not reject a discarding
+      // node's output); each body hands its slot back when it is done.
+      limiter_node<Batch*, int>* gate = nullptr;
+      if (tuning_ && st->tunable) {
+        auto queue = std::make_unique<queue_node<Batch*>>(g);
+        auto limiter = std::make_unique<limiter_node<Batch*, int>>(g, conc);
+        make_edge(*tail, *queue);
+        make_edge(*queue, *limiter);
+        st->gate.attach(*limiter, static_cast<int>(conc), 1);
+        gate = limiter.get();
+        tail = limiter.get();
+        out.nodes.push_back(std::move(queue));
+        out.nodes.push_back(std::move(limiter));
+      }
       auto node = std::make_unique<function_node<Batch*, Batch*>>(
-          g, conc, [this, st, first, reporting, count](Batch* b) {
+          g, conc, [this, st, first, reporting, count, gate](Batch* b) {
             if (first) note_in_flight();
             reporting([&] { run_stage(*st, *b); });
+            if (gate) gate->decrementer().try_put(st->gate.on_finished());
             if (count) count->fetch_add(1, std::memory_order_acq_rel);
             return b;
           });
@@ -400,7 +421,7 @@ void PipelineImpl::wire_branch(tbb::flow::graph& g, tbb::flow::sender<Batch*>* t
         if (checkpoint_every_ > 0 && finished % checkpoint_every_ == 0) {
           save_checkpoint(checkpoint_dir_);
         }
-        return 1;
+        return tuning_ && config_.pipeline.auto_prefetch_depth ? depth_gate_.on_finished() : 1;
       });
   make_edge(*tail, *finish);
   make_edge(*finish, limiter.decrementer());

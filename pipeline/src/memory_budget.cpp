@@ -127,6 +127,36 @@ MemoryAvailable available_memory(std::optional<std::uint64_t> device_free) {
   return a;
 }
 
+namespace {
+
+void apply_limit(std::optional<std::uint64_t>& figure, std::string& source,
+                 const BudgetLimit& limit, double auto_share, const std::string& key) {
+  const std::string of = figure ? format_bytes(*figure) + " " + source : std::string();
+  if (limit.share > 0 || (!limit.set() && auto_share > 0)) {
+    if (!figure) return;  // a share of an unknown figure: nothing to check
+    const double share = limit.share > 0 ? limit.share : auto_share;
+    *figure = static_cast<std::uint64_t>(static_cast<double>(*figure) * share);
+    source = fmt::format("{}: {:g}% of {}{}", key, share * 100, of,
+                         limit.share > 0 ? "" : ", the default for prefetch_depth: auto");
+  } else if (limit.bytes > 0) {
+    if (figure && *figure < limit.bytes) {
+      source = fmt::format("{} is {}, more than the {}", key, format_bytes(limit.bytes), of);
+      return;
+    }
+    figure = limit.bytes;
+    source = key;
+  }
+}
+
+}  // namespace
+
+void apply_memory_budget(MemoryAvailable& a, const MemoryBudgetOptions& budget, bool auto_default) {
+  apply_limit(a.host, a.host_source, budget.host, auto_default ? kAutoHostShare : 0,
+              "pipeline.memory_budget.host");
+  apply_limit(a.device, a.device_source, budget.device, auto_default ? kAutoDeviceShare : 0,
+              "pipeline.memory_budget.device");
+}
+
 void MemoryBudget::claim(const MemoryClaim& c) {
   const bool device = c.kind == MemoryKind::device;
   const std::optional<std::uint64_t>& limit = device ? available_.device : available_.host;

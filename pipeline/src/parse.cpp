@@ -21,6 +21,7 @@
 #include "detail/config_file.hpp"
 #include "detail/config_yaml.hpp"
 #include "detail/text.hpp"
+#include "flowfeed/memory_budget.hpp"
 #include "flowfeed/registry.hpp"
 #include "flowfeed/sampler.hpp"
 
@@ -112,6 +113,7 @@ ParamValue convert(const YAML::Node& value, const ParamSpec& spec, const std::st
     return ParamValue{};
   };
   ParamValue v;
+  if (spec.or_auto && value.IsScalar() && value.Scalar() == "auto") return std::string("auto");
   switch (spec.type) {
     case ParamType::boolean: {
       bool b;
@@ -125,7 +127,7 @@ ParamValue convert(const YAML::Node& value, const ParamSpec& spec, const std::st
       std::int64_t i;
       std::string why;
       if (!value.IsScalar() || !parse_int_text(value.Scalar(), &i, &why)) {
-        return expected(path, "an int", value, why);
+        return expected(path, spec.or_auto ? "an int or auto" : "an int", value, why);
       }
       v = i;
       break;
@@ -285,6 +287,47 @@ std::string parse_devices(const YAML::Node& pipeline, PipelineOptions& o, Reader
   return where;
 }
 
+/// Reads one limit of `pipeline.memory_budget`: bytes ("16G", 1073741824) or a share ("50%").
+void parse_budget_limit(const YAML::Node& value, const std::string& path, BudgetLimit& out,
+                        Reader& in) {
+  const std::string text = value.IsScalar() ? value.Scalar() : std::string();
+  if (!text.empty() && text.back() == '%') {
+    double share = 0;
+    if (parse_number_text(text.substr(0, text.size() - 1), &share) && share > 0 && share <= 100) {
+      out.share = share / 100;
+      return;
+    }
+  } else if (auto bytes = parse_bytes(text); bytes && *bytes > 0) {
+    out.bytes = *bytes;
+    return;
+  }
+  in.add(path, value.Mark(),
+         "expected a byte count above 0 (1073741824, 512M, 16G) or a share of what is "
+         "available (50%), got " +
+             describe_scalar(value));
+}
+
+/// Reads `pipeline.memory_budget`: a limit for host memory, or a map of `host` and `device`.
+void parse_memory_budget(const YAML::Node& value, MemoryBudgetOptions& out, Reader& in) {
+  const std::string path = "pipeline.memory_budget";
+  if (!value.IsMap()) {
+    parse_budget_limit(value, path, out.host, in);
+    return;
+  }
+  static const std::vector<std::string> keys = {"host", "device"};
+  for (auto it = value.begin(); it != value.end(); ++it) {
+    const std::string key = it->first.Scalar();
+    const std::string key_path = path + "." + shortened(key);
+    if (key == "host") {
+      parse_budget_limit(it->second, key_path, out.host, in);
+    } else if (key == "device") {
+      parse_budget_limit(it->second, key_path, out.device, in);
+    } else {
+      in.add(key_path, it->first.Mark(), unknown_key(key, keys));
+    }
+  }
+}
+
 PipelineConfig parse(const YAML::Node& root_in, const std::string& file, const Registry& registry,
                      const std::vector<std::string>& overrides) {
   YAML::Node root = root_in;
@@ -328,7 +371,8 @@ PipelineConfig parse(const YAML::Node& root_in, const std::string& file, const R
   if (pipeline.IsDefined() && !pipeline.IsNull() && !pipeline.IsMap()) {
     problems.add("pipeline", pipeline.Mark(), "expected a map, got " + describe_scalar(pipeline));
   } else {
-    validate_map(pipeline, pipeline_schema(), "pipeline", "", pp, problems, {"devices"});
+    validate_map(pipeline, pipeline_schema(), "pipeline", "", pp, problems,
+                 {"devices", "memory_budget"});
   }
   Params sp;
   const YAML::Node sampler = root["sampler"];
@@ -340,6 +384,9 @@ PipelineConfig parse(const YAML::Node& root_in, const std::string& file, const R
   for (const OptionField& field : pipeline_fields()) {
     auto it = pp.values().find(field.key);
     if (it != pp.values().end()) field.set(config, it->second);
+  }
+  if (pipeline.IsMap() && pipeline["memory_budget"].IsDefined()) {
+    parse_memory_budget(pipeline["memory_budget"], config.pipeline.memory_budget, problems);
   }
   std::string devices_where;
   if (pipeline.IsMap() && pipeline["devices"].IsDefined()) {

@@ -76,10 +76,16 @@ class Context final : public BuildContext {
                            std::to_string(count) + " buffers of " + std::to_string(bytes) +
                            " bytes) would take more than 16 EiB lower " + keys});
       }
-      impl_.budget_->claim({kind, *total,
-                            "pool '" + pool + "' (" + std::to_string(count) + " buffers of " +
-                                format_bytes(bytes) + ")",
-                            stage_.spec.loc.str(), keys});
+      try {
+        impl_.budget_->claim({kind, *total,
+                              "pool '" + pool + "' (" + std::to_string(count) + " buffers of " +
+                                  format_bytes(bytes) + ")",
+                              stage_.spec.loc.str(), keys});
+      } catch (const ConfigError&) {
+        impl_.retry_smaller_depth(kind, *total, count);
+        throw;
+      }
+      impl_.note_claim(kind, *total, count);
     }
     impl_.pools_.push_back(
         std::make_unique<BufferPool>(pool, kind, count, bytes, std::move(allocator)));
@@ -87,8 +93,13 @@ class Context final : public BuildContext {
   }
   void claim_memory(MemoryKind kind, std::uint64_t bytes, const std::string& what,
                     const std::string& keys) override {
-    impl_.budget_->claim(
-        {kind, bytes, what + " of node '" + stage_.spec.name + "'", stage_.spec.loc.str(), keys});
+    try {
+      impl_.budget_->claim(
+          {kind, bytes, what + " of node '" + stage_.spec.name + "'", stage_.spec.loc.str(), keys});
+    } catch (const ConfigError&) {
+      impl_.retry_smaller_depth(kind, bytes, 0);
+      throw;
+    }
   }
   std::uint64_t batches_per_epoch() const override {
     if (!impl_.sampler_)
@@ -134,7 +145,7 @@ std::unique_ptr<Node> create_node(const NodeType& type, const NodeSpec& spec, co
 
 }  // namespace
 
-PipelineImpl::PipelineImpl(PipelineConfig config, const Registry& registry)
+PipelineImpl::PipelineImpl(PipelineConfig config, const Registry& registry, int auto_depth)
     : config_(std::move(config)) {
   if (config_.nodes.empty())
     throw ConfigError({config_.file + ": nodes: the pipeline has no nodes"});
@@ -182,10 +193,14 @@ PipelineImpl::PipelineImpl(PipelineConfig config, const Registry& registry)
   }
   // Pools and data sets are checked against what the machine offers as they are claimed, before
   // each is allocated. Device memory is checked for a pipeline on one device.
-  budget_.emplace(
+  resolve_auto(auto_depth);
+  MemoryAvailable available =
       available_memory(config_.backend == Backend::cuda && config_.pipeline.devices.size() <= 1
                            ? registry.device_free_memory(config_.pipeline.device_id)
-                           : std::nullopt));
+                           : std::nullopt);
+  apply_memory_budget(available, config_.pipeline.memory_budget,
+                      config_.pipeline.auto_prefetch_depth);
+  budget_.emplace(std::move(available));
   auto setup = [this](Stage& stage) {
     stage.layout = stage.out_layout = layout_into(stage.index);
     if (stage.spec.role == Role::upload && stage.branch <= 0) upload_layout_ = stage.layout;
@@ -373,8 +388,19 @@ void PipelineImpl::fill_branch_report(RunReport& report, double seconds) const {
 
 }  // namespace detail
 
-Pipeline::Pipeline(PipelineConfig config, const Registry& registry)
-    : impl_(std::make_unique<detail::PipelineImpl>(std::move(config), registry)) {}
+Pipeline::Pipeline(PipelineConfig config, const Registry& registry) {
+  // prefetch_depth: auto sizes pools for the most the memory budget allows: a build that finds
+  // them too large is made again at the depth the claims it saw allow (a smaller one each time).
+  int depth = 0;
+  for (;;) {
+    try {
+      impl_ = std::make_unique<detail::PipelineImpl>(config, registry, depth);
+      return;
+    } catch (const detail::DepthRetry& retry) {
+      depth = retry.depth;
+    }
+  }
+}
 Pipeline::~Pipeline() {
   end_session();
 }

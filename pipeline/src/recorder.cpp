@@ -49,13 +49,13 @@ void Recorder::configure(std::vector<TraceNode> nodes, int prefetch_depth, bool 
   sampled_.assign(count_, {});
   sample_started_.assign(count_, 0);
   sample_passed_.assign(count_, 0);
-  depth_ = static_cast<std::uint64_t>(std::max(prefetch_depth, 1));
+  depth_.store(static_cast<std::uint64_t>(std::max(prefetch_depth, 1)));
   ordered_ = ordered;
   in_order_.reset();
   in_order_size_ = 0;
   if (ordered_ && count_ >= 2) {
     // At most prefetch_depth batches are in flight, so seq and seq + size never both are.
-    in_order_size_ = static_cast<std::size_t>(depth_) + 2;
+    in_order_size_ = static_cast<std::size_t>(depth_.load()) + 2;
     in_order_ = std::make_unique<std::atomic<std::uint64_t>[]>(in_order_size_);
   }
   hooks_ = hooks;
@@ -165,8 +165,9 @@ void Recorder::sample(double dt) {
     started[k] = probes_[k].started.load(std::memory_order_relaxed);
   }
   const std::uint64_t produced = setup_.produced->load(std::memory_order_relaxed);
-  const std::uint64_t admitted = std::min(produced, consumed + depth_);
-  const bool full = admitted >= consumed + depth_;
+  const std::uint64_t depth = depth_.load(std::memory_order_relaxed);
+  const std::uint64_t admitted = std::min(produced, consumed + depth);
+  const bool full = admitted >= consumed + depth;
   sampled_seconds_ += dt;
   if (full) full_seconds_ += dt;
   for (std::size_t k = 0; k < count_; ++k) {

@@ -193,6 +193,36 @@ std::string RunReport::to_json() const {
   t["steps_per_second"] = optional_number(train.steps_per_second);
   t["epochs"] = train.epochs;
   j["train"] = t;
+  if (tuning.active || tuning.max_prefetch_depth > 0) {
+    nlohmann::json tj;
+    tj["active"] = tuning.active;
+    tj["decisions"] = nlohmann::json::array();
+    for (const auto& d : tuning.decisions) {
+      tj["decisions"].push_back(
+          {{"seconds", d.seconds},
+           {"batch", d.batch},
+           {"knob", d.knob.empty() ? nlohmann::json() : nlohmann::json(d.knob)},
+           {"from", d.from},
+           {"to", d.to},
+           {"why", d.why}});
+    }
+    tj["settled"] = tuning.settled;
+    tj["yaml"] = tuning.yaml;
+    tj["state"] = tuning.state;
+    tj["settled_seconds"] = tuning.settled_seconds;
+    tj["settled_batches"] = tuning.settled_batches;
+    tj["thread_budget"] = tuning.thread_budget;
+    tj["budget"] = {{"max_prefetch_depth", tuning.max_prefetch_depth},
+                    {"depth_capped_by_memory", tuning.depth_capped_by_memory},
+                    {"host_budget_bytes", tuning.host_budget_bytes},
+                    {"host_pool_bytes", tuning.host_pool_bytes},
+                    {"device_budget_bytes", tuning.device_budget_bytes},
+                    {"device_pool_bytes", tuning.device_pool_bytes},
+                    {"within_budget", tuning.within_budget}};
+    j["tuning"] = tj;
+  } else {
+    j["tuning"] = nullptr;
+  }
   j["warnings"] = warnings;
   j["extra"] = extra;
   return j.dump(2);
@@ -270,6 +300,26 @@ std::string RunReport::to_table() const {
   if (skipped_batches) {
     os << "skipped batches: " << skipped_batches << " (" << skipped_samples
        << " samples; on_error: skip)\n";
+  }
+  if (tuning.active) {
+    for (const auto& d : tuning.decisions) {
+      if (d.knob.empty()) {
+        os << fmt::format("tune {:.2f} s, batch {}: {}\n", d.seconds,
+                          static_cast<unsigned long long>(d.batch), d.why);
+      } else {
+        os << fmt::format("tune {:.2f} s, batch {}: {} {} -> {} ({})\n", d.seconds,
+                          static_cast<unsigned long long>(d.batch), d.knob, d.from, d.to, d.why);
+      }
+    }
+    os << fmt::format(
+        "tuning: last change at {:.2f} s (batch {}); pools sized for prefetch_depth {}{}; host "
+        "pools {} of budget {}; {}\n",
+        tuning.settled_seconds, static_cast<unsigned long long>(tuning.settled_batches),
+        tuning.max_prefetch_depth,
+        tuning.depth_capped_by_memory ? " (the most pipeline.memory_budget allows)" : "",
+        tuning.host_pool_bytes, tuning.host_budget_bytes,
+        tuning.within_budget ? "within budget" : "OVER BUDGET");
+    if (!tuning.yaml.empty()) os << "tuned values (paste to pin them):\n" << tuning.yaml;
   }
   if (interrupted) os << "interrupted: the run was stopped before its end\n";
   return os.str();

@@ -59,6 +59,8 @@ void PipelineImpl::begin_run(bool pull, const RunOptions& options) {
     branch_bytes_[b] = 0;
   }
   warnings_.clear();
+  tuning_ = !pull && tunes();
+  recorder_.set_depth(config_.pipeline.prefetch_depth);
   // stop_ and abort_ are cleared when a run ends, not here: a request made just before run() (a
   // signal while the pipeline was being built) must not be lost.
   cancel_ = false;
@@ -127,15 +129,22 @@ RunReport PipelineImpl::run(const RunOptions& options) {
   bool done = false;
   const auto t_start = Clock::now();
   recorder_.begin_run(std::move(record), now_ns());
+  if (tuning_) tune_begin(options, now_ns());
+  recorder_.set_depth(tuning_ && config_.pipeline.auto_prefetch_depth
+                          ? start_depth_
+                          : config_.pipeline.prefetch_depth);
+  // The tuner measures on the supervisor's ticks: finer ones while it runs.
+  const auto tick = std::chrono::milliseconds(tuning_ ? 5 : 20);
   std::thread supervisor([&] {
     std::uint64_t last_progress = ~0ull;
     auto last_change = Clock::now();
     std::unique_lock<std::mutex> lock(sup_mutex);
     while (!done) {
-      sup_cv.wait_for(lock, std::chrono::milliseconds(20));
+      sup_cv.wait_for(lock, tick);
       if (done) break;
       tbb::flow::graph* g = graph_ptr.load();
       if (!g) continue;
+      if (tuning_ && !cancel_.load()) tune_tick(now_ns());
       // Cancel first, then release bodies waiting on cancel_: a released body must find the graph
       // cancelled, or the batch it held would still travel on.
       if (abort_.load() && !cancelled_by_us.exchange(true)) {
@@ -215,6 +224,11 @@ RunReport PipelineImpl::run(const RunOptions& options) {
   for (auto& s : stages_) s->node->finish(report);
   if (branches_ > 1) fill_branch_report(report, seconds);
   recorder_.fill(report);
+  tune_fill(report);
+  if (tuning_ && options.progress && !report.tuning.yaml.empty()) {
+    std::fputs(("flowfeed: tuned values (paste to pin them):\n" + report.tuning.yaml).c_str(),
+               stderr);
+  }
   return report;
 }
 

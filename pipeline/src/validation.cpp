@@ -317,6 +317,15 @@ void check_options(const PipelineConfig& config, Problems& problems) {
   };
   check(pipeline_fields(), pipeline_schema(), "pipeline");
   check(sampler_fields(), sampler_schema(), "sampler");
+  // YAML reads memory_budget's shares from percentages; C++ sets them directly.
+  const MemoryBudgetOptions& budget = config.pipeline.memory_budget;
+  for (const auto& [key, limit] : {std::pair{"host", &budget.host}, {"device", &budget.device}}) {
+    if (limit->share < 0 || limit->share > 1) {
+      problems.add_at(
+          config.file, std::string("pipeline.memory_budget.") + key,
+          format_number(limit->share) + " is out of range (a share must be above 0 and at most 1)");
+    }
+  }
   const Schema& schema = node_schema();
   for (std::size_t i = 0; i < config.nodes.size(); ++i) {
     const NodeSpec& n = config.nodes[i];

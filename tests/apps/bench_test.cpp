@@ -218,6 +218,29 @@ TEST(PipelineBench, ScalingQuickWritesTheTableTheJsonAndTheSvg) {
   EXPECT_NE(text.str().find("knee: depth"), std::string::npos);
 }
 
+TEST(PipelineBench, AutotuneQuickComparesAutoWithTheSweepAndKeepsTheBudget) {
+  const BenchRun r = run_bench("autotune --quick", "autotune");
+  ASSERT_EQ(r.code, 0) << r.output;
+  for (const char* config : {"load_bound", "train_bound", "load_bound_small_budget"}) {
+    expect_row(r, std::string("autotune_") + config, "batches/s");
+    const nlohmann::json* share =
+        find_row(r.json, std::string("autotune_") + config + "_settled_share");
+    ASSERT_NE(share, nullptr) << config;
+    EXPECT_EQ(share->at("unit"), "of the run's batches");
+    const nlohmann::json& d = r.json.at("scenarios").at("autotune").at(config);
+    EXPECT_EQ(d.at("within_budget"), true) << config;
+    EXPECT_EQ(d.at("batches"), 80) << config;  // 2 epochs of 40
+    EXPECT_LE(d.at("host_pool_bytes").get<double>(), d.at("host_budget_bytes").get<double>());
+  }
+  const nlohmann::json& small = r.json.at("scenarios").at("autotune").at("load_bound_small_budget");
+  EXPECT_EQ(small.at("max_prefetch_depth"), 6);
+  EXPECT_EQ(small.at("depth_capped_by_memory"), true);
+  EXPECT_EQ(small.at("host_budget_bytes"), 6 * 3 * 16640);
+  EXPECT_NE(r.output.find("| load_bound | load concurrency 2 | prefetch_depth 32 |"),
+            std::string::npos)
+      << r.output;
+}
+
 TEST(PipelineBench, CudaScenarioWithoutAGpuSaysSoAndExitsThree) {
   if (gpu_visible()) GTEST_SKIP() << "a GPU is visible: the naive scenario runs";
   flowfeed::Registry registry;

@@ -116,8 +116,8 @@ TEST(ConfigLimits, LongValuesAreCutToAReadableLength) {
   EXPECT_EQ(config_error("pipeline:\n  " + key + ": 1\n" + kChain),
             "f.yaml:2:3: pipeline." + std::string(60, 'k') +
                 "… (500 bytes): unknown key (known keys: epochs, batch_size, prefetch_depth, "
-                "ordered, device, device_id, devices, threads, stall_timeout_s, on_error, "
-                "max_skipped, mode, resume_from)");
+                "ordered, device, device_id, devices, threads, memory_budget, thread_budget, "
+                "stall_timeout_s, on_error, max_skipped, mode, resume_from)");
 }
 
 TEST(ConfigLimits, AtMostFiftyProblemsAreListedThenACount) {
@@ -131,8 +131,8 @@ TEST(ConfigLimits, AtMostFiftyProblemsAreListedThenACount) {
     ASSERT_EQ(e.problems().size(), 51u);
     EXPECT_EQ(e.problems()[49],
               "f.yaml:51:3: pipeline.epochz49: unknown key (known keys: epochs, batch_size, "
-              "prefetch_depth, ordered, device, device_id, devices, threads, stall_timeout_s, "
-              "on_error, max_skipped, mode, resume_from)");
+              "prefetch_depth, ordered, device, device_id, devices, threads, memory_budget, "
+              "thread_budget, stall_timeout_s, on_error, max_skipped, mode, resume_from)");
     EXPECT_EQ(e.problems()[50], "and 2950 more problems (fix the ones above first)");
   }
 }

@@ -71,7 +71,8 @@ TEST(Config, BadOverridesNameTheOverride) {
             "--set nodes.lod.concurrency=8: no node named 'lod' (did you mean 'load'?)");
   EXPECT_EQ(error_of(kGood, {"pipeline.epochs"}), "--set pipeline.epochs: expected key.path=value");
   EXPECT_EQ(error_of(kGood, {"nodes.load.concurrency=many"}),
-            "--set nodes.load.concurrency=many: nodes[0].concurrency: expected an int, got 'many'");
+            "--set nodes.load.concurrency=many: nodes[0].concurrency: expected an int or auto, got "
+            "'many'");
 }
 
 TEST(Config, UnknownKeysSuggestTheClosest) {
@@ -108,8 +109,8 @@ nodes:
           "4096)\n"
           "t.yaml:4:11: pipeline.device: 'gpu' is not one of auto, cuda, host\n"
           "t.yaml:5:12: pipeline.ordered: expected true or false, got 'maybe'\n"
-          "t.yaml:10:18: nodes[0].concurrency: expected an int, got '010' (a leading zero "
-          "would make YAML read it as octal) write it without the zero\n"
+          "t.yaml:10:18: nodes[0].concurrency: expected an int or auto, got '010' (a leading "
+          "zero would make YAML read it as octal) write it without the zero\n"
           "t.yaml:11:33: nodes[0].params.sample_shape[1]: -1 is out of range (must be between "
           "1 and 1000000000)\n"
           "t.yaml:11:45: nodes[0].params.dtype: 'float64' is not one of float32, float16, "

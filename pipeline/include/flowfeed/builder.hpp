@@ -102,6 +102,15 @@ class PipelineBuilder {
   /// `pipeline.prefetch_depth`: most batches in flight between source and end of train (1..4096).
   PipelineBuilder& prefetch_depth(int batches,
                                   std::source_location where = std::source_location::current());
+  /// `pipeline.prefetch_depth: auto`: pools for the most the memory budget allows, the effective
+  /// depth set by the tuner while the pipeline runs (docs/AUTOTUNE.md).
+  PipelineBuilder& auto_prefetch_depth();
+  /// `pipeline.memory_budget`: bytes of host and device memory pools and data sets may take (0:
+  /// not set).
+  PipelineBuilder& memory_budget(std::uint64_t host_bytes, std::uint64_t device_bytes = 0);
+  /// `pipeline.thread_budget`: most node bodies the tuner lets run at once (0: the threads).
+  PipelineBuilder& thread_budget(int bodies,
+                                 std::source_location where = std::source_location::current());
   /// `pipeline.ordered`: the train step (or the pull loop) sees batches in sequence order.
   PipelineBuilder& ordered(bool ordered = true);
   /// `pipeline.device`: automatic (CUDA when a GPU is visible), cuda or host.
@@ -147,6 +156,8 @@ class PipelineBuilder {
   PipelineBuilder& named(std::string name);
   /// Bodies of the node added last that may run at once (default 1; a train node stays at 1).
   PipelineBuilder& concurrency(int bodies);
+  /// `concurrency: auto` for the node added last: the tuner sets its bodies while it runs.
+  PipelineBuilder& auto_concurrency();
   /// CUDA streams the node added last owns (an upload node; default 1).
   PipelineBuilder& streams(int streams);
 

@@ -24,21 +24,49 @@ enum class RunMode {
   pull,  ///< the caller's own loop; the chain has no train node (Pipeline::start)
 };
 
+/// One kind's part of `pipeline.memory_budget`: a byte count, or a share of what the machine
+/// offers (memory_budget.hpp). Neither set: no limit beyond what is available.
+struct BudgetLimit {
+  std::uint64_t bytes = 0;  ///< used when share is 0; 0 with share 0: not set
+  double share = 0;         ///< 0 < share <= 1: this share of what is available
+  /// True when a limit was written.
+  bool set() const noexcept { return bytes > 0 || share > 0; }
+};
+
+/// `pipeline.memory_budget`: what the pipeline's pools and data sets may take, by kind.
+struct MemoryBudgetOptions {
+  BudgetLimit host;    ///< pageable and pinned host memory together
+  BudgetLimit device;  ///< memory on the pipeline's CUDA device
+};
+
+/// Default share of available host memory that `prefetch_depth: auto` sizes its pools for when
+/// `pipeline.memory_budget` sets no host limit.
+inline constexpr double kAutoHostShare = 0.5;
+/// The same for free device memory.
+inline constexpr double kAutoDeviceShare = 0.8;
+
 /// The `pipeline:` section.
 struct PipelineOptions {
   int epochs = 1;              ///< passes over the data set
   std::size_t batch_size = 0;  ///< 0: take the loader's preferred size, else 64
   int prefetch_depth = 8;      ///< most batches in flight between source and end of train
-  bool ordered = true;         ///< train sees batches in sequence order
+  /// `prefetch_depth: auto`: the pools are sized for the largest depth memory_budget allows (the
+  /// pipeline then sets prefetch_depth to it) and the tuner moves the effective depth below it.
+  bool auto_prefetch_depth = false;
+  bool ordered = true;                            ///< train sees batches in sequence order
   DeviceChoice device = DeviceChoice::automatic;  ///< which backend the types resolve to
   int device_id = 0;                              ///< CUDA device ordinal
   /// `pipeline.devices`: one upload → train branch per entry (CUDA ordinals; on the host backend
   /// only branch labels). Empty: one branch on `device_id`. Validation resolves `all` into the
   /// visible devices and sets `device_id` to the first entry (the shared stages' device).
   std::vector<int> devices;
-  bool all_devices = false;    ///< `devices: all`, before validation resolves it
-  int threads = 0;             ///< TBB arena size; 0 = the core count
-  double stall_timeout_s = 0;  ///< end a run that makes no progress for this long; 0 = never
+  bool all_devices = false;  ///< `devices: all`, before validation resolves it
+  int threads = 0;           ///< TBB arena size; 0 = the core count
+  /// Most node bodies the tuner lets run at once, over every synchronous node; 0: the arena's
+  /// threads.
+  int thread_budget = 0;
+  MemoryBudgetOptions memory_budget;  ///< `pipeline.memory_budget`
+  double stall_timeout_s = 0;         ///< end a run that makes no progress for this long; 0 = never
   OnError on_error = OnError::fail;
   int max_skipped = 0;          ///< under `skip`, the run fails once more batches were skipped
   RunMode mode = RunMode::run;  ///< run(): ends in a train node; pull: start() and a C++ loop

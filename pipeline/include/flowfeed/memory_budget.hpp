@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "flowfeed/config.hpp"
 #include "flowfeed/pool.hpp"
 
 namespace flowfeed {
@@ -41,6 +42,13 @@ struct MemoryAvailable {
 /// from FLOWFEED_AVAILABLE_DEVICE_MEMORY, else from `device_free` when given. Throws ConfigError
 /// when an override is not a byte count.
 MemoryAvailable available_memory(std::optional<std::uint64_t> device_free = std::nullopt);
+
+/// Applies `pipeline.memory_budget` to what is available: a limit that is set replaces the figure
+/// by that share of it, or by its bytes (never more than is available, when that is known);
+/// without one, with `auto_default` (`prefetch_depth: auto`), kAutoHostShare of the host figure
+/// and kAutoDeviceShare of the device figure. The sources then name the key.
+void apply_memory_budget(MemoryAvailable& available, const MemoryBudgetOptions& budget,
+                         bool auto_default);
 
 /// One claim on memory: what takes it and which config keys decide its size.
 struct MemoryClaim {

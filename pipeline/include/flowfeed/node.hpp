@@ -39,9 +39,12 @@ struct NodeSpec {
   std::string declared_type;  ///< the type as written; equals `type` unless it was swapped
   Role role = Role::load;     ///< the type's role (validation sets it from the registry)
   int concurrency = 1;        ///< bodies that may run at once (1 = serial)
-  int streams = 1;            ///< CUDA streams an upload node owns
-  Params params;  ///< the type's params, validated against its schema, defaults filled in
-  SourceLoc loc;  ///< where the node was declared
+  /// `concurrency: auto`: the tuner sets the effective concurrency; the built node allows up to
+  /// the thread budget (a train or asynchronous node stays at `concurrency`).
+  bool auto_concurrency = false;
+  int streams = 1;  ///< CUDA streams an upload node owns
+  Params params;    ///< the type's params, validated against its schema, defaults filled in
+  SourceLoc loc;    ///< where the node was declared
 };
 
 /// Memory a staging or upload node can take a loader's batch in without copying it first (see

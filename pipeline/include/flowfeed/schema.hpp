@@ -20,9 +20,9 @@ enum class ParamType { boolean, integer, number, string, int_list, string_list, 
 const char* param_type_name(ParamType type) noexcept;
 
 /// A parameter's value: one of the ParamType alternatives (monostate = unset).
-using ParamValue = std::variant<std::monostate, bool, std::int64_t, double, std::string,
-                                std::vector<std::int64_t>, std::vector<std::string>,
-                                std::vector<double>>;
+using ParamValue =
+    std::variant<std::monostate, bool, std::int64_t, double, std::string, std::vector<std::int64_t>,
+                 std::vector<std::string>, std::vector<double>>;
 
 /// The declaration of one parameter: its name, type, default, allowed range or choices and doc.
 struct ParamSpec {
@@ -32,7 +32,8 @@ struct ParamSpec {
   bool required = false;     ///< a config that leaves it out is an error
   std::optional<double> min, max;    ///< inclusive range for int/number (and for list items)
   std::vector<std::string> choices;  ///< allowed values for a string; empty = any
-  std::string doc;  ///< one line for users; also the "why" of a missing required key
+  std::string doc;       ///< one line for users; also the "why" of a missing required key
+  bool or_auto = false;  ///< an int that may also be the string `auto` (the tuner picks it)
 
   /// Fluent setters, so schemas read as one declaration per line. Sets an inclusive range.
   ParamSpec& range(double lo, double hi) {
@@ -48,6 +49,11 @@ struct ParamSpec {
   /// Restricts a string to these values (messages suggest the closest).
   ParamSpec& one_of(std::vector<std::string> values) {
     choices = std::move(values);
+    return *this;
+  }
+  /// Lets an int be written `auto` too (pipeline.prefetch_depth, nodes[].concurrency).
+  ParamSpec& allow_auto() {
+    or_auto = true;
     return *this;
   }
   /// Makes the param required (it then needs no default).

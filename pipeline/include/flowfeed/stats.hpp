@@ -65,6 +65,35 @@ struct TrainReport {
   std::vector<std::map<std::string, double>> epochs;  ///< per-epoch figures
 };
 
+/// One decision of the tuner (`concurrency: auto`, `prefetch_depth: auto`; docs/AUTOTUNE.md).
+struct TuningDecision {
+  double seconds = 0;       ///< since the run started
+  std::uint64_t batch = 0;  ///< batches finished by then
+  std::string knob;  ///< "nodes.load.concurrency" or "pipeline.prefetch_depth"; "" for a note
+  int from = 0;      ///< the value before
+  int to = 0;        ///< the value after
+  std::string why;   ///< the model's figures that made the change (or the note)
+};
+
+/// What the tuner did in a run, and the proof that memory stayed within the budget.
+struct TuningReport {
+  bool active = false;                    ///< the tuner ran in this run
+  std::vector<TuningDecision> decisions;  ///< in order: changes, and notes when the state changed
+  std::map<std::string, int> settled;     ///< every auto knob → its value at the end
+  std::string yaml;                       ///< those values as YAML lines to paste
+  std::string state;                      ///< the last note: fed, or the limit that stopped it
+  double settled_seconds = 0;             ///< when the last change was made
+  std::uint64_t settled_batches = 0;      ///< batches finished by then
+  int thread_budget = 0;                  ///< most bodies at once over the synchronous nodes
+  int max_prefetch_depth = 0;             ///< the depth the pools were sized for
+  bool depth_capped_by_memory = false;    ///< a smaller depth than wanted, to fit the budget
+  std::uint64_t host_budget_bytes = 0;    ///< the host limit the pools were checked against
+  std::uint64_t host_pool_bytes = 0;      ///< host memory the pools and data sets hold
+  std::uint64_t device_budget_bytes = 0;  ///< the device limit (0: not known)
+  std::uint64_t device_pool_bytes = 0;    ///< device memory the pools hold
+  bool within_budget = true;  ///< pool bytes ≤ budget, no allocation after build, in flight ≤ max
+};
+
 /// Everything a run measured.
 struct RunReport {
   std::string config;         ///< the config's file name, "<string>" or the builder's name
@@ -102,7 +131,8 @@ struct RunReport {
   std::vector<std::uint64_t> stream_copies;  ///< copies per upload stream (all branches, in order)
   /// Per `pipeline.devices` branch, when there are several (empty otherwise).
   std::vector<BranchReport> branches;
-  TrainReport train;  ///< the train step's figures (in pull mode: the caller's waiting)
+  TrainReport train;    ///< the train step's figures (in pull mode: the caller's waiting)
+  TuningReport tuning;  ///< `auto` knobs: the tuner's decisions and the budget's proof
   /// Batches skipped under `on_error: skip`, with their messages (the first 20), then what nodes
   /// noted in finish() (e.g. a loader that fell back from io_uring to pread).
   std::vector<std::string> warnings;

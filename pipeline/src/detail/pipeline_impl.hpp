@@ -11,7 +11,6 @@
 #include <exception>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -21,6 +20,7 @@
 
 #include "detail/recorder.hpp"
 #include "detail/run_cursor.hpp"
+#include "detail/tuner.hpp"
 #include "flowfeed/checkpoint.hpp"
 #include "flowfeed/memory_budget.hpp"
 #include "flowfeed/pipeline.hpp"
@@ -56,6 +56,10 @@ struct Stage {
   // it. When they are equal no batch waits for it, and it flushes (AsynchronousNode::flush).
   std::atomic<std::uint64_t> queued{0};
   std::atomic<std::uint64_t> arrived{0};
+  // `concurrency: auto` on a synchronous node other than the train node: built at the thread
+  // budget (spec.concurrency), run at the gate's effective concurrency while the tuner runs.
+  bool tunable = false;
+  Gate gate;
 
   void clear() {
     queued = 0;
@@ -83,13 +87,41 @@ struct Wiring {
   std::vector<std::unique_ptr<AsyncContext>> contexts;
 };
 
+/// Thrown through a node's setup when `prefetch_depth: auto` pools do not fit the memory budget at
+/// the depth tried: the pipeline is built again at `depth`, the most that the claims seen allow.
+struct DepthRetry {
+  int depth = 0;
+};
+
+/// The tuner's state during one run (autotune.cpp).
+struct TuneState {
+  std::uint64_t start_ns = 0;
+  bool window_open = false;
+  std::uint64_t window_ns = 0;                  // when the window began
+  std::uint64_t window_finished = 0;            // consumed_ then
+  std::vector<std::uint64_t> items, busy_ns;    // per stage, then
+  std::uint64_t ticks = 0, occupied_ticks = 0;  // async train: ticks it was occupied
+  std::uint64_t settle_until = 0;  // after a change, the window opens once this many finished
+  TunerDecision::Kind last_kind = TunerDecision::Kind::none;
+  std::size_t last_stage = 0;
+  double settled_s = 0;  // when the last change was made
+  std::uint64_t settled_batches = 0;
+  std::string state;        // the last note (settled or limit)
+  bool fed_before = false;  // a window found the train node fed
+  std::vector<TuningDecision> log;
+  bool print = false;
+  bool bar = false;
+};
+
 /// Heard by the wiring when a body is about to rethrow a failure (pull mode wakes its caller).
 using OnThrow = std::function<void(std::exception_ptr)>;
 
 class PipelineImpl {
  public:
   // pipeline.cpp: build and report.
-  PipelineImpl(PipelineConfig config, const Registry& registry);
+  /// `auto_depth`: with `prefetch_depth: auto`, the depth to size pools for (0: the cap); the
+  /// constructor throws DepthRetry when a smaller one is needed to fit the memory budget.
+  PipelineImpl(PipelineConfig config, const Registry& registry, int auto_depth = 0);
   /// Replaces the stages from the upload node on by one copy per `pipeline.devices` entry, each a
   /// node of its own made from the same spec, named `name@device`.
   void replicate_branches(const Registry& registry);
@@ -97,6 +129,23 @@ class PipelineImpl {
   RunReport base_report(double seconds, bool interrupted) const;
   /// Adds the per-branch figures to a report of a run with several branches.
   void fill_branch_report(RunReport& report, double seconds) const;
+
+  // autotune.cpp: `concurrency: auto` and `prefetch_depth: auto`.
+  /// At build: the thread budget, the maxima of auto nodes and the depth to size pools for.
+  void resolve_auto(int auto_depth);
+  /// Whether the tuner runs in a run() now (something is auto, one branch).
+  bool tunes() const noexcept;
+  /// After a claim failed with `prefetch_depth: auto`: throws DepthRetry when a smaller depth
+  /// fits the claims seen so far (`kind`, `bytes`, a pool of `count` buffers; 0: not a pool).
+  void retry_smaller_depth(MemoryKind kind, std::uint64_t bytes, std::size_t count);
+  /// Counts a successful claim (per-depth when a pool of k × prefetch_depth buffers).
+  void note_claim(MemoryKind kind, std::uint64_t bytes, std::size_t count);
+  /// Start of a run (the supervisor's thread calls tune_tick from then on).
+  void tune_begin(const RunOptions& options, std::uint64_t start_ns);
+  /// One supervisor tick: measures, and when a window is complete decides and applies.
+  void tune_tick(std::uint64_t now);
+  /// The report's tuning section and the nodes' settled concurrency.
+  void tune_fill(RunReport& report) const;
 
   // run.cpp: the run loop.
   RunReport run(const RunOptions& options);
@@ -180,6 +229,18 @@ class PipelineImpl {
   LoaderNode* loader_ = nullptr;
   BatchLayout layout_;
   std::optional<MemoryBudget> budget_;  ///< what pools and data sets claimed, during the build
+  // Autotune: the thread budget, whether pools were sized below the cap to fit the memory budget,
+  // the bytes of the pools that scale with prefetch_depth (host, device), the depth gate and the
+  // tuner's run state.
+  int thread_budget_ = 1;
+  bool depth_capped_ = false;
+  int depth_wanted_ = 0;
+  std::uint64_t scaled_host_ = 0;
+  std::uint64_t scaled_device_ = 0;
+  bool tuning_ = false;  // in the run now
+  Gate depth_gate_;
+  int start_depth_ = 1;
+  TuneState tune_;
   // Layouts made by BuildContext::change_layout, and the one batches have at the upload node (what
   // bytes_uploaded counts).
   std::vector<std::unique_ptr<BatchLayout>> changed_layouts_;

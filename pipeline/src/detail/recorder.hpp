@@ -140,13 +140,19 @@ class Recorder {
   /// the first node.
   void admission(std::uint64_t produced, std::uint64_t consumed) noexcept {
     if (!counting_) return;
-    const std::uint64_t admitted = std::min(produced, consumed + depth_);
+    const std::uint64_t admitted =
+        std::min(produced, consumed + depth_.load(std::memory_order_relaxed));
     const std::uint64_t started = probes_[0].started.load(std::memory_order_relaxed);
     if (admitted > started) note_queue(probes_[0], admitted - started);
   }
   /// On the train node's thread when a batch finished, before the batch is reset.
   void finish(const Batch& b) noexcept {
     if (tracing_) collect(b);
+  }
+
+  /// The in-flight bound now (the tuner's effective prefetch_depth); configure() sets the maximum.
+  void set_depth(int depth) noexcept {
+    depth_.store(static_cast<std::uint64_t>(std::max(depth, 1)), std::memory_order_relaxed);
   }
 
   /// Adds the recorded figures and the verdict to a report whose node list is in chain order.
@@ -202,8 +208,8 @@ class Recorder {
   // has left that node, so the monitor can tell whether the train's next batch is there.
   std::unique_ptr<std::atomic<std::uint64_t>[]> in_order_;
   std::size_t in_order_size_ = 0;
-  std::vector<StageTimes> times_;  // one row of nodes_.size() per batch object
-  std::uint64_t depth_ = 1;
+  std::vector<StageTimes> times_;        // one row of nodes_.size() per batch object
+  std::atomic<std::uint64_t> depth_{1};  // the effective in-flight bound (the tuner moves it)
   bool ordered_ = false;
   RangeHooks hooks_;
 

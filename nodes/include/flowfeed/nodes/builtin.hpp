@@ -15,7 +15,7 @@ Registry builtin_registry();
 
 /// `synthetic`, `memory`, `idx`, `npy`.
 void register_load_nodes(Registry& registry);
-/// `normalize`.
+/// `normalize`, `delay`.
 void register_transform_nodes(Registry& registry);
 /// `host_staging`.
 void register_staging_nodes(Registry& registry);

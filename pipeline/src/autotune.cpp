@@ -1,0 +1,271 @@
+// `concurrency: auto` and `prefetch_depth: auto` (docs/AUTOTUNE.md): the maxima fixed at build
+// (pools for the largest depth the memory budget allows, auto nodes built at the thread budget),
+// and the tuner that runs on the supervisor's ticks, measures each window, asks decide() for one
+// change and moves the gates.
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "detail/pipeline_impl.hpp"
+
+namespace flowfeed::detail {
+
+namespace {
+
+// A window closes once this many batches finished (and kMinWindowNs passed); after a change the
+// next one opens once the batches in flight then have finished.
+constexpr std::uint64_t kWindowBatches = 8;
+constexpr std::uint64_t kMinWindowNs = 20'000'000;
+// An asynchronous train node's occupancy is sampled once a tick: enough samples first.
+constexpr std::uint64_t kMinAsyncTicks = 40;
+// Decisions the report keeps.
+constexpr std::size_t kMaxLogged = 1000;
+
+std::string knob_of(const Stage& stage) {
+  return "nodes." + stage.spec.name + ".concurrency";
+}
+
+}  // namespace
+
+void PipelineImpl::resolve_auto(int auto_depth) {
+  const int threads = arena_threads(config_);
+  thread_budget_ = config_.pipeline.thread_budget > 0 ? config_.pipeline.thread_budget : threads;
+  for (auto& s : stages_) {
+    s->tunable =
+        s->spec.auto_concurrency && !s->node->asynchronous() && s->spec.role != Role::train;
+    // Built (and set up) for the most it may run: the budget.
+    if (s->tunable) s->spec.concurrency = std::max(thread_budget_, 1);
+  }
+  if (!config_.pipeline.auto_prefetch_depth) return;
+  // Enough for every body the budget allows and a batch queued before each stage, twice over.
+  depth_wanted_ =
+      std::min(4096, 2 * (std::max(thread_budget_, 1) + static_cast<int>(stages_.size())));
+  depth_capped_ = auto_depth > 0 && auto_depth < depth_wanted_;
+  config_.pipeline.prefetch_depth = auto_depth > 0 ? auto_depth : depth_wanted_;
+}
+
+bool PipelineImpl::tunes() const noexcept {
+  if (branches_ > 1 || config_.pipeline.mode == RunMode::pull) return false;
+  if (config_.pipeline.auto_prefetch_depth) return true;
+  return std::any_of(stages_.begin(), stages_.end(), [](const auto& s) { return s->tunable; });
+}
+
+void PipelineImpl::note_claim(MemoryKind kind, std::uint64_t bytes, std::size_t count) {
+  const auto depth = static_cast<std::size_t>(config_.pipeline.prefetch_depth);
+  if (count == 0 || count % depth != 0) return;
+  (kind == MemoryKind::device ? scaled_device_ : scaled_host_) += bytes;
+}
+
+void PipelineImpl::retry_smaller_depth(MemoryKind kind, std::uint64_t bytes, std::size_t count) {
+  if (!config_.pipeline.auto_prefetch_depth) return;
+  const bool device = kind == MemoryKind::device;
+  const MemoryAvailable& a = budget_->available();
+  const std::optional<std::uint64_t>& limit = device ? a.device : a.host;
+  if (!limit) return;
+  const std::uint64_t depth = static_cast<std::uint64_t>(config_.pipeline.prefetch_depth);
+  const bool scales = count > 0 && count % depth == 0;
+  const std::uint64_t claimed =
+      device ? budget_->claimed(MemoryKind::device)
+             : budget_->claimed(MemoryKind::pageable) + budget_->claimed(MemoryKind::pinned);
+  std::uint64_t scaled = device ? scaled_device_ : scaled_host_;
+  std::uint64_t fixed = claimed - scaled;
+  (scales ? scaled : fixed) += bytes;
+  if (scaled == 0 || fixed >= *limit || depth == 1) return;
+  // The pools seen so far scale with the depth; the ones not yet seen may lower it again.
+  const long double per_depth = static_cast<long double>(scaled) / static_cast<long double>(depth);
+  const long double room = static_cast<long double>(*limit - fixed) / per_depth;
+  const int fits =
+      static_cast<int>(std::min<long double>(room, static_cast<long double>(depth - 1)));
+  // Too little even for the claims seen: try one batch in flight, so that the error (if it still
+  // does not fit) names the least the pipeline needs.
+  throw DepthRetry{std::max(fits, 1)};
+}
+
+void PipelineImpl::tune_begin(const RunOptions& options, std::uint64_t start_ns) {
+  tune_ = TuneState{};
+  tune_.start_ns = start_ns;
+  tune_.print = options.progress;
+  tune_.bar = options.progress_bar;
+  tune_.items.assign(stages_.size(), 0);
+  tune_.busy_ns.assign(stages_.size(), 0);
+  // Start low, so that what the run needs shows: one body per auto node, and a batch in flight
+  // for every body and one more (the tuner raises them from the first window's figures).
+  int bodies = 0;
+  for (const auto& s : stages_) {
+    if (!s->node->asynchronous()) bodies += s->tunable ? 1 : s->spec.concurrency;
+  }
+  start_depth_ = std::min(config_.pipeline.prefetch_depth, bodies + 1);
+  if (depth_capped_) {
+    // Said once, at the start: the budget, not the cap, decided how deep the pools are.
+    const MemoryAvailable& a = budget_->available();
+    TuningDecision note{0,
+                        0,
+                        "",
+                        0,
+                        0,
+                        fmt::format("limit: pools sized for prefetch_depth {}, the most "
+                                    "pipeline.memory_budget allows ({} wanted; host budget {}{})",
+                                    config_.pipeline.prefetch_depth, depth_wanted_,
+                                    a.host ? format_bytes(*a.host) : std::string("unknown"),
+                                    a.device ? ", device budget " + format_bytes(*a.device) : "")};
+    if (tune_.print) {
+      std::fputs(("flowfeed: tune 0.00 s, batch 0: " + note.why + "\n").c_str(), stderr);
+    }
+    tune_.log.push_back(std::move(note));
+  }
+}
+
+void PipelineImpl::tune_tick(std::uint64_t now) {
+  const Stage& train = *stages_.back();
+  if (train.node->asynchronous()) {
+    // An asynchronous train node's busy time is its submit()s: sample whether it is occupied,
+    // with work submitted and not completed or a batch waiting for it.
+    ++tune_.ticks;
+    const std::uint64_t arrived = train.arrived.load(std::memory_order_acquire);
+    if (arrived > train.items.load(std::memory_order_acquire) ||
+        train.queued.load(std::memory_order_acquire) > arrived) {
+      ++tune_.occupied_ticks;
+    }
+  }
+  const std::uint64_t finished = consumed_.load(std::memory_order_relaxed);
+  if (!tune_.window_open) {
+    if (finished < tune_.settle_until) return;
+    tune_.window_open = true;
+    tune_.window_ns = now;
+    tune_.window_finished = finished;
+    tune_.ticks = tune_.occupied_ticks = 0;
+    for (std::size_t i = 0; i < stages_.size(); ++i) {
+      tune_.items[i] = stages_[i]->items.load(std::memory_order_relaxed);
+      tune_.busy_ns[i] = stages_[i]->busy_ns.load(std::memory_order_relaxed);
+    }
+    return;
+  }
+  if (finished - tune_.window_finished < kWindowBatches || now - tune_.window_ns < kMinWindowNs ||
+      (train.node->asynchronous() && tune_.ticks < kMinAsyncTicks)) {
+    return;
+  }
+  TunerSnapshot snap;
+  snap.window_s = static_cast<double>(now - tune_.window_ns) * 1e-9;
+  snap.depth = config_.pipeline.auto_prefetch_depth ? depth_gate_.effective()
+                                                    : config_.pipeline.prefetch_depth;
+  snap.max_depth = config_.pipeline.prefetch_depth;
+  snap.depth_tunable = config_.pipeline.auto_prefetch_depth;
+  snap.depth_capped_by_memory = depth_capped_;
+  snap.thread_budget = thread_budget_;
+  snap.ordered = config_.pipeline.ordered;
+  snap.fed_before = tune_.fed_before;
+  for (std::size_t i = 0; i < stages_.size(); ++i) {
+    const Stage& s = *stages_[i];
+    StageSample x;
+    x.name = s.spec.name;
+    x.tunable = s.tunable;
+    x.train = i + 1 == stages_.size();
+    x.asynchronous = s.node->asynchronous();
+    x.concurrency = s.tunable ? s.gate.effective() : s.spec.concurrency;
+    x.max_concurrency = s.spec.concurrency;
+    x.items = s.items.load(std::memory_order_relaxed) - tune_.items[i];
+    x.busy_s =
+        static_cast<double>(s.busy_ns.load(std::memory_order_relaxed) - tune_.busy_ns[i]) * 1e-9;
+    if (x.train && s.node->asynchronous() && tune_.ticks > 0) {
+      // Occupied whenever a batch waited for it.
+      x.busy_s = snap.window_s * static_cast<double>(tune_.occupied_ticks) /
+                 static_cast<double>(tune_.ticks);
+    }
+    snap.stages.push_back(std::move(x));
+  }
+  const TunerDecision d = decide(snap);
+  const double t = static_cast<double>(now - tune_.start_ns) * 1e-9;
+  TuningDecision entry{t, finished, "", d.from, d.to, d.why};
+  bool changed = false;
+  switch (d.kind) {
+    case TunerDecision::Kind::none: break;
+    case TunerDecision::Kind::concurrency:
+      stages_[d.stage]->gate.set(d.to);
+      entry.knob = knob_of(*stages_[d.stage]);
+      changed = true;
+      break;
+    case TunerDecision::Kind::depth:
+      depth_gate_.set(d.to);
+      recorder_.set_depth(d.to);
+      entry.knob = "pipeline.prefetch_depth";
+      changed = true;
+      break;
+    case TunerDecision::Kind::limit:
+    case TunerDecision::Kind::settled:
+      if (d.kind == TunerDecision::Kind::settled) tune_.fed_before = true;
+      tune_.state = (d.kind == TunerDecision::Kind::limit ? "limit: " : "fed: ") + d.why;
+      break;
+  }
+  // A note is logged when the state changes (fed, or a limit at another knob), not every window.
+  const bool note = !changed && d.kind != TunerDecision::Kind::none &&
+                    (d.kind != tune_.last_kind || d.stage != tune_.last_stage);
+  if (changed || note) {
+    tune_.last_kind = d.kind;
+    tune_.last_stage = d.stage;
+    if (changed) {
+      tune_.settled_s = t;
+      tune_.settled_batches = finished;
+    }
+    if (tune_.print) {
+      const std::string line =
+          changed
+              ? fmt::format("flowfeed: tune {:.2f} s, batch {}: {} {} -> {} ({})\n", t, finished,
+                            entry.knob, d.from, d.to, d.why)
+              : fmt::format("flowfeed: tune {:.2f} s, batch {}: {}\n", t, finished, tune_.state);
+      // Under a status bar: clear its line first; the bar redraws below.
+      std::fputs(((tune_.bar ? "\r\033[K" : "") + line).c_str(), stderr);
+      std::fflush(stderr);
+    }
+    if (!changed) entry.why = tune_.state;
+    // A run that keeps changing keeps its first decisions (the stderr lines have them all).
+    if (tune_.log.size() < kMaxLogged) tune_.log.push_back(std::move(entry));
+  }
+  // No decision: the window grows. After a change the next window opens once the batches in
+  // flight now have finished.
+  if (d.kind == TunerDecision::Kind::none) return;
+  tune_.window_open = false;
+  if (changed) tune_.settle_until = finished + static_cast<std::uint64_t>(snap.depth);
+}
+
+void PipelineImpl::tune_fill(RunReport& report) const {
+  TuningReport& r = report.tuning;
+  r.active = tuning_;
+  r.thread_budget = thread_budget_;
+  r.max_prefetch_depth = config_.pipeline.prefetch_depth;
+  r.depth_capped_by_memory = depth_capped_;
+  const MemoryAvailable& a = budget_->available();
+  r.host_budget_bytes = a.host.value_or(0);
+  r.device_budget_bytes = a.device.value_or(0);
+  r.host_pool_bytes = budget_->claimed(MemoryKind::pageable) + budget_->claimed(MemoryKind::pinned);
+  r.device_pool_bytes = budget_->claimed(MemoryKind::device);
+  r.within_budget = (!a.host || r.host_pool_bytes <= *a.host) &&
+                    (!a.device || r.device_pool_bytes <= *a.device) &&
+                    report.allocations_after_build == 0 &&
+                    report.max_in_flight <= config_.pipeline.prefetch_depth;
+  if (!tuning_) return;
+  r.decisions = tune_.log;
+  r.state = tune_.state;
+  r.settled_seconds = tune_.settled_s;
+  r.settled_batches = tune_.settled_batches;
+  std::string nodes;
+  for (std::size_t i = 0; i < stages_.size(); ++i) {
+    const Stage& s = *stages_[i];
+    if (!s.spec.auto_concurrency) continue;
+    const int c = s.tunable ? s.gate.effective() : s.spec.concurrency;
+    report.nodes[i].concurrency = c;
+    report.nodes[i].utilization =
+        report.seconds > 0 ? report.nodes[i].busy_seconds / (report.seconds * c) : 0;
+    r.settled[knob_of(s)] = c;
+    nodes += fmt::format("  - {{ name: {}, concurrency: {} }}\n", s.spec.name, c);
+  }
+  if (config_.pipeline.auto_prefetch_depth) {
+    r.settled["pipeline.prefetch_depth"] = depth_gate_.effective();
+    report.prefetch_depth = depth_gate_.effective();
+    r.yaml = fmt::format("pipeline:\n  prefetch_depth: {}\n", depth_gate_.effective());
+  }
+  if (!nodes.empty()) r.yaml += "nodes:   # merge into the entries of the same name\n" + nodes;
+}
+
+}  // namespace flowfeed::detail

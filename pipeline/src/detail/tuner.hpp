@@ -1,0 +1,95 @@
+#pragma once
+// The tuner of `concurrency: auto` and `prefetch_depth: auto` (docs/AUTOTUNE.md). Its decision is
+// a pure function of a snapshot of what each stage did over a window (decide()), so that the same
+// measurements always give the same decision; Tuner keeps the windows and the decisions made, and
+// Gate moves an effective bound below a limiter_node's fixed threshold without blocking a thread.
+
+#include <oneapi/tbb/flow_graph.h>
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "flowfeed/batch.hpp"
+#include "flowfeed/stats.hpp"
+
+namespace flowfeed::detail {
+
+/// What one stage did over a window.
+struct StageSample {
+  std::string name;
+  bool tunable = false;       // `concurrency: auto` on a synchronous node other than the train node
+  bool train = false;         // the train node (the last one)
+  bool asynchronous = false;  // busy counts submit() only (a train node's: its occupancy)
+  int concurrency = 1;        // effective now
+  int max_concurrency = 1;    // the built node's (the thread budget for a tunable one)
+  std::uint64_t items = 0;    // batches it finished in the window
+  double busy_s = 0;          // time in its bodies in the window, summed over bodies
+};
+
+/// The pipeline over a window, as decide() sees it.
+struct TunerSnapshot {
+  double window_s = 0;
+  int depth = 1;                        // effective in-flight bound
+  int max_depth = 1;                    // the depth the pools were sized for
+  bool depth_tunable = false;           // prefetch_depth: auto
+  bool depth_capped_by_memory = false;  // max_depth is what pipeline.memory_budget allows
+  int thread_budget = 1;                // most bodies at once over the synchronous nodes
+  bool ordered = true;                  // a sequencer holds batches that finished out of order
+  bool fed_before = false;              // an earlier window found the train node fed
+  std::vector<StageSample> stages;      // in chain order, the train node last
+};
+
+/// One decision: a knob's change, a limit that stops the tuning, or nothing.
+struct TunerDecision {
+  enum class Kind { none, concurrency, depth, limit, settled };
+  Kind kind = Kind::none;
+  std::size_t stage = 0;  // for concurrency
+  int from = 0;
+  int to = 0;
+  std::string why;
+};
+
+/// The share of the window the train node may wait for data and still count as fed.
+inline constexpr double kTunerTargetWait = 0.05;
+/// Between the target and this share of waiting the figures may be noise: decide() acts on them
+/// only over a window of kTunerLongWindow train batches. Once the train node was fed, it acts
+/// only above this share (the picture changed), over such a window. "Fed" itself is declared
+/// over such a window.
+inline constexpr double kTunerActWait = 0.10;
+inline constexpr std::uint64_t kTunerLongWindow = 64;
+/// Bodies (and in-flight slots) planned above what the service times need, for their spread.
+inline constexpr double kTunerHeadroom = 1.25;
+
+/// Decides the one change to make after a window (or none), from the model of service times:
+/// the train node's time per batch sets the rate to reach; a stage of time s at that rate X
+/// needs X × s bodies; the batches in flight must cover every stage's bodies and the ones
+/// queued between them. Pure: the same snapshot gives the same decision.
+TunerDecision decide(const TunerSnapshot& snapshot);
+
+/// Moves the effective bound of a limiter_node<Batch*, int> between 1 and its threshold. The
+/// threshold never changes; the slots above the effective bound are held back: taken at the
+/// start (a negative decrement, which the limiter applies in full while its count is 0) or, when
+/// the bound falls, kept back from the next finished batches. A raise is handed out with the
+/// next finished batch's decrement. No thread ever waits.
+class Gate {
+ public:
+  /// Before the graph runs: `limiter` has `threshold` slots, `effective` of them usable.
+  void attach(tbb::flow::limiter_node<Batch*, int>& limiter, int threshold, int effective);
+  /// The usable slots now (the tuner's thread).
+  int effective() const noexcept { return effective_.load(std::memory_order_relaxed); }
+  /// Sets the usable slots (the tuner's thread), 1..threshold.
+  void set(int effective) noexcept;
+  /// What a finished batch puts into the limiter's decrementer: 1, less any slot held back, plus
+  /// any raise not yet handed out. Thread-safe.
+  int on_finished() noexcept;
+
+ private:
+  std::atomic<int> effective_{1};
+  std::atomic<int> withhold_{0};  // slots to keep back from the next finished batches
+  std::atomic<int> pending_{0};   // slots to hand out with the next finished batch
+  int threshold_ = 1;
+};
+
+}  // namespace flowfeed::detail

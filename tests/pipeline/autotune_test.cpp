@@ -1,0 +1,342 @@
+// `concurrency: auto` and `prefetch_depth: auto` on real graphs whose stages cost what their delay
+// params say: the tuner gives the slow stage the bodies it needs and leaves the rest, follows a
+// cost that changes mid-run, and memory never grows past the pools sized at build, which fit
+// pipeline.memory_budget. Also the config errors of the new keys.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "flowfeed/builder.hpp"
+#include "flowfeed/config.hpp"
+#include "flowfeed/error.hpp"
+#include "flowfeed/nodes/builtin.hpp"
+#include "flowfeed/pipeline.hpp"
+#include "flowfeed/registry.hpp"
+
+namespace flowfeed {
+namespace {
+
+/// A chain of host nodes: synthetic (load_ms), an optional delay transform, staging, upload and a
+/// sleep train step; 8 threads so that sleeping bodies are not short of workers on 2 cores.
+std::string chain(int batches, double load_ms, const std::string& transform, double train_ms,
+                  const std::string& pipeline_extra = "") {
+  return fmt::format(
+      "pipeline: {{ epochs: 1, batch_size: 64, prefetch_depth: auto, threads: 8, device: host{} "
+      "}}\n"
+      "nodes:\n"
+      "  - {{ name: load, type: synthetic, concurrency: auto, params: {{ batches: {}, "
+      "sample_shape: [64], delay_ms: {:g} }} }}\n"
+      "{}"
+      "  - {{ name: stage, type: host_staging, concurrency: 2 }}\n"
+      "  - {{ name: upload, type: host_upload }}\n"
+      "  - {{ name: train, type: sleep, params: {{ ms: {:g} }} }}\n",
+      pipeline_extra, batches, load_ms, transform, train_ms);
+}
+
+RunReport run_yaml(const std::string& yaml) {
+  Registry registry = builtin_registry();
+  Pipeline pipeline(load_config_string(yaml, registry, {}, "auto.yaml"), registry);
+  return pipeline.run();
+}
+
+/// Memory stayed inside what was allocated at build, and that inside the budget.
+void expect_within_budget(const RunReport& r) {
+  const int depth = r.tuning.max_prefetch_depth;
+  EXPECT_TRUE(r.tuning.active);
+  EXPECT_TRUE(r.tuning.within_budget);
+  EXPECT_EQ(r.allocations_after_build, 0u);
+  EXPECT_LE(r.max_in_flight, depth);
+  EXPECT_LE(r.tuning.host_pool_bytes, r.tuning.host_budget_bytes);
+  for (const PoolReport& p : r.pools) {
+    EXPECT_EQ(p.buffers, static_cast<std::size_t>(depth)) << p.name;
+    EXPECT_LE(p.high_water, static_cast<std::size_t>(depth)) << p.name;
+  }
+}
+
+/// Bodies of node `i` that keep the train node busy, from the run's own figures: its time per
+/// batch over the train node's (a loaded machine makes both slower).
+double needed(const RunReport& r, std::size_t i) {
+  const NodeReport& n = r.nodes[i];
+  const NodeReport& train = r.nodes.back();
+  return (n.busy_seconds / static_cast<double>(n.items)) /
+         (train.busy_seconds / static_cast<double>(train.items));
+}
+
+int settled(const RunReport& r, const std::string& knob) {
+  auto it = r.tuning.settled.find(knob);
+  return it == r.tuning.settled.end() ? -1 : it->second;
+}
+
+TEST(Autotune, ASlowLoaderGetsTheBodiesItNeeds) {
+  // 4 ms a batch against a 1 ms train step: 4 bodies keep up, 5 with the tuner's headroom.
+  const RunReport r = run_yaml(chain(240, 4, "", 1));
+  EXPECT_EQ(r.batches, 240u);
+  expect_within_budget(r);
+  ASSERT_FALSE(r.tuning.decisions.empty());
+  const TuningDecision& first = r.tuning.decisions.front();
+  EXPECT_EQ(first.knob, "nodes.load.concurrency");
+  EXPECT_EQ(first.from, 1);
+  // About 4 (4 ms against 1 ms), 5 with the tuner's headroom.
+  const double need = needed(r, 0);
+  EXPECT_GE(settled(r, "nodes.load.concurrency"), static_cast<int>(need)) << need;
+  EXPECT_LE(settled(r, "nodes.load.concurrency"), static_cast<int>(need * 1.25) + 2) << need;
+  EXPECT_EQ(r.nodes[0].concurrency, settled(r, "nodes.load.concurrency"));
+  // The values to pin them, as YAML a user pastes.
+  EXPECT_NE(r.tuning.yaml.find(fmt::format("pipeline:\n  prefetch_depth: {}\n",
+                                           settled(r, "pipeline.prefetch_depth"))),
+            std::string::npos)
+      << r.tuning.yaml;
+  EXPECT_NE(r.tuning.yaml.find(fmt::format("  - {{ name: load, concurrency: {} }}\n",
+                                           settled(r, "nodes.load.concurrency"))),
+            std::string::npos)
+      << r.tuning.yaml;
+  const std::string json = r.to_json();
+  EXPECT_NE(json.find("\"knob\": \"nodes.load.concurrency\""), std::string::npos);
+}
+
+TEST(Autotune, ASlowTransformGrowsAndTheFastLoaderStaysSmall) {
+  const RunReport r = run_yaml(chain(
+      240, 0, "  - { name: augment, type: delay, concurrency: auto, params: { ms: 3 } }\n", 1));
+  EXPECT_EQ(r.batches, 240u);
+  expect_within_budget(r);
+  const double need = needed(r, 1);
+  EXPECT_GE(settled(r, "nodes.augment.concurrency"), static_cast<int>(need)) << need;
+  EXPECT_GE(settled(r, "nodes.augment.concurrency"), 2);
+  EXPECT_LE(settled(r, "nodes.load.concurrency"), 2);
+}
+
+TEST(Autotune, ASlowTrainNodeLeavesTheLoaderAloneAndTheDepthGateHoldsBelowThePools) {
+  const RunReport r = run_yaml(chain(100, 0.5, "", 4));
+  EXPECT_EQ(r.batches, 100u);
+  expect_within_budget(r);
+  // A loader 8 times faster than the train step never needs a second body.
+  for (const TuningDecision& d : r.tuning.decisions) {
+    EXPECT_NE(d.knob, "nodes.load.concurrency") << d.why;
+  }
+  EXPECT_EQ(settled(r, "nodes.load.concurrency"), 1);
+  // Pools for 2 × (8 threads + 4 nodes) batches; the run starts with one in flight per body
+  // (load, staging 2, upload, train) and one more admitted. On a quiet machine the train node is
+  // fed at once; a busy one may make it wait and the depth grow. Either way no more batches were
+  // in flight than the gate let through, far below the pools.
+  EXPECT_EQ(r.tuning.max_prefetch_depth, 24);
+  int largest = 6;
+  for (const TuningDecision& d : r.tuning.decisions) {
+    if (d.knob == "pipeline.prefetch_depth") largest = std::max(largest, d.to);
+  }
+  EXPECT_EQ(settled(r, "pipeline.prefetch_depth"), largest);
+  EXPECT_LE(r.max_in_flight, largest);
+}
+
+TEST(Autotune, AMemoryBudgetTooSmallForTheWantedDepthSizesThePoolsForTheMostItAllows) {
+  // Three pools of 16640-byte buffers: 49920 bytes per batch in flight, so 300 KiB holds 6.
+  const RunReport r = run_yaml(chain(120, 4, "", 1, ", memory_budget: { host: 300K, device: 1G }"));
+  EXPECT_EQ(r.batches, 120u);
+  expect_within_budget(r);
+  EXPECT_EQ(r.tuning.max_prefetch_depth, 6);
+  EXPECT_TRUE(r.tuning.depth_capped_by_memory);
+  EXPECT_EQ(r.tuning.host_budget_bytes, 300u * 1024);
+  EXPECT_EQ(r.tuning.host_pool_bytes, 6u * 3 * 16640);
+  EXPECT_LE(settled(r, "pipeline.prefetch_depth"), 6);
+  ASSERT_FALSE(r.tuning.decisions.empty());
+  EXPECT_EQ(r.tuning.decisions.front().why,
+            "limit: pools sized for prefetch_depth 6, the most pipeline.memory_budget allows (24 "
+            "wanted; host budget 300.0 KiB, device budget 1.0 GiB)");
+}
+
+TEST(Autotune, ABudgetBelowOneBatchInFlightIsAConfigErrorNamingTheKey) {
+  try {
+    run_yaml(chain(10, 0, "", 0, ", memory_budget: 10K"));
+    FAIL() << "expected a ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "auto.yaml:3:5: pipeline.prefetch_depth, pipeline.batch_size: pool 'load.host' (1 "
+              "buffers of 16.2 KiB) needs 16.2 KiB of host memory, and 10.0 KiB is available "
+              "(pipeline.memory_budget.host; the process would be killed for want of memory "
+              "mid-run) lower pipeline.prefetch_depth, pipeline.batch_size");
+  }
+}
+
+TEST(Autotune, ACostThatRisesMidRunIsFollowed) {
+  // The transform costs 0.3 ms for 100 batches, then 4 ms (the data set's cold part).
+  const RunReport r = run_yaml(
+      chain(300, 0,
+            "  - { name: augment, type: delay, concurrency: auto, params: { ms: 0.3, change_after: "
+            "100, ms_after: 4 } }\n",
+            1));
+  EXPECT_EQ(r.batches, 300u);
+  expect_within_budget(r);
+  bool followed = false;
+  for (const TuningDecision& d : r.tuning.decisions) {
+    if (d.knob == "nodes.augment.concurrency" && d.batch >= 100 && d.to > d.from) followed = true;
+  }
+  EXPECT_TRUE(followed) << r.to_table();
+  EXPECT_GE(settled(r, "nodes.augment.concurrency"), 2) << r.to_table();
+}
+
+TEST(Autotune, AutoIsAcceptedFromSetAndFixedValuesStayUntuned) {
+  Registry registry = builtin_registry();
+  const std::string yaml = chain(10, 0, "", 0);
+  const PipelineConfig c = load_config_string(
+      yaml, registry, {"pipeline.prefetch_depth=8", "nodes.load.concurrency=3"}, "auto.yaml");
+  EXPECT_FALSE(c.pipeline.auto_prefetch_depth);
+  EXPECT_EQ(c.pipeline.prefetch_depth, 8);
+  EXPECT_FALSE(c.nodes[0].auto_concurrency);
+  EXPECT_EQ(c.nodes[0].concurrency, 3);
+  Pipeline pipeline(c, registry);
+  const RunReport r = pipeline.run();
+  EXPECT_FALSE(r.tuning.active);
+  EXPECT_TRUE(r.tuning.decisions.empty());
+}
+
+TEST(Autotune, TheBuilderSetsTheSameKnobs) {
+  Registry registry = builtin_registry();
+  Pipeline pipeline = PipelineBuilder()
+                          .batch_size(64)
+                          .auto_prefetch_depth()
+                          .memory_budget(std::uint64_t{64} << 20)
+                          .threads(4)
+                          .thread_budget(4)
+                          .device(DeviceChoice::host)
+                          .load("synthetic", {{"batches", 60}, {"sample_shape", {64}}})
+                          .auto_concurrency()
+                          .train("sleep", {{"ms", 1.0}})
+                          .build(registry);
+  const RunReport r = pipeline.run();
+  EXPECT_EQ(r.batches, 60u);
+  EXPECT_TRUE(r.tuning.active);
+  EXPECT_EQ(r.tuning.thread_budget, 4);
+  EXPECT_EQ(r.tuning.host_budget_bytes, std::uint64_t{64} << 20);
+  // Pools for 2 × (4 threads + 2 nodes) batches.
+  EXPECT_EQ(r.tuning.max_prefetch_depth, 12);
+  expect_within_budget(r);
+}
+
+/// An asynchronous train node whose work takes `ms` per batch, one batch after another, on a
+/// thread of its own (a device's stream).
+class TimedSink final : public AsynchronousNode {
+ public:
+  explicit TimedSink(double ms) : ms_(ms), worker_([this] { work(); }) {}
+  ~TimedSink() override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    worker_.join();
+  }
+  void submit(Batch&, Completion done) override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      queue_.push_back(done);
+    }
+    wake_.notify_all();
+  }
+
+ private:
+  void work() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      wake_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      const Completion done = queue_.front();
+      queue_.pop_front();
+      lock.unlock();
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms_));
+      done();
+      lock.lock();
+    }
+  }
+  double ms_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<Completion> queue_;
+  bool stop_ = false;
+  std::thread worker_;
+};
+
+TEST(Autotune, AnAsynchronousTrainNodeIsFedByWhatItsWorkInFlightShows) {
+  Registry registry = builtin_registry();
+  NodeType sink;
+  sink.name = "timed_sink";
+  sink.role = Role::train;
+  sink.doc = "test only: asynchronous work of ms per batch";
+  sink.backend = TypeBackend::host;
+  sink.schema.add_number("ms", "work per batch", 1.0).range(0, 1000);
+  sink.create = [](const NodeSpec& spec) {
+    return std::make_unique<TimedSink>(spec.params.get_number("ms"));
+  };
+  registry.set(std::move(sink));
+  std::string yaml = chain(300, 4, "", 1);
+  yaml.replace(yaml.find("type: sleep"), 11, "type: timed_sink");
+  Pipeline pipeline(load_config_string(yaml, registry, {}, "auto.yaml"), registry);
+  const RunReport r = pipeline.run();
+  EXPECT_EQ(r.batches, 300u);
+  expect_within_budget(r);
+  // 4 ms loads against 1 ms of device work: about 4 bodies.
+  EXPECT_GE(settled(r, "nodes.load.concurrency"), 3) << r.to_table();
+}
+
+std::string config_error(const std::string& yaml) {
+  Registry registry = builtin_registry();
+  try {
+    load_config_string(yaml, registry, {}, "auto.yaml");
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(Autotune, TheNewKeysBadValuesAreErrorsWithTheirPosition) {
+  EXPECT_EQ(config_error("pipeline: { prefetch_depth: lots }\n"
+                         "nodes:\n"
+                         "  - { name: load, type: synthetic, concurrency: fast }\n"
+                         "  - { name: train, type: discard }\n"),
+            "auto.yaml:1:29: pipeline.prefetch_depth: expected an int or auto, got 'lots'\n"
+            "auto.yaml:3:49: nodes[0].concurrency: expected an int or auto, got 'fast'");
+  EXPECT_EQ(config_error("pipeline:\n"
+                         "  memory_budget: { host: lots, hots: 1G, device: 120% }\n"
+                         "  thread_budget: -1\n"
+                         "nodes:\n"
+                         "  - { name: load, type: synthetic }\n"
+                         "  - { name: train, type: discard }\n"),
+            "auto.yaml:3:18: pipeline.thread_budget: -1 is out of range (must be between 0 and "
+            "4096)\n"
+            "auto.yaml:2:26: pipeline.memory_budget.host: expected a byte count above 0 "
+            "(1073741824, 512M, 16G) or a share of what is available (50%), got 'lots'\n"
+            "auto.yaml:2:32: pipeline.memory_budget.hots: unknown key (did you mean 'host'?)\n"
+            "auto.yaml:2:50: pipeline.memory_budget.device: expected a byte count above 0 "
+            "(1073741824, 512M, 16G) or a share of what is available (50%), got '120%'");
+}
+
+TEST(Autotune, MemoryBudgetTakesBytesOrAShare) {
+  Registry registry = builtin_registry();
+  const PipelineConfig c = load_config_string(
+      "pipeline: { memory_budget: { host: 25%, device: 16G }, thread_budget: 4 }\n"
+      "nodes:\n"
+      "  - { name: load, type: synthetic }\n"
+      "  - { name: train, type: discard }\n",
+      registry, {}, "auto.yaml");
+  EXPECT_DOUBLE_EQ(c.pipeline.memory_budget.host.share, 0.25);
+  EXPECT_EQ(c.pipeline.memory_budget.device.bytes, std::uint64_t{16} << 30);
+  EXPECT_EQ(c.pipeline.thread_budget, 4);
+  const std::string plain =
+      "nodes:\n  - { name: load, type: synthetic }\n  - { name: train, type: discard }\n";
+  const PipelineConfig h =
+      load_config_string("pipeline: { memory_budget: 2G }\n" + plain, registry, {}, "auto.yaml");
+  EXPECT_EQ(h.pipeline.memory_budget.host.bytes, std::uint64_t{2} << 30);
+  EXPECT_FALSE(h.pipeline.memory_budget.device.set());
+  const PipelineConfig d =
+      load_config_string(plain, registry, {"pipeline.memory_budget.device=50%"}, "auto.yaml");
+  EXPECT_DOUBLE_EQ(d.pipeline.memory_budget.device.share, 0.5);
+  EXPECT_FALSE(d.pipeline.memory_budget.host.set());
+}
+
+}  // namespace
+}  // namespace flowfeed

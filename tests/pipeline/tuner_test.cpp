@@ -1,0 +1,260 @@
+// The tuner's decisions from a fixed cost model: each stage's time per batch gives the figures a
+// window would measure, decide() picks one change, the model runs again with it. The decisions
+// converge on the bottleneck's needed concurrency, are the same every time, stop at the thread
+// and memory budgets with a reason, and follow a cost that changes.
+#include "pipeline/src/detail/tuner.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+namespace flowfeed::detail {
+namespace {
+
+/// A chain of stages of fixed cost (milliseconds per batch), the train node last.
+struct CostModel {
+  std::vector<std::string> names;
+  std::vector<double> ms;
+  std::vector<bool> tunable;
+  std::vector<int> concurrency;  // the effective ones; the train node's is 1
+  int depth = 4;
+  int max_depth = 64;
+  bool capped = false;
+  int thread_budget = 16;
+  double window_s = 0.5;
+  bool fed_before = false;  // a window found the train node fed (tune() sets it)
+};
+
+/// What a window of the steady state would measure: the rate is the least of each stage's
+/// bodies over its time, the train node's, and the batches in flight over a batch's path (less
+/// the slots batches finished out of order hold in the sequencer).
+TunerSnapshot measure(const CostModel& m) {
+  double path = 0;
+  int widest = 1;
+  for (std::size_t i = 0; i < m.ms.size(); ++i) {
+    path += m.ms[i] * 1e-3;
+    widest = std::max(widest, m.concurrency[i]);
+  }
+  double rate = static_cast<double>(std::max(m.depth - (widest - 1), 1)) / path;
+  for (std::size_t i = 0; i < m.ms.size(); ++i) {
+    rate = std::min(rate, m.concurrency[i] / (m.ms[i] * 1e-3));
+  }
+  TunerSnapshot s;
+  s.window_s = m.window_s;
+  s.depth = m.depth;
+  s.max_depth = m.max_depth;
+  s.depth_tunable = true;
+  s.depth_capped_by_memory = m.capped;
+  s.thread_budget = m.thread_budget;
+  s.fed_before = m.fed_before;
+  for (std::size_t i = 0; i < m.ms.size(); ++i) {
+    StageSample x;
+    x.name = m.names[i];
+    x.tunable = m.tunable[i];
+    x.train = i + 1 == m.ms.size();
+    x.concurrency = m.concurrency[i];
+    x.max_concurrency = m.tunable[i] ? m.thread_budget : m.concurrency[i];
+    x.items = static_cast<std::uint64_t>(rate * m.window_s);
+    x.busy_s = static_cast<double>(x.items) * m.ms[i] * 1e-3;
+    s.stages.push_back(x);
+  }
+  return s;
+}
+
+/// Decides and applies until the tuner stops (fed or a limit); returns every decision.
+std::vector<TunerDecision> tune(CostModel& m) {
+  std::vector<TunerDecision> out;
+  for (int step = 0; step < 20; ++step) {
+    const TunerDecision d = decide(measure(m));
+    out.push_back(d);
+    if (d.kind == TunerDecision::Kind::concurrency) {
+      m.concurrency[d.stage] = d.to;
+    } else if (d.kind == TunerDecision::Kind::depth) {
+      m.depth = d.to;
+    } else {
+      if (d.kind == TunerDecision::Kind::settled) m.fed_before = true;
+      break;
+    }
+  }
+  return out;
+}
+
+std::string describe(const std::vector<TunerDecision>& decisions, const CostModel& m) {
+  std::string text;
+  for (const auto& d : decisions) {
+    switch (d.kind) {
+      case TunerDecision::Kind::concurrency:
+        text +=
+            m.names[d.stage] + " " + std::to_string(d.from) + "->" + std::to_string(d.to) + "; ";
+        break;
+      case TunerDecision::Kind::depth:
+        text += "depth " + std::to_string(d.from) + "->" + std::to_string(d.to) + "; ";
+        break;
+      case TunerDecision::Kind::settled: text += "fed"; break;
+      case TunerDecision::Kind::limit: text += "limit"; break;
+      case TunerDecision::Kind::none: text += "none"; break;
+    }
+  }
+  return text;
+}
+
+CostModel slow_loader() {
+  // load 4 ms, staging 0.05 ms at 2 bodies, train 1 ms: the loader needs 4 bodies (5 with
+  // headroom) to keep the train node's 1000 batches/s.
+  return {{"load", "stage", "train"}, {4, 0.05, 1}, {true, false, false}, {1, 2, 1}};
+}
+
+TEST(Tuner, ASlowLoaderGetsTheBodiesItsCostNeedsThenTheDepthToKeepThemBusy) {
+  CostModel m = slow_loader();
+  const auto decisions = tune(m);
+  EXPECT_EQ(describe(decisions, m), "load 1->5; depth 4->12; fed");
+  EXPECT_EQ(decisions[0].why,
+            "the train node waits 75%: load takes 4 ms a batch, 1 bodies give 250 batches/s and "
+            "the train node takes 1000 batches/s (1 ms): 4.00 bodies needed");
+  // Four batches in flight, four of them held for order behind a slow one: 198 batches/s.
+  EXPECT_EQ(decisions[1].why,
+            "the train node waits 80% and every stage has the bodies it needs: 5.05 ms of work "
+            "per batch at 1000 batches/s needs 12 batches in flight (5 of them for reordering)");
+}
+
+TEST(Tuner, ASlowTransformIsTheStageThatGrows) {
+  CostModel m{{"load", "augment", "stage", "train"},
+              {0.5, 3, 0.05, 1},
+              {true, true, false, false},
+              {1, 1, 2, 1}};
+  EXPECT_EQ(describe(tune(m), m), "augment 1->4; depth 4->10; fed");
+  EXPECT_EQ(m.concurrency[0], 1);
+}
+
+TEST(Tuner, ASlowTrainNodeIsFedFromTheStartAndNothingChanges) {
+  CostModel m{{"load", "augment", "train"}, {1, 2, 5}, {true, true, false}, {1, 1, 1}};
+  const auto decisions = tune(m);
+  EXPECT_EQ(describe(decisions, m), "fed");
+  EXPECT_EQ(decisions[0].why, "the train node waits 0% of the time (at most 5%)");
+}
+
+TEST(Tuner, DecisionsAreTheSameForTheSameCosts) {
+  CostModel a = slow_loader();
+  CostModel b = slow_loader();
+  const auto first = tune(a);
+  const auto second = tune(b);
+  ASSERT_EQ(first.size(), second.size());
+  for (std::size_t i = 0; i < first.size(); ++i) {
+    EXPECT_EQ(first[i].kind, second[i].kind);
+    EXPECT_EQ(first[i].stage, second[i].stage);
+    EXPECT_EQ(first[i].to, second[i].to);
+    EXPECT_EQ(first[i].why, second[i].why);
+  }
+}
+
+TEST(Tuner, TheThreadBudgetStopsAStageAndSaysSoThenTheDepthServesWhatItAllows) {
+  CostModel m = slow_loader();
+  m.thread_budget = 6;  // staging 2 and train 1 leave 3 bodies for the loader
+  const auto decisions = tune(m);
+  EXPECT_EQ(describe(decisions, m), "load 1->3; depth 4->8; limit");
+  EXPECT_EQ(decisions[0].why,
+            "the train node waits 75%: load takes 4 ms a batch, 1 bodies give 250 batches/s and "
+            "the train node takes 1000 batches/s (1 ms): 4.00 bodies needed (the thread budget of "
+            "6 allows 3)");
+  const std::string stopped =
+      "load takes 4 ms a batch, 3 bodies give 750 batches/s and the train node takes 1000 "
+      "batches/s (1 ms): 4.00 bodies needed; the thread budget of 6 bodies is reached (raise "
+      "pipeline.thread_budget, or pipeline.threads)";
+  EXPECT_EQ(decisions[1].why,
+            "the train node waits 60%: " + stopped +
+                "; at the 750 batches/s that allows, 5.05 ms of work per batch needs 8 batches in "
+                "flight (3 of them for reordering)");
+  EXPECT_EQ(decisions[2].why, "the train node waits 25%: " + stopped);
+}
+
+TEST(Tuner, TheThreadBudgetIsSplitBetweenAutoNodesByTheirTimes) {
+  // A train step of 0.1 ms would need 40 loaders and 20 augmenters: 7 bodies are left after
+  // staging and train, so the rate the budget allows is 7 / 6 ms, and each node gets its share.
+  CostModel m{{"load", "augment", "stage", "train"},
+              {4, 2, 0.05, 0.1},
+              {true, true, false, false},
+              {1, 1, 2, 1}};
+  m.thread_budget = 10;
+  const auto decisions = tune(m);
+  EXPECT_EQ(describe(decisions, m).rfind("load 1->4; augment 1->2; ", 0), 0u)
+      << describe(decisions, m);
+  EXPECT_EQ(decisions.back().kind, TunerDecision::Kind::limit);
+  EXPECT_EQ(m.concurrency[0], 4);
+  EXPECT_EQ(m.concurrency[1], 2);
+}
+
+TEST(Tuner, AMemoryBudgetTooSmallForTheDepthStopsAtTheMostItAllowsAndSaysSo) {
+  CostModel m = slow_loader();
+  m.max_depth = 8;  // what pipeline.memory_budget allowed the pools
+  m.capped = true;
+  const auto decisions = tune(m);
+  EXPECT_EQ(describe(decisions, m), "load 1->5; depth 4->8; limit");
+  EXPECT_EQ(decisions[1].why,
+            "the train node waits 80% and every stage has the bodies it needs: 5.05 ms of work "
+            "per batch at 1000 batches/s needs 12 batches in flight (5 of them for reordering) "
+            "(8 is the most pipeline.memory_budget allows)");
+  EXPECT_EQ(decisions[2].why,
+            "the train node waits 21% and every stage has the bodies it needs: 5.05 ms of work "
+            "per batch at 1000 batches/s needs 12 batches in flight (5 of them for reordering); "
+            "prefetch_depth 8 is the most pipeline.memory_budget allows");
+  EXPECT_LE(m.depth, m.max_depth);
+}
+
+TEST(Tuner, AFixedBottleneckIsNamedNotTuned) {
+  CostModel m = slow_loader();
+  m.tunable[0] = false;
+  const auto decisions = tune(m);
+  EXPECT_EQ(describe(decisions, m), "depth 4->5; limit");
+  EXPECT_EQ(decisions.back().why,
+            "the train node waits 75%: load takes 4 ms a batch, 1 bodies give 250 batches/s and "
+            "the train node takes 1000 batches/s (1 ms): 4.00 bodies needed; its concurrency is "
+            "fixed (set nodes.load.concurrency: auto or 5)");
+  EXPECT_EQ(m.concurrency[0], 1);
+}
+
+TEST(Tuner, ACostThatChangesMidRunIsFollowedBothWays) {
+  CostModel m = slow_loader();
+  tune(m);
+  ASSERT_EQ(m.concurrency[0], 5);
+  // The loader slows down (a cold part of the data set): it grows again, then the depth.
+  m.ms[0] = 8;
+  EXPECT_EQ(describe(tune(m), m), "load 5->10; depth 12->22; fed");
+  // The cache is warm: the loader needs fewer bodies and gives the rest back.
+  m.ms[0] = 1;
+  const auto decisions = tune(m);
+  EXPECT_EQ(describe(decisions, m), "load 10->2; fed");
+  EXPECT_EQ(decisions[0].why,
+            "load takes 1 ms a batch and the train node 1 ms (1000 batches/s): 1.00 bodies keep "
+            "up, 10 are busy 10%");
+}
+
+TEST(Tuner, ANoisyWaitJustAboveTheTargetWaitsForALongerWindow) {
+  CostModel m = slow_loader();
+  m.concurrency[0] = 5;
+  m.depth = 12;
+  TunerSnapshot s = measure(m);
+  // 8% waiting over 30 batches: no decision yet.
+  s.stages.back().items = 30;
+  s.stages.back().busy_s = 0.92 * s.window_s;
+  EXPECT_EQ(decide(s).kind, TunerDecision::Kind::none);
+  s.stages.back().items = 64;
+  EXPECT_NE(decide(s).kind, TunerDecision::Kind::none);
+  // Fewer batches in flight than bodies to keep busy: the model sees the cause, no need to wait.
+  s.stages.back().items = 30;
+  s.depth = 8;  // load 5, staging 2, train 1
+  EXPECT_EQ(decide(s).kind, TunerDecision::Kind::depth);
+  s.depth = 12;
+  s.stages.back().items = 64;
+  // Once the train node was fed, only a clear change of the picture is acted on.
+  s.fed_before = true;
+  EXPECT_EQ(decide(s).kind, TunerDecision::Kind::none);
+  s.stages.back().busy_s = 0.8 * s.window_s;
+  EXPECT_NE(decide(s).kind, TunerDecision::Kind::none);
+  s.stages.back().items = 30;
+  EXPECT_EQ(decide(s).kind, TunerDecision::Kind::none);
+}
+
+}  // namespace
+}  // namespace flowfeed::detail
