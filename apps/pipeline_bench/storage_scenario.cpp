@@ -217,7 +217,7 @@ std::string storage_config(const Options& o, int epochs) {
   const DataSet d = write_data_set(dir, size, std::size_t{512} << 10);
   Options run_options = o;
   if (o.quick) run_options.storage_batch = 8;
-  return npy_yaml(d, run_options, "pread", false, epochs);
+  return npy_yaml(d, run_options, o.storage_loaders, "pread", false, epochs);
 }
 
 void storage(Bench& bench) {
