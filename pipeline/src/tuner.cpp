@@ -13,6 +13,9 @@ namespace flowfeed::detail {
 
 namespace {
 
+/// More bodies than any node gets; a need at this bound is "as many as there are".
+constexpr int kMaxBodies = 4096;
+
 double per_batch(const StageSample& s) {
   return s.busy_s / static_cast<double>(std::max<std::uint64_t>(s.items, 1));
 }
@@ -98,11 +101,12 @@ TunerDecision decide(const TunerSnapshot& s) {
   const std::string waits = fmt::format("the train node waits {:.0f}%", wait * 100);
   if (bottleneck < s.stages.size()) {
     const StageSample& st = s.stages[bottleneck];
-    const int target = ceil_int(needed(st) * kTunerHeadroom, 4096);
+    const int target = ceil_int(needed(st) * kTunerHeadroom, kMaxBodies);
     const std::string model = fmt::format(
-        "{}: {} takes {} a batch, {} bodies give {:.0f} batches/s and the train node "
+        "{}: {} takes {} a batch, {} {} {:.0f} batches/s and the train node "
         "takes {} ({}): {} needed",
-        waits, st.name, ms(per_batch(st)), st.concurrency, st.concurrency / per_batch(st),
+        waits, st.name, ms(per_batch(st)), st.concurrency,
+        st.concurrency == 1 ? "body gives" : "bodies give", st.concurrency / per_batch(st),
         rate_text(), ms(train_s),
         std::isfinite(needed(st)) ? fmt::format("{:.2f} bodies", needed(st))
                                   : std::string("every body the budget allows"));
@@ -138,8 +142,10 @@ TunerDecision decide(const TunerSnapshot& s) {
                                               "pipeline.thread_budget, or pipeline.threads)",
                                               s.thread_budget)
                                 : fmt::format("; its concurrency is fixed (set "
-                                              "nodes.{}.concurrency: auto or {})",
-                                              st.name, target));
+                                              "nodes.{}.concurrency: auto{})",
+                                              st.name,
+                                              target < kMaxBodies ? fmt::format(" or {}", target)
+                                                                  : std::string()));
     // What is left to tune serves the rate this stage allows.
     rate = std::min(rate, st.concurrency / per_batch(st));
   }

@@ -111,7 +111,7 @@ TEST(Tuner, ASlowLoaderGetsTheBodiesItsCostNeedsThenTheDepthToKeepThemBusy) {
   const auto decisions = tune(m);
   EXPECT_EQ(describe(decisions, m), "load 1->5; depth 4->12; fed");
   EXPECT_EQ(decisions[0].why,
-            "the train node waits 75%: load takes 4 ms a batch, 1 bodies give 250 batches/s and "
+            "the train node waits 75%: load takes 4 ms a batch, 1 body gives 250 batches/s and "
             "the train node takes 1000 batches/s (1 ms): 4.00 bodies needed");
   // Four batches in flight, four of them held for order behind a slow one: 198 batches/s.
   EXPECT_EQ(decisions[1].why,
@@ -155,7 +155,7 @@ TEST(Tuner, TheThreadBudgetStopsAStageAndSaysSoThenTheDepthServesWhatItAllows) {
   const auto decisions = tune(m);
   EXPECT_EQ(describe(decisions, m), "load 1->3; depth 4->8; limit");
   EXPECT_EQ(decisions[0].why,
-            "the train node waits 75%: load takes 4 ms a batch, 1 bodies give 250 batches/s and "
+            "the train node waits 75%: load takes 4 ms a batch, 1 body gives 250 batches/s and "
             "the train node takes 1000 batches/s (1 ms): 4.00 bodies needed (the thread budget of "
             "6 allows 3)");
   const std::string stopped =
@@ -208,7 +208,7 @@ TEST(Tuner, AFixedBottleneckIsNamedNotTuned) {
   const auto decisions = tune(m);
   EXPECT_EQ(describe(decisions, m), "depth 4->5; limit");
   EXPECT_EQ(decisions.back().why,
-            "the train node waits 75%: load takes 4 ms a batch, 1 bodies give 250 batches/s and "
+            "the train node waits 75%: load takes 4 ms a batch, 1 body gives 250 batches/s and "
             "the train node takes 1000 batches/s (1 ms): 4.00 bodies needed; its concurrency is "
             "fixed (set nodes.load.concurrency: auto or 5)");
   EXPECT_EQ(m.concurrency[0], 1);
