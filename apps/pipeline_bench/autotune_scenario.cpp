@@ -25,22 +25,6 @@ struct Point {
   double rate = 0;
 };
 
-/// The scaling shapes' chain; `load` and `depth` are YAML values (a number or auto).
-std::string shape_yaml(double load_ms, double train_ms, int batches, int epochs,
-                       const std::string& load, const std::string& depth,
-                       const std::string& extra = "") {
-  return fmt::format(
-      "pipeline: {{ epochs: {}, batch_size: 64, prefetch_depth: {}, threads: 16, device: host{} "
-      "}}\n"
-      "nodes:\n"
-      "  - {{ name: load, type: synthetic, concurrency: {}, params: {{ batches: {}, "
-      "sample_shape: [64], delay_ms: {:g} }} }}\n"
-      "  - {{ name: stage, type: host_staging, concurrency: 2 }}\n"
-      "  - {{ name: upload, type: host_upload }}\n"
-      "  - {{ name: train, type: sleep, params: {{ ms: {:g} }} }}\n",
-      epochs, depth, extra, load, batches, load_ms, train_ms);
-}
-
 RunReport run(Bench& bench, const std::string& yaml, const std::string& name,
               const std::vector<std::string>& overrides = {}) {
   return Pipeline(load_config_string(yaml, bench.registry(), overrides, name), bench.registry())
@@ -162,21 +146,22 @@ void autotune(Bench& bench) {
               batches, epochs);
   std::printf("| config | setting | | batches/s |\n|---|---|---|---|\n");
   for (const Shape& s : shapes) {
-    std::vector<Point> sweep;
-    auto point = [&](int c, int depth) {
+    // One hand-tuned point of a sweep: one epoch at load concurrency c and a fixed depth.
+    auto point = [&](std::vector<Point>& into, const std::string& label, int c, int depth) {
       const double rate = run(bench,
-                              shape_yaml(s.load_ms, s.train_ms, batches, 1, std::to_string(c),
-                                         std::to_string(depth)),
+                              scaling_yaml(s.load_ms, s.train_ms, batches, 1, std::to_string(c),
+                                           std::to_string(depth)),
                               "autotune")
                               .batches_per_second;
-      sweep.push_back({fmt::format("load concurrency {}, prefetch_depth {}", c, depth), rate});
-      std::printf("| %s | load concurrency %d | prefetch_depth %d | %.0f |\n", s.name, c, depth,
-                  rate);
+      into.push_back({fmt::format("load concurrency {}, prefetch_depth {}", c, depth), rate});
+      std::printf("| %s | load concurrency %d | prefetch_depth %d | %.0f |\n", label.c_str(), c,
+                  depth, rate);
     };
-    for (int d : {1, 2, 4, 8, 16, 32}) point(2, d);
-    for (int c : {1, 4, 8}) point(c, 16);
-    const RunReport r =
-        run(bench, shape_yaml(s.load_ms, s.train_ms, batches, epochs, "auto", "auto"), "autotune");
+    std::vector<Point> sweep;
+    for (int d : {1, 2, 4, 8, 16, 32}) point(sweep, s.name, 2, d);
+    for (int c : {1, 4, 8}) point(sweep, s.name, c, 16);
+    const RunReport r = run(
+        bench, scaling_yaml(s.load_ms, s.train_ms, batches, epochs, "auto", "auto"), "autotune");
     record(bench, details, s.name, sweep, r);
 
     if (std::string(s.name) != "load_bound") continue;
@@ -185,18 +170,9 @@ void autotune(Bench& bench) {
     constexpr int kDepth = 6;
     const std::string budget = fmt::format(", memory_budget: {{ host: {} }}", kDepth * 3 * 16640);
     std::vector<Point> allowed;
-    for (int c : {1, 2, 4, 8}) {
-      const double rate = run(bench,
-                              shape_yaml(s.load_ms, s.train_ms, batches, 1, std::to_string(c),
-                                         std::to_string(kDepth)),
-                              "autotune")
-                              .batches_per_second;
-      allowed.push_back({fmt::format("load concurrency {}, prefetch_depth {}", c, kDepth), rate});
-      std::printf("| %s_small_budget | load concurrency %d | prefetch_depth %d | %.0f |\n", s.name,
-                  c, kDepth, rate);
-    }
+    for (int c : {1, 2, 4, 8}) point(allowed, std::string(s.name) + "_small_budget", c, kDepth);
     const RunReport small =
-        run(bench, shape_yaml(s.load_ms, s.train_ms, batches, epochs, "auto", "auto", budget),
+        run(bench, scaling_yaml(s.load_ms, s.train_ms, batches, epochs, "auto", "auto", budget),
             "autotune");
     record(bench, details, std::string(s.name) + "_small_budget", allowed, small);
     std::printf("  %s_small_budget: %s\n", s.name, small.tuning.state.c_str());

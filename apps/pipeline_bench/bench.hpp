@@ -146,6 +146,12 @@ void overhead(Bench& bench);
 void seed(Bench& bench);
 void scaling(Bench& bench);
 void autotune(Bench& bench);
+/// The scaling scenario's chain (synthetic load of `load_ms` at `load` concurrency → host staging
+/// → host upload → a `train_ms` sleep), 16 threads, batches of 64; `load` and `depth` are YAML
+/// values (a number or auto), `extra` more `pipeline` keys (", key: value").
+std::string scaling_yaml(double load_ms, double train_ms, int batches, int epochs,
+                         const std::string& load, const std::string& depth,
+                         const std::string& extra = "");
 /// The storage scenario's warm npy config (pread) over its data set, written first when it is not
 /// in --dir yet (--size bytes); for autotune.
 std::string storage_config(const Options& o, int epochs);

@@ -142,6 +142,21 @@ void seed(Bench& bench) {
                            {"verdict", r.verdict}};
 }
 
+std::string scaling_yaml(double load_ms, double train_ms, int batches, int epochs,
+                         const std::string& load, const std::string& depth,
+                         const std::string& extra) {
+  return fmt::format(
+      "pipeline: {{ epochs: {}, batch_size: 64, prefetch_depth: {}, threads: 16, device: host{} "
+      "}}\n"
+      "nodes:\n"
+      "  - {{ name: load, type: synthetic, concurrency: {}, params: {{ batches: {}, "
+      "sample_shape: [64], delay_ms: {:g} }} }}\n"
+      "  - {{ name: stage, type: host_staging, concurrency: 2 }}\n"
+      "  - {{ name: upload, type: host_upload }}\n"
+      "  - {{ name: train, type: sleep, params: {{ ms: {:g} }} }}\n",
+      epochs, depth, extra, load, batches, load_ms, train_ms);
+}
+
 void scaling(Bench& bench) {
   const Options& o = bench.options();
   struct Shape {
@@ -160,16 +175,8 @@ void scaling(Bench& bench) {
   const int batches = o.quick ? 40 : 200;
   constexpr int kConcurrencyDepth = 16;
   auto run = [&](const Shape& s, int depth, int concurrency) {
-    const std::string yaml = fmt::format(
-        "pipeline: {{ epochs: 1, batch_size: 64, prefetch_depth: {}, threads: 16, "
-        "device: host }}\n"
-        "nodes:\n"
-        "  - {{ name: load, type: synthetic, concurrency: {}, params: {{ batches: {}, "
-        "sample_shape: [64], delay_ms: {:g} }} }}\n"
-        "  - {{ name: stage, type: host_staging, concurrency: 2 }}\n"
-        "  - {{ name: upload, type: host_upload }}\n"
-        "  - {{ name: train, type: sleep, params: {{ ms: {:g} }} }}\n",
-        depth, concurrency, batches, s.load_ms, s.train_ms);
+    const std::string yaml = scaling_yaml(s.load_ms, s.train_ms, batches, 1,
+                                          std::to_string(concurrency), std::to_string(depth));
     const RunReport r =
         Pipeline(load_config_string(yaml, bench.registry(), {}, "scaling"), bench.registry()).run();
     return r.batches_per_second;
