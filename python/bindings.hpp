@@ -40,9 +40,35 @@ struct PipelineHolder : std::enable_shared_from_this<PipelineHolder> {
   void check_idle() const;
 };
 
+/// Takes the batches of one epoch of a holder's run (or, with `whole_run`, every batch left in
+/// it). At the end of the epoch the next epoch's first batch stays in the holder for the next
+/// cursor.
+class EpochCursor {
+ public:
+  EpochCursor(std::shared_ptr<PipelineHolder> holder, bool whole_run)
+      : holder_(std::move(holder)), whole_run_(whole_run) {}
+  /// The next batch, or an empty handle once the epoch (or the run) ended.
+  BatchHandle next();
+  const std::shared_ptr<PipelineHolder>& holder() const noexcept { return holder_; }
+
+ private:
+  std::shared_ptr<PipelineHolder> holder_;
+  bool whole_run_;
+  std::int64_t epoch_ = -1;
+  bool done_ = false;
+};
+
 /// Registers Batch and Tensor.
 void bind_batch(py::module_& m);
 /// A Python Batch for a handle taken from `holder`'s run.
 py::object make_batch(std::shared_ptr<PipelineHolder> holder, BatchHandle handle);
+/// Registers the views iterator and the buffer view it imports.
+void bind_views(py::module_& m);
+/// Pipeline.views(names, importer, stream): see its docstring (module.cpp).
+py::object make_views(std::shared_ptr<PipelineHolder> holder, const py::object& names,
+                      const py::object& importer, const py::object& stream);
+/// The array-API stream value of a Python stream argument: None, an int, or an object with
+/// `cuda_stream` (torch.cuda.Stream; 0 there is the legacy default stream) or `ptr` (CuPy).
+ConsumerStream stream_value(const py::object& stream);
 
 }  // namespace flowfeed::python

@@ -143,31 +143,15 @@ py::object report_dict(const RunReport& report) {
 class BatchIterator {
  public:
   BatchIterator(std::shared_ptr<PipelineHolder> holder, bool whole_run)
-      : holder_(std::move(holder)), whole_run_(whole_run) {}
+      : cursor_(std::move(holder), whole_run) {}
   py::object next() {
-    if (done_) throw py::stop_iteration();
-    BatchHandle handle = holder_->next();
-    if (!handle) {
-      done_ = true;
-      throw py::stop_iteration();
-    }
-    const auto epoch = static_cast<std::int64_t>(handle.batch().epoch);
-    if (!whole_run_) {
-      if (epoch_ < 0) epoch_ = epoch;
-      if (epoch != epoch_) {
-        holder_->peeked = std::move(handle);  // the next epoch() starts with it
-        done_ = true;
-        throw py::stop_iteration();
-      }
-    }
-    return make_batch(holder_, std::move(handle));
+    BatchHandle handle = cursor_.next();
+    if (!handle) throw py::stop_iteration();
+    return make_batch(cursor_.holder(), std::move(handle));
   }
 
  private:
-  std::shared_ptr<PipelineHolder> holder_;
-  bool whole_run_;
-  std::int64_t epoch_ = -1;
-  bool done_ = false;
+  EpochCursor cursor_;
 };
 
 std::shared_ptr<PipelineHolder> make_pipeline(const py::object& config, const py::object& overrides,
@@ -251,6 +235,25 @@ BatchHandle PipelineHolder::next() {
   return handle;
 }
 
+BatchHandle EpochCursor::next() {
+  if (done_) return {};
+  BatchHandle handle = holder_->next();
+  if (!handle) {
+    done_ = true;
+    return {};
+  }
+  const auto epoch = static_cast<std::int64_t>(handle.batch().epoch);
+  if (!whole_run_) {
+    if (epoch_ < 0) epoch_ = epoch;
+    if (epoch != epoch_) {
+      holder_->peeked = std::move(handle);  // the next epoch starts with it
+      done_ = true;
+      return {};
+    }
+  }
+  return handle;
+}
+
 void PipelineHolder::end_session() noexcept {
   peeked.release();
   if (!session) return;
@@ -279,6 +282,7 @@ PYBIND11_MODULE(flowfeed, m) {
   py::register_exception<CudaError>(m, "CudaError", error.ptr());
 
   bind_batch(m);
+  bind_views(m);
 
   py::class_<BatchIterator>(m, "BatchIterator")
       .def("__iter__", [](py::object self) { return self; })
@@ -302,6 +306,22 @@ PYBIND11_MODULE(flowfeed, m) {
             return BatchIterator(h, false);
           },
           "An iterator over the next epoch's batches (a run starts when none is going).")
+      .def(
+          "views",
+          [](const std::shared_ptr<PipelineHolder>& h, const py::object& names,
+             const py::object& importer, const py::object& stream) {
+            h->ensure_session();
+            return make_views(h, names, importer, stream);
+          },
+          py::arg("names"), py::arg("importer"), py::arg("stream") = py::none(),
+          "An iterator over the next epoch that yields the tensors `names` (a name, or a list of "
+          "names: a tuple) already imported by `importer` (torch.from_dlpack, cupy.from_dlpack, "
+          "jax.dlpack.from_dlpack, numpy.from_dlpack). Each buffer of the pool is imported once "
+          "and the same tensor object comes back whenever that buffer holds the batch, so a batch "
+          "costs no framework import. `stream` (an int as in __dlpack__, or a stream object with "
+          "cuda_stream or ptr; None: the legacy default stream) waits on each batch's upload. A "
+          "batch is held until the next one is taken (then it goes back, ordered after the work "
+          "queued on `stream`): clone a tensor to keep it longer.")
       .def("__iter__",
            [](const std::shared_ptr<PipelineHolder>& h) {
              h->ensure_session();

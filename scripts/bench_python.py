@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Batches delivered into PyTorch tensors on the GPU, in one process: flowfeed (through DLPack)
-against torch.utils.data.DataLoader (0, 4, 8 workers, pin_memory) and raw pinned copies, for
-200 KB batches (64 x 784 float32) and 32 MiB batches (64 x 131072 float32); and what the Python
+"""Batches delivered into PyTorch tensors on the GPU, in one process: flowfeed (torch.from_dlpack
+per batch, and Pipeline.views: one tensor per pool buffer) against torch.utils.data.DataLoader
+(0, 4, 8 workers, pin_memory) and raw pinned copies, for 200 KB batches (64 x 784 float32) and 32 MiB batches (64 x 131072 float32); and what the Python
 layer adds per batch over a C++ pull loop.
 
     PYTHONPATH=build/python python3 scripts/bench_python.py [--quick] [--json FILE]
@@ -56,6 +56,21 @@ def bench_flowfeed(features, batches, epochs, device, pinned):
             n += x.shape[0] > 0
             del x
             batch.release()
+        return n
+
+    return timed(device, loop)
+
+
+def bench_flowfeed_views(features, batches, epochs, device, pinned):
+    """The same run through Pipeline.views: one torch tensor per pool buffer, no import per batch."""
+    pipeline = flowfeed.Pipeline(flowfeed_config(features, batches, epochs, device, pinned))
+    stream = torch.cuda.current_stream() if device == "cuda" else None
+
+    def loop():
+        n = 0
+        for _ in range(epochs):
+            for x in pipeline.views("x", torch.from_dlpack, stream=stream):
+                n += x.shape[0] > 0
         return n
 
     return timed(device, loop)
@@ -130,10 +145,19 @@ nodes:
             n += 1
         return 1e6 * (time.perf_counter() - t0) / n
 
+    def views_loop():
+        t0 = time.perf_counter()
+        n = 0
+        for _ in pipeline.views("x", torch.from_dlpack):
+            n += 1
+        return 1e6 * (time.perf_counter() - t0) / n
+
     best = {"cpp_pull_loop": min(cpp() for _ in range(repeat)),
             "python_loop": min(python_loop(False) for _ in range(repeat)),
-            "python_loop_from_dlpack": min(python_loop(True) for _ in range(repeat))}
+            "python_loop_from_dlpack": min(python_loop(True) for _ in range(repeat)),
+            "python_views": min(views_loop() for _ in range(repeat))}
     best["python_layer_added"] = best["python_loop"] - best["cpp_pull_loop"]
+    best["python_views_added"] = best["python_views"] - best["cpp_pull_loop"]
     return best
 
 
@@ -162,6 +186,8 @@ def main():
             key = "flowfeed_" + ("pinned_in_place" if pinned else "pageable")
             row[key] = max(bench_flowfeed(features, batches, epochs, device, pinned)
                            for _ in range(repeat))
+            row[key + "_views"] = max(bench_flowfeed_views(features, batches, epochs, device, pinned)
+                                      for _ in range(repeat))
         for w in workers:
             n = count if w == 0 else max(count // 20, 8)  # workers are slow: fewer batches
             row[f"dataloader_{w}_workers"] = max(bench_dataloader(features, n, w, device)

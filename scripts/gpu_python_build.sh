@@ -48,7 +48,7 @@ case $step in
     g++ -std=c++20 -O2 -DNDEBUG -fPIC -shared -fvisibility=hidden \
       $includes -I"$dir/include" -I"$root/pipeline/include" \
       -I"$root/nodes/include" -I"$root/interop/include" -I"$root/nodes" \
-      "$root/python/module.cpp" "$root/python/tensor.cpp" -o "$out" \
+      "$root/python/module.cpp" "$root/python/tensor.cpp" "$root/python/views.cpp" -o "$out" \
       -Wl,--start-group "$dir"/lib/libflowfeed_*.a -Wl,--end-group "$dir/lib/libcudart_static.a" \
       "$dir/_libs/libtbb.so.12" "$dir/_libs/libyaml-cpp.so.0.7" "$dir/_libs/libz.so.1" \
       "$dir/_libs/libturbojpeg.so.0" "$dir/_libs/libjpeg.so.62" "$dir/_libs/libpng16.so.16" \

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Trains the Fashion-MNIST MLP (784-256-10, batch 64, SGD lr 0.01 momentum 0.9) in PyTorch, fed
 by flowfeed: the pipeline loads, stages and uploads; each batch reaches the model through DLPack
-without a copy, on the model's stream.
+without a copy (Pipeline.views: one torch tensor per pool buffer), on the model's stream.
 
     PYTHONPATH=build/python python3 examples/python/train_mlp.py [--epochs 10] [--data DIR]
 
@@ -29,17 +29,15 @@ def main():
                    "nodes.load.params.images": images, "nodes.load.params.labels": labels})
     model, optimizer = common.model_and_optimizer(args.device)
     timer = common.Timer(args.device)
+    stream = torch.cuda.current_stream() if args.device.startswith("cuda") else None
     for epoch in range(args.epochs):
         timer.start_epoch()
         steps, loss_sum = 0, torch.zeros((), device=args.device)
-        for batch in pipeline.epoch():
-            with batch:
-                # from_dlpack passes the current stream: it waits on the batch's upload, and the
-                # buffer goes back to the pipeline once x and y are freed (below, end of step).
-                x = torch.from_dlpack(batch["x"])
-                y = torch.from_dlpack(batch["y"])
-                loss_sum += common.step(model, optimizer, x, y).detach()
-                del x, y
+        # x and y are imported into torch once per pool buffer and come back whenever that buffer
+        # holds the batch; the current stream waits on each batch's upload, and a batch goes back
+        # to the pipeline when the next one is taken (after the step's work queued on the stream).
+        for x, y in pipeline.views(["x", "y"], torch.from_dlpack, stream=stream):
+            loss_sum += common.step(model, optimizer, x, y).detach()
             steps += 1
         timer.end_epoch(steps)
         print(f"epoch {epoch}: mean loss {loss_sum.item() / steps:.4f} over {steps} steps",

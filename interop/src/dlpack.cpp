@@ -114,55 +114,77 @@ DLManagedTensor* BatchHandle::to_dlpack(std::string_view name, ConsumerStream st
   return to_dlpack(static_cast<std::size_t>(index), stream);
 }
 
-DLManagedTensor* BatchHandle::to_dlpack(std::size_t index, ConsumerStream stream) const {
+void BatchHandle::synchronize(ConsumerStream stream) const {
   const Batch& b = batch();
-  if (index >= b.layout->tensors().size()) {
-    throw std::invalid_argument("tensor index " + std::to_string(index) + " is out of range");
-  }
-  const DLDevice device = held_->device;
-  if (device.device_type == kDLCPU) {
+  if (held_->device.device_type == kDLCPU) {
     if (stream && *stream != -1) {
       throw std::invalid_argument("stream " + std::to_string(*stream) +
                                   ": the batch is in host memory, where the stream must be None "
                                   "(or -1)");
     }
-  } else {
-    if (stream && (*stream == 0 || *stream < -1)) {
-      throw std::invalid_argument(
-          "stream " + std::to_string(*stream) +
-          ": not a CUDA stream value (None or 1: the legacy default stream, 2: the per-thread "
-          "default stream, -1: no synchronization, else a cudaStream_t)");
-    }
-    const std::intptr_t value = stream.value_or(1);
-    if (value != -1 && b.ready_event)
-      detail::cuda_stream_wait(value, device.device_id, b.ready_event);
-    note_reader(value);
+    return;
   }
+  if (stream && (*stream == 0 || *stream < -1)) {
+    throw std::invalid_argument(
+        "stream " + std::to_string(*stream) +
+        ": not a CUDA stream value (None or 1: the legacy default stream, 2: the per-thread "
+        "default stream, -1: no synchronization, else a cudaStream_t)");
+  }
+  const std::intptr_t value = stream.value_or(1);
+  if (value != -1 && b.ready_event)
+    detail::cuda_stream_wait(value, held_->device.device_id, b.ready_event);
+  note_reader(value);
+}
 
-  const TensorSpec& spec = b.layout->tensors()[index];
-  auto t = std::make_unique<detail::ExportedTensor>();
-  t->shape.reserve(spec.shape.size() + 1);
-  t->shape.push_back(static_cast<std::int64_t>(b.rows()));
-  t->shape.insert(t->shape.end(), spec.shape.begin(), spec.shape.end());
-  t->strides.assign(t->shape.size(), 1);
-  for (std::size_t i = t->shape.size() - 1; i > 0; --i) {
-    t->strides[i - 1] = t->strides[i] * t->shape[i];
+namespace {
+
+/// Fills `t`'s DLTensor with tensor `index` of `b` (shape [rows, sample shape...], row-major
+/// strides) on `device`.
+void describe(detail::ExportedTensor& t, const Batch& b, std::size_t index, DLDevice device) {
+  if (index >= b.layout->tensors().size()) {
+    throw std::invalid_argument("tensor index " + std::to_string(index) + " is out of range");
   }
+  const TensorSpec& spec = b.layout->tensors()[index];
+  t.shape.reserve(spec.shape.size() + 1);
+  t.shape.push_back(static_cast<std::int64_t>(b.rows()));
+  t.shape.insert(t.shape.end(), spec.shape.begin(), spec.shape.end());
+  t.strides.assign(t.shape.size(), 1);
+  for (std::size_t i = t.shape.size() - 1; i > 0; --i) {
+    t.strides[i - 1] = t.strides[i] * t.shape[i];
+  }
+  DLTensor& dl = t.managed.dl_tensor;
+  dl.data = b.tensor(b.newest_tier(), index);
+  dl.device = device;
+  dl.ndim = static_cast<std::int32_t>(t.shape.size());
+  dl.dtype = to_dlpack_dtype(spec.dtype);
+  dl.shape = t.shape.data();
+  dl.strides = t.strides.data();
+  dl.byte_offset = 0;
+  t.managed.manager_ctx = &t;
+}
+
+}  // namespace
+
+DLManagedTensor* BatchHandle::to_dlpack(std::size_t index, ConsumerStream stream) const {
+  const Batch& b = batch();
+  auto t = std::make_unique<detail::ExportedTensor>();
+  describe(*t, b, index, held_->device);
+  synchronize(stream);
   t->state = state_;
   t->owner = state_->owner.lock();
   t->held = held_;
-  DLTensor& dl = t->managed.dl_tensor;
-  dl.data = b.tensor(b.newest_tier(), index);
-  dl.device = device;
-  dl.ndim = static_cast<std::int32_t>(t->shape.size());
-  dl.dtype = to_dlpack_dtype(spec.dtype);
-  dl.shape = t->shape.data();
-  dl.strides = t->strides.data();
-  dl.byte_offset = 0;
-  t->managed.manager_ctx = t.get();
   t->managed.deleter = &detail::ExportedTensor::deleter;
   held_->refs.fetch_add(1);
   held_->tensors.fetch_add(1);
+  return &t.release()->managed;
+}
+
+DLManagedTensor* BatchHandle::to_dlpack_view(std::size_t index) const {
+  const Batch& b = batch();
+  auto t = std::make_unique<detail::ExportedTensor>();
+  describe(*t, b, index, held_->device);
+  t->owner = state_->owner.lock();
+  t->managed.deleter = &detail::ExportedTensor::view_deleter;
   return &t.release()->managed;
 }
 

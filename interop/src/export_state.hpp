@@ -80,13 +80,17 @@ struct ExportedTensor {
   std::vector<std::int64_t> strides;
   std::shared_ptr<ExportState> state;
   std::shared_ptr<const void> owner;
-  HeldBatch* held = nullptr;
+  HeldBatch* held = nullptr;  // null for a view
 
   static void deleter(DLManagedTensor* self) {
     auto* t = static_cast<ExportedTensor*>(self->manager_ctx);
     t->held->tensors.fetch_sub(1);
     t->state->unref(t->held);
     delete t;
+  }
+  /// A view (to_dlpack_view) holds no batch.
+  static void view_deleter(DLManagedTensor* self) {
+    delete static_cast<ExportedTensor*>(self->manager_ctx);
   }
 };
 

@@ -117,3 +117,38 @@ def test_jax_imports_without_a_copy(data, monkeypatch):
         assert np.array_equal(np.asarray(a), data.x[samples])
         del a
     pipeline.stop()
+
+
+def test_views_on_a_non_default_stream_deliver_every_batch(data):
+    pipeline = flowfeed.Pipeline(cuda_config(data, epochs=2, depth=3))
+    stream = torch.cuda.Stream()
+    got = []
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            objects = set()
+            for x, y in pipeline.views(["x", "y"], torch.from_dlpack, stream=stream):
+                assert x.is_cuda and x.device.index == 0
+                got.append((x.clone(), y.clone()))  # queued on `stream`, after the wait
+                objects.add(id(x))
+            assert len(objects) == 3 + 1  # the upload pool's buffers, and the short batch
+    stream.synchronize()
+    assert len(got) == 2 * 16
+    for x, y in got:
+        samples = y.cpu().numpy()
+        assert np.array_equal(x.cpu().numpy(), data.x[samples])
+    assert pipeline.free_buffers == pipeline.total_buffers
+
+
+def test_views_make_the_stream_wait_on_the_ready_event(data):
+    # late_write fills x 50 ms after the batch reaches the caller: without the wait, the clone
+    # on `stream` would read the bytes before it.
+    pipeline = flowfeed.Pipeline(late_config(data), test_nodes=True)
+    stream = torch.cuda.Stream()
+    got, seq = [], 0
+    with torch.cuda.stream(stream):
+        for x in pipeline.views("x", torch.from_dlpack, stream=stream):
+            got.append((seq, x.clone()))
+            seq += 1
+    stream.synchronize()
+    for seq, x in got:
+        assert torch.all(x == seq + 1000).item(), f"batch {seq} was read before it was ready"

@@ -286,3 +286,62 @@ def test_a_pipeline_is_stepped_by_one_thread_at_a_time(data):
     assert first == [0]
     pipeline.stop()
     assert pipeline.free_buffers == pipeline.total_buffers
+
+
+def test_views_deliver_every_batch_byte_for_byte_and_reuse_one_tensor_per_buffer(data):
+    pipeline = flowfeed.Pipeline(data.config(epochs=2, batch_size=64, depth=3))
+    per_epoch = expected_batches(data, 64)
+    reference = flowfeed.Pipeline(data.config(epochs=2, batch_size=64, depth=3))
+    expected = []
+    for _ in range(2):
+        for batch in reference.epoch():
+            with batch:
+                expected.append(np.array(batch.samples))
+    seen = []
+    for epoch in range(2):
+        objects = set()
+        for x, y in pipeline.views(["x", "y"], torch.from_dlpack):
+            rows = expected[len(seen)]
+            assert x.dtype == torch.float32 and tuple(x.shape) == (len(rows), 8)
+            assert np.array_equal(x.numpy(), data.x[rows])
+            assert np.array_equal(y.numpy(), data.y[rows])
+            assert pipeline.held == 1  # this batch only: the one before went back
+            seen.append(rows)
+            objects.add(id(x))
+        assert len(seen) == (epoch + 1) * per_epoch
+        # 16 batches through the upload pool's 3 buffers: one tensor per buffer, and one more for
+        # the short last batch (1000 = 15 * 64 + 40 rows).
+        assert len(objects) == 3 + 1
+    assert pipeline.held == 0 and pipeline.free_buffers == pipeline.total_buffers
+    assert pipeline.report()["batches"] == 2 * per_epoch
+
+
+def test_views_of_one_name_yield_the_tensor_itself_and_take_numpy(data):
+    pipeline = flowfeed.Pipeline(data.config(epochs=1, shuffle=False))
+    got = [x.copy() for x in pipeline.views("y", np.from_dlpack)]
+    assert np.array_equal(np.concatenate(got), data.y)
+
+
+def test_a_view_kept_past_its_step_holds_the_buffer_not_the_batch(data):
+    # The documented contract: a view is the pool buffer; it shows whichever batch filled it last.
+    pipeline = flowfeed.Pipeline(data.config(epochs=1, depth=2, shuffle=False))
+    kept = [x for x in pipeline.views("y", torch.from_dlpack)]
+    assert pipeline.held == 0 and pipeline.free_buffers == pipeline.total_buffers
+    assert len({id(x) for x in kept}) == 3  # two buffers, and the short batch's
+    del pipeline
+    gc.collect()
+    assert int(kept[-1][0]) == 960  # the pipeline's memory lives as long as a view does
+
+
+def test_views_errors_have_the_full_text(data):
+    pipeline = flowfeed.Pipeline(data.config(epochs=1))
+    with pytest.raises(KeyError, match=r"the batch has no tensor 'z' \(it has 'x', 'y'\)"):
+        next(pipeline.views(["x", "z"], torch.from_dlpack))
+    with pytest.raises(TypeError, match=r"^views: importer must be callable \(e.g. torch.from_dlpack\)$"):
+        pipeline.views("x", "torch")
+    with pytest.raises(ValueError, match=r"^views: name at least one tensor \(e\.g\. \['x', 'y'\]\)$"):
+        pipeline.views([], torch.from_dlpack)
+    with pytest.raises(ValueError, match=r"^stream 5: the batch is in host memory, where the stream must be None \(or -1\)$"):
+        next(pipeline.views("x", torch.from_dlpack, stream=5))
+    pipeline.stop()
+    assert pipeline.held == 0 and pipeline.free_buffers == pipeline.total_buffers

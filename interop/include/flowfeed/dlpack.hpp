@@ -104,6 +104,20 @@ class BatchHandle {
   /// The same for tensor `index` of the layout.
   DLManagedTensor* to_dlpack(std::size_t index, ConsumerStream stream = std::nullopt) const;
 
+  /// Makes `stream` wait on the batch's ready event and remembers it for the reuse event, as
+  /// to_dlpack does, without exporting anything: for a consumer that reads the batch through
+  /// tensors it imported once per buffer (to_dlpack_view). Nothing to do on the host backend
+  /// (where `stream` must be nullopt or -1). Throws like to_dlpack.
+  void synchronize(ConsumerStream stream = std::nullopt) const;
+
+  /// Tensor `index` as a DLManagedTensor that points into the batch's buffer but does not hold
+  /// the batch: the buffer is the pool's, and its contents are those of whichever batch last
+  /// filled it. Read it only while a handle on a batch in that buffer is held, after
+  /// synchronize() on the reading stream. It keeps the session's owner alive (the Python module's
+  /// pipeline), so its memory stays valid as long as it lives. For caches of one imported tensor
+  /// per buffer (Python's Pipeline.views), which skip a framework's import per batch.
+  DLManagedTensor* to_dlpack_view(std::size_t index) const;
+
   /// Declares that the tensors are read on `stream` (for readers that did not go through
   /// to_dlpack, e.g. `__cuda_array_interface__` consumers or the upload stream's own users):
   /// the reuse event is then recorded on it too. No wait is made. -1: an unknown stream.

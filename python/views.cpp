@@ -1,0 +1,165 @@
+// Pipeline.views(): batches whose tensors come back already imported into a framework. Each buffer
+// of the pool is imported once (through a DLPack view that does not hold a batch) and the tensor
+// object is reused whenever that buffer holds the batch, so a batch costs a wait on the consumer's
+// stream and no framework import.
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bindings.hpp"
+
+namespace flowfeed::python {
+
+namespace {
+
+constexpr const char* kCapsuleName = "dltensor";
+
+void capsule_destructor(PyObject* capsule) {
+  if (!PyCapsule_IsValid(capsule, kCapsuleName)) return;
+  auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule, kCapsuleName));
+  if (managed && managed->deleter) managed->deleter(managed);
+}
+
+/// One buffer's tensor, handed to an importer once: `__dlpack__` gives its capsule (whatever the
+/// stream: the views iterator orders each batch itself).
+class BufferView {
+ public:
+  BufferView(DLManagedTensor* managed, DLDevice device) : managed_(managed), device_(device) {}
+  BufferView(BufferView&& other) noexcept
+      : managed_(std::exchange(other.managed_, nullptr)), device_(other.device_) {}
+  BufferView(const BufferView&) = delete;
+  BufferView& operator=(const BufferView&) = delete;
+  BufferView& operator=(BufferView&&) = delete;
+  ~BufferView() {
+    if (managed_) managed_->deleter(managed_);
+  }
+
+  py::capsule dlpack(const py::object&, const py::object&, const py::object&,
+                     const py::object& copy) {
+    if (!copy.is_none() && copy.cast<bool>()) {
+      throw py::buffer_error("flowfeed exports its buffers without copies (copy=True asked)");
+    }
+    if (!managed_) throw py::buffer_error("the buffer view was already imported");
+    PyObject* capsule = PyCapsule_New(managed_, kCapsuleName, &capsule_destructor);
+    if (!capsule) throw py::error_already_set();
+    managed_ = nullptr;
+    return py::reinterpret_steal<py::capsule>(capsule);
+  }
+  py::tuple dlpack_device() const {
+    return py::make_tuple(static_cast<int>(device_.device_type), device_.device_id);
+  }
+
+ private:
+  DLManagedTensor* managed_;
+  DLDevice device_;
+};
+
+/// The iterator Pipeline.views() returns.
+class ViewIterator {
+ public:
+  ViewIterator(std::shared_ptr<PipelineHolder> holder, std::vector<std::string> names, bool single,
+               py::object importer, ConsumerStream stream)
+      : cursor_(std::move(holder), false),
+        names_(std::move(names)),
+        single_(single),
+        importer_(std::move(importer)),
+        stream_(stream) {}
+
+  py::object next() {
+    // The batch handed out last goes back first: its reuse event is recorded on the stream now,
+    // after the work the caller queued on it.
+    current_.release();
+    BatchHandle handle = cursor_.next();
+    if (!handle) throw py::stop_iteration();
+    const Batch& b = handle.batch();
+    if (indices_.empty()) resolve(b);
+    handle.synchronize(stream_);
+    py::tuple out(indices_.size());
+    for (std::size_t i = 0; i < indices_.size(); ++i) {
+      const Key key{b.tensor(b.newest_tier(), indices_[i]), b.rows()};
+      auto found = cache_[i].find(key);
+      if (found == cache_[i].end()) {
+        BufferView view(handle.to_dlpack_view(indices_[i]), handle.device());
+        py::object imported = importer_(py::cast(std::move(view)));
+        found = cache_[i].emplace(key, std::move(imported)).first;
+      }
+      out[i] = found->second;
+    }
+    current_ = std::move(handle);
+    if (single_) return out[0];
+    return out;
+  }
+
+ private:
+  using Key = std::pair<const void*, std::size_t>;  // the buffer and the batch's rows
+
+  void resolve(const Batch& b) {
+    for (const std::string& name : names_) {
+      const int index = b.layout->find(name);
+      if (index < 0) {
+        std::string known;
+        for (const auto& t : b.layout->tensors())
+          known += (known.empty() ? "'" : ", '") + t.name + "'";
+        throw py::key_error("the batch has no tensor '" + name + "' (it has " + known + ")");
+      }
+      indices_.push_back(static_cast<std::size_t>(index));
+    }
+    cache_.resize(indices_.size());
+  }
+
+  EpochCursor cursor_;
+  std::vector<std::string> names_;
+  bool single_;
+  py::object importer_;
+  ConsumerStream stream_;
+  std::vector<std::size_t> indices_;
+  std::vector<std::map<Key, py::object>> cache_;  // per name
+  BatchHandle current_;
+};
+
+}  // namespace
+
+ConsumerStream stream_value(const py::object& stream) {
+  if (stream.is_none()) return std::nullopt;
+  if (py::hasattr(stream, "cuda_stream")) {
+    const auto value = stream.attr("cuda_stream").cast<std::intptr_t>();
+    return value == 0 ? 1 : value;  // torch's default stream: the legacy default stream
+  }
+  if (py::hasattr(stream, "ptr")) {
+    const auto value = stream.attr("ptr").cast<std::intptr_t>();
+    return value == 0 ? 1 : value;  // CuPy's null stream
+  }
+  return stream.cast<std::intptr_t>();
+}
+
+py::object make_views(std::shared_ptr<PipelineHolder> holder, const py::object& names,
+                      const py::object& importer, const py::object& stream) {
+  std::vector<std::string> list;
+  const bool single = py::isinstance<py::str>(names);
+  if (single) {
+    list.push_back(names.cast<std::string>());
+  } else {
+    for (const auto& name : names) list.push_back(py::str(name).cast<std::string>());
+  }
+  if (list.empty()) throw py::value_error("views: name at least one tensor (e.g. ['x', 'y'])");
+  if (!PyCallable_Check(importer.ptr())) {
+    throw py::type_error("views: importer must be callable (e.g. torch.from_dlpack)");
+  }
+  return py::cast(
+      ViewIterator(std::move(holder), std::move(list), single, importer, stream_value(stream)));
+}
+
+void bind_views(py::module_& m) {
+  py::class_<BufferView>(m, "BufferView",
+                         "One pool buffer's tensor, for an importer (made by Pipeline.views).")
+      .def("__dlpack__", &BufferView::dlpack, py::arg("stream") = py::none(),
+           py::arg("max_version") = py::none(), py::arg("dl_device") = py::none(),
+           py::arg("copy") = py::none())
+      .def("__dlpack_device__", &BufferView::dlpack_device);
+  py::class_<ViewIterator>(m, "ViewIterator")
+      .def("__iter__", [](py::object self) { return self; })
+      .def("__next__", &ViewIterator::next);
+}
+
+}  // namespace flowfeed::python
