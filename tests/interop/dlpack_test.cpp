@@ -159,6 +159,38 @@ TEST(Dlpack, BadNamesAndStreamsAreRefused) {
   unsynchronized->deleter(unsynchronized);
 }
 
+TEST(Dlpack, AViewPointsAtTheBufferWithoutHoldingTheBatch) {
+  Pipeline pipeline = feeder(2);
+  TensorSession session(pipeline);
+  BatchHandle a = session.next();
+  DLManagedTensor* exported = a.to_dlpack("x");
+  DLManagedTensor* view = a.to_dlpack_view(0);
+  const DLTensor& e = exported->dl_tensor;
+  const DLTensor& v = view->dl_tensor;
+  EXPECT_EQ(v.data, e.data);
+  EXPECT_EQ(v.ndim, e.ndim);
+  EXPECT_EQ(std::vector<std::int64_t>(v.shape, v.shape + v.ndim),
+            std::vector<std::int64_t>(e.shape, e.shape + e.ndim));
+  EXPECT_EQ(std::vector<std::int64_t>(v.strides, v.strides + v.ndim),
+            std::vector<std::int64_t>(e.strides, e.strides + e.ndim));
+  EXPECT_EQ(v.dtype.code, e.dtype.code);
+  EXPECT_EQ(v.device.device_type, kDLCPU);
+  exported->deleter(exported);
+  a.synchronize();
+  EXPECT_THROW(a.synchronize(7), std::invalid_argument);  // a CUDA stream on the host backend
+  a.release();
+  EXPECT_EQ(session.held(), 0u);                        // the view holds no batch
+  EXPECT_THROW(a.to_dlpack_view(5), std::logic_error);  // an empty handle
+  BatchHandle b = session.next();
+  EXPECT_THROW(b.to_dlpack_view(2), std::invalid_argument);
+  view->deleter(view);
+  b.release();
+  std::size_t rest = 0;
+  while (BatchHandle c = session.next()) ++rest;
+  EXPECT_EQ(rest, 1u);  // 3 batches of 10 samples
+  EXPECT_EQ(pipeline.free_buffers(), pipeline.total_buffers());
+}
+
 TEST(Dlpack, ClosingTheSessionReturnsHeldBatches) {
   Pipeline pipeline = feeder(2, 3);
   DLManagedTensor* survivor = nullptr;
