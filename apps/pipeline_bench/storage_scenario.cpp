@@ -297,6 +297,11 @@ void storage(Bench& bench) {
     warm_sweep(bench, d, run_options, std::string(io) + ", io_async: true", warm_epochs,
                memory_gbps, std::string("storage_warm_") + io + "_async", details);
   }
+  // Warm from the file mapped once: a copy out of the page cache with no system call per read,
+  // the same copy the memory loader's path makes once the mapping's page tables are filled.
+  warm_sweep(bench, d, run_options, "mmap", warm_epochs, memory_gbps, "storage_warm_mmap", details);
+  warm_sweep(bench, d, run_options, "mmap, io_async: true", warm_epochs, memory_gbps,
+             "storage_warm_mmap_async", details);
   bench.details("storage") = details;
   if (o.quick || !o.storage_keep) {
     std::error_code ec;

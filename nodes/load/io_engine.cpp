@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <oneapi/tbb/parallel_for.h>
 #include <oneapi/tbb/task_arena.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -105,7 +106,8 @@ IoFile::IoFile(IoFile&& other) noexcept
     : path_(std::move(other.path_)),
       fd_(std::exchange(other.fd_, -1)),
       direct_fd_(std::exchange(other.direct_fd_, -1)),
-      size_(other.size_) {}
+      size_(other.size_),
+      map_(std::exchange(other.map_, nullptr)) {}
 
 IoFile& IoFile::operator=(IoFile&& other) noexcept {
   if (this != &other) {
@@ -114,11 +116,13 @@ IoFile& IoFile::operator=(IoFile&& other) noexcept {
     fd_ = std::exchange(other.fd_, -1);
     direct_fd_ = std::exchange(other.direct_fd_, -1);
     size_ = other.size_;
+    map_ = std::exchange(other.map_, nullptr);
   }
   return *this;
 }
 
 IoFile::~IoFile() {
+  if (map_) ::munmap(const_cast<std::byte*>(map_), size_);
   if (fd_ >= 0) ::close(fd_);
   if (direct_fd_ >= 0) ::close(direct_fd_);
 }
@@ -129,6 +133,15 @@ IoEngine::IoEngine(IoOptions options, int callers, std::string owner)
   if (options_.direct) {
     options_.read_bytes = std::max<std::size_t>(
         kDirectAlign, options_.read_bytes - options_.read_bytes % kDirectAlign);
+  }
+  if (options_.engine == IoOptions::Engine::mmap) {
+    if (options_.direct) {
+      throw DataError(
+          "io: mmap copies from the page cache, so direct: true cannot apply (set io: pread or "
+          "io_uring for O_DIRECT reads, or direct: false)");
+    }
+    engine_ = IoOptions::Engine::mmap;
+    return;
   }
   if (options_.engine != IoOptions::Engine::io_uring) return;
   std::string failure;
@@ -210,6 +223,19 @@ IoFile IoEngine::open(const std::string& path) {
     throw DataError(path + ": cannot open (" + std::strerror(errno) + ")");
   }
   file.size_ = static_cast<std::uint64_t>(st.st_size);
+  if (engine_ == IoOptions::Engine::mmap && file.size_ > 0) {
+    void* map = ::mmap(nullptr, file.size_, PROT_READ, MAP_SHARED, file.fd_, 0);
+    if (map == MAP_FAILED) {
+      const int error = errno;
+      if (!options_.fallback) {
+        throw DataError(path + ": cannot map (" + std::strerror(error) +
+                        ") set io: pread, or io_fallback: true to read it with pread");
+      }
+      note(path + ": cannot map (" + std::strerror(error) + "); reading it with pread");
+    } else {
+      file.map_ = static_cast<const std::byte*>(map);
+    }
+  }
   if (options_.direct) {
     file.direct_fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
     if (file.direct_fd_ < 0) {
@@ -265,6 +291,16 @@ void IoEngine::read_pread(const ReadRequest* requests, std::size_t count) {
   Piece p;
   if (max_in_flight_.load(std::memory_order_relaxed) < 1) max_in_flight_.store(1);
   while (cursor.next(p)) {
+    if (p.file->map_) {
+      if (p.offset >= p.file->size_ || p.bytes > p.file->size_ - p.offset) {
+        const std::uint64_t start = std::max(p.offset, p.file->size_);
+        short_read(p.file->path_, start, 0, p.offset + p.bytes - start);
+      }
+      std::memcpy(p.dst, p.file->map_ + p.offset, p.bytes);
+      reads_.fetch_add(1, std::memory_order_relaxed);
+      bytes_.fetch_add(p.bytes, std::memory_order_relaxed);
+      continue;
+    }
     std::size_t done = 0;
     while (done < p.bytes) {
       const int fd = p.direct ? p.file->direct_fd_ : p.file->fd_;

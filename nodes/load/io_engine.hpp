@@ -20,17 +20,16 @@ class Params;
 class Schema;
 struct RunReport;
 
-/// Declares the I/O params above in a loader's schema. `mmap`: `io` also accepts `mmap`, for a
-/// loader that can copy from files mapped read-only (io_options_from reads it as pread; the loader
-/// checks for it).
-void add_io_params(Schema& schema, bool mmap = false);
+/// Declares the I/O params above in a loader's schema.
+void add_io_params(Schema& schema);
 /// IoOptions from validated params (declared by add_io_params).
 IoOptions io_options_from(const Params& params);
-/// "pread" or "io_uring".
+/// "pread", "io_uring" or "mmap".
 const char* io_engine_name(IoOptions::Engine engine) noexcept;
 
-/// An open file: a buffered descriptor, and an O_DIRECT one when the engine reads direct and the
-/// file system allows it. Move-only; closes both.
+/// An open file: a buffered descriptor, an O_DIRECT one when the engine reads direct and the file
+/// system allows it, and its read-only mapping when the engine copies from mappings. Move-only;
+/// closes and unmaps.
 class IoFile {
  public:
   IoFile() = default;
@@ -48,6 +47,8 @@ class IoFile {
   /// The buffered descriptor (e.g. to map the file read-only); owned by this IoFile, -1 when
   /// not open.
   int descriptor() const noexcept { return fd_; }
+  /// True when reads copy from the file's mapping.
+  bool mapped() const noexcept { return map_ != nullptr; }
 
  private:
   friend class IoEngine;
@@ -55,6 +56,7 @@ class IoFile {
   int fd_ = -1;
   int direct_fd_ = -1;  // -1: every read is buffered
   std::uint64_t size_ = 0;
+  const std::byte* map_ = nullptr;  // size_ bytes, PROT_READ; null: not mapped
 };
 
 /// One read: `bytes` bytes of `file` from `offset` into `dst`.
@@ -73,27 +75,33 @@ struct ReadRequest {
 /// (tbb::parallel_for, isolated), so idle workers copy one batch out of the page cache together.
 /// With O_DIRECT, the part of a read whose file offset and destination are both 4 KiB-aligned
 /// goes direct; its unaligned head and tail (and reads whose offset and destination are not
-/// aligned alike) go through the page cache. Nothing of the engine's is allocated per read()
-/// call (the parallel pread's tasks are TBB's).
+/// aligned alike) go through the page cache. With mmap, each file is mapped read-only at open()
+/// and a read is a copy from the mapping (in pieces as parallel tasks with `async`, as pread);
+/// a file that cannot be mapped is read with pread (logged). Nothing of the engine's is allocated
+/// per read() call (the parallel pread's tasks are TBB's).
 class IoEngine {
  public:
   /// Makes the engine for `callers` concurrent read() calls; `owner` (e.g. "node 'load'") starts
-  /// log lines. When io_uring cannot start (io_uring_queue_init fails: old kernel, seccomp, a
-  /// build without liburing) it logs and reads with pread, or throws DataError when
-  /// options.fallback is false.
+  /// log lines. mmap with `direct` throws DataError (a mapping reads through the page cache). When
+  /// io_uring cannot start (io_uring_queue_init fails: old kernel, seccomp, a build without
+  /// liburing) it logs and reads with pread, or throws DataError when options.fallback is false.
   IoEngine(IoOptions options, int callers, std::string owner);
   ~IoEngine();
   IoEngine(const IoEngine&) = delete;
   IoEngine& operator=(const IoEngine&) = delete;
 
   /// Opens `path` for reading (and with O_DIRECT when the engine reads direct; a file system that
-  /// refuses O_DIRECT is logged and the file read buffered, or DataError without fallback).
+  /// refuses O_DIRECT is logged and the file read buffered, or DataError without fallback); with
+  /// mmap, maps it (a file that cannot be mapped is logged and read with pread, or DataError
+  /// without fallback).
   /// Throws DataError naming the file.
   IoFile open(const std::string& path);
   /// Reads every request in full; returns once all are done. Thread-safe up to `callers` calls at
   /// once. A failed read (an errno such as EIO, or the end of the file: a file that shrank while
   /// open) throws DataError `path: short read at offset N (why)` after every read in flight has
-  /// completed, so no read lands in the buffer after the call returned.
+  /// completed, so no read lands in the buffer after the call returned. From a mapping, a read
+  /// past the size the file had at open() throws the same error; a file truncated while mapped
+  /// raises SIGBUS instead (the process ends).
   void read(const ReadRequest* requests, std::size_t count);
 
   /// The engine that actually reads (pread after a fallback).

@@ -8,24 +8,15 @@
 
 namespace flowfeed {
 
-void add_io_params(Schema& schema, bool mmap) {
-  if (mmap) {
-    schema
-        .add_string("io",
-                    "how files are read: pread (one read at a time per loader call), io_uring "
-                    "(queue_depth reads in flight per batch) or mmap (copies from the files "
-                    "mapped read-only once, no system call per read; a file truncated while "
-                    "mapped kills the process)",
-                    std::string("pread"))
-        .one_of({"pread", "io_uring", "mmap"});
-  } else {
-    schema
-        .add_string("io",
-                    "how files are read: pread (one read at a time per loader call) or io_uring "
-                    "(queue_depth reads in flight per batch)",
-                    std::string("pread"))
-        .one_of({"pread", "io_uring"});
-  }
+void add_io_params(Schema& schema) {
+  schema
+      .add_string("io",
+                  "how files are read: pread (one read at a time per loader call), io_uring "
+                  "(queue_depth reads in flight per batch) or mmap (copies from the files mapped "
+                  "read-only once, no system call per read; a file truncated while mapped kills "
+                  "the process)",
+                  std::string("pread"))
+      .one_of({"pread", "io_uring", "mmap"});
   schema.add_int("read_bytes", "the most bytes one read asks for", std::int64_t{1} << 20)
       .range(4096, 1 << 30);
   schema.add_int("queue_depth", "io_uring: reads in flight per batch", 32).range(1, 4096);
@@ -46,8 +37,10 @@ void add_io_params(Schema& schema, bool mmap) {
 
 IoOptions io_options_from(const Params& params) {
   IoOptions o;
-  o.engine = params.get_string("io") == "io_uring" ? IoOptions::Engine::io_uring
-                                                   : IoOptions::Engine::pread;
+  const std::string& io = params.get_string("io");
+  o.engine = io == "io_uring" ? IoOptions::Engine::io_uring
+             : io == "mmap"   ? IoOptions::Engine::mmap
+                              : IoOptions::Engine::pread;
   o.read_bytes = static_cast<std::size_t>(params.get_int("read_bytes"));
   o.queue_depth = static_cast<int>(params.get_int("queue_depth"));
   o.direct = params.get_bool("direct");
@@ -57,7 +50,12 @@ IoOptions io_options_from(const Params& params) {
 }
 
 const char* io_engine_name(IoOptions::Engine engine) noexcept {
-  return engine == IoOptions::Engine::io_uring ? "io_uring" : "pread";
+  switch (engine) {
+    case IoOptions::Engine::io_uring: return "io_uring";
+    case IoOptions::Engine::mmap: return "mmap";
+    case IoOptions::Engine::pread: break;
+  }
+  return "pread";
 }
 
 }  // namespace flowfeed

@@ -47,7 +47,10 @@ TokensOptions TokensLoader::options_from(const Params& params) {
   o.seed = static_cast<std::uint64_t>(params.get_int("seed"));
   o.windows = static_cast<std::uint64_t>(params.get_int("windows"));
   o.io = io_options_from(params);
-  o.mmap = params.get_string("io") == "mmap";
+  // The token stream maps its pieces itself (windows are copied from the mapping); its engine,
+  // for the reads that do not come from a mapping, reads with pread.
+  o.mmap = o.io.engine == IoOptions::Engine::mmap;
+  if (o.mmap) o.io.engine = IoOptions::Engine::pread;
   return o;
 }
 
@@ -151,7 +154,7 @@ void register_tokens(Registry& registry) {
   schema
       .add_int("windows", "random positions: windows per epoch (0: as many as sequential ones)", 0)
       .range(0, 4294967295.0);
-  add_io_params(schema, true);
+  add_io_params(schema);
   registry.set(factory_type(
       "tokens", Role::load, std::move(schema),
       [](const NodeSpec& spec) {

@@ -112,6 +112,8 @@ TEST(PipelineBench, StorageQuickMeasuresColdAndWarmReadsBesideTheirBaselines) {
   }
   expect_row(r, "storage_warm_io_uring_async", "GB/s");
   expect_row(r, "storage_warm_pread_async", "GB/s");
+  expect_row(r, "storage_warm_mmap", "GB/s");
+  expect_row(r, "storage_warm_mmap_async", "GB/s");
   // The data set of a quick run is removed afterwards.
   EXPECT_FALSE(fs::exists(r.json.at("scenarios").at("storage").at("features").get<std::string>()));
 }

@@ -16,7 +16,7 @@ namespace {
 
 using namespace testing_files;
 
-/// Each engine, and each with `async` (pread: pieces read as parallel tasks).
+/// Each engine, and each with `async` (pread and mmap: pieces read as parallel tasks).
 struct EngineCase {
   IoOptions::Engine engine;
   bool async;
@@ -25,6 +25,10 @@ constexpr EngineCase kEngines[] = {{IoOptions::Engine::pread, false},
                                    {IoOptions::Engine::pread, true},
                                    {IoOptions::Engine::io_uring, false},
                                    {IoOptions::Engine::io_uring, true}};
+constexpr EngineCase kBufferedEngines[] = {
+    {IoOptions::Engine::pread, false},    {IoOptions::Engine::pread, true},
+    {IoOptions::Engine::io_uring, false}, {IoOptions::Engine::io_uring, true},
+    {IoOptions::Engine::mmap, false},     {IoOptions::Engine::mmap, true}};
 
 TEST(IoEngine, HeadMiddleAndTailOfADirectReadLandInPlace) {
   TempDir dir;
@@ -64,7 +68,7 @@ TEST(IoEngine, HeadMiddleAndTailOfADirectReadLandInPlace) {
 TEST(IoEngine, ReadingPastTheEndNamesFileAndOffset) {
   TempDir dir;
   write_bytes(dir.file("short.bin"), Bytes(10000, 1), false);
-  for (const EngineCase c : kEngines) {
+  for (const EngineCase c : kBufferedEngines) {
     SCOPED_TRACE(std::string(io_engine_name(c.engine)) + (c.async ? " async" : ""));
     IoOptions o;
     o.engine = c.engine;
@@ -73,8 +77,9 @@ TEST(IoEngine, ReadingPastTheEndNamesFileAndOffset) {
     IoEngine io(o, 1, "test");
     IoFile file = io.open(dir.file("short.bin"));
     std::vector<std::byte> buffer(20000);
-    // Three 4 KiB reads in flight with io_uring (or as parallel tasks with async pread); the one
-    // at 8192 comes back short, the one at 12288 empty: the lowest failing offset is reported.
+    // Three 4 KiB reads in flight with io_uring (or as parallel tasks with async pread and mmap);
+    // the one at 8192 comes back short, the one at 12288 empty: the lowest failing offset is
+    // reported.
     const ReadRequest request{&file, 0, 16000, buffer.data()};
     EXPECT_EQ(error_of<DataError>([&] { io.read(&request, 1); }),
               dir.file("short.bin") +
@@ -122,6 +127,46 @@ TEST(IoEngine, ParallelPreadPiecesLandInPlace) {
   EXPECT_EQ(std::memcmp(again.data(), content.data(), 200000), 0);
   io.read(requests, 1);
   EXPECT_EQ(std::memcmp(buffer.data(), content.data() + 300000, 409000), 0);
+}
+
+// mmap: the file is mapped at open() and reads copy from the mapping, byte-exact, in pieces of
+// read_bytes (parallel with async); no system call per read; direct reads cannot apply.
+TEST(IoEngine, MappedReadsCopyFromTheMapping) {
+  TempDir dir;
+  Bytes content(300000);
+  for (std::size_t i = 0; i < content.size(); ++i)
+    content[i] = static_cast<std::uint8_t>(i * 11 + i / 613);
+  write_bytes(dir.file("data.bin"), content, false);
+  write_bytes(dir.file("empty.bin"), Bytes{}, false);
+  for (const bool async : {false, true}) {
+    SCOPED_TRACE(async ? "async" : "serial");
+    IoOptions o;
+    o.engine = IoOptions::Engine::mmap;
+    o.async = async;
+    o.read_bytes = 4096;
+    IoEngine io(o, 2, "test");
+    EXPECT_EQ(io.engine(), IoOptions::Engine::mmap);
+    IoFile file = io.open(dir.file("data.bin"));
+    EXPECT_TRUE(file.mapped());
+    EXPECT_FALSE(io.open(dir.file("empty.bin")).mapped());  // nothing to map
+    std::vector<std::byte> buffer(content.size());
+    const ReadRequest requests[] = {{&file, 123, 200000, buffer.data()},
+                                    {&file, 0, 7, buffer.data() + 200000}};
+    io.read(requests, 2);
+    EXPECT_EQ(std::memcmp(buffer.data(), content.data() + 123, 200000), 0);
+    EXPECT_EQ(std::memcmp(buffer.data() + 200000, content.data(), 7), 0);
+    RunReport report;
+    io.report(report, "x");
+    EXPECT_EQ(report.extra["x.io_bytes"], 200007.0);
+    EXPECT_EQ(report.extra["x.io_uring"], 0.0);
+    EXPECT_TRUE(report.warnings.empty());
+  }
+  IoOptions direct;
+  direct.engine = IoOptions::Engine::mmap;
+  direct.direct = true;
+  EXPECT_EQ(error_of<DataError>([&] { IoEngine io(direct, 1, "test"); }),
+            "io: mmap copies from the page cache, so direct: true cannot apply (set io: pread or "
+            "io_uring for O_DIRECT reads, or direct: false)");
 }
 
 }  // namespace

@@ -9,8 +9,10 @@ namespace flowfeed {
 
 /// The I/O settings of a file loader.
 struct IoOptions {
-  /// pread: one read at a time per loader call; io_uring: queue_depth reads in flight per batch.
-  enum class Engine { pread, io_uring };
+  /// pread: one read at a time per loader call; io_uring: queue_depth reads in flight per batch;
+  /// mmap: copies from the files mapped read-only once (no system call per read; from a warm
+  /// page cache, the copy of an array already in memory).
+  enum class Engine { pread, io_uring, mmap };
   Engine engine = Engine::pread;
   std::size_t read_bytes = std::size_t{1} << 20;  ///< one read asks for at most this many bytes
   int queue_depth = 32;  ///< io_uring: reads in flight per batch (per concurrent caller)
