@@ -28,6 +28,10 @@ std::thread::id g_main_thread;
 std::atomic<PipelineHolder*> g_waiting{nullptr};
 std::atomic<int> g_in_handler{0};
 std::atomic<int> g_interrupts{0};
+// Set while on_sigint runs: a native handler put in front of ours after we chained to it may chain
+// back to us (on_sigint -> theirs -> on_sigint -> ...); the inner call returns at once. SIGINT is
+// blocked while its handler runs, so only such chaining re-enters.
+std::atomic<bool> g_running{false};
 struct sigaction g_previous {};
 // Python's own C handler for SIGINT, as it was when the module was imported: it trips the flag
 // that raises KeyboardInterrupt (or runs the program's signal.signal handler).
@@ -48,6 +52,7 @@ bool same_handler(const struct sigaction& a, const struct sigaction& b) {
 }
 
 void on_sigint(int sig, siginfo_t* info, void* context) {
+  if (g_running.exchange(true)) return;
   g_in_handler.fetch_add(1);
   if (PipelineHolder* h = g_waiting.load()) {
     if (g_interrupts.fetch_add(1) == 0) {
@@ -63,6 +68,7 @@ void on_sigint(int sig, siginfo_t* info, void* context) {
   // loop would end quietly instead of with KeyboardInterrupt. Python's handler only sets a flag,
   // so a second call is harmless.
   if (!same_handler(g_previous, g_python)) call_handler(g_python, sig, info, context);
+  g_running.store(false);
 }
 
 /// Puts on_sigint in front of the current SIGINT handler, unless it is there already or nothing

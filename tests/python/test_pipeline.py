@@ -3,7 +3,9 @@ Ctrl-C, several pipelines, reference counting."""
 import ctypes
 import gc
 import os
+import shutil
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -345,3 +347,46 @@ def test_views_errors_have_the_full_text(data):
         next(pipeline.views("x", torch.from_dlpack, stream=5))
     pipeline.stop()
     assert pipeline.held == 0 and pipeline.free_buffers == pipeline.total_buffers
+
+
+CHAINING_HANDLER = r"""
+#include <signal.h>
+#include <string.h>
+static struct sigaction previous;
+static void on_signal(int sig, siginfo_t* info, void* context) {
+  if (previous.sa_flags & SA_SIGINFO) {
+    if (previous.sa_sigaction) previous.sa_sigaction(sig, info, context);
+  } else if (previous.sa_handler != SIG_DFL && previous.sa_handler != SIG_IGN) {
+    previous.sa_handler(sig);
+  }
+}
+int install(void) {
+  struct sigaction mine;
+  memset(&mine, 0, sizeof mine);
+  mine.sa_sigaction = on_signal;
+  mine.sa_flags = SA_SIGINFO;
+  sigemptyset(&mine.sa_mask);
+  return sigaction(SIGINT, &mine, &previous);
+}
+"""
+
+
+def test_ctrl_c_raises_when_a_native_handler_chains_back_to_flowfeeds(data, tmp_path):
+    # A native library that loads after a run started (JAX and CuPy on the GPU machine) puts its
+    # own handler in front of flowfeed's and chains to it; the next run puts flowfeed's in front
+    # again, chaining to the library's: one Ctrl-C then goes flowfeed -> library -> flowfeed.
+    # It must raise KeyboardInterrupt once, not recurse until the stack overflows.
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("no C compiler to build the chaining handler")
+    source = tmp_path / "chain.c"
+    source.write_text(CHAINING_HANDLER)
+    library = tmp_path / "libchain.so"
+    subprocess.run([compiler, "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
+    first = flowfeed.Pipeline(data.config(epochs=1))
+    assert sum(1 for _ in first.epoch()) == expected_batches(data, 64)  # flowfeed's handler is in
+    try:
+        assert ctypes.CDLL(str(library)).install() == 0
+        interrupt_mid_epoch(data)
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own again
