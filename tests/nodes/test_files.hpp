@@ -19,6 +19,7 @@
 #include "flowfeed/batch.hpp"
 #include "flowfeed/error.hpp"
 #include "flowfeed/registry.hpp"
+#include "tests/error_of.hpp"
 
 namespace flowfeed::testing_files {
 
@@ -146,16 +147,7 @@ inline void register_capture(Registry& registry, std::shared_ptr<Captured> out) 
   registry.set(std::move(t));
 }
 
-/// The message of the exception f throws, or "<no exception>".
-template <typename E, typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  return "<no exception>";
-}
+using test::error_of;
 
 /// The message of the DataError f throws, or "<no exception>".
 template <typename F>

@@ -15,6 +15,7 @@
 #include "flowfeed/nodes/builtin.hpp"
 #include "flowfeed/registry.hpp"
 #include "pipeline/src/detail/config_file.hpp"
+#include "tests/error_of.hpp"
 
 namespace flowfeed {
 namespace {
@@ -31,22 +32,13 @@ std::string temp_path(const std::string& name) {
 
 std::string file_error(const std::string& path) {
   const Registry r = builtins();
-  try {
-    (void)load_config_file(path, r);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "(no error)";
+  return test::error_of<ConfigError>([&] { (void)load_config_file(path, r); });
 }
 
 std::string config_error(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
   const Registry r = builtins();
-  try {
-    (void)load_config_string(yaml, r, overrides, "f.yaml");
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "(no error)";
+  return test::error_of<ConfigError>(
+      [&] { (void)load_config_string(yaml, r, overrides, "f.yaml"); });
 }
 
 const std::string kChain =

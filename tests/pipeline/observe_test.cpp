@@ -22,6 +22,7 @@
 
 #include "flowfeed/flowfeed.hpp"
 #include "flowfeed/nodes/builtin.hpp"
+#include "tests/error_of.hpp"
 
 namespace flowfeed {
 namespace {
@@ -426,12 +427,8 @@ class ThreadedUpload final : public AsynchronousNode {
 
 Registry registry_with_async() {
   Registry registry = builtin_registry();
-  NodeType t;
-  t.name = "threaded_upload";
-  t.role = Role::upload;
-  t.doc = "test: completes uploads from a thread of its own";
-  t.create = [](const NodeSpec&) { return std::make_unique<ThreadedUpload>(); };
-  registry.set(std::move(t));
+  registry.set(node_type<ThreadedUpload>("threaded_upload", Role::upload, {},
+                                         "test: completes uploads from a thread of its own"));
   return registry;
 }
 
@@ -483,13 +480,8 @@ TEST(ObserveTrace, AsynchronousNodesGetStreamLanes) {
 
 TEST(ObserveTrace, SaveReportsAnUnwritablePath) {
   Trace trace;
-  try {
-    trace.save("/nonexistent-dir/t.svg", true);
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_STREQ(e.what(),
-                 "cannot write timeline /nonexistent-dir/t.svg (No such file or directory)");
-  }
+  EXPECT_EQ(test::error_of<Error>([&] { trace.save("/nonexistent-dir/t.svg", true); }),
+            "cannot write timeline /nonexistent-dir/t.svg (No such file or directory)");
 }
 
 // --- hooks, gauges, progress --------------------------------------------------------------------
@@ -543,12 +535,7 @@ class LossSink final : public Node {
 
 Registry registry_with_loss() {
   Registry registry = builtin_registry();
-  NodeType t;
-  t.name = "loss_sink";
-  t.role = Role::train;
-  t.doc = "test: sets a loss gauge";
-  t.create = [](const NodeSpec&) { return std::make_unique<LossSink>(); };
-  registry.set(std::move(t));
+  registry.set(node_type<LossSink>("loss_sink", Role::train, {}, "test: sets a loss gauge"));
   return registry;
 }
 

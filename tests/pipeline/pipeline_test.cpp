@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "flowfeed/nodes/builtin.hpp"
+#include "tests/error_of.hpp"
 
 namespace flowfeed {
 namespace {
@@ -165,14 +166,10 @@ TEST(Pipeline, DatasetSmallerThanABatchWithDropLastIsAConfigError) {
       "pipeline: { batch_size: 64 }\nsampler: { drop_last: true }\n"
       "nodes:\n  - { name: load, type: synthetic, params: { samples: 10 } }\n"
       "  - { name: train, type: discard }\n";
-  try {
-    Pipeline p(load_config_string(yaml, r, {}, "d.yaml"), r);
-    FAIL();
-  } catch (const ConfigError& e) {
-    EXPECT_STREQ(e.what(),
-                 "d.yaml: pipeline.batch_size: the data set gives no batch (10 samples in this "
-                 "shard, batch 64, drop_last) use a smaller batch or keep the last partial batch");
-  }
+  EXPECT_EQ(test::error_of<ConfigError>(
+                [&] { Pipeline p(load_config_string(yaml, r, {}, "d.yaml"), r); }),
+            "d.yaml: pipeline.batch_size: the data set gives no batch (10 samples in this "
+            "shard, batch 64, drop_last) use a smaller batch or keep the last partial batch");
 }
 
 }  // namespace
