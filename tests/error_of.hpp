@@ -1,7 +1,12 @@
 #pragma once
 // The message of an expected exception, for tests that compare it whole.
 
+#include <gtest/gtest.h>
+
 #include <string>
+#include <vector>
+
+#include "flowfeed/error.hpp"
 
 namespace flowfeed::test {
 
@@ -15,6 +20,18 @@ std::string error_of(F&& f) {
     return e.what();
   }
   return "<no exception>";
+}
+
+/// Each problem of the ConfigError that f throws; none, and a test failure, when f returns.
+template <typename F>
+std::vector<std::string> problems_of(F&& f) {
+  try {
+    f();
+  } catch (const ConfigError& e) {
+    return e.problems();
+  }
+  ADD_FAILURE() << "no ConfigError";
+  return {};
 }
 
 }  // namespace flowfeed::test

@@ -19,15 +19,7 @@ std::string at(int line) {
   return std::string(__FILE__) + ":" + std::to_string(line);
 }
 
-std::vector<std::string> problems_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const ConfigError& e) {
-    return e.problems();
-  }
-  ADD_FAILURE() << "no ConfigError was thrown";
-  return {};
-}
+using test::problems_of;
 
 TEST(PipelineBuilder, BuildsAndRunsWithoutYaml) {
   Registry registry = builtin_registry();

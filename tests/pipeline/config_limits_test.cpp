@@ -116,17 +116,14 @@ TEST(ConfigLimits, AtMostFiftyProblemsAreListedThenACount) {
   std::string yaml = "pipeline:\n";
   for (int i = 0; i < 3000; ++i) yaml += "  epochz" + std::to_string(i) + ": 1\n";
   const Registry r = builtins();
-  try {
-    (void)load_config_string(yaml + kChain, r, {}, "f.yaml");
-    FAIL() << "no error";
-  } catch (const ConfigError& e) {
-    ASSERT_EQ(e.problems().size(), 51u);
-    EXPECT_EQ(e.problems()[49],
-              "f.yaml:51:3: pipeline.epochz49: unknown key (known keys: epochs, batch_size, "
-              "prefetch_depth, ordered, device, device_id, devices, threads, memory_budget, "
-              "thread_budget, stall_timeout_s, on_error, max_skipped, mode, resume_from)");
-    EXPECT_EQ(e.problems()[50], "and 2950 more problems (fix the ones above first)");
-  }
+  const std::vector<std::string> problems =
+      test::problems_of([&] { (void)load_config_string(yaml + kChain, r, {}, "f.yaml"); });
+  ASSERT_EQ(problems.size(), 51u);
+  EXPECT_EQ(problems[49],
+            "f.yaml:51:3: pipeline.epochz49: unknown key (known keys: epochs, batch_size, "
+            "prefetch_depth, ordered, device, device_id, devices, threads, memory_budget, "
+            "thread_budget, stall_timeout_s, on_error, max_skipped, mode, resume_from)");
+  EXPECT_EQ(problems[50], "and 2950 more problems (fix the ones above first)");
 }
 
 TEST(ConfigLimits, DuplicateKeysAreErrorsAtEveryLevel) {
