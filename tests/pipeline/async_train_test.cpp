@@ -20,6 +20,7 @@
 #include "flowfeed/nodes/builtin.hpp"
 #include "testing/fault_nodes.hpp"
 #include "tests/error_of.hpp"
+#include "tests/pipeline/run_stopped.hpp"
 
 namespace flowfeed {
 namespace {
@@ -333,12 +334,7 @@ TEST_F(AsyncTrain, ASubmitThatThrowsFailsThatBatchAndNamesTheTrainNode) {
 
 TEST_F(AsyncTrain, AStopRequestDrainsHeldBatches) {
   Pipeline p = build(yaml("prefetch_depth: 8", "synthetic", "delay_ms: 2", "group: 6"));
-  std::thread stopper([&p] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(30));
-    p.request_stop();
-  });
-  const RunReport r = p.run();
-  stopper.join();
+  const RunReport r = test::run_stopped_after(p, std::chrono::milliseconds(30));
   EXPECT_TRUE(r.interrupted);
   EXPECT_EQ(log_.completed.size(), r.batches);
   EXPECT_EQ(p.free_buffers(), p.total_buffers());

@@ -7,6 +7,7 @@
 
 #include "flowfeed/nodes/builtin.hpp"
 #include "tests/error_of.hpp"
+#include "tests/pipeline/run_stopped.hpp"
 
 namespace flowfeed {
 namespace {
@@ -148,12 +149,7 @@ TEST(Pipeline, RequestStopDrainsAndReportsInterrupted) {
       "  - { name: load, type: synthetic, params: { batches: 1000 } }\n"
       "  - { name: train, type: sleep, params: { ms: 1 } }\n";
   Pipeline p(load_config_string(yaml, r), r);
-  std::thread stopper([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    p.request_stop();
-  });
-  RunReport report = p.run();
-  stopper.join();
+  const RunReport report = test::run_stopped_after(p, std::chrono::milliseconds(50));
   EXPECT_TRUE(report.interrupted);
   EXPECT_LT(report.batches, 1000u);
   EXPECT_GT(report.batches, 0u);
