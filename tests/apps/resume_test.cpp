@@ -303,18 +303,25 @@ fs::path world_config() {
   return path;
 }
 
-TEST(ResumeWorldSize, TwoRanksToOneContinueTheGlobalOrder) {
-  const std::string config = world_config().string();
+/// Adds to `steps` those of one uninterrupted rank of `config` with the global batch (14),
+/// recorded in temp_path(`record`): the order the runs of another world size must add up to.
+void record_global_order(const std::string& config, const std::string& record, Steps* steps) {
   std::string output;
-  const fs::path full = temp_path("w21_full.txt");
+  const fs::path full = temp_path(record);
   ASSERT_EQ(run("",
                 {config, "-q", "--set", "pipeline.batch_size=14", "--set",
                  "nodes.train.params.path=" + full.string()},
                 &output),
             0)
       << output;
+  add_steps(*steps, full, 0);
+}
+
+TEST(ResumeWorldSize, TwoRanksToOneContinueTheGlobalOrder) {
+  const std::string config = world_config().string();
   Steps expected;
-  add_steps(expected, full, 0);
+  ASSERT_NO_FATAL_FAILURE(record_global_order(config, "w21_full.txt", &expected));
+  std::string output;
   Steps got;
   for (int rank = 0; rank < 2; ++rank) {
     const fs::path part = temp_path("w21_rank" + std::to_string(rank) + ".txt");
@@ -350,16 +357,9 @@ TEST(ResumeWorldSize, TwoRanksToOneContinueTheGlobalOrder) {
 
 TEST(ResumeWorldSize, OneRankToTwoSplitTheRestOfTheGlobalOrder) {
   const std::string config = world_config().string();
-  std::string output;
-  const fs::path full = temp_path("w12_full.txt");
-  ASSERT_EQ(run("",
-                {config, "-q", "--set", "pipeline.batch_size=14", "--set",
-                 "nodes.train.params.path=" + full.string()},
-                &output),
-            0)
-      << output;
   Steps expected;
-  add_steps(expected, full, 0);
+  ASSERT_NO_FATAL_FAILURE(record_global_order(config, "w12_full.txt", &expected));
+  std::string output;
   Steps got;
   const fs::path first = temp_path("w12_first.txt");
   const fs::path ck = temp_path("w12_ck");
