@@ -17,16 +17,11 @@
 
 #include "tests/apps/runner_process.hpp"
 
+namespace flowfeed::test {
 namespace {
 
-using flowfeed::test::Runner;
-
-using flowfeed::test::kExitBound;
-using flowfeed::test::read_file;
-using flowfeed::test::write_config;
-
 std::string temp_path(const std::string& name) {
-  return flowfeed::test::runner_temp_path(name);
+  return runner_temp_path(name);
 }
 
 const std::string kSmallRun =
@@ -204,3 +199,4 @@ TEST(RunnerSignal, SigtermWhileThePipelineIsBuiltExits143SayingWhatWasInterrupte
 }
 
 }  // namespace
+}  // namespace flowfeed::test

@@ -15,13 +15,8 @@
 
 #include "tests/apps/runner_process.hpp"
 
+namespace flowfeed::test {
 namespace {
-
-using flowfeed::test::Runner;
-
-using flowfeed::test::kExitBound;
-using flowfeed::test::read_file;
-using flowfeed::test::write_config;
 
 /// A run of 1000 batches with a train step of 2 ms: long enough to be interrupted.
 std::string long_run(const std::string& train) {
@@ -37,6 +32,25 @@ std::string long_run(const std::string& train) {
 
 // The progress line the runner prints (to stderr, every 500 ms) once the run is under way.
 constexpr const char* kProgress = "flowfeed: ";
+
+// What the runner prints on stdout when a signal stopped the run.
+constexpr const char* kInterrupted = "interrupted: the run was stopped before its end\n";
+
+/// Runs `path` with the fault nodes and --quiet; expects exit code 1 and returns what it printed on
+/// stderr.
+std::string fault_run_error(const std::string& path) {
+  Runner r({path, "--enable-fault-nodes", "--quiet"});
+  EXPECT_EQ(r.wait(kExitBound), 1);
+  return r.err();
+}
+
+/// Once the run is under way (its progress line is out), sends SIGINT twice, 200 ms apart.
+void interrupt_twice(Runner& r) {
+  ASSERT_TRUE(r.wait_for_stderr(kProgress, kExitBound)) << r.err();
+  r.signal(SIGINT);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  r.signal(SIGINT);
+}
 
 TEST(RunnerExit, NodeFailureExits1WithOneMessageNamingNodeLineAndBatch) {
   const std::string path = write_config("fail",
@@ -62,11 +76,9 @@ TEST(RunnerExit, DataErrorNamesFileAndOffset) {
       "shard-3.bin } }\n"
       "  - { name: upload, type: host_upload }\n"
       "  - { name: train, type: checksum }\n");
-  Runner r({path, "--enable-fault-nodes", "--quiet"});
-  EXPECT_EQ(r.wait(kExitBound), 1);
-  EXPECT_EQ(r.err(), "error: node 'stage' (fault_staging, " + path +
-                         ":4) batch 2 (epoch 0): shard-3.bin: short read at offset 1024 (injected "
-                         "by fault_staging at batch 2)\n");
+  EXPECT_EQ(fault_run_error(path), "error: node 'stage' (fault_staging, " + path +
+                                       ":4) batch 2 (epoch 0): shard-3.bin: short read at offset "
+                                       "1024 (injected by fault_staging at batch 2)\n");
 }
 
 TEST(RunnerExit, StalledSinkExits1NamingTheStuckNode) {
@@ -77,9 +89,7 @@ TEST(RunnerExit, StalledSinkExits1NamingTheStuckNode) {
       "  - { name: load, type: synthetic, params: { batches: 50, sample_shape: [8] } }\n"
       "  - { name: train, type: fault_train, params: { mode: stall, at_batch: 3, stall_s: 100000 } "
       "}\n");
-  Runner r({path, "--enable-fault-nodes", "--quiet"});
-  EXPECT_EQ(r.wait(kExitBound), 1);
-  EXPECT_EQ(r.err(),
+  EXPECT_EQ(fault_run_error(path),
             "error: run stalled: no progress for 0.5 s (pipeline.stall_timeout_s): node "
             "'train' (fault_train, " +
                 path + ":4) is still processing batch 3 (epoch 0)\n");
@@ -121,8 +131,7 @@ TEST(RunnerSignal, SigintStopsDrainsPrintsTheSummaryAndExits130) {
   ASSERT_TRUE(r.wait_for_stderr(kProgress, kExitBound)) << r.err();
   r.signal(SIGINT);
   EXPECT_EQ(r.wait(kExitBound), 130) << r.err();
-  EXPECT_NE(r.out().find("interrupted: the run was stopped before its end\n"), std::string::npos)
-      << r.out();
+  EXPECT_NE(r.out().find(kInterrupted), std::string::npos) << r.out();
   EXPECT_EQ(r.err().find("error"), std::string::npos) << r.err();
   const std::string json = read_file(report);
   EXPECT_NE(json.find("\"interrupted\": true"), std::string::npos) << json;
@@ -136,8 +145,7 @@ TEST(RunnerSignal, SigtermExits143) {
   ASSERT_TRUE(r.wait_for_stderr(kProgress, kExitBound)) << r.err();
   r.signal(SIGTERM);
   EXPECT_EQ(r.wait(kExitBound), 143) << r.err();
-  EXPECT_NE(r.out().find("interrupted: the run was stopped before its end\n"), std::string::npos)
-      << r.out();
+  EXPECT_NE(r.out().find(kInterrupted), std::string::npos) << r.out();
 }
 
 TEST(RunnerSignal, SecondSigintAbortsADrainThatWaitsForAStalledNode) {
@@ -146,13 +154,9 @@ TEST(RunnerSignal, SecondSigintAbortsADrainThatWaitsForAStalledNode) {
       "abort", long_run("{ name: train, type: fault_train, params: { mode: stall, at_batch: 2, "
                         "stall_s: 100000 } }"));
   Runner r({path, "--enable-fault-nodes"});
-  ASSERT_TRUE(r.wait_for_stderr(kProgress, kExitBound)) << r.err();
-  r.signal(SIGINT);
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  r.signal(SIGINT);
+  ASSERT_NO_FATAL_FAILURE(interrupt_twice(r));
   EXPECT_EQ(r.wait(kExitBound), 130) << r.err();
-  EXPECT_NE(r.out().find("interrupted: the run was stopped before its end\n"), std::string::npos)
-      << r.out();
+  EXPECT_NE(r.out().find(kInterrupted), std::string::npos) << r.out();
   EXPECT_EQ(r.err().find("did not end"), std::string::npos) << r.err();
 }
 
@@ -162,10 +166,7 @@ TEST(RunnerSignal, SecondSigintExitsEvenWhenANodeNeverReturns) {
   const std::string path =
       write_config("stuck", long_run("{ name: train, type: sleep, params: { ms: 10000000 } }"));
   Runner r({path});
-  ASSERT_TRUE(r.wait_for_stderr(kProgress, kExitBound)) << r.err();
-  r.signal(SIGINT);
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  r.signal(SIGINT);
+  ASSERT_NO_FATAL_FAILURE(interrupt_twice(r));
   EXPECT_EQ(r.wait(kExitBound), 130) << r.err();
   EXPECT_NE(r.err().find("pipeline_runner: the run did not end within 2 s of the abort (a node is "
                          "stuck in a call that does not return); exiting\n"),
@@ -174,3 +175,4 @@ TEST(RunnerSignal, SecondSigintExitsEvenWhenANodeNeverReturns) {
 }
 
 }  // namespace
+}  // namespace flowfeed::test
