@@ -64,6 +64,16 @@ class TokensLoaderTest : public ::testing::Test {
     }
   }
 
+  /// Writes shard-0.bin, shard-1.bin and shard-2.bin (uint16): the corpus split at the arbitrary
+  /// points a and b, which it returns.
+  std::pair<std::size_t, std::size_t> write_three_shards(const Corpus& c) {
+    const std::size_t a = 70001, b = 150003;
+    write_raw(dir_.file("shard-0.bin"), c.tokens.data(), a, 2);
+    write_raw(dir_.file("shard-1.bin"), c.tokens.data() + a, b - a, 2);
+    write_raw(dir_.file("shard-2.bin"), c.tokens.data() + b, c.tokens.size() - b, 2);
+    return {a, b};
+  }
+
   TempDir dir_;
   std::shared_ptr<Seen> seen_;
 };
@@ -146,10 +156,7 @@ TEST_F(TokensLoaderTest, RandomPositionsDependOnlyOnSeedEpochAndIndex) {
 TEST_F(TokensLoaderTest, SeveralFilesAreOneStream) {
   const Corpus& c = licenses();
   // Three shards that split the corpus at arbitrary points, listed and globbed.
-  const std::size_t a = 70001, b = 150003;
-  write_raw(dir_.file("shard-0.bin"), c.tokens.data(), a, 2);
-  write_raw(dir_.file("shard-1.bin"), c.tokens.data() + a, b - a, 2);
-  write_raw(dir_.file("shard-2.bin"), c.tokens.data() + b, c.tokens.size() - b, 2);
+  const auto [a, b] = write_three_shards(c);
   const std::string list = "[" + dir_.file("shard-0.bin") + ", " + dir_.file("shard-1.bin") + ", " +
                            dir_.file("shard-2.bin") + "]";
   for (const std::string& files :
@@ -184,10 +191,7 @@ TEST_F(TokensLoaderTest, SeveralFilesAreOneStream) {
 // shards listed as 2, 0, 1 are read in that order.
 TEST_F(TokensLoaderTest, ListsBracesAndGlobsGiveTheStreamItsOrder) {
   const Corpus& c = licenses();
-  const std::size_t a = 70001, b = 150003;
-  write_raw(dir_.file("shard-0.bin"), c.tokens.data(), a, 2);
-  write_raw(dir_.file("shard-1.bin"), c.tokens.data() + a, b - a, 2);
-  write_raw(dir_.file("shard-2.bin"), c.tokens.data() + b, c.tokens.size() - b, 2);
+  const std::size_t b = write_three_shards(c).second;
   std::vector<std::uint32_t> reordered(c.tokens.begin() + static_cast<long>(b), c.tokens.end());
   reordered.insert(reordered.end(), c.tokens.begin(), c.tokens.begin() + static_cast<long>(b));
   TokensOptions o;
