@@ -12,6 +12,7 @@
 
 #include "flowfeed/error.hpp"
 #include "nodes/train/mlp/mlp_model.hpp"
+#include "tests/nodes/mlp_test_data.hpp"
 
 namespace flowfeed {
 namespace {
@@ -35,34 +36,6 @@ class DeviceVector {
  private:
   T* data_ = nullptr;
   std::size_t size_;
-};
-
-/// Deterministic test data (a 64-bit LCG).
-class TestRng {
- public:
-  explicit TestRng(uint64_t seed) : state_(seed) {}
-  uint64_t next() {
-    state_ = state_ * 6364136223846793005ull + 1442695040888963407ull;
-    return state_ >> 11;
-  }
-  std::vector<float> floats(std::size_t n, float lo, float hi) {
-    std::vector<float> v(n);
-    for (float& f : v) f = lo + (hi - lo) * static_cast<float>((next() >> 13) * 0x1.0p-40);
-    return v;
-  }
-  std::vector<uint8_t> bytes(std::size_t n) {
-    std::vector<uint8_t> v(n);
-    for (uint8_t& b : v) b = static_cast<uint8_t>(next() & 0xff);
-    return v;
-  }
-  std::vector<int32_t> labels(std::size_t n, int classes) {
-    std::vector<int32_t> v(n);
-    for (int32_t& y : v) y = static_cast<int32_t>(next() % static_cast<uint64_t>(classes));
-    return v;
-  }
-
- private:
-  uint64_t state_;
 };
 
 /// All parameters, weights then biases, layer by layer.
@@ -105,11 +78,7 @@ std::vector<Case> cases() {
   mnist.lr = 0.05f;
   mnist.momentum = 0.9f;
   c.push_back({"784-256-10", mnist, 64, 64});
-  MlpOptions deep;
-  deep.inputs = 12;
-  deep.hidden = {7, 5};
-  deep.classes = 3;
-  deep.lr = 0.1f;
+  MlpOptions deep = small_options();
   deep.seed = 3;
   c.push_back({"12-7-5-3", deep, 9, 16});
   MlpOptions three;
@@ -164,10 +133,7 @@ TEST(MlpCuda, StepsMatchCpu) {
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) GTEST_SKIP() << "no CUDA device visible";
   for (const Case& c : cases()) {
     SCOPED_TRACE(c.name);
-    TestRng rng(21);
-    const std::vector<float> x =
-        rng.floats(static_cast<std::size_t>(c.n) * c.opts.inputs, 0.0f, 1.0f);
-    const std::vector<int32_t> y = rng.labels(c.n, c.opts.classes);
+    const auto [x, y] = TestRng(21).samples(c.opts, c.n, 0.0f, 1.0f);
     const DeviceVector<float> dx(x);
     const DeviceVector<int32_t> dy(y);
     MlpCpu cpu(c.opts);
@@ -254,8 +220,7 @@ TEST(MlpCuda, Uint8PathMatchesFloatPathAndCpu) {
   const int rows = 64;
   TestRng rng(8);
   const std::vector<uint8_t> xb = rng.bytes(static_cast<std::size_t>(rows) * o.inputs);
-  std::vector<float> xf(xb.size());
-  for (std::size_t i = 0; i < xb.size(); ++i) xf[i] = static_cast<float>(xb[i]) / 255.0f;
+  const std::vector<float> xf = unit_floats(xb);
   const std::vector<int32_t> y = rng.labels(rows, o.classes);
   const DeviceVector<uint8_t> dxb(xb);
   const DeviceVector<float> dxf(xf);
@@ -333,9 +298,7 @@ TEST(MlpCuda, CountersAccumulateUntilTaken) {
   o.hidden = {8};
   o.classes = 3;
   const int rows = 5;
-  TestRng rng(3);
-  const std::vector<float> x = rng.floats(static_cast<std::size_t>(rows) * o.inputs, 0, 1);
-  const std::vector<int32_t> y = rng.labels(rows, o.classes);
+  const auto [x, y] = TestRng(3).samples(o, rows, 0, 1);
   const DeviceVector<float> dx(x);
   const DeviceVector<int32_t> dy(y);
   MlpCuda gpu(o, 0, rows);
