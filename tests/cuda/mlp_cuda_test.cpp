@@ -12,6 +12,7 @@
 
 #include "flowfeed/error.hpp"
 #include "nodes/train/mlp/mlp_model.hpp"
+#include "tests/cuda/gpu_test.hpp"
 #include "tests/nodes/mlp_test_data.hpp"
 
 namespace flowfeed {
@@ -81,10 +82,7 @@ std::vector<Case> cases() {
   MlpOptions deep = small_options();
   deep.seed = 3;
   c.push_back({"12-7-5-3", deep, 9, 16});
-  MlpOptions three;
-  three.inputs = 70;
-  three.hidden = {48, 33, 20};
-  three.classes = 10;
+  MlpOptions three = mlp_layers(70, {48, 33, 20}, 10);
   three.momentum = 0.5f;
   c.push_back({"70-48-33-20-10", three, 37, 40});
   MlpOptions mixed;  // a middle layer's weight gradients through cuBLAS, the others fused
@@ -97,10 +95,7 @@ std::vector<Case> cases() {
   narrow.hidden = {32};
   narrow.lr = 0.1f;
   c.push_back({"784-32-10", narrow, 64, 64});
-  MlpOptions linear;
-  linear.inputs = 20;
-  linear.hidden = {};
-  linear.classes = 4;
+  MlpOptions linear = mlp_layers(20, {}, 4);
   c.push_back({"20-4", linear, 16, 16});
   MlpOptions wide;  // output weight gradients through cuBLAS instead of the update kernel
   wide.inputs = 16;
@@ -112,8 +107,7 @@ std::vector<Case> cases() {
 }
 
 TEST(MlpCuda, InitialParamsEqualCpu) {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) GTEST_SKIP() << "no CUDA device visible";
+  FLOWFEED_REQUIRE_GPU();
   for (const Case& c : cases()) {
     MlpCuda gpu(c.opts, 0, c.max_batch);
     const MlpParams p = gpu.params();
@@ -129,8 +123,7 @@ TEST(MlpCuda, InitialParamsEqualCpu) {
 }
 
 TEST(MlpCuda, StepsMatchCpu) {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) GTEST_SKIP() << "no CUDA device visible";
+  FLOWFEED_REQUIRE_GPU();
   for (const Case& c : cases()) {
     SCOPED_TRACE(c.name);
     const auto [x, y] = TestRng(21).samples(c.opts, c.n, 0.0f, 1.0f);
@@ -169,8 +162,7 @@ TEST(MlpCuda, StepsMatchCpu) {
 }
 
 TEST(MlpCuda, GraphsReplayBitIdenticalToPlainLaunches) {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) GTEST_SKIP() << "no CUDA device visible";
+  FLOWFEED_REQUIRE_GPU();
   for (const Case& c : cases()) {
     SCOPED_TRACE(c.name);
     TestRng rng(5);
@@ -213,15 +205,12 @@ TEST(MlpCuda, GraphsReplayBitIdenticalToPlainLaunches) {
 }
 
 TEST(MlpCuda, Uint8PathMatchesFloatPathAndCpu) {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) GTEST_SKIP() << "no CUDA device visible";
+  FLOWFEED_REQUIRE_GPU();
   MlpOptions o;
   o.momentum = 0.9f;
   const int rows = 64;
-  TestRng rng(8);
-  const std::vector<uint8_t> xb = rng.bytes(static_cast<std::size_t>(rows) * o.inputs);
+  const auto [xb, y] = TestRng(8).byte_samples(o, rows);
   const std::vector<float> xf = unit_floats(xb);
-  const std::vector<int32_t> y = rng.labels(rows, o.classes);
   const DeviceVector<uint8_t> dxb(xb);
   const DeviceVector<float> dxf(xf);
   const DeviceVector<int32_t> dy(y);
@@ -251,12 +240,8 @@ TEST(MlpCuda, Uint8PathMatchesFloatPathAndCpu) {
 }
 
 TEST(MlpCuda, OutOfRangeLabelThrowsFromTakeStats) {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) GTEST_SKIP() << "no CUDA device visible";
-  MlpOptions o;
-  o.inputs = 8;
-  o.hidden = {6};
-  o.classes = 4;
+  FLOWFEED_REQUIRE_GPU();
+  MlpOptions o = mlp_layers(8, {6}, 4);
   const int rows = 6;
   TestRng rng(2);
   const DeviceVector<float> dx(rng.floats(static_cast<std::size_t>(rows) * o.inputs, 0, 1));
@@ -291,12 +276,8 @@ TEST(MlpCuda, OutOfRangeLabelThrowsFromTakeStats) {
 }
 
 TEST(MlpCuda, CountersAccumulateUntilTaken) {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) GTEST_SKIP() << "no CUDA device visible";
-  MlpOptions o;
-  o.inputs = 10;
-  o.hidden = {8};
-  o.classes = 3;
+  FLOWFEED_REQUIRE_GPU();
+  MlpOptions o = mlp_layers(10, {8}, 3);
   const int rows = 5;
   const auto [x, y] = TestRng(3).samples(o, rows, 0, 1);
   const DeviceVector<float> dx(x);
@@ -319,12 +300,8 @@ TEST(MlpCuda, CountersAccumulateUntilTaken) {
 }
 
 TEST(MlpCuda, SetParamsRoundTripsAndResetsMomentum) {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) GTEST_SKIP() << "no CUDA device visible";
-  MlpOptions o;
-  o.inputs = 10;
-  o.hidden = {8, 6};
-  o.classes = 3;
+  FLOWFEED_REQUIRE_GPU();
+  MlpOptions o = mlp_layers(10, {8, 6}, 3);
   o.momentum = 0.9f;
   const int rows = 4;
   TestRng rng(4);
@@ -351,12 +328,8 @@ TEST(MlpCuda, SetParamsRoundTripsAndResetsMomentum) {
 }
 
 TEST(MlpCuda, RejectsBadArguments) {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) GTEST_SKIP() << "no CUDA device visible";
-  MlpOptions o;
-  o.inputs = 4;
-  o.hidden = {4};
-  o.classes = 2;
+  FLOWFEED_REQUIRE_GPU();
+  MlpOptions o = mlp_layers(4, {4}, 2);
   EXPECT_THROW(MlpCuda(o, 0, 0), std::invalid_argument);
   MlpOptions bad = o;
   bad.momentum = 1.5f;
@@ -364,7 +337,7 @@ TEST(MlpCuda, RejectsBadArguments) {
   bad = o;
   bad.hidden = std::vector<int>(16, 4);
   EXPECT_THROW(MlpCuda(bad, 0), std::invalid_argument);
-  EXPECT_THROW(MlpCuda(o, n), CudaError);  // no such device
+  EXPECT_THROW(MlpCuda(o, cuda_device_count()), CudaError);  // no such device
 
   MlpCuda gpu(o, 0, 8);
   const DeviceVector<float> dx(std::vector<float>(9 * 4, 0.5f));

@@ -158,10 +158,7 @@ TEST(MlpCpu, LossDecreasesOnAFixedBatch) {
 }
 
 TEST(MlpCpu, InitIsDeterministicAndDependsOnTheSeed) {
-  MlpOptions o;
-  o.inputs = 4;
-  o.hidden = {3};
-  o.classes = 2;
+  MlpOptions o = mlp_layers(4, {3}, 2);
   o.seed = 1;
   const MlpParams p = init_mlp_params(o);
   // Golden values: splitmix64(seed 1) -> uniform -> (2u - 1) * sqrt(6 / 4), on any platform.
@@ -279,10 +276,8 @@ TEST(MlpCpu, Uint8PathEqualsFloatPathOnXOver255) {
   MlpOptions o = small_options();
   o.momentum = 0.5f;
   const int n = 10;
-  TestRng rng(2);
-  const std::vector<uint8_t> xb = rng.bytes(static_cast<std::size_t>(n) * o.inputs);
+  const auto [xb, y] = TestRng(2).byte_samples(o, n);
   const std::vector<float> xf = unit_floats(xb);
-  const std::vector<int32_t> y = rng.labels(n, o.classes);
 
   MlpCpu a(o);
   MlpCpu b(o);
@@ -302,10 +297,7 @@ TEST(MlpCpu, Uint8PathEqualsFloatPathOnXOver255) {
 }
 
 TEST(MlpCpu, StatsCountLossAndArgmax) {
-  MlpOptions o;
-  o.inputs = 2;
-  o.hidden = {};
-  o.classes = 3;
+  MlpOptions o = mlp_layers(2, {}, 3);
   MlpCpu model(o);
   MlpParams p = model.params();
   // logits = x0 * (1, 0, 0) + x1 * (0, 1, 0) + (0, 0, 0.5)

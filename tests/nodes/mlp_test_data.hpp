@@ -44,17 +44,30 @@ class TestRng {
     std::vector<int32_t> y = labels(static_cast<std::size_t>(rows), o.classes);
     return {std::move(x), std::move(y)};
   }
+  /// `rows` samples for `o`: their inputs as bytes, then their labels.
+  std::pair<std::vector<uint8_t>, std::vector<int32_t>> byte_samples(const MlpOptions& o,
+                                                                     int rows) {
+    std::vector<uint8_t> x = bytes(static_cast<std::size_t>(rows) * o.inputs);
+    std::vector<int32_t> y = labels(static_cast<std::size_t>(rows), o.classes);
+    return {std::move(x), std::move(y)};
+  }
 
  private:
   uint64_t state_;
 };
 
+/// The options of an MLP of these layer sizes, the others at their defaults.
+inline MlpOptions mlp_layers(int inputs, std::vector<int> hidden, int classes) {
+  MlpOptions o;
+  o.inputs = inputs;
+  o.hidden = std::move(hidden);
+  o.classes = classes;
+  return o;
+}
+
 /// A small deep MLP: 12 inputs, hidden layers of 7 and 5, 3 classes, lr 0.1, seed 7.
 inline MlpOptions small_options() {
-  MlpOptions o;
-  o.inputs = 12;
-  o.hidden = {7, 5};
-  o.classes = 3;
+  MlpOptions o = mlp_layers(12, {7, 5}, 3);
   o.lr = 0.1f;
   o.seed = 7;
   return o;
