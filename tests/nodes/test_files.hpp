@@ -47,6 +47,14 @@ class TempDir {
   std::filesystem::path path_;
 };
 
+/// `n` distinct, position-dependent bytes: byte i is (i * mul + i / period) & 0xFF.
+inline Bytes pattern(std::size_t n, unsigned mul = 7, std::size_t period = 251) {
+  Bytes out(n);
+  for (std::size_t i = 0; i < n; ++i)
+    out[i] = static_cast<std::uint8_t>((i * mul + i / period) & 0xFF);
+  return out;
+}
+
 /// An IDX file image: magic (type, dims), big-endian dims, payload.
 inline Bytes idx_bytes(std::uint8_t type, const std::vector<std::uint32_t>& dims,
                        const Bytes& payload) {
