@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -17,7 +18,10 @@
 #include <vector>
 
 #include "flowfeed/batch.hpp"
+#include "flowfeed/config.hpp"
 #include "flowfeed/error.hpp"
+#include "flowfeed/nodes/builtin.hpp"
+#include "flowfeed/pipeline.hpp"
 #include "flowfeed/registry.hpp"
 #include "tests/error_of.hpp"
 
@@ -153,6 +157,18 @@ inline void register_capture(Registry& registry, std::shared_ptr<Captured> out) 
   t.doc = "test sink: records every batch";
   t.create = [out](const NodeSpec&) { return std::make_unique<Capture>(out); };
   registry.set(std::move(t));
+}
+
+/// Runs `yaml` with the built-in types and those `add` registers (a test's sink); expects every
+/// buffer back in its pool after the run. Returns the run's report.
+inline RunReport run_with(const std::string& yaml, const std::function<void(Registry&)>& add) {
+  Registry r;
+  register_builtin_nodes(r);
+  add(r);
+  Pipeline p(load_config_string(yaml, r), r);
+  RunReport report = p.run();
+  EXPECT_EQ(p.free_buffers(), p.total_buffers());
+  return report;
 }
 
 using test::error_of;
