@@ -36,12 +36,21 @@ constexpr const char* kProgress = "flowfeed: ";
 // What the runner prints on stdout when a signal stopped the run.
 constexpr const char* kInterrupted = "interrupted: the run was stopped before its end\n";
 
-/// Runs `path` with the fault nodes and --quiet; expects exit code 1 and returns what it printed on
-/// stderr.
-std::string fault_run_error(const std::string& path) {
-  Runner r({path, "--enable-fault-nodes", "--quiet"});
-  EXPECT_EQ(r.wait(kExitBound), 1);
-  return r.err();
+/// What a finished run printed.
+struct Printed {
+  std::string out, err;
+};
+
+/// Runs the runner with `args` to its end and expects exit code `code`.
+Printed finished(const std::vector<std::string>& args, int code) {
+  Runner r(args);
+  EXPECT_EQ(r.wait(kExitBound), code);
+  return {r.out(), r.err()};
+}
+
+/// Runs `path` with the fault nodes and --quiet, and expects exit code 1.
+Printed fault_run(const std::string& path) {
+  return finished({path, "--enable-fault-nodes", "--quiet"}, 1);
 }
 
 /// Once the run is under way (its progress line is out), sends SIGINT twice, 200 ms apart.
@@ -59,11 +68,10 @@ TEST(RunnerExit, NodeFailureExits1WithOneMessageNamingNodeLineAndBatch) {
                                         "  - { name: load, type: fault_load, params: { batches: 5, "
                                         "sample_shape: [8], mode: throw, at_batch: 7 } }\n"
                                         "  - { name: train, type: checksum }\n");
-  Runner r({path, "--enable-fault-nodes", "--quiet"});
-  EXPECT_EQ(r.wait(kExitBound), 1);
-  EXPECT_EQ(r.err(), "error: node 'load' (fault_load, " + path +
-                         ":3) batch 7 (epoch 1): fault_load: injected failure at batch 7\n");
-  EXPECT_EQ(r.out(), "");
+  const Printed printed = fault_run(path);
+  EXPECT_EQ(printed.err, "error: node 'load' (fault_load, " + path +
+                             ":3) batch 7 (epoch 1): fault_load: injected failure at batch 7\n");
+  EXPECT_EQ(printed.out, "");
 }
 
 TEST(RunnerExit, DataErrorNamesFileAndOffset) {
@@ -76,9 +84,9 @@ TEST(RunnerExit, DataErrorNamesFileAndOffset) {
       "shard-3.bin } }\n"
       "  - { name: upload, type: host_upload }\n"
       "  - { name: train, type: checksum }\n");
-  EXPECT_EQ(fault_run_error(path), "error: node 'stage' (fault_staging, " + path +
-                                       ":4) batch 2 (epoch 0): shard-3.bin: short read at offset "
-                                       "1024 (injected by fault_staging at batch 2)\n");
+  EXPECT_EQ(fault_run(path).err, "error: node 'stage' (fault_staging, " + path +
+                                     ":4) batch 2 (epoch 0): shard-3.bin: short read at offset "
+                                     "1024 (injected by fault_staging at batch 2)\n");
 }
 
 TEST(RunnerExit, StalledSinkExits1NamingTheStuckNode) {
@@ -89,7 +97,7 @@ TEST(RunnerExit, StalledSinkExits1NamingTheStuckNode) {
       "  - { name: load, type: synthetic, params: { batches: 50, sample_shape: [8] } }\n"
       "  - { name: train, type: fault_train, params: { mode: stall, at_batch: 3, stall_s: 100000 } "
       "}\n");
-  EXPECT_EQ(fault_run_error(path),
+  EXPECT_EQ(fault_run(path).err,
             "error: run stalled: no progress for 0.5 s (pipeline.stall_timeout_s): node "
             "'train' (fault_train, " +
                 path + ":4) is still processing batch 3 (epoch 0)\n");
@@ -101,11 +109,8 @@ TEST(RunnerExit, ConfigErrorExits2) {
                                         "nodes:\n"
                                         "  - { name: load, type: synthetic }\n"
                                         "  - { name: train, type: checksum }\n");
-  Runner r({path, "--quiet"});
-  EXPECT_EQ(r.wait(kExitBound), 2);
-  EXPECT_EQ(r.err(), path +
-                         ":1:24: pipeline.prefetch_dept: unknown key (did you mean "
-                         "'prefetch_depth'?)\n");
+  EXPECT_EQ(finished({path, "--quiet"}, 2).err,
+            path + ":1:24: pipeline.prefetch_dept: unknown key (did you mean 'prefetch_depth'?)\n");
 }
 
 TEST(RunnerExit, FaultNodesExistOnlyWhenAskedFor) {
@@ -115,10 +120,9 @@ TEST(RunnerExit, FaultNodesExistOnlyWhenAskedFor) {
                    "nodes:\n"
                    "  - { name: load, type: fault_load, params: { mode: throw } }\n"
                    "  - { name: train, type: checksum }\n");
-  Runner r({path, "--quiet"});
-  EXPECT_EQ(r.wait(kExitBound), 2);
-  EXPECT_EQ(r.err().rfind(path + ":3:25: nodes[0].type: unknown node type 'fault_load' (", 0), 0u)
-      << r.err();
+  const std::string err = finished({path, "--quiet"}, 2).err;
+  EXPECT_EQ(err.rfind(path + ":3:25: nodes[0].type: unknown node type 'fault_load' (", 0), 0u)
+      << err;
 }
 
 TEST(RunnerSignal, SigintStopsDrainsPrintsTheSummaryAndExits130) {
