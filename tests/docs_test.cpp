@@ -16,20 +16,21 @@ std::string read(const std::string& relative) {
   return ss.str();
 }
 
-TEST(Docs, ReadmeShowsTheCompiledEmbeddingSnippet) {
+/// README.md shows the file at `relative` exactly, in a ```lang block.
+void expect_readme_shows(const std::string& relative, const std::string& lang) {
   const std::string readme = read("README.md");
-  const std::string snippet = read("docs/snippets/embed.cpp");
-  ASSERT_FALSE(snippet.empty());
-  EXPECT_NE(readme.find("```cpp\n" + snippet + "```\n"), std::string::npos)
-      << "README.md must show docs/snippets/embed.cpp exactly, in a ```cpp block";
+  const std::string file = read(relative);
+  ASSERT_FALSE(file.empty());
+  EXPECT_NE(readme.find("```" + lang + "\n" + file + "```\n"), std::string::npos)
+      << "README.md must show " << relative << " exactly, in a ```" << lang << " block";
+}
+
+TEST(Docs, ReadmeShowsTheCompiledEmbeddingSnippet) {
+  expect_readme_shows("docs/snippets/embed.cpp", "cpp");
 }
 
 TEST(Docs, ReadmeShowsTheDownstreamCMakeProject) {
-  const std::string readme = read("README.md");
-  const std::string project = read("docs/snippets/CMakeLists.txt");
-  ASSERT_FALSE(project.empty());
-  EXPECT_NE(readme.find("```cmake\n" + project + "```\n"), std::string::npos)
-      << "README.md must show docs/snippets/CMakeLists.txt exactly, in a ```cmake block";
+  expect_readme_shows("docs/snippets/CMakeLists.txt", "cmake");
 }
 
 }  // namespace

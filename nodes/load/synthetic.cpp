@@ -23,46 +23,32 @@ std::uint64_t synthetic_sample_hash(std::uint64_t seed, std::uint64_t sample) no
   return formula::sample_hash(seed, sample);
 }
 
+namespace {
+
+/// Writes the low bits of each of `elements` elements of the sample with hash `h` as a `Bits`.
+template <typename Bits>
+void fill_bits(void* dst, std::size_t elements, formula::ElementType type,
+               std::uint64_t h) noexcept {
+  auto* p = static_cast<Bits*>(dst);
+  for (std::size_t j = 0; j < elements; ++j) {
+    p[j] = static_cast<Bits>(formula::element_bits(type, h, j));
+  }
+}
+
+}  // namespace
+
 void synthetic_fill(std::uint64_t seed, std::uint64_t sample, DType dtype, std::size_t elements,
                     void* dst) noexcept {
   const std::uint64_t h = synthetic_sample_hash(seed, sample);
   const auto type = static_cast<formula::ElementType>(dtype);
   switch (dtype) {
-    case DType::float32: {
-      auto* p = static_cast<std::uint32_t*>(dst);
-      for (std::size_t j = 0; j < elements; ++j) {
-        p[j] = static_cast<std::uint32_t>(formula::element_bits(type, h, j));
-      }
-      break;
-    }
-    case DType::float16: {
-      auto* p = static_cast<std::uint16_t*>(dst);
-      for (std::size_t j = 0; j < elements; ++j) {
-        p[j] = static_cast<std::uint16_t>(formula::element_bits(type, h, j));
-      }
-      break;
-    }
-    case DType::uint8: {
-      auto* p = static_cast<std::uint8_t*>(dst);
-      for (std::size_t j = 0; j < elements; ++j) {
-        p[j] = static_cast<std::uint8_t>(formula::element_bits(type, h, j));
-      }
-      break;
-    }
-    case DType::int32: {
-      auto* p = static_cast<std::uint32_t*>(dst);
-      for (std::size_t j = 0; j < elements; ++j) {
-        p[j] = static_cast<std::uint32_t>(formula::element_bits(type, h, j));
-      }
-      break;
-    }
-    case DType::int64: {
-      auto* p = static_cast<std::uint64_t*>(dst);
-      for (std::size_t j = 0; j < elements; ++j) p[j] = formula::element_bits(type, h, j);
-      break;
-    }
+    case DType::float32: fill_bits<std::uint32_t>(dst, elements, type, h); break;
+    case DType::float16: fill_bits<std::uint16_t>(dst, elements, type, h); break;
+    case DType::uint8: fill_bits<std::uint8_t>(dst, elements, type, h); break;
+    case DType::int32: fill_bits<std::uint32_t>(dst, elements, type, h); break;
+    case DType::int64: fill_bits<std::uint64_t>(dst, elements, type, h); break;
     case DType::uint16:
-    case DType::uint32: break;  // token types: the synthetic schema does not offer them
+    case DType::uint32: break;    // token types: the synthetic schema does not offer them
     case DType::bfloat16: break;  // not a synthetic dtype: the schema offers the five above
   }
 }

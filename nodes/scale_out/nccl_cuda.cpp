@@ -91,6 +91,13 @@ std::string format_seconds(double s) {
   return fmt::format("{:g}", s);
 }
 
+/// The error of `call` on rank `rank` of `world` when it passed collective_timeout_s: "<call>
+/// (rank r of w)<problem>, or raise collective_timeout_s".
+Error timed_out(const std::string& call, int rank, int world, const std::string& problem) {
+  return Error(fmt::format("{} (rank {} of {}){}, or raise collective_timeout_s", call, rank, world,
+                           problem));
+}
+
 UniqueId read_id_file(const std::string& path, double timeout_s) {
   const auto t0 = std::chrono::steady_clock::now();
   for (int round = 0;; ++round) {
@@ -217,11 +224,9 @@ void Communicator::complete(const char* call) {
     if (state != ncclInProgress) fail(call, state);
     if (seconds_since(t0) > timeout_s_) {
       abort();
-      throw Error(std::string(call) + " (rank " + std::to_string(rank_) + " of " +
-                  std::to_string(world_) + ") did not complete within " +
-                  format_seconds(timeout_s_) +
-                  " s (a rank did not join or stopped) check that every rank runs, or raise "
-                  "collective_timeout_s");
+      throw timed_out(call, rank_, world_,
+                      " did not complete within " + format_seconds(timeout_s_) +
+                          " s (a rank did not join or stopped) check that every rank runs");
     }
     pause(round);
   }
@@ -254,11 +259,9 @@ void Communicator::wait(cudaEvent_t event, const char* what) {
     }
     if (seconds_since(t0) > timeout_s_) {
       abort();
-      throw Error(std::string(what) + " (rank " + std::to_string(rank_) + " of " +
-                  std::to_string(world_) + "): the all-reduce made no progress for " +
-                  format_seconds(timeout_s_) +
-                  " s (another rank stopped or died) check the other ranks' output, or raise "
-                  "collective_timeout_s");
+      throw timed_out(what, rank_, world_,
+                      ": the all-reduce made no progress for " + format_seconds(timeout_s_) +
+                          " s (another rank stopped or died) check the other ranks' output");
     }
     pause(round);
   }

@@ -132,10 +132,11 @@ class FaultLoader final : public LoaderNode, public SyntheticContent {
   FaultInjector fault_;
 };
 
-/// Passes batches through unchanged, but for the faulty one.
-class FaultTransform final : public Node {
+/// fault_transform and fault_train: passes batches through unchanged (or, as a sink, does
+/// nothing with them), but for the faulty one. `type` names the node type in its errors.
+class FaultPassThrough final : public Node {
  public:
-  explicit FaultTransform(FaultOptions fault) : fault_(std::move(fault), "fault_transform") {}
+  FaultPassThrough(FaultOptions fault, const char* type) : fault_(std::move(fault), type) {}
   void setup(BuildContext& context) override { fault_.bind(context); }
   void process(Batch& batch) override { fault_.apply(batch, batch.newest_tier()); }
 
@@ -211,17 +212,6 @@ class FaultUpload final : public AsynchronousNode {
   std::vector<std::thread> stallers_;
 };
 
-/// A sink (like `null`) with a fault.
-class FaultTrain final : public Node {
- public:
-  explicit FaultTrain(FaultOptions fault) : fault_(std::move(fault), "fault_train") {}
-  void setup(BuildContext& context) override { fault_.bind(context); }
-  void process(Batch& batch) override { fault_.apply(batch, batch.newest_tier()); }
-
- private:
-  FaultInjector fault_;
-};
-
 void add_fault_params(Schema& schema, std::vector<std::string> modes) {
   schema.add_string("mode", "what the fault does to a faulty batch")
       .one_of(std::move(modes))
@@ -264,7 +254,7 @@ void register_fault_nodes(Registry& registry) {
     NodeType t =
         fault_type("fault_transform", Role::transform, "passes batches through, with a fault");
     t.create = [](const NodeSpec& spec) {
-      return std::make_unique<FaultTransform>(fault_options_from(spec.params));
+      return std::make_unique<FaultPassThrough>(fault_options_from(spec.params), "fault_transform");
     };
     registry.set(std::move(t));
   }
@@ -288,7 +278,7 @@ void register_fault_nodes(Registry& registry) {
     NodeType t = fault_type("fault_train", Role::train, "a sink that does nothing, with a fault",
                             /*corrupt=*/false);
     t.create = [](const NodeSpec& spec) {
-      return std::make_unique<FaultTrain>(fault_options_from(spec.params));
+      return std::make_unique<FaultPassThrough>(fault_options_from(spec.params), "fault_train");
     };
     registry.set(std::move(t));
   }

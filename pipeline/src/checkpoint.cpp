@@ -85,34 +85,29 @@ class Fields {
     }
   }
   std::uint64_t count(const std::string& key) const {
-    const json& v = at(key);
-    if (!v.is_number_unsigned()) {
-      fail(key, fmt::format("expected a non-negative integer, found {} (the checkpoint is corrupt) "
-                            "resume from a complete one",
-                            v.dump()));
-    }
-    return v.get<std::uint64_t>();
+    return value<std::uint64_t>(key, &json::is_number_unsigned, "a non-negative integer");
   }
   bool flag(const std::string& key) const {
-    const json& v = at(key);
-    if (!v.is_boolean()) {
-      fail(key, fmt::format("expected true or false, found {} (the checkpoint is corrupt) resume "
-                            "from a complete one",
-                            v.dump()));
-    }
-    return v.get<bool>();
+    return value<bool>(key, &json::is_boolean, "true or false");
   }
   std::string text(const std::string& key) const {
-    const json& v = at(key);
-    if (!v.is_string()) {
-      fail(key, fmt::format("expected a string, found {} (the checkpoint is corrupt) resume from a "
-                            "complete one",
-                            v.dump()));
-    }
-    return v.get<std::string>();
+    return value<std::string>(key, &json::is_string, "a string");
   }
 
  private:
+  /// The field at `key` as a T; a field that `holds` rejects is an error that says it expected
+  /// `what`.
+  template <typename T>
+  T value(const std::string& key, bool (json::*holds)() const noexcept, const char* what) const {
+    const json& v = at(key);
+    if (!(v.*holds)()) {
+      fail(key, fmt::format("expected {}, found {} (the checkpoint is corrupt) resume from a "
+                            "complete one",
+                            what, v.dump()));
+    }
+    return v.get<T>();
+  }
+
   const json& root_;
   std::string file_;
 };

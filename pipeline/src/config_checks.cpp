@@ -210,6 +210,16 @@ std::int64_t as_int(const ParamValue& v) {
 ParamValue int_value(std::int64_t v) {
   return ParamValue(v);
 }
+/// The field of a `pipeline:` key that is an int member of PipelineOptions.
+OptionField int_field(const char* key, int PipelineOptions::*member) {
+  return {key,
+          [member](PipelineConfig& c, const ParamValue& v) {
+            c.pipeline.*member = static_cast<int>(as_int(v));
+          },
+          [member](const PipelineConfig& c) -> std::optional<ParamValue> {
+            return int_value(c.pipeline.*member);
+          }};
+}
 /// True for the value `auto` of a key that allows it (ParamSpec::allow_auto).
 bool is_auto(const ParamValue& v) {
   const auto* s = std::get_if<std::string>(&v);
@@ -221,11 +231,7 @@ bool is_auto(const ParamValue& v) {
 const std::vector<OptionField>& pipeline_fields() {
   using Get = std::optional<ParamValue>;
   static const std::vector<OptionField> fields = {
-      {"epochs",
-       [](PipelineConfig& c, const ParamValue& v) {
-         c.pipeline.epochs = static_cast<int>(as_int(v));
-       },
-       [](const PipelineConfig& c) -> Get { return int_value(c.pipeline.epochs); }},
+      int_field("epochs", &PipelineOptions::epochs),
       {"batch_size",
        [](PipelineConfig& c, const ParamValue& v) {
          c.pipeline.batch_size = static_cast<std::size_t>(as_int(v));
@@ -259,11 +265,7 @@ const std::vector<OptionField>& pipeline_fields() {
                                        : c.pipeline.device == DeviceChoice::host ? "host"
                                                                                  : "auto"));
        }},
-      {"device_id",
-       [](PipelineConfig& c, const ParamValue& v) {
-         c.pipeline.device_id = static_cast<int>(as_int(v));
-       },
-       [](const PipelineConfig& c) -> Get { return int_value(c.pipeline.device_id); }},
+      int_field("device_id", &PipelineOptions::device_id),
       {"devices",
        [](PipelineConfig& c, const ParamValue& v) {
          for (std::int64_t id : std::get<std::vector<std::int64_t>>(v)) {
@@ -275,16 +277,8 @@ const std::vector<OptionField>& pipeline_fields() {
          return ParamValue(
              std::vector<std::int64_t>(c.pipeline.devices.begin(), c.pipeline.devices.end()));
        }},
-      {"threads",
-       [](PipelineConfig& c, const ParamValue& v) {
-         c.pipeline.threads = static_cast<int>(as_int(v));
-       },
-       [](const PipelineConfig& c) -> Get { return int_value(c.pipeline.threads); }},
-      {"thread_budget",
-       [](PipelineConfig& c, const ParamValue& v) {
-         c.pipeline.thread_budget = static_cast<int>(as_int(v));
-       },
-       [](const PipelineConfig& c) -> Get { return int_value(c.pipeline.thread_budget); }},
+      int_field("threads", &PipelineOptions::threads),
+      int_field("thread_budget", &PipelineOptions::thread_budget),
       {"stall_timeout_s",
        [](PipelineConfig& c, const ParamValue& v) {
          c.pipeline.stall_timeout_s = std::get<double>(v);
@@ -297,11 +291,7 @@ const std::vector<OptionField>& pipeline_fields() {
        [](const PipelineConfig& c) -> Get {
          return ParamValue(std::string(c.pipeline.on_error == OnError::skip ? "skip" : "fail"));
        }},
-      {"max_skipped",
-       [](PipelineConfig& c, const ParamValue& v) {
-         c.pipeline.max_skipped = static_cast<int>(as_int(v));
-       },
-       [](const PipelineConfig& c) -> Get { return int_value(c.pipeline.max_skipped); }},
+      int_field("max_skipped", &PipelineOptions::max_skipped),
       {"mode",
        [](PipelineConfig& c, const ParamValue& v) {
          c.pipeline.mode = std::get<std::string>(v) == "pull" ? RunMode::pull : RunMode::run;

@@ -9,6 +9,11 @@
 
 namespace flowfeed {
 
+// A pool's and a branch's JSON objects: each field under its own name.
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(PoolReport, name, kind, buffers, bytes, high_water, acquisitions)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(BranchReport, branch, device, batches, samples, bytes_uploaded,
+                                   train_busy_seconds)
+
 namespace {
 
 nlohmann::json optional_number(double v) {
@@ -166,25 +171,9 @@ std::string RunReport::to_json() const {
          {"pending_seconds", n.asynchronous ? sampled_number(n.pending_seconds) : nlohmann::json()},
          {"queue_high_water", n.queue_high_water}});
   }
-  j["pools"] = nlohmann::json::array();
-  for (const auto& p : pools) {
-    j["pools"].push_back({{"name", p.name},
-                          {"kind", p.kind},
-                          {"buffers", p.buffers},
-                          {"bytes", p.bytes},
-                          {"high_water", p.high_water},
-                          {"acquisitions", p.acquisitions}});
-  }
+  j["pools"] = pools;
   j["stream_copies"] = stream_copies;
-  j["branches"] = nlohmann::json::array();
-  for (const auto& b : branches) {
-    j["branches"].push_back({{"branch", b.branch},
-                             {"device", b.device},
-                             {"batches", b.batches},
-                             {"samples", b.samples},
-                             {"bytes_uploaded", b.bytes_uploaded},
-                             {"train_busy_seconds", b.train_busy_seconds}});
-  }
+  j["branches"] = branches;
   nlohmann::json t;
   t["stall_fraction"] = optional_number(train.stall_fraction);
   t["loss"] = optional_number(train.loss);

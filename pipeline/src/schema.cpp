@@ -17,6 +17,18 @@ const char* param_type_name(ParamType type) noexcept {
   return "?";
 }
 
+namespace {
+
+/// A param of `type` named `name`, with its default when `def` holds one.
+template <typename T>
+ParamSpec typed_spec(std::string name, std::string doc, ParamType type, std::optional<T> def) {
+  ParamSpec s{std::move(name), type, {}, false, {}, {}, {}, std::move(doc)};
+  if (def) s.default_value = std::move(*def);
+  return s;
+}
+
+}  // namespace
+
 ParamSpec& Schema::add(ParamSpec spec) {
   for (const auto& p : params_) {
     if (p.name == spec.name)
@@ -27,48 +39,34 @@ ParamSpec& Schema::add(ParamSpec spec) {
 }
 
 ParamSpec& Schema::add_bool(std::string name, std::string doc, std::optional<bool> def) {
-  ParamSpec s{std::move(name), ParamType::boolean, {}, false, {}, {}, {}, std::move(doc)};
-  if (def) s.default_value = *def;
-  return add(std::move(s));
+  return add(typed_spec(std::move(name), std::move(doc), ParamType::boolean, std::move(def)));
 }
 
 ParamSpec& Schema::add_int(std::string name, std::string doc, std::optional<std::int64_t> def) {
-  ParamSpec s{std::move(name), ParamType::integer, {}, false, {}, {}, {}, std::move(doc)};
-  if (def) s.default_value = *def;
-  return add(std::move(s));
+  return add(typed_spec(std::move(name), std::move(doc), ParamType::integer, std::move(def)));
 }
 
 ParamSpec& Schema::add_number(std::string name, std::string doc, std::optional<double> def) {
-  ParamSpec s{std::move(name), ParamType::number, {}, false, {}, {}, {}, std::move(doc)};
-  if (def) s.default_value = *def;
-  return add(std::move(s));
+  return add(typed_spec(std::move(name), std::move(doc), ParamType::number, std::move(def)));
 }
 
 ParamSpec& Schema::add_string(std::string name, std::string doc, std::optional<std::string> def) {
-  ParamSpec s{std::move(name), ParamType::string, {}, false, {}, {}, {}, std::move(doc)};
-  if (def) s.default_value = *def;
-  return add(std::move(s));
+  return add(typed_spec(std::move(name), std::move(doc), ParamType::string, std::move(def)));
 }
 
 ParamSpec& Schema::add_int_list(std::string name, std::string doc,
                                 std::optional<std::vector<std::int64_t>> def) {
-  ParamSpec s{std::move(name), ParamType::int_list, {}, false, {}, {}, {}, std::move(doc)};
-  if (def) s.default_value = *def;
-  return add(std::move(s));
+  return add(typed_spec(std::move(name), std::move(doc), ParamType::int_list, std::move(def)));
 }
 
 ParamSpec& Schema::add_string_list(std::string name, std::string doc,
                                    std::optional<std::vector<std::string>> def) {
-  ParamSpec s{std::move(name), ParamType::string_list, {}, false, {}, {}, {}, std::move(doc)};
-  if (def) s.default_value = *def;
-  return add(std::move(s));
+  return add(typed_spec(std::move(name), std::move(doc), ParamType::string_list, std::move(def)));
 }
 
 ParamSpec& Schema::add_number_list(std::string name, std::string doc,
                                    std::optional<std::vector<double>> def) {
-  ParamSpec s{std::move(name), ParamType::number_list, {}, false, {}, {}, {}, std::move(doc)};
-  if (def) s.default_value = *def;
-  return add(std::move(s));
+  return add(typed_spec(std::move(name), std::move(doc), ParamType::number_list, std::move(def)));
 }
 
 const ParamSpec* Schema::find(const std::string& name) const noexcept {

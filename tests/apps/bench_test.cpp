@@ -55,6 +55,14 @@ void expect_row(const BenchRun& r, const std::string& name, const std::string& u
   EXPECT_NE(r.output.find("RESULT " + name + " "), std::string::npos) << r.output;
 }
 
+/// expect_row for each {name, unit}, in order.
+void expect_rows(const BenchRun& r, const std::vector<std::pair<std::string, std::string>>& rows) {
+  for (const auto& [name, unit] : rows) {
+    SCOPED_TRACE(name);
+    expect_row(r, name, unit);
+  }
+}
+
 bool gpu_visible() {
   flowfeed::Registry registry;
   flowfeed::register_builtin_nodes(registry);
@@ -131,11 +139,11 @@ TEST(PipelineBench, SeedQuick) {
 TEST(PipelineBench, TokensQuick) {
   const BenchRun r = run_bench("tokens --quick", "tokens");
   ASSERT_EQ(r.code, 0) << r.output;
-  expect_row(r, "tokens_random_windows", "windows/s");
-  expect_row(r, "tokens_sequential_windows", "windows/s");
-  expect_row(r, "tokens_random_windows_mmap", "windows/s");
-  expect_row(r, "tokens_random_windows_io_uring", "windows/s");
-  expect_row(r, "tokens_random_vs_target", "windows/s");
+  expect_rows(r, {{"tokens_random_windows", "windows/s"},
+                  {"tokens_sequential_windows", "windows/s"},
+                  {"tokens_random_windows_mmap", "windows/s"},
+                  {"tokens_random_windows_io_uring", "windows/s"},
+                  {"tokens_random_vs_target", "windows/s"}});
   EXPECT_EQ(find_row(r.json, "tokens_random_vs_target")->at("target").at("value"), 1e6);
   const nlohmann::json& d = r.json.at("scenarios").at("tokens");
   EXPECT_EQ(d.at("context"), 1024);
@@ -305,12 +313,12 @@ TEST(PipelineBench, AllWithoutAGpuRunsTheHostScenariosAndSaysWhatItSkipped) {
   const fs::path svg = fs::temp_directory_path() / "pipeline_bench_all_test.svg";
   const BenchRun r = run_bench("all --quick --svg " + svg.string(), "all");
   ASSERT_EQ(r.code, 0) << r.output;
-  expect_row(r, "overhead", "us/batch");
-  expect_row(r, "seed", "s");
-  expect_row(r, "scaling_load_bound", "batches/s");
-  expect_row(r, "scaling_train_bound", "batches/s");
-  expect_row(r, "storage_warm_io_uring", "GB/s");
-  expect_row(r, "tokens_random_windows", "windows/s");
+  expect_rows(r, {{"overhead", "us/batch"},
+                  {"seed", "s"},
+                  {"scaling_load_bound", "batches/s"},
+                  {"scaling_train_bound", "batches/s"},
+                  {"storage_warm_io_uring", "GB/s"},
+                  {"tokens_random_windows", "windows/s"}});
   EXPECT_TRUE(fs::exists(svg));
   std::vector<std::string> skipped;
   for (const auto& s : r.json.at("skipped")) {

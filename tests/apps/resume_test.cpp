@@ -31,6 +31,13 @@ fs::path temp_path(const std::string& name) {
   return fs::temp_directory_path() / ("flowfeed_resume_" + std::to_string(getpid()) + "_" + name);
 }
 
+/// Writes `yaml` to temp_path(name) and returns that path.
+fs::path write_temp_config(const std::string& name, const std::string& yaml) {
+  const fs::path path = temp_path(name);
+  std::ofstream(path) << yaml;
+  return path;
+}
+
 std::string slurp(const fs::path& path) {
   return flowfeed::test::read_file(path.string());
 }
@@ -222,16 +229,16 @@ INSTANTIATE_TEST_SUITE_P(Sampling, KilledAndResumed,
                          });
 
 TEST(ResumeTraining, MlpWeightsAreBitwiseThoseOfAnUninterruptedRun) {
-  const fs::path config = temp_path("mlp.yaml");
   // 75 batches per epoch; momentum, so that the optimizer state matters too.
-  std::ofstream(config)
-      << "pipeline: { epochs: 3, batch_size: 8, prefetch_depth: 4, device: host }\n"
-         "sampler: { shuffle: true, seed: 5 }\n"
-         "nodes:\n"
-         "  - { name: load, type: synthetic, concurrency: 2, params: { samples: 600, "
-         "sample_shape: [12], classes: 4, delay_ms: 0 } }\n"
-         "  - { name: train, type: mlp, params: { hidden: [16], classes: 4, momentum: 0.9, lr: "
-         "0.1 } }\n";
+  const fs::path config = write_temp_config(
+      "mlp.yaml",
+      "pipeline: { epochs: 3, batch_size: 8, prefetch_depth: 4, device: host }\n"
+      "sampler: { shuffle: true, seed: 5 }\n"
+      "nodes:\n"
+      "  - { name: load, type: synthetic, concurrency: 2, params: { samples: 600, "
+      "sample_shape: [12], classes: 4, delay_ms: 0 } }\n"
+      "  - { name: train, type: mlp, params: { hidden: [16], classes: 4, momentum: "
+      "0.9, lr: 0.1 } }\n");
   const fs::path whole = temp_path("mlp_whole");
   const fs::path ck = temp_path("mlp_ck");
   fs::remove_all(whole);
@@ -293,33 +300,46 @@ void add_steps(Steps& steps, const fs::path& record, std::size_t first_step) {
 }
 
 fs::path world_config() {
-  const fs::path path = temp_path("world.yaml");
-  std::ofstream(path) << "pipeline: { epochs: 2, batch_size: 7, prefetch_depth: 4, device: host }\n"
-                         "sampler: { shuffle: true, seed: 11 }\n"
-                         "nodes:\n"
-                         "  - { name: load, type: synthetic, concurrency: 2, params: { samples: "
-                         "1001, sample_shape: [2] } }\n"
-                         "  - { name: train, type: record, params: { path: unset } }\n";
-  return path;
+  return write_temp_config(
+      "world.yaml",
+      "pipeline: { epochs: 2, batch_size: 7, prefetch_depth: 4, device: host }\n"
+      "sampler: { shuffle: true, seed: 11 }\n"
+      "nodes:\n"
+      "  - { name: load, type: synthetic, concurrency: 2, params: { samples: "
+      "1001, sample_shape: [2] } }\n"
+      "  - { name: train, type: record, params: { path: unset } }\n");
 }
 
-TEST(ResumeWorldSize, TwoRanksToOneContinueTheGlobalOrder) {
-  const std::string config = world_config().string();
+/// A world size change between a run and its resume: the config, and the order of one
+/// uninterrupted rank with the global batch (14) that the runs of another world size must add up
+/// to.
+class ResumeWorldSize : public ::testing::Test {
+ protected:
+  /// Records the uninterrupted run in temp_path(`record`) and adds its steps to expected_.
+  void record_global_order(const std::string& record) {
+    std::string output;
+    const fs::path full = temp_path(record);
+    ASSERT_EQ(run("",
+                  {config_, "-q", "--set", "pipeline.batch_size=14", "--set",
+                   "nodes.train.params.path=" + full.string()},
+                  &output),
+              0)
+        << output;
+    add_steps(expected_, full, 0);
+  }
+
+  const std::string config_ = world_config().string();
+  Steps expected_;
+};
+
+TEST_F(ResumeWorldSize, TwoRanksToOneContinueTheGlobalOrder) {
+  ASSERT_NO_FATAL_FAILURE(record_global_order("w21_full.txt"));
   std::string output;
-  const fs::path full = temp_path("w21_full.txt");
-  ASSERT_EQ(run("",
-                {config, "-q", "--set", "pipeline.batch_size=14", "--set",
-                 "nodes.train.params.path=" + full.string()},
-                &output),
-            0)
-      << output;
-  Steps expected;
-  add_steps(expected, full, 0);
   Steps got;
   for (int rank = 0; rank < 2; ++rank) {
     const fs::path part = temp_path("w21_rank" + std::to_string(rank) + ".txt");
     ASSERT_EQ(run("RANK=" + std::to_string(rank) + " WORLD_SIZE=2",
-                  {config, "-q", "--set", "nodes.train.params.path=" + part.string(),
+                  {config_, "-q", "--set", "nodes.train.params.path=" + part.string(),
                    "--stop-after", "30", "--checkpoint", temp_path("w21_ck{rank}").string()},
                   &output),
               0)
@@ -329,7 +349,7 @@ TEST(ResumeWorldSize, TwoRanksToOneContinueTheGlobalOrder) {
   // One rank goes on with the global batch: batch 14 = 2 x 7.
   const fs::path rest = temp_path("w21_rest.txt");
   ASSERT_EQ(run("",
-                {config, "-q", "--set", "nodes.train.params.path=" + rest.string(), "--resume",
+                {config_, "-q", "--set", "nodes.train.params.path=" + rest.string(), "--resume",
                  temp_path("w21_ck0").string()},
                 &output),
             2);
@@ -339,32 +359,23 @@ TEST(ResumeWorldSize, TwoRanksToOneContinueTheGlobalOrder) {
       << output;
   ASSERT_EQ(
       run("",
-          {config, "-q", "--set", "pipeline.batch_size=14", "--set",
+          {config_, "-q", "--set", "pipeline.batch_size=14", "--set",
            "nodes.train.params.path=" + rest.string(), "--resume", temp_path("w21_ck0").string()},
           &output),
       0)
       << output;
   add_steps(got, rest, 30);
-  EXPECT_EQ(got, expected);
+  EXPECT_EQ(got, expected_);
 }
 
-TEST(ResumeWorldSize, OneRankToTwoSplitTheRestOfTheGlobalOrder) {
-  const std::string config = world_config().string();
+TEST_F(ResumeWorldSize, OneRankToTwoSplitTheRestOfTheGlobalOrder) {
+  ASSERT_NO_FATAL_FAILURE(record_global_order("w12_full.txt"));
   std::string output;
-  const fs::path full = temp_path("w12_full.txt");
-  ASSERT_EQ(run("",
-                {config, "-q", "--set", "pipeline.batch_size=14", "--set",
-                 "nodes.train.params.path=" + full.string()},
-                &output),
-            0)
-      << output;
-  Steps expected;
-  add_steps(expected, full, 0);
   Steps got;
   const fs::path first = temp_path("w12_first.txt");
   const fs::path ck = temp_path("w12_ck");
   ASSERT_EQ(run("",
-                {config, "-q", "--set", "pipeline.batch_size=14", "--set",
+                {config_, "-q", "--set", "pipeline.batch_size=14", "--set",
                  "nodes.train.params.path=" + first.string(), "--stop-after", "41", "--checkpoint",
                  ck.string()},
                 &output),
@@ -374,14 +385,14 @@ TEST(ResumeWorldSize, OneRankToTwoSplitTheRestOfTheGlobalOrder) {
   for (int rank = 0; rank < 2; ++rank) {
     const fs::path part = temp_path("w12_rank" + std::to_string(rank) + ".txt");
     ASSERT_EQ(run("RANK=" + std::to_string(rank) + " WORLD_SIZE=2",
-                  {config, "-q", "--set", "nodes.train.params.path=" + part.string(), "--resume",
+                  {config_, "-q", "--set", "nodes.train.params.path=" + part.string(), "--resume",
                    ck.string()},
                   &output),
               0)
         << output;
     add_steps(got, part, 41);
   }
-  EXPECT_EQ(got, expected);
+  EXPECT_EQ(got, expected_);
 }
 
 using flowfeed::test::kMpirun;
@@ -405,17 +416,16 @@ std::vector<float> mlp_state(const fs::path& dir) {
 
 TEST(DataParallel, MpiRanksResumedOnOneAndOneResumedOnTwoTrainTheUninterruptedModel) {
   if (!flowfeed::test::have_mpirun()) GTEST_SKIP() << "mpirun not installed (Debian: openmpi-bin)";
-  const fs::path config = temp_path("dp.yaml");
   // 7 steps of global batch 64 per epoch; all_reduce: auto is mpi under mpirun.
-  std::ofstream(config) << "pipeline: { epochs: 2, batch_size: 64, prefetch_depth: 4, device: "
-                           "host }\n"
-                           "sampler: { shuffle: true, seed: 3 }\n"
-                           "nodes:\n"
-                           "  - { name: load, type: synthetic, concurrency: 2,\n"
-                           "      params: { samples: 448, sample_shape: [24], classes: 5, seed: 9 "
-                           "} }\n"
-                           "  - { name: train, type: mlp, params: { hidden: [16], classes: 5, lr: "
-                           "0.2, momentum: 0.9 } }\n";
+  const fs::path config = write_temp_config(
+      "dp.yaml",
+      "pipeline: { epochs: 2, batch_size: 64, prefetch_depth: 4, device: host }\n"
+      "sampler: { shuffle: true, seed: 3 }\n"
+      "nodes:\n"
+      "  - { name: load, type: synthetic, concurrency: 2,\n"
+      "      params: { samples: 448, sample_shape: [24], classes: 5, seed: 9 } }\n"
+      "  - { name: train, type: mlp, params: { hidden: [16], classes: 5, lr: 0.2, "
+      "momentum: 0.9 } }\n");
   const auto shell = flowfeed::test::run_shell_bounded;
   const std::string runner = std::string(FLOWFEED_RUNNER) + " " + config.string() + " -q ";
   std::string output;

@@ -3,7 +3,6 @@
 // does not hide, and a signal while the config is still being read.
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -16,17 +15,13 @@
 #include <thread>
 
 #include "tests/apps/runner_process.hpp"
+#include "tests/temp_fifo.hpp"
 
+namespace flowfeed::test {
 namespace {
 
-using flowfeed::test::Runner;
-
-using flowfeed::test::kExitBound;
-using flowfeed::test::read_file;
-using flowfeed::test::write_config;
-
 std::string temp_path(const std::string& name) {
-  return flowfeed::test::runner_temp_path(name);
+  return runner_temp_path(name);
 }
 
 const std::string kSmallRun =
@@ -172,22 +167,21 @@ int terminate_while_blocked(Runner& r) {
 TEST(RunnerSignal, SigtermWhileTheConfigIsReadExits143SayingWhatWasInterrupted) {
   // A FIFO nobody writes to: open() blocks until the signal comes. It is not reported as an
   // interrupted system call.
-  const std::string fifo = temp_path("config.fifo");
-  std::remove(fifo.c_str());
-  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const TempFifo pipe(temp_path("config.fifo"));
+  ASSERT_TRUE(pipe.made());
+  const std::string& fifo = pipe.path();
   Runner r({fifo, "--quiet"});
   EXPECT_EQ(terminate_while_blocked(r), 143);
   EXPECT_EQ(r.err(),
             "pipeline_runner: SIGTERM while reading the config: stopped before the pipeline was "
             "built\n");
-  std::remove(fifo.c_str());
 }
 
 TEST(RunnerSignal, SigtermWhileThePipelineIsBuiltExits143SayingWhatWasInterrupted) {
   // The config is valid; building it opens the data file, a FIFO nobody writes to.
-  const std::string fifo = temp_path("features.fifo");
-  std::remove(fifo.c_str());
-  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const TempFifo pipe(temp_path("features.fifo"));
+  ASSERT_TRUE(pipe.made());
+  const std::string& fifo = pipe.path();
   Runner r({write_config("slow_build",
                          "pipeline: { epochs: 1, batch_size: 4, device: host }\n"
                          "nodes:\n"
@@ -200,7 +194,7 @@ TEST(RunnerSignal, SigtermWhileThePipelineIsBuiltExits143SayingWhatWasInterrupte
   EXPECT_EQ(r.err(),
             "pipeline_runner: SIGTERM while building the pipeline: stopped before the run "
             "started\n");
-  std::remove(fifo.c_str());
 }
 
 }  // namespace
+}  // namespace flowfeed::test

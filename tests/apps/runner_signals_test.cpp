@@ -15,13 +15,8 @@
 
 #include "tests/apps/runner_process.hpp"
 
+namespace flowfeed::test {
 namespace {
-
-using flowfeed::test::Runner;
-
-using flowfeed::test::kExitBound;
-using flowfeed::test::read_file;
-using flowfeed::test::write_config;
 
 /// A run of 1000 batches with a train step of 2 ms: long enough to be interrupted.
 std::string long_run(const std::string& train) {
@@ -38,6 +33,34 @@ std::string long_run(const std::string& train) {
 // The progress line the runner prints (to stderr, every 500 ms) once the run is under way.
 constexpr const char* kProgress = "flowfeed: ";
 
+// What the runner prints on stdout when a signal stopped the run.
+constexpr const char* kInterrupted = "interrupted: the run was stopped before its end\n";
+
+/// What a finished run printed.
+struct Printed {
+  std::string out, err;
+};
+
+/// Runs the runner with `args` to its end and expects exit code `code`.
+Printed finished(const std::vector<std::string>& args, int code) {
+  Runner r(args);
+  EXPECT_EQ(r.wait(kExitBound), code);
+  return {r.out(), r.err()};
+}
+
+/// Runs `path` with the fault nodes and --quiet, and expects exit code 1.
+Printed fault_run(const std::string& path) {
+  return finished({path, "--enable-fault-nodes", "--quiet"}, 1);
+}
+
+/// Once the run is under way (its progress line is out), sends SIGINT twice, 200 ms apart.
+void interrupt_twice(Runner& r) {
+  ASSERT_TRUE(r.wait_for_stderr(kProgress, kExitBound)) << r.err();
+  r.signal(SIGINT);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  r.signal(SIGINT);
+}
+
 TEST(RunnerExit, NodeFailureExits1WithOneMessageNamingNodeLineAndBatch) {
   const std::string path = write_config("fail",
                                         "pipeline: { epochs: 2, batch_size: 16, device: host }\n"
@@ -45,11 +68,10 @@ TEST(RunnerExit, NodeFailureExits1WithOneMessageNamingNodeLineAndBatch) {
                                         "  - { name: load, type: fault_load, params: { batches: 5, "
                                         "sample_shape: [8], mode: throw, at_batch: 7 } }\n"
                                         "  - { name: train, type: checksum }\n");
-  Runner r({path, "--enable-fault-nodes", "--quiet"});
-  EXPECT_EQ(r.wait(kExitBound), 1);
-  EXPECT_EQ(r.err(), "error: node 'load' (fault_load, " + path +
-                         ":3) batch 7 (epoch 1): fault_load: injected failure at batch 7\n");
-  EXPECT_EQ(r.out(), "");
+  const Printed printed = fault_run(path);
+  EXPECT_EQ(printed.err, "error: node 'load' (fault_load, " + path +
+                             ":3) batch 7 (epoch 1): fault_load: injected failure at batch 7\n");
+  EXPECT_EQ(printed.out, "");
 }
 
 TEST(RunnerExit, DataErrorNamesFileAndOffset) {
@@ -62,11 +84,9 @@ TEST(RunnerExit, DataErrorNamesFileAndOffset) {
       "shard-3.bin } }\n"
       "  - { name: upload, type: host_upload }\n"
       "  - { name: train, type: checksum }\n");
-  Runner r({path, "--enable-fault-nodes", "--quiet"});
-  EXPECT_EQ(r.wait(kExitBound), 1);
-  EXPECT_EQ(r.err(), "error: node 'stage' (fault_staging, " + path +
-                         ":4) batch 2 (epoch 0): shard-3.bin: short read at offset 1024 (injected "
-                         "by fault_staging at batch 2)\n");
+  EXPECT_EQ(fault_run(path).err, "error: node 'stage' (fault_staging, " + path +
+                                     ":4) batch 2 (epoch 0): shard-3.bin: short read at offset "
+                                     "1024 (injected by fault_staging at batch 2)\n");
 }
 
 TEST(RunnerExit, StalledSinkExits1NamingTheStuckNode) {
@@ -77,9 +97,7 @@ TEST(RunnerExit, StalledSinkExits1NamingTheStuckNode) {
       "  - { name: load, type: synthetic, params: { batches: 50, sample_shape: [8] } }\n"
       "  - { name: train, type: fault_train, params: { mode: stall, at_batch: 3, stall_s: 100000 } "
       "}\n");
-  Runner r({path, "--enable-fault-nodes", "--quiet"});
-  EXPECT_EQ(r.wait(kExitBound), 1);
-  EXPECT_EQ(r.err(),
+  EXPECT_EQ(fault_run(path).err,
             "error: run stalled: no progress for 0.5 s (pipeline.stall_timeout_s): node "
             "'train' (fault_train, " +
                 path + ":4) is still processing batch 3 (epoch 0)\n");
@@ -91,11 +109,8 @@ TEST(RunnerExit, ConfigErrorExits2) {
                                         "nodes:\n"
                                         "  - { name: load, type: synthetic }\n"
                                         "  - { name: train, type: checksum }\n");
-  Runner r({path, "--quiet"});
-  EXPECT_EQ(r.wait(kExitBound), 2);
-  EXPECT_EQ(r.err(), path +
-                         ":1:24: pipeline.prefetch_dept: unknown key (did you mean "
-                         "'prefetch_depth'?)\n");
+  EXPECT_EQ(finished({path, "--quiet"}, 2).err,
+            path + ":1:24: pipeline.prefetch_dept: unknown key (did you mean 'prefetch_depth'?)\n");
 }
 
 TEST(RunnerExit, FaultNodesExistOnlyWhenAskedFor) {
@@ -105,10 +120,9 @@ TEST(RunnerExit, FaultNodesExistOnlyWhenAskedFor) {
                    "nodes:\n"
                    "  - { name: load, type: fault_load, params: { mode: throw } }\n"
                    "  - { name: train, type: checksum }\n");
-  Runner r({path, "--quiet"});
-  EXPECT_EQ(r.wait(kExitBound), 2);
-  EXPECT_EQ(r.err().rfind(path + ":3:25: nodes[0].type: unknown node type 'fault_load' (", 0), 0u)
-      << r.err();
+  const std::string err = finished({path, "--quiet"}, 2).err;
+  EXPECT_EQ(err.rfind(path + ":3:25: nodes[0].type: unknown node type 'fault_load' (", 0), 0u)
+      << err;
 }
 
 TEST(RunnerSignal, SigintStopsDrainsPrintsTheSummaryAndExits130) {
@@ -121,8 +135,7 @@ TEST(RunnerSignal, SigintStopsDrainsPrintsTheSummaryAndExits130) {
   ASSERT_TRUE(r.wait_for_stderr(kProgress, kExitBound)) << r.err();
   r.signal(SIGINT);
   EXPECT_EQ(r.wait(kExitBound), 130) << r.err();
-  EXPECT_NE(r.out().find("interrupted: the run was stopped before its end\n"), std::string::npos)
-      << r.out();
+  EXPECT_NE(r.out().find(kInterrupted), std::string::npos) << r.out();
   EXPECT_EQ(r.err().find("error"), std::string::npos) << r.err();
   const std::string json = read_file(report);
   EXPECT_NE(json.find("\"interrupted\": true"), std::string::npos) << json;
@@ -136,8 +149,7 @@ TEST(RunnerSignal, SigtermExits143) {
   ASSERT_TRUE(r.wait_for_stderr(kProgress, kExitBound)) << r.err();
   r.signal(SIGTERM);
   EXPECT_EQ(r.wait(kExitBound), 143) << r.err();
-  EXPECT_NE(r.out().find("interrupted: the run was stopped before its end\n"), std::string::npos)
-      << r.out();
+  EXPECT_NE(r.out().find(kInterrupted), std::string::npos) << r.out();
 }
 
 TEST(RunnerSignal, SecondSigintAbortsADrainThatWaitsForAStalledNode) {
@@ -146,13 +158,9 @@ TEST(RunnerSignal, SecondSigintAbortsADrainThatWaitsForAStalledNode) {
       "abort", long_run("{ name: train, type: fault_train, params: { mode: stall, at_batch: 2, "
                         "stall_s: 100000 } }"));
   Runner r({path, "--enable-fault-nodes"});
-  ASSERT_TRUE(r.wait_for_stderr(kProgress, kExitBound)) << r.err();
-  r.signal(SIGINT);
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  r.signal(SIGINT);
+  ASSERT_NO_FATAL_FAILURE(interrupt_twice(r));
   EXPECT_EQ(r.wait(kExitBound), 130) << r.err();
-  EXPECT_NE(r.out().find("interrupted: the run was stopped before its end\n"), std::string::npos)
-      << r.out();
+  EXPECT_NE(r.out().find(kInterrupted), std::string::npos) << r.out();
   EXPECT_EQ(r.err().find("did not end"), std::string::npos) << r.err();
 }
 
@@ -162,10 +170,7 @@ TEST(RunnerSignal, SecondSigintExitsEvenWhenANodeNeverReturns) {
   const std::string path =
       write_config("stuck", long_run("{ name: train, type: sleep, params: { ms: 10000000 } }"));
   Runner r({path});
-  ASSERT_TRUE(r.wait_for_stderr(kProgress, kExitBound)) << r.err();
-  r.signal(SIGINT);
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  r.signal(SIGINT);
+  ASSERT_NO_FATAL_FAILURE(interrupt_twice(r));
   EXPECT_EQ(r.wait(kExitBound), 130) << r.err();
   EXPECT_NE(r.err().find("pipeline_runner: the run did not end within 2 s of the abort (a node is "
                          "stuck in a call that does not return); exiting\n"),
@@ -174,3 +179,4 @@ TEST(RunnerSignal, SecondSigintExitsEvenWhenANodeNeverReturns) {
 }
 
 }  // namespace
+}  // namespace flowfeed::test

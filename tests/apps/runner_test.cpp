@@ -43,15 +43,21 @@ std::string known_types() {
 
 const std::string kConfigs = std::string(FLOWFEED_SOURCE_DIR) + "/configs/";
 
+/// What the runner prints when it exits 2 (a config or data set it refuses); fails the test
+/// when it exits otherwise.
+std::string exit_2_output(const std::string& args) {
+  const Result r = run(args);
+  EXPECT_EQ(r.code, 2);
+  return r.output;
+}
+
 TEST(Runner, ConfigErrorExitsTwoWithEveryProblem) {
   std::string path = write_temp("runner_bad.yaml",
                                 "pipeline: { epochs: 0, prefetch_depht: 2 }\n"
                                 "nodes:\n  - { name: l, type: synthetic }\n"
                                 "  - { name: t, type: slep }\n");
-  Result r = run(path);
-  EXPECT_EQ(r.code, 2);
   EXPECT_EQ(
-      r.output,
+      exit_2_output(path),
       path + ":1:21: pipeline.epochs: 0 is out of range (must be between 1 and 1000000)\n" + path +
           ":1:24: pipeline.prefetch_depht: unknown key (did you mean 'prefetch_depth'?)\n" + path +
           ":4:22: nodes[1].type: unknown node type 'slep' (did you mean 'sleep'? known "
@@ -64,20 +70,18 @@ TEST(Runner, DataSetWithoutABatchExitsTwo) {
                                 "pipeline: { batch_size: 8 }\nsampler: { drop_last: true }\n"
                                 "nodes:\n  - { name: l, type: synthetic, params: { samples: 3 } }\n"
                                 "  - { name: t, type: discard }\n");
-  Result r = run(path);
-  EXPECT_EQ(r.code, 2);
-  EXPECT_EQ(r.output, path +
-                          ": pipeline.batch_size: the data set gives no batch (3 samples in "
-                          "this shard, batch 8, drop_last) use a smaller batch or keep the "
-                          "last partial batch\n");
+  EXPECT_EQ(exit_2_output(path),
+            path +
+                ": pipeline.batch_size: the data set gives no batch (3 samples in "
+                "this shard, batch 8, drop_last) use a smaller batch or keep the "
+                "last partial batch\n");
 }
 
 TEST(Runner, UnknownParamOfATypeWithoutParams) {
-  Result r = run(kConfigs + "seed_prefetch.yaml --set nodes.train.type=checksum");
-  EXPECT_EQ(r.code, 2);
-  EXPECT_EQ(r.output, kConfigs +
-                          "seed_prefetch.yaml:24:15: nodes[3].params.ms: unknown key (this "
-                          "takes no keys)\n");
+  EXPECT_EQ(exit_2_output(kConfigs + "seed_prefetch.yaml --set nodes.train.type=checksum"),
+            kConfigs +
+                "seed_prefetch.yaml:24:15: nodes[3].params.ms: unknown key (this "
+                "takes no keys)\n");
 }
 
 TEST(Runner, ReportHasTheDocumentedFields) {
@@ -106,9 +110,8 @@ TEST(Runner, ReportHasTheDocumentedFields) {
 }
 
 TEST(Runner, MissingConfigFileExitsTwo) {
-  Result r = run("/nonexistent.yaml");
-  EXPECT_EQ(r.code, 2);
-  EXPECT_EQ(r.output, "/nonexistent.yaml: cannot open config (No such file or directory)\n");
+  EXPECT_EQ(exit_2_output("/nonexistent.yaml"),
+            "/nonexistent.yaml: cannot open config (No such file or directory)\n");
 }
 
 }  // namespace

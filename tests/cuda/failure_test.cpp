@@ -9,23 +9,20 @@
 #include <vector>
 
 #include "cuda/cuda_check.hpp"
+#include "flowfeed/extend.hpp"
 #include "flowfeed/nodes/builtin.hpp"
 #include "flowfeed/nodes/cuda.hpp"
 #include "flowfeed/nodes/synthetic.hpp"
 #include "flowfeed/pipeline.hpp"
 #include "gpu_test.hpp"
 #include "test_kernels.hpp"
+#include "tests/error_of.hpp"
 
 namespace flowfeed {
 namespace {
 
 std::string what_of_run(Pipeline& p) {
-  try {
-    p.run();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "the run succeeded";
+  return test::error_of<std::exception>([&] { p.run(); });
 }
 
 TEST(CudaCheck, NamesTheCallTheErrorAndWhetherItIsSticky) {
@@ -152,13 +149,9 @@ class CorruptOneByte final : public Node {
 
 std::string corrupted_run(bool label) {
   Registry r = test::builtin_registry();
-  NodeType t;
-  t.name = "corrupt_one_byte";
-  t.role = Role::transform;
-  t.create = [label](const NodeSpec&) {
+  r.set(factory_type("corrupt_one_byte", Role::transform, {}, [label](const NodeSpec&) {
     return std::make_unique<CorruptOneByte>(5, 3, label ? 1 : 6, label);
-  };
-  r.set(std::move(t));
+  }));
   const std::string yaml =
       "pipeline: { batch_size: 16, prefetch_depth: 4, device: cuda, stall_timeout_s: 30 }\n"
       "nodes:\n"
@@ -220,11 +213,8 @@ class FaultingTrain final : public Node {
 /// the fault poisons the CUDA context for good).
 [[noreturn]] void run_faulting_pipeline_and_exit() {
   Registry r = test::builtin_registry();
-  NodeType t;
-  t.name = "faulting_train";
-  t.role = Role::train;
-  t.create = [](const NodeSpec&) { return std::make_unique<FaultingTrain>(10); };
-  r.set(std::move(t));
+  r.set(factory_type("faulting_train", Role::train, {},
+                     [](const NodeSpec&) { return std::make_unique<FaultingTrain>(10); }));
   const std::string yaml =
       "pipeline: { batch_size: 64, prefetch_depth: 8, device: cuda, stall_timeout_s: 30 }\n"
       "nodes:\n"

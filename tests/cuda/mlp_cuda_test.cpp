@@ -12,6 +12,8 @@
 
 #include "flowfeed/error.hpp"
 #include "nodes/train/mlp/mlp_model.hpp"
+#include "tests/cuda/gpu_test.hpp"
+#include "tests/nodes/mlp_test_data.hpp"
 
 namespace flowfeed {
 namespace {
@@ -35,34 +37,6 @@ class DeviceVector {
  private:
   T* data_ = nullptr;
   std::size_t size_;
-};
-
-/// Deterministic test data (a 64-bit LCG).
-class TestRng {
- public:
-  explicit TestRng(uint64_t seed) : state_(seed) {}
-  uint64_t next() {
-    state_ = state_ * 6364136223846793005ull + 1442695040888963407ull;
-    return state_ >> 11;
-  }
-  std::vector<float> floats(std::size_t n, float lo, float hi) {
-    std::vector<float> v(n);
-    for (float& f : v) f = lo + (hi - lo) * static_cast<float>((next() >> 13) * 0x1.0p-40);
-    return v;
-  }
-  std::vector<uint8_t> bytes(std::size_t n) {
-    std::vector<uint8_t> v(n);
-    for (uint8_t& b : v) b = static_cast<uint8_t>(next() & 0xff);
-    return v;
-  }
-  std::vector<int32_t> labels(std::size_t n, int classes) {
-    std::vector<int32_t> v(n);
-    for (int32_t& y : v) y = static_cast<int32_t>(next() % static_cast<uint64_t>(classes));
-    return v;
-  }
-
- private:
-  uint64_t state_;
 };
 
 /// All parameters, weights then biases, layer by layer.
@@ -105,17 +79,10 @@ std::vector<Case> cases() {
   mnist.lr = 0.05f;
   mnist.momentum = 0.9f;
   c.push_back({"784-256-10", mnist, 64, 64});
-  MlpOptions deep;
-  deep.inputs = 12;
-  deep.hidden = {7, 5};
-  deep.classes = 3;
-  deep.lr = 0.1f;
+  MlpOptions deep = small_options();
   deep.seed = 3;
   c.push_back({"12-7-5-3", deep, 9, 16});
-  MlpOptions three;
-  three.inputs = 70;
-  three.hidden = {48, 33, 20};
-  three.classes = 10;
+  MlpOptions three = mlp_layers(70, {48, 33, 20}, 10);
   three.momentum = 0.5f;
   c.push_back({"70-48-33-20-10", three, 37, 40});
   MlpOptions mixed;  // a middle layer's weight gradients through cuBLAS, the others fused
@@ -128,10 +95,7 @@ std::vector<Case> cases() {
   narrow.hidden = {32};
   narrow.lr = 0.1f;
   c.push_back({"784-32-10", narrow, 64, 64});
-  MlpOptions linear;
-  linear.inputs = 20;
-  linear.hidden = {};
-  linear.classes = 4;
+  MlpOptions linear = mlp_layers(20, {}, 4);
   c.push_back({"20-4", linear, 16, 16});
   MlpOptions wide;  // output weight gradients through cuBLAS instead of the update kernel
   wide.inputs = 16;
@@ -143,8 +107,7 @@ std::vector<Case> cases() {
 }
 
 TEST(MlpCuda, InitialParamsEqualCpu) {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) GTEST_SKIP() << "no CUDA device visible";
+  FLOWFEED_REQUIRE_GPU();
   for (const Case& c : cases()) {
     MlpCuda gpu(c.opts, 0, c.max_batch);
     const MlpParams p = gpu.params();
@@ -160,14 +123,10 @@ TEST(MlpCuda, InitialParamsEqualCpu) {
 }
 
 TEST(MlpCuda, StepsMatchCpu) {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) GTEST_SKIP() << "no CUDA device visible";
+  FLOWFEED_REQUIRE_GPU();
   for (const Case& c : cases()) {
     SCOPED_TRACE(c.name);
-    TestRng rng(21);
-    const std::vector<float> x =
-        rng.floats(static_cast<std::size_t>(c.n) * c.opts.inputs, 0.0f, 1.0f);
-    const std::vector<int32_t> y = rng.labels(c.n, c.opts.classes);
+    const auto [x, y] = TestRng(21).samples(c.opts, c.n, 0.0f, 1.0f);
     const DeviceVector<float> dx(x);
     const DeviceVector<int32_t> dy(y);
     MlpCpu cpu(c.opts);
@@ -203,8 +162,7 @@ TEST(MlpCuda, StepsMatchCpu) {
 }
 
 TEST(MlpCuda, GraphsReplayBitIdenticalToPlainLaunches) {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) GTEST_SKIP() << "no CUDA device visible";
+  FLOWFEED_REQUIRE_GPU();
   for (const Case& c : cases()) {
     SCOPED_TRACE(c.name);
     TestRng rng(5);
@@ -247,16 +205,12 @@ TEST(MlpCuda, GraphsReplayBitIdenticalToPlainLaunches) {
 }
 
 TEST(MlpCuda, Uint8PathMatchesFloatPathAndCpu) {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) GTEST_SKIP() << "no CUDA device visible";
+  FLOWFEED_REQUIRE_GPU();
   MlpOptions o;
   o.momentum = 0.9f;
   const int rows = 64;
-  TestRng rng(8);
-  const std::vector<uint8_t> xb = rng.bytes(static_cast<std::size_t>(rows) * o.inputs);
-  std::vector<float> xf(xb.size());
-  for (std::size_t i = 0; i < xb.size(); ++i) xf[i] = static_cast<float>(xb[i]) / 255.0f;
-  const std::vector<int32_t> y = rng.labels(rows, o.classes);
+  const auto [xb, y] = TestRng(8).byte_samples(o, rows);
+  const std::vector<float> xf = unit_floats(xb);
   const DeviceVector<uint8_t> dxb(xb);
   const DeviceVector<float> dxf(xf);
   const DeviceVector<int32_t> dy(y);
@@ -286,12 +240,8 @@ TEST(MlpCuda, Uint8PathMatchesFloatPathAndCpu) {
 }
 
 TEST(MlpCuda, OutOfRangeLabelThrowsFromTakeStats) {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) GTEST_SKIP() << "no CUDA device visible";
-  MlpOptions o;
-  o.inputs = 8;
-  o.hidden = {6};
-  o.classes = 4;
+  FLOWFEED_REQUIRE_GPU();
+  MlpOptions o = mlp_layers(8, {6}, 4);
   const int rows = 6;
   TestRng rng(2);
   const DeviceVector<float> dx(rng.floats(static_cast<std::size_t>(rows) * o.inputs, 0, 1));
@@ -326,16 +276,10 @@ TEST(MlpCuda, OutOfRangeLabelThrowsFromTakeStats) {
 }
 
 TEST(MlpCuda, CountersAccumulateUntilTaken) {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) GTEST_SKIP() << "no CUDA device visible";
-  MlpOptions o;
-  o.inputs = 10;
-  o.hidden = {8};
-  o.classes = 3;
+  FLOWFEED_REQUIRE_GPU();
+  MlpOptions o = mlp_layers(10, {8}, 3);
   const int rows = 5;
-  TestRng rng(3);
-  const std::vector<float> x = rng.floats(static_cast<std::size_t>(rows) * o.inputs, 0, 1);
-  const std::vector<int32_t> y = rng.labels(rows, o.classes);
+  const auto [x, y] = TestRng(3).samples(o, rows, 0, 1);
   const DeviceVector<float> dx(x);
   const DeviceVector<int32_t> dy(y);
   MlpCuda gpu(o, 0, rows);
@@ -356,12 +300,8 @@ TEST(MlpCuda, CountersAccumulateUntilTaken) {
 }
 
 TEST(MlpCuda, SetParamsRoundTripsAndResetsMomentum) {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) GTEST_SKIP() << "no CUDA device visible";
-  MlpOptions o;
-  o.inputs = 10;
-  o.hidden = {8, 6};
-  o.classes = 3;
+  FLOWFEED_REQUIRE_GPU();
+  MlpOptions o = mlp_layers(10, {8, 6}, 3);
   o.momentum = 0.9f;
   const int rows = 4;
   TestRng rng(4);
@@ -388,12 +328,8 @@ TEST(MlpCuda, SetParamsRoundTripsAndResetsMomentum) {
 }
 
 TEST(MlpCuda, RejectsBadArguments) {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) GTEST_SKIP() << "no CUDA device visible";
-  MlpOptions o;
-  o.inputs = 4;
-  o.hidden = {4};
-  o.classes = 2;
+  FLOWFEED_REQUIRE_GPU();
+  MlpOptions o = mlp_layers(4, {4}, 2);
   EXPECT_THROW(MlpCuda(o, 0, 0), std::invalid_argument);
   MlpOptions bad = o;
   bad.momentum = 1.5f;
@@ -401,7 +337,7 @@ TEST(MlpCuda, RejectsBadArguments) {
   bad = o;
   bad.hidden = std::vector<int>(16, 4);
   EXPECT_THROW(MlpCuda(bad, 0), std::invalid_argument);
-  EXPECT_THROW(MlpCuda(o, n), CudaError);  // no such device
+  EXPECT_THROW(MlpCuda(o, cuda_device_count()), CudaError);  // no such device
 
   MlpCuda gpu(o, 0, 8);
   const DeviceVector<float> dx(std::vector<float>(9 * 4, 0.5f));

@@ -13,6 +13,7 @@
 #include "flowfeed/nodes/resident.hpp"
 #include "flowfeed/pipeline.hpp"
 #include "nodes/train/mlp/mlp_node.hpp"
+#include "tests/cuda/gpu_test.hpp"
 #include "tests/nodes/mlp_registry.hpp"
 #include "tests/nodes/test_files.hpp"
 
@@ -20,16 +21,6 @@ namespace flowfeed {
 namespace {
 
 using namespace testing_files;
-
-int visible_devices() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
-}
-
-#define FLOWFEED_NEED_GPU()                                                                    \
-  do {                                                                                         \
-    if (visible_devices() == 0) GTEST_SKIP() << "no CUDA device visible (cudaGetDeviceCount)"; \
-  } while (0)
 
 std::string chain(const std::string& device, const std::string& images, const std::string& labels,
                   const std::string& dtype) {
@@ -67,7 +58,7 @@ double relative_difference(const MlpParams& a, const MlpParams& b) {
 class MlpNodeCuda : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(MlpNodeCuda, ResidentOnTheGpuTrainsAsTheCpuReference) {
-  FLOWFEED_NEED_GPU();
+  FLOWFEED_REQUIRE_GPU();
   TempDir dir;
   // 20 batches of 64 (the last has 16 rows) of 6x6 images, two epochs.
   const auto [images, labels] = write_idx_pair(dir, make_idx_pair(1232, 6, 6, 10), "a", false);
@@ -105,7 +96,7 @@ TEST_P(MlpNodeCuda, ResidentOnTheGpuTrainsAsTheCpuReference) {
 }
 
 TEST_P(MlpNodeCuda, StreamedThroughCudaUploadEqualsResident) {
-  FLOWFEED_NEED_GPU();
+  FLOWFEED_REQUIRE_GPU();
   std::vector<MlpNode*> nodes;
   Registry r = registry_keeping(&nodes);
   TempDir dir;
@@ -139,7 +130,7 @@ TEST_P(MlpNodeCuda, StreamedThroughCudaUploadEqualsResident) {
 INSTANTIATE_TEST_SUITE_P(Dtypes, MlpNodeCuda, ::testing::Values("float32", "uint8"));
 
 TEST(MlpCudaResume, StoppedMidEpochAndResumedEndsWithTheUninterruptedWeights) {
-  FLOWFEED_NEED_GPU();
+  FLOWFEED_REQUIRE_GPU();
   std::vector<MlpNode*> nodes;
   Registry r = registry_keeping(&nodes);
   TempDir dir;
@@ -171,7 +162,7 @@ TEST(MlpCudaResume, StoppedMidEpochAndResumedEndsWithTheUninterruptedWeights) {
 }
 
 TEST(MlpNodeCudaErrors, StreamedBatchNotOnTheDevice) {
-  FLOWFEED_NEED_GPU();
+  FLOWFEED_REQUIRE_GPU();
   TempDir dir;
   const auto [images, labels] = write_idx_pair(dir, make_idx_pair(128, 4, 4, 10), "a", false);
   std::vector<MlpNode*> nodes;
@@ -191,7 +182,7 @@ TEST(MlpNodeCudaErrors, StreamedBatchNotOnTheDevice) {
 }
 
 TEST(MlpNodeCudaConfigs, MnistLikeTrainsFashionMnistOnTheGpu) {
-  FLOWFEED_NEED_GPU();
+  FLOWFEED_REQUIRE_GPU();
   // The GPU machine has no Debian packages: FLOWFEED_FASHION_MNIST_DIR points at carried copies.
   const char* env = std::getenv("FLOWFEED_FASHION_MNIST_DIR");
   const std::string data = env ? std::string(env) + "/" : "/usr/share/datasets/fashion-mnist/";

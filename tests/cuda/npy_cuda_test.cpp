@@ -30,20 +30,10 @@ TEST(NpyCuda, RowsReadIntoPinnedMemoryArriveOnTheDevice) {
   for (const char* io : {"pread", "io_uring"}) {
     for (const bool staging : {true, false}) {
       SCOPED_TRACE(std::string(io) + (staging ? " pinned_staging" : " no staging node"));
-      auto seen = std::make_shared<test::DeviceCapture>();
-      Registry r = test::builtin_registry();
-      test::register_device_capture(r, seen);
-      const std::string yaml =
-          "pipeline: { epochs: 2, batch_size: 16, prefetch_depth: 4, device: cuda }\n"
-          "sampler: { shuffle: true, seed: 3 }\n"
-          "nodes:\n"
-          "  - { name: load, type: npy, concurrency: 2, params: { features: " +
-          dir.file("x.npy") + ", labels: " + dir.file("y.npy") + ", io: " + io +
-          ", direct: true } }\n" + (staging ? "  - { name: stage, type: pinned_staging }\n" : "") +
-          "  - { name: upload, type: cuda_upload }\n"
-          "  - { name: train, type: device_capture }\n";
-      Pipeline p(load_config_string(yaml, r), r);
-      const RunReport report = test::within(60, "the npy run", [&] { return p.run(); });
+      const auto [report, seen] = test::run_to_device_capture(
+          "  - { name: load, type: npy, concurrency: 2, params: { features: " + dir.file("x.npy") +
+              ", labels: " + dir.file("y.npy") + ", io: " + io + ", direct: true } }\n",
+          staging, "the npy run");
       ASSERT_EQ(seen->samples.size(), 14u);
       for (std::size_t b = 0; b < seen->samples.size(); ++b) {
         for (std::size_t row = 0; row < seen->samples[b].size(); ++row) {
@@ -54,17 +44,7 @@ TEST(NpyCuda, RowsReadIntoPinnedMemoryArriveOnTheDevice) {
               << "batch " << b << " row " << row << " sample " << s;
         }
       }
-      EXPECT_EQ(report.allocations_after_build, 0u);
-      std::vector<std::string> pools;
-      for (const auto& pool : report.pools) pools.push_back(pool.name + " " + pool.kind);
-      // The loader's buffers are the only host batch buffers, and they are page-locked: no
-      // staging pool, no bounce buffers.
-      EXPECT_EQ(pools, (std::vector<std::string>{"load.staging pinned", "upload.device device"}));
-      if (staging) {
-        EXPECT_EQ(report.extra.at("stage.copied_bytes"), 0.0);
-        EXPECT_EQ(report.extra.at("stage.passed_through_batches"), 14.0);
-      }
-      EXPECT_EQ(report.extra.count("upload.bounced_bytes"), 0u);
+      test::expect_only_the_loaders_pinned_buffers(report, staging, 14.0);
     }
   }
 }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cuda/cuda_check.hpp"
+#include "flowfeed/extend.hpp"
 #include "flowfeed/nodes/builtin.hpp"
 #include "flowfeed/nodes/cuda.hpp"
 #include "flowfeed/nodes/synthetic.hpp"
@@ -158,13 +159,9 @@ Outcome run_mirrored(Reuse reuse, std::size_t group, int streams) {
   std::vector<std::vector<std::uint32_t>> samples(kBatches);
 
   Registry r = test::builtin_registry();
-  NodeType t;
-  t.name = "mirror_train";
-  t.role = Role::train;
-  t.create = [&](const NodeSpec&) {
+  r.set(factory_type("mirror_train", Role::train, {}, [&](const NodeSpec&) {
     return std::make_unique<MirrorTrain>(reuse, group, mirror, slot, &samples);
-  };
-  r.set(std::move(t));
+  }));
   const std::string yaml =
       "pipeline: { batch_size: 64, prefetch_depth: 4, device: cuda, stall_timeout_s: 30 }\n"
       "nodes:\n"

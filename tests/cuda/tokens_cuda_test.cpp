@@ -30,20 +30,10 @@ TEST(TokensCuda, WindowsReadIntoPinnedMemoryArriveOnTheDeviceAtTheFilesWidth) {
   for (const char* io : {"pread", "io_uring", "mmap"}) {
     for (const bool staging : {true, false}) {
       SCOPED_TRACE(std::string(io) + (staging ? " pinned_staging" : " no staging node"));
-      auto seen = std::make_shared<test::DeviceCapture>();
-      Registry r = test::builtin_registry();
-      test::register_device_capture(r, seen);
-      const std::string yaml =
-          "pipeline: { epochs: 2, batch_size: 16, prefetch_depth: 4, device: cuda }\n"
-          "sampler: { shuffle: true, seed: 3 }\n"
-          "nodes:\n"
-          "  - { name: load, type: tokens, concurrency: 2, params: { files: " +
-          path + ", context: 512, positions: random, seed: 7, windows: 200, io: " + io + " } }\n" +
-          (staging ? "  - { name: stage, type: pinned_staging }\n" : "") +
-          "  - { name: upload, type: cuda_upload }\n"
-          "  - { name: train, type: device_capture }\n";
-      Pipeline p(load_config_string(yaml, r), r);
-      const RunReport report = test::within(60, "the tokens run", [&] { return p.run(); });
+      const auto [report, seen] = test::run_to_device_capture(
+          "  - { name: load, type: tokens, concurrency: 2, params: { files: " + path +
+              ", context: 512, positions: random, seed: 7, windows: 200, io: " + io + " } }\n",
+          staging, "the tokens run");
       ASSERT_EQ(seen->samples.size(), 26u);  // 13 batches (12 of 16, one of 8) an epoch
       // x and y are uint16 on the device: 2 bytes a token, the window and the window shifted by
       // one.
@@ -61,16 +51,7 @@ TEST(TokensCuda, WindowsReadIntoPinnedMemoryArriveOnTheDeviceAtTheFilesWidth) {
           }
         }
       }
-      EXPECT_EQ(report.allocations_after_build, 0u);
-      std::vector<std::string> pools;
-      for (const auto& pool : report.pools) pools.push_back(pool.name + " " + pool.kind);
-      // The loader's buffers are the only host batch buffers, and they are page-locked.
-      EXPECT_EQ(pools, (std::vector<std::string>{"load.staging pinned", "upload.device device"}));
-      if (staging) {
-        EXPECT_EQ(report.extra.at("stage.copied_bytes"), 0.0);
-        EXPECT_EQ(report.extra.at("stage.passed_through_batches"), 26.0);
-      }
-      EXPECT_EQ(report.extra.count("upload.bounced_bytes"), 0u);
+      test::expect_only_the_loaders_pinned_buffers(report, staging, 26.0);
     }
   }
 }

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "flowfeed/config.hpp"
+#include "flowfeed/extend.hpp"
 #include "flowfeed/nodes/builtin.hpp"
 #include "flowfeed/pipeline.hpp"
 #include "tests/nodes/test_files.hpp"
@@ -163,12 +164,10 @@ TEST(CudaConfig, DeviceHostKeepsHostTypesAndSaysWhy) {
 
 TEST(CudaConfig, ACudaOnlyTypeWithoutCounterpartFailsOnTheHost) {
   Registry r = cuda_registry(0);
-  NodeType t;
-  t.name = "my_cuda_train";
-  t.role = Role::train;
-  t.backend = TypeBackend::cuda;
-  t.create = [](const NodeSpec&) -> std::unique_ptr<Node> { return nullptr; };
-  r.set(std::move(t));
+  r.set(
+      factory_type("my_cuda_train", Role::train, {}, [](const NodeSpec&) -> std::unique_ptr<Node> {
+        return nullptr;
+      }).runs_on(TypeBackend::cuda));
   const std::string yaml =
       "pipeline: { batch_size: 8 }\n"
       "nodes:\n"

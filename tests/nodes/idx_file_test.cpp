@@ -21,27 +21,6 @@ const char kRefetch[] = "re-download or re-extract the file";
 
 using namespace testing_files;
 
-Bytes be32(uint32_t v) {
-  return {uint8_t(v >> 24), uint8_t(v >> 16), uint8_t(v >> 8), uint8_t(v)};
-}
-
-/// An IDX file image: magic, big-endian dims, payload.
-Bytes idx_bytes(uint8_t type, const std::vector<uint32_t>& dims, const Bytes& payload) {
-  Bytes out = {0, 0, type, uint8_t(dims.size())};
-  for (uint32_t d : dims) {
-    Bytes b = be32(d);
-    out.insert(out.end(), b.begin(), b.end());
-  }
-  out.insert(out.end(), payload.begin(), payload.end());
-  return out;
-}
-
-Bytes pattern(size_t n, unsigned mul = 7) {
-  Bytes out(n);
-  for (size_t i = 0; i < n; ++i) out[i] = uint8_t((i * mul + i / 251) & 0xFF);
-  return out;
-}
-
 void write_file(const std::string& path, const Bytes& bytes) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   f.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
@@ -74,8 +53,37 @@ std::string dataset_error(const std::string& images, const std::string& labels,
 class IdxFileTest : public ::testing::Test {
  protected:
   TempDir dir_;
+  const std::string img_ = dir_.file("images.idx");
+  const std::string lbl_ = dir_.file("labels.idx");
   const Bytes pixels_ = pattern(4 * 3 * 2);
   const Bytes labels_ = {0, 9, 3, 5};
+
+  /// Writes `bytes` to `path` (gzip-compressed when `gzip`) and returns the message of reading it.
+  std::string error_reading(const std::string& path, const Bytes& bytes, bool gzip = false) {
+    if (gzip) {
+      write_gz(path, bytes);
+    } else {
+      write_file(path, bytes);
+    }
+    return read_error(path);
+  }
+
+  /// Reading `bytes` from x.idx, and gzip-compressed from x.idx.gz, fails with the path and
+  /// `what`.
+  void expect_error_plain_and_gzip(const Bytes& bytes, const std::string& what) {
+    for (const bool gzip : {false, true}) {
+      const std::string path = dir_.file(gzip ? "x.idx.gz" : "x.idx");
+      SCOPED_TRACE(path);
+      EXPECT_EQ(error_reading(path, bytes, gzip), path + what);
+    }
+  }
+
+  /// Writes the images and labels files and returns the message of loading them as a data set.
+  std::string pair_error(const Bytes& images, const Bytes& labels) {
+    write_file(img_, images);
+    write_file(lbl_, labels);
+    return dataset_error(img_, lbl_);
+  }
 
   void write_pair(const std::string& images, const std::string& labels, bool gzip) {
     Bytes img = idx_bytes(0x08, {4, 3, 2}, pixels_);
@@ -179,114 +187,91 @@ TEST_F(IdxFileTest, DirectoryInsteadOfFile) {
 
 TEST_F(IdxFileTest, BadMagic) {
   std::string p = dir_.file("x.idx");
-  write_file(p, {0x12, 0x34, 0x56, 0x78, 0, 0, 0, 1, 0});
-  EXPECT_EQ(read_error(p), p + ": bad magic 0x12345678 (an IDX file starts with 0x0000 followed "
-                               "by a type byte and a dimension count) check that the path names "
-                               "an IDX file");
+  EXPECT_EQ(error_reading(p, {0x12, 0x34, 0x56, 0x78, 0, 0, 0, 1, 0}),
+            p + ": bad magic 0x12345678 (an IDX file starts with 0x0000 followed "
+                "by a type byte and a dimension count) check that the path names "
+                "an IDX file");
 }
 
 TEST_F(IdxFileTest, UnknownTypeCode) {
   std::string p = dir_.file("x.idx");
-  write_file(p, {0x00, 0x00, 0x07, 0x01, 0, 0, 0, 1, 0});
-  EXPECT_EQ(read_error(p), p + ": unknown type code 0x07 in magic 0x00000701 (IDX types are "
-                               "0x08, 0x09, 0x0B, 0x0C, 0x0D and 0x0E) check that the path names "
-                               "an IDX file");
+  EXPECT_EQ(error_reading(p, {0x00, 0x00, 0x07, 0x01, 0, 0, 0, 1, 0}),
+            p + ": unknown type code 0x07 in magic 0x00000701 (IDX types are "
+                "0x08, 0x09, 0x0B, 0x0C, 0x0D and 0x0E) check that the path names "
+                "an IDX file");
 }
 
 TEST_F(IdxFileTest, ZeroDimensions) {
   std::string p = dir_.file("x.idx");
-  write_file(p, {0x00, 0x00, 0x08, 0x00});
-  EXPECT_EQ(read_error(p), p + ": bad magic 0x00000800 (the dimension count is 0; an IDX array "
-                               "has at least one dimension) check that the path names an IDX "
-                               "file");
+  EXPECT_EQ(error_reading(p, {0x00, 0x00, 0x08, 0x00}),
+            p + ": bad magic 0x00000800 (the dimension count is 0; an IDX array "
+                "has at least one dimension) check that the path names an IDX "
+                "file");
 }
 
 TEST_F(IdxFileTest, TruncatedHeader) {
   std::string p = dir_.file("x.idx");
-  write_file(p, {0x00, 0x00, 0x08});
-  EXPECT_EQ(read_error(p), p + ": truncated at byte 3 (the IDX header needs 4 bytes) " + kRefetch);
+  EXPECT_EQ(error_reading(p, {0x00, 0x00, 0x08}),
+            p + ": truncated at byte 3 (the IDX header needs 4 bytes) " + kRefetch);
 
-  write_file(p, {0x00, 0x00, 0x08, 0x03, 0, 0, 0, 5, 0, 0});
-  EXPECT_EQ(read_error(p), p +
-                               ": truncated at byte 10 (the IDX header with 3 dimensions needs "
-                               "16 bytes) " +
-                               kRefetch);
+  EXPECT_EQ(error_reading(p, {0x00, 0x00, 0x08, 0x03, 0, 0, 0, 5, 0, 0}),
+            p +
+                ": truncated at byte 10 (the IDX header with 3 dimensions needs "
+                "16 bytes) " +
+                kRefetch);
 }
 
 TEST_F(IdxFileTest, EmptyFile) {
   std::string p = dir_.file("x.idx");
-  write_file(p, {});
-  EXPECT_EQ(read_error(p), p + ": truncated at byte 0 (the IDX header needs 4 bytes) " + kRefetch);
+  EXPECT_EQ(error_reading(p, {}),
+            p + ": truncated at byte 0 (the IDX header needs 4 bytes) " + kRefetch);
 }
 
 TEST_F(IdxFileTest, TruncatedPayload) {
-  Bytes file = idx_bytes(0x08, {10, 28, 28}, pattern(1000));
-  std::string plain = dir_.file("x.idx");
-  write_file(plain, file);
-  EXPECT_EQ(read_error(plain),
-            plain + ": truncated at byte 1016 (header promises 7856 bytes) " + kRefetch);
-
   // For gzip the byte count is the decompressed size.
-  std::string gz = dir_.file("x.idx.gz");
-  write_gz(gz, file);
-  EXPECT_EQ(read_error(gz),
-            gz + ": truncated at byte 1016 (header promises 7856 bytes) " + kRefetch);
+  expect_error_plain_and_gzip(
+      idx_bytes(0x08, {10, 28, 28}, pattern(1000)),
+      std::string(": truncated at byte 1016 (header promises 7856 bytes) ") + kRefetch);
 }
 
 TEST_F(IdxFileTest, HugePromiseIsNotAllocatedUpFront) {
-  Bytes file = idx_bytes(0x08, {65536, 65536}, {1, 2, 3, 4});
-  std::string plain = dir_.file("x.idx");
-  write_file(plain, file);
-  EXPECT_EQ(read_error(plain),
-            plain + ": truncated at byte 16 (header promises 4294967308 bytes) " + kRefetch);
-  std::string gz = dir_.file("x.idx.gz");
-  write_gz(gz, file);
-  EXPECT_EQ(read_error(gz),
-            gz + ": truncated at byte 16 (header promises 4294967308 bytes) " + kRefetch);
+  expect_error_plain_and_gzip(
+      idx_bytes(0x08, {65536, 65536}, {1, 2, 3, 4}),
+      std::string(": truncated at byte 16 (header promises 4294967308 bytes) ") + kRefetch);
 }
 
 TEST_F(IdxFileTest, ImpossiblyLargePromise) {
   std::string p = dir_.file("x.idx");
-  write_file(p, idx_bytes(0x0E, {0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF}, {}));
-  EXPECT_EQ(read_error(p), p + ": header promises an impossibly large array (4294967295 x "
-                               "4294967295 x 4294967295 of double) check that the path names an "
-                               "IDX file");
+  EXPECT_EQ(error_reading(p, idx_bytes(0x0E, {0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF}, {})),
+            p + ": header promises an impossibly large array (4294967295 x "
+                "4294967295 x 4294967295 of double) check that the path names an "
+                "IDX file");
 }
 
 TEST_F(IdxFileTest, ExtraBytesAfterPayload) {
   Bytes file = idx_bytes(0x08, {2, 2}, {1, 2, 3, 4});
   file.insert(file.end(), {9, 9, 9});
-  std::string plain = dir_.file("x.idx");
-  write_file(plain, file);
-  EXPECT_EQ(read_error(plain), plain +
-                                   ": 3 extra bytes after the payload (header promises 16 bytes, "
-                                   "the file holds 19) " +
-                                   kRefetch);
-
-  std::string gz = dir_.file("x.idx.gz");
-  write_gz(gz, file);
-  EXPECT_EQ(read_error(gz), gz +
-                                ": 3 extra bytes after the payload (header promises 16 bytes, "
-                                "the file holds 19) " +
-                                kRefetch);
+  expect_error_plain_and_gzip(file,
+                              std::string(": 3 extra bytes after the payload (header promises 16 "
+                                          "bytes, the file holds 19) ") +
+                                  kRefetch);
 }
 
 TEST_F(IdxFileTest, GzNameButNotGzip) {
   std::string p = dir_.file("x.gz");
-  write_file(p, idx_bytes(0x08, {2}, {1, 2}));
-  EXPECT_EQ(read_error(p), p + ": not gzip (the name ends in .gz but the file starts with 00 00, "
-                               "not the gzip magic 1f 8b) decompress it or remove the .gz suffix");
+  EXPECT_EQ(error_reading(p, idx_bytes(0x08, {2}, {1, 2})),
+            p + ": not gzip (the name ends in .gz but the file starts with 00 00, "
+                "not the gzip magic 1f 8b) decompress it or remove the .gz suffix");
 
-  write_file(p, {});
-  EXPECT_EQ(read_error(p), p + ": not gzip (the name ends in .gz but the file is empty, not the "
-                               "gzip magic 1f 8b) decompress it or remove the .gz suffix");
+  EXPECT_EQ(error_reading(p, {}),
+            p + ": not gzip (the name ends in .gz but the file is empty, not the "
+                "gzip magic 1f 8b) decompress it or remove the .gz suffix");
 }
 
 TEST_F(IdxFileTest, CorruptGzipStream) {
   // A gzip header followed by a deflate block of the reserved type 3.
   std::string p = dir_.file("x.gz");
-  write_file(p, {0x1f, 0x8b, 0x08, 0x00, 0, 0, 0, 0, 0x00, 0x03, 0x07, 0x00, 0x00});
-  EXPECT_EQ(read_error(p),
+  EXPECT_EQ(error_reading(p, {0x1f, 0x8b, 0x08, 0x00, 0, 0, 0, 0, 0x00, 0x03, 0x07, 0x00, 0x00}),
             p + ": corrupt gzip stream at compressed byte 11 (zlib: invalid block type)");
 }
 
@@ -295,9 +280,9 @@ TEST_F(IdxFileTest, GzipChecksumMismatch) {
   write_gz(p, idx_bytes(0x08, {4, 3, 2}, pixels_));
   Bytes gz = read_file(p);
   gz[gz.size() - 8] ^= 0xFF;  // first byte of the CRC-32 trailer
-  write_file(p, gz);
-  EXPECT_EQ(read_error(p), p + ": corrupt gzip stream at compressed byte " +
-                               std::to_string(gz.size() - 4) + " (zlib: incorrect data check)");
+  EXPECT_EQ(error_reading(p, gz), p + ": corrupt gzip stream at compressed byte " +
+                                      std::to_string(gz.size() - 4) +
+                                      " (zlib: incorrect data check)");
 }
 
 TEST_F(IdxFileTest, TruncatedGzipStream) {
@@ -305,9 +290,9 @@ TEST_F(IdxFileTest, TruncatedGzipStream) {
   write_gz(p, idx_bytes(0x08, {300, 10, 10}, pattern(30000, 101)));
   Bytes gz = read_file(p);
   for (size_t keep : {gz.size() - 4, gz.size() / 2, size_t{5}}) {
-    write_file(p, Bytes(gz.begin(), gz.begin() + std::ptrdiff_t(keep)));
-    EXPECT_EQ(read_error(p), p + ": truncated gzip stream (the input ends after " +
-                                 std::to_string(keep) + " compressed bytes) " + kRefetch)
+    EXPECT_EQ(error_reading(p, Bytes(gz.begin(), gz.begin() + std::ptrdiff_t(keep))),
+              p + ": truncated gzip stream (the input ends after " + std::to_string(keep) +
+                  " compressed bytes) " + kRefetch)
         << "keeping " << keep << " of " << gz.size() << " bytes";
   }
 }
@@ -318,85 +303,63 @@ TEST_F(IdxFileTest, JunkAfterGzipStream) {
   Bytes gz = read_file(p);
   size_t size = gz.size();
   gz.insert(gz.end(), {'j', 'u', 'n', 'k'});
-  write_file(p, gz);
-  EXPECT_EQ(read_error(p), p + ": unexpected data after the gzip stream at compressed byte " +
-                               std::to_string(size) + " (it is not another gzip member) " +
-                               kRefetch);
+  EXPECT_EQ(error_reading(p, gz),
+            p + ": unexpected data after the gzip stream at compressed byte " +
+                std::to_string(size) + " (it is not another gzip member) " + kRefetch);
 }
 
 TEST_F(IdxFileTest, ImagesOfWrongType) {
-  std::string img = dir_.file("images.idx");
-  std::string lbl = dir_.file("labels.idx");
-  write_file(img, idx_bytes(0x0D, {1, 1, 1}, {0, 0, 0, 0}));
-  write_file(lbl, idx_bytes(0x08, {1}, {0}));
-  EXPECT_EQ(dataset_error(img, lbl), img +
-                                         ": images must have type 0x08 (unsigned byte) but the "
-                                         "file has type 0x0D (float) use an idx3-ubyte image "
-                                         "file");
+  EXPECT_EQ(pair_error(idx_bytes(0x0D, {1, 1, 1}, {0, 0, 0, 0}), idx_bytes(0x08, {1}, {0})),
+            img_ +
+                ": images must have type 0x08 (unsigned byte) but the "
+                "file has type 0x0D (float) use an idx3-ubyte image "
+                "file");
 }
 
 TEST_F(IdxFileTest, ImagesWithWrongDimensionCount) {
-  std::string img = dir_.file("images.idx");
-  std::string lbl = dir_.file("labels.idx");
-  write_file(img, idx_bytes(0x08, {4}, labels_));
-  write_file(lbl, idx_bytes(0x08, {4, 3, 2}, pixels_));
-  EXPECT_EQ(dataset_error(img, lbl), img +
-                                         ": images must have 3 dimensions (count x rows x cols) "
-                                         "but the file has 1 (4) check that the images and "
-                                         "labels paths are not swapped");
+  EXPECT_EQ(pair_error(idx_bytes(0x08, {4}, labels_), idx_bytes(0x08, {4, 3, 2}, pixels_)),
+            img_ +
+                ": images must have 3 dimensions (count x rows x cols) "
+                "but the file has 1 (4) check that the images and "
+                "labels paths are not swapped");
 }
 
 TEST_F(IdxFileTest, LabelsOfWrongType) {
-  std::string img = dir_.file("images.idx");
-  std::string lbl = dir_.file("labels.idx");
-  write_file(img, idx_bytes(0x08, {4, 3, 2}, pixels_));
-  write_file(lbl, idx_bytes(0x0C, {1}, {0, 0, 0, 1}));
-  EXPECT_EQ(dataset_error(img, lbl), lbl +
-                                         ": labels must have type 0x08 (unsigned byte) but the "
-                                         "file has type 0x0C (int) use an idx1-ubyte label "
-                                         "file");
+  EXPECT_EQ(pair_error(idx_bytes(0x08, {4, 3, 2}, pixels_), idx_bytes(0x0C, {1}, {0, 0, 0, 1})),
+            lbl_ +
+                ": labels must have type 0x08 (unsigned byte) but the "
+                "file has type 0x0C (int) use an idx1-ubyte label "
+                "file");
 }
 
 TEST_F(IdxFileTest, LabelsWithWrongDimensionCount) {
-  std::string img = dir_.file("images.idx");
-  std::string lbl = dir_.file("labels.idx");
-  write_file(img, idx_bytes(0x08, {4, 3, 2}, pixels_));
-  write_file(lbl, idx_bytes(0x08, {4, 3, 2}, pixels_));
-  EXPECT_EQ(dataset_error(img, lbl), lbl +
-                                         ": labels must have 1 dimension (count) but the file "
-                                         "has 3 (4 x 3 x 2) check that the images and labels "
-                                         "paths are not swapped");
+  EXPECT_EQ(pair_error(idx_bytes(0x08, {4, 3, 2}, pixels_), idx_bytes(0x08, {4, 3, 2}, pixels_)),
+            lbl_ +
+                ": labels must have 1 dimension (count) but the file "
+                "has 3 (4 x 3 x 2) check that the images and labels "
+                "paths are not swapped");
 }
 
 TEST_F(IdxFileTest, CountMismatch) {
-  std::string img = dir_.file("images.idx");
-  std::string lbl = dir_.file("labels.idx");
-  write_file(img, idx_bytes(0x08, {4, 3, 2}, pixels_));
-  write_file(lbl, idx_bytes(0x08, {3}, {1, 2, 3}));
-  EXPECT_EQ(dataset_error(img, lbl), lbl + ": 4 images but 3 labels (images: " + img +
-                                         ") use the label file that belongs to these images");
+  EXPECT_EQ(pair_error(idx_bytes(0x08, {4, 3, 2}, pixels_), idx_bytes(0x08, {3}, {1, 2, 3})),
+            lbl_ + ": 4 images but 3 labels (images: " + img_ +
+                ") use the label file that belongs to these images");
 }
 
 TEST_F(IdxFileTest, LabelOutOfRange) {
-  std::string img = dir_.file("images.idx");
-  std::string lbl = dir_.file("labels.idx");
   Bytes labels(50, 1);
   labels[42] = 11;
   labels[45] = 12;
-  write_file(img, idx_bytes(0x08, {50, 1, 1}, pattern(50)));
-  write_file(lbl, idx_bytes(0x08, {50}, labels));
-  EXPECT_EQ(dataset_error(img, lbl),
-            lbl + ": label 11 out of range at index 42 (num_classes is 10)");
-  EXPECT_EQ(load_idx_dataset(img, lbl, 13).labels, labels);
-  EXPECT_EQ(dataset_error(img, lbl, 12),
-            lbl + ": label 12 out of range at index 45 (num_classes is 12)");
+  EXPECT_EQ(pair_error(idx_bytes(0x08, {50, 1, 1}, pattern(50)), idx_bytes(0x08, {50}, labels)),
+            lbl_ + ": label 11 out of range at index 42 (num_classes is 10)");
+  EXPECT_EQ(load_idx_dataset(img_, lbl_, 13).labels, labels);
+  EXPECT_EQ(dataset_error(img_, lbl_, 12),
+            lbl_ + ": label 12 out of range at index 45 (num_classes is 12)");
 }
 
 TEST_F(IdxFileTest, ErrorInImagesFileNamesImagesFile) {
-  std::string img = dir_.file("images.idx");
-  std::string lbl = dir_.file("labels.idx");
-  write_file(lbl, idx_bytes(0x08, {4}, labels_));
-  EXPECT_EQ(dataset_error(img, lbl), img + ": cannot open (No such file or directory)");
+  write_file(lbl_, idx_bytes(0x08, {4}, labels_));
+  EXPECT_EQ(dataset_error(img_, lbl_), img_ + ": cannot open (No such file or directory)");
 }
 
 TEST_F(IdxFileTest, InvalidNumClasses) {

@@ -126,6 +126,14 @@ class IdxBadFiles : public ::testing::Test {
     const PipelineConfig config = load_config_string(idx_chain(images, labels, extra), r);
     return error_of<DataError>([&] { Pipeline p(config, r); });
   }
+  /// The idx node's message for a problem with `file`.
+  static std::string node_error(const std::string& file, const std::string& problem) {
+    return "node 'load' (idx, <string>:4): " + file + ": " + problem;
+  }
+  /// a-images and a-labels: 10 good 2 x 2 images and their labels, for a test to damage.
+  std::pair<std::string, std::string> write_good_pair() {
+    return write_idx_pair(dir_, make_idx_pair(10, 2, 2, 10), "a", false);
+  }
   TempDir dir_;
 };
 
@@ -134,9 +142,9 @@ TEST_F(IdxBadFiles, CountMismatchNamesTheNodeAndTheLabelFile) {
   const auto [images, labels] = write_idx_pair(dir_, data, "a", false);
   data.labels.pop_back();
   write_bytes(labels, idx_bytes(0x08, {9}, data.labels), false);
-  EXPECT_EQ(build_error(images, labels), "node 'load' (idx, <string>:4): " + labels +
-                                             ": 10 images but 9 labels (images: " + images +
-                                             ") use the label file that belongs to these images");
+  EXPECT_EQ(build_error(images, labels),
+            node_error(labels, "10 images but 9 labels (images: " + images +
+                                   ") use the label file that belongs to these images"));
 }
 
 TEST_F(IdxBadFiles, LabelOutOfRange) {
@@ -144,43 +152,42 @@ TEST_F(IdxBadFiles, LabelOutOfRange) {
   data.labels[7] = 11;
   const auto [images, labels] = write_idx_pair(dir_, data, "a", true);
   EXPECT_EQ(build_error(images, labels),
-            "node 'load' (idx, <string>:4): " + labels +
-                ": label 11 out of range at index 7 (num_classes is 10)");
+            node_error(labels, "label 11 out of range at index 7 (num_classes is 10)"));
 }
 
 TEST_F(IdxBadFiles, TruncatedImageFile) {
-  const auto [images, labels] = write_idx_pair(dir_, make_idx_pair(10, 2, 2, 10), "a", false);
+  const auto [images, labels] = write_good_pair();
   std::filesystem::resize_file(images, 16 + 39);
   EXPECT_EQ(build_error(images, labels),
-            "node 'load' (idx, <string>:4): " + images +
-                ": truncated at byte 55 (header promises 56 bytes) re-download or re-extract the "
-                "file");
+            node_error(images,
+                       "truncated at byte 55 (header promises 56 bytes) re-download or re-extract "
+                       "the file"));
 }
 
 TEST_F(IdxBadFiles, NotGzipThoughNamedGz) {
-  const auto [images, labels] = write_idx_pair(dir_, make_idx_pair(10, 2, 2, 10), "a", false);
+  const auto [images, labels] = write_good_pair();
   const std::string gz = dir_.file("a-images.gz");
   std::filesystem::copy_file(images, gz);
   EXPECT_EQ(build_error(gz, labels),
-            "node 'load' (idx, <string>:4): " + gz +
-                ": not gzip (the name ends in .gz but the file starts with 00 00, not the gzip "
-                "magic 1f 8b) decompress it or remove the .gz suffix");
+            node_error(gz,
+                       "not gzip (the name ends in .gz but the file starts with 00 00, not the "
+                       "gzip magic 1f 8b) decompress it or remove the .gz suffix"));
 }
 
 TEST_F(IdxBadFiles, ImagesWithNoPixelsAreBlamedOnTheFile) {
-  const auto [images, labels] = write_idx_pair(dir_, make_idx_pair(10, 2, 2, 10), "a", false);
+  const auto [images, labels] = write_good_pair();
   write_bytes(images, idx_bytes(0x08, {10, 5, 0}, {}), false);
   EXPECT_EQ(build_error(images, labels),
-            "node 'load' (idx, <string>:4): " + images +
-                ": each image holds no pixels (10 x 5 x 0: rows or columns are 0) use an image "
-                "file with images of at least 1 x 1");
+            node_error(images,
+                       "each image holds no pixels (10 x 5 x 0: rows or columns are 0) use an "
+                       "image file with images of at least 1 x 1"));
 }
 
 TEST_F(IdxBadFiles, MissingFile) {
-  const auto [images, labels] = write_idx_pair(dir_, make_idx_pair(10, 2, 2, 10), "a", false);
+  const auto [images, labels] = write_good_pair();
   const std::string missing = dir_.file("nope");
-  EXPECT_EQ(build_error(missing, labels), "node 'load' (idx, <string>:4): " + missing +
-                                              ": cannot open (No such file or directory)");
+  EXPECT_EQ(build_error(missing, labels),
+            node_error(missing, "cannot open (No such file or directory)"));
 }
 
 TEST(IdxConfig, ImagesAndLabelsAreRequired) {

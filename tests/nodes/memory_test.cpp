@@ -8,6 +8,7 @@
 #include "flowfeed/nodes/builtin.hpp"
 #include "flowfeed/pipeline.hpp"
 #include "flowfeed/pool.hpp"
+#include "tests/error_of.hpp"
 
 namespace flowfeed {
 namespace {
@@ -56,17 +57,14 @@ TEST(MemoryLoader, PinIsIgnoredOnTheHostBackend) {
 
 TEST(MemoryLoader, AShuffledSamplerIsAConfigErrorThatSaysWhatToDo) {
   const Registry r = builtin_registry();
-  try {
-    (void)load_config_string(
-        memory_config("sampler: { shuffle: true, seed: 1 }\n", "batches: 4, sample_shape: [4]"), r,
-        {}, "m.yaml");
-    FAIL() << "a shuffled sampler was accepted";
-  } catch (const ConfigError& e) {
-    EXPECT_STREQ(e.what(),
-                 "m.yaml:2:21: sampler.shuffle: true does not fit (the memory loader 'load' serves "
-                 "batch k as the pre-batched slice of samples [k*batch_size, (k+1)*batch_size)) "
-                 "set sampler.shuffle: false, or use the synthetic loader");
-  }
+  EXPECT_EQ(test::error_of<ConfigError>([&] {
+              (void)load_config_string(memory_config("sampler: { shuffle: true, seed: 1 }\n",
+                                                     "batches: 4, sample_shape: [4]"),
+                                       r, {}, "m.yaml");
+            }),
+            "m.yaml:2:21: sampler.shuffle: true does not fit (the memory loader 'load' serves "
+            "batch k as the pre-batched slice of samples [k*batch_size, (k+1)*batch_size)) "
+            "set sampler.shuffle: false, or use the synthetic loader");
 }
 
 TEST(BufferPool, AcquireAtTakesThatBufferOnlyWhileItIsFree) {

@@ -9,50 +9,10 @@
 #include <vector>
 
 #include "nodes/train/mlp/mlp_model.hpp"
+#include "tests/nodes/mlp_test_data.hpp"
 
 namespace flowfeed {
 namespace {
-
-/// Deterministic test data: uniform floats in [lo, hi) and labels in [0, classes).
-class TestRng {
- public:
-  explicit TestRng(uint64_t seed) : state_(seed) {}
-  uint64_t next() {
-    state_ = state_ * 6364136223846793005ull + 1442695040888963407ull;
-    return state_ >> 11;
-  }
-  float uniform(float lo, float hi) {
-    return lo + (hi - lo) * static_cast<float>(static_cast<double>(next() >> 13) * 0x1.0p-40);
-  }
-  std::vector<float> floats(std::size_t n, float lo, float hi) {
-    std::vector<float> v(n);
-    for (float& f : v) f = uniform(lo, hi);
-    return v;
-  }
-  std::vector<int32_t> labels(std::size_t n, int classes) {
-    std::vector<int32_t> v(n);
-    for (int32_t& y : v) y = static_cast<int32_t>(next() % static_cast<uint64_t>(classes));
-    return v;
-  }
-  std::vector<uint8_t> bytes(std::size_t n) {
-    std::vector<uint8_t> v(n);
-    for (uint8_t& b : v) b = static_cast<uint8_t>(next() & 0xff);
-    return v;
-  }
-
- private:
-  uint64_t state_;
-};
-
-MlpOptions small_options() {
-  MlpOptions o;
-  o.inputs = 12;
-  o.hidden = {7, 5};
-  o.classes = 3;
-  o.lr = 0.1f;
-  o.seed = 7;
-  return o;
-}
 
 /// Mean cross-entropy of the MLP in double precision, straight from the definition.
 double reference_loss(const MlpOptions& o, const std::vector<std::vector<double>>& w,
@@ -108,9 +68,7 @@ double params_rel_diff(const MlpParams& a, const MlpParams& b) {
 TEST(MlpCpu, GradientsMatchCentralFiniteDifferences) {
   const MlpOptions o = small_options();
   const int n = 9;
-  TestRng rng(11);
-  const std::vector<float> x = rng.floats(static_cast<std::size_t>(n) * o.inputs, -1.0f, 1.0f);
-  const std::vector<int32_t> y = rng.labels(n, o.classes);
+  const auto [x, y] = TestRng(11).samples(o, n, -1.0f, 1.0f);
   MlpCpu model(o);
   MlpParams grads;
   const double loss = model.loss_and_gradients(x.data(), y.data(), n, &grads);
@@ -155,9 +113,7 @@ TEST(MlpCpu, GradientsWithoutHiddenLayers) {
   MlpOptions o = small_options();
   o.hidden = {};
   const int n = 5;
-  TestRng rng(3);
-  const std::vector<float> x = rng.floats(static_cast<std::size_t>(n) * o.inputs, -1.0f, 1.0f);
-  const std::vector<int32_t> y = rng.labels(n, o.classes);
+  const auto [x, y] = TestRng(3).samples(o, n, -1.0f, 1.0f);
   MlpCpu model(o);
   MlpParams grads;
   model.loss_and_gradients(x.data(), y.data(), n, &grads);
@@ -184,9 +140,7 @@ TEST(MlpCpu, LossDecreasesOnAFixedBatch) {
   o.classes = 4;
   o.lr = 0.5f;
   const int n = 32;
-  TestRng rng(5);
-  const std::vector<float> x = rng.floats(static_cast<std::size_t>(n) * o.inputs, 0.0f, 1.0f);
-  const std::vector<int32_t> y = rng.labels(n, o.classes);
+  const auto [x, y] = TestRng(5).samples(o, n, 0.0f, 1.0f);
   MlpCpu model(o);
   const StepStats first = model.train_step(x.data(), y.data(), n);
   EXPECT_EQ(first.samples, n);
@@ -204,10 +158,7 @@ TEST(MlpCpu, LossDecreasesOnAFixedBatch) {
 }
 
 TEST(MlpCpu, InitIsDeterministicAndDependsOnTheSeed) {
-  MlpOptions o;
-  o.inputs = 4;
-  o.hidden = {3};
-  o.classes = 2;
+  MlpOptions o = mlp_layers(4, {3}, 2);
   o.seed = 1;
   const MlpParams p = init_mlp_params(o);
   // Golden values: splitmix64(seed 1) -> uniform -> (2u - 1) * sqrt(6 / 4), on any platform.
@@ -246,9 +197,7 @@ TEST(MlpCpu, MomentumAccumulatesGradients) {
   MlpOptions o = small_options();
   o.momentum = 0.9f;
   const int n = 6;
-  TestRng rng(9);
-  const std::vector<float> x = rng.floats(static_cast<std::size_t>(n) * o.inputs, -1.0f, 1.0f);
-  const std::vector<int32_t> y = rng.labels(n, o.classes);
+  const auto [x, y] = TestRng(9).samples(o, n, -1.0f, 1.0f);
 
   MlpCpu with(o);
   MlpOptions plain_opts = o;
@@ -327,11 +276,8 @@ TEST(MlpCpu, Uint8PathEqualsFloatPathOnXOver255) {
   MlpOptions o = small_options();
   o.momentum = 0.5f;
   const int n = 10;
-  TestRng rng(2);
-  const std::vector<uint8_t> xb = rng.bytes(static_cast<std::size_t>(n) * o.inputs);
-  std::vector<float> xf(xb.size());
-  for (std::size_t i = 0; i < xb.size(); ++i) xf[i] = static_cast<float>(xb[i]) / 255.0f;
-  const std::vector<int32_t> y = rng.labels(n, o.classes);
+  const auto [xb, y] = TestRng(2).byte_samples(o, n);
+  const std::vector<float> xf = unit_floats(xb);
 
   MlpCpu a(o);
   MlpCpu b(o);
@@ -351,10 +297,7 @@ TEST(MlpCpu, Uint8PathEqualsFloatPathOnXOver255) {
 }
 
 TEST(MlpCpu, StatsCountLossAndArgmax) {
-  MlpOptions o;
-  o.inputs = 2;
-  o.hidden = {};
-  o.classes = 3;
+  MlpOptions o = mlp_layers(2, {}, 3);
   MlpCpu model(o);
   MlpParams p = model.params();
   // logits = x0 * (1, 0, 0) + x1 * (0, 1, 0) + (0, 0, 0.5)

@@ -19,6 +19,7 @@
 #include "flowfeed/nodes/synthetic.hpp"
 #include "flowfeed/pipeline.hpp"
 #include "flowfeed/stats.hpp"
+#include "tests/error_of.hpp"
 
 namespace flowfeed {
 namespace {
@@ -205,12 +206,8 @@ TEST(Normalize, HalfConversionsMatchTheReferenceOverTheFloatRange) {
 std::string build_error(const std::string& yaml) {
   auto seen = std::make_shared<std::vector<Seen>>();
   const Registry r = capture_registry(seen);
-  try {
-    Pipeline p(load_config_string(yaml, r, {}, "images.yaml"), r);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "no error";
+  return test::error_of<ConfigError>(
+      [&] { Pipeline p(load_config_string(yaml, r, {}, "images.yaml"), r); });
 }
 
 TEST(Normalize, RejectsTensorsItCannotConvert) {

@@ -23,12 +23,6 @@ const char kResave[] = "re-save the array with numpy.save";
 
 using namespace testing_files;
 
-Bytes pattern(size_t n, unsigned mul = 7) {
-  Bytes out(n);
-  for (size_t i = 0; i < n; ++i) out[i] = uint8_t((i * mul + i / 253) & 0xFF);
-  return out;
-}
-
 void write_file(const std::string& path, const std::string& bytes) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   f.write(bytes.data(), std::streamsize(bytes.size()));
@@ -63,6 +57,12 @@ std::string open_error(const std::string& path) {
 
 class NpyFileTest : public ::testing::Test {
  protected:
+  /// Writes `bytes` to `path` and returns the message of opening it.
+  std::string error_opening(const std::string& path, const std::string& bytes) {
+    write_file(path, bytes);
+    return open_error(path);
+  }
+
   TempDir dir_;
 };
 
@@ -79,7 +79,7 @@ TEST_F(NpyFileTest, EachDtypeRoundTrips) {
        {NpyDtype::float32, NpyDtype::float16, NpyDtype::uint8, NpyDtype::int32, NpyDtype::int64}) {
     SCOPED_TRACE(std::string(npy_dtype_descr(dtype)));
     size_t item = npy_dtype_size(dtype);
-    Bytes data = pattern(7 * 3 * item, 11);
+    Bytes data = pattern(7 * 3 * item, 11, 253);
     std::string p = dir_.file("a.npy");
     write_npy(p, dtype, {7, 3}, data.data());
 
@@ -104,7 +104,7 @@ TEST_F(NpyFileTest, EachDtypeRoundTrips) {
 
 TEST_F(NpyFileTest, WriterProducesNumpyHeader) {
   std::string p = dir_.file("a.npy");
-  Bytes data = pattern(20);
+  Bytes data = pattern(20, 7, 253);
   write_npy(p, NpyDtype::uint8, {20}, data.data());
   std::string bytes = read_file(p);
   std::string dict = "{'descr': '|u1', 'fortran_order': False, 'shape': (20,), }";
@@ -140,7 +140,7 @@ TEST_F(NpyFileTest, TwoDimensionalFloat32) {
 
 TEST_F(NpyFileTest, FourDimensionalUint8) {
   std::string p = dir_.file("img.npy");
-  Bytes data = pattern(6 * 3 * 8 * 8);
+  Bytes data = pattern(6 * 3 * 8 * 8, 7, 253);
   write_npy(p, NpyDtype::uint8, {6, 3, 8, 8}, data.data());
   NpyFile f(p);
   EXPECT_EQ(f.shape(), (std::vector<int64_t>{6, 3, 8, 8}));
@@ -162,7 +162,7 @@ TEST_F(NpyFileTest, ZeroRowsAndEmptyReads) {
 
 TEST_F(NpyFileTest, ReadRowsOutsideTheArray) {
   std::string p = dir_.file("a.npy");
-  Bytes data = pattern(12);
+  Bytes data = pattern(12, 7, 253);
   write_npy(p, NpyDtype::uint8, {4, 3}, data.data());
   NpyFile f(p);
   Bytes buf(12);
@@ -259,44 +259,43 @@ TEST_F(NpyFileTest, MissingFile) {
 
 TEST_F(NpyFileTest, NotNpy) {
   std::string p = dir_.file("f.npy");
-  write_file(p, "PK\x03\x04 this is a zip file");
-  EXPECT_EQ(open_error(p), p + ": not a .npy file (magic bytes are not \\x93NUMPY)");
-  write_file(p, "\x93NU");
-  EXPECT_EQ(open_error(p), p + ": not a .npy file (magic bytes are not \\x93NUMPY)");
+  EXPECT_EQ(error_opening(p, "PK\x03\x04 this is a zip file"),
+            p + ": not a .npy file (magic bytes are not \\x93NUMPY)");
+  EXPECT_EQ(error_opening(p, "\x93NU"), p + ": not a .npy file (magic bytes are not \\x93NUMPY)");
 }
 
 TEST_F(NpyFileTest, UnsupportedDtype) {
   std::string p = dir_.file("f.npy");
   for (const char* descr : {">f4", "|i1", "<f8", "|b1"}) {
-    write_file(p, npy_bytes(1,
-                            std::string("{'descr': '") + descr +
-                                "', 'fortran_order': False, 'shape': (1,), }",
-                            "12345678"));
-    EXPECT_EQ(open_error(p),
+    EXPECT_EQ(error_opening(p, npy_bytes(1,
+                                         std::string("{'descr': '") + descr +
+                                             "', 'fortran_order': False, 'shape': (1,), }",
+                                         "12345678")),
               p + ": unsupported dtype '" + descr + "' (supported: <f4 <f2 |u1 <i4 <i8)");
   }
-  write_file(p, npy_bytes(1,
-                          "{'descr': [('x', '<f4'), ('y', '<f4')], 'fortran_order': False, "
-                          "'shape': (1,), }",
-                          "12345678"));
-  EXPECT_EQ(open_error(p), p + ": unsupported dtype [('x', '<f4'), ('y', '<f4')] (supported: "
-                               "<f4 <f2 |u1 <i4 <i8)");
+  EXPECT_EQ(
+      error_opening(p, npy_bytes(1,
+                                 "{'descr': [('x', '<f4'), ('y', '<f4')], 'fortran_order': False, "
+                                 "'shape': (1,), }",
+                                 "12345678")),
+      p + ": unsupported dtype [('x', '<f4'), ('y', '<f4')] (supported: "
+          "<f4 <f2 |u1 <i4 <i8)");
 }
 
 TEST_F(NpyFileTest, FortranOrder) {
   std::string p = dir_.file("f.npy");
-  write_file(p, npy_bytes(1, "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 2), }",
-                          std::string(16, '\0')));
-  EXPECT_EQ(open_error(p),
-            p + ": fortran_order arrays are not supported (save with np.ascontiguousarray)");
+  EXPECT_EQ(
+      error_opening(p, npy_bytes(1, "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 2), }",
+                                 std::string(16, '\0'))),
+      p + ": fortran_order arrays are not supported (save with np.ascontiguousarray)");
 }
 
 TEST_F(NpyFileTest, TruncatedPayload) {
   std::string p = dir_.file("f.npy");
-  write_file(p, npy_bytes(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (10, 3), }",
-                          std::string(100, '\0')));
-  EXPECT_EQ(open_error(p),
-            p + ": truncated: header promises 120 data bytes but the file holds 100");
+  EXPECT_EQ(
+      error_opening(p, npy_bytes(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (10, 3), }",
+                                 std::string(100, '\0'))),
+      p + ": truncated: header promises 120 data bytes but the file holds 100");
 }
 
 TEST_F(NpyFileTest, UnsupportedVersion) {
@@ -304,11 +303,11 @@ TEST_F(NpyFileTest, UnsupportedVersion) {
   std::string bytes =
       npy_bytes(2, "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), }", "1234");
   bytes[6] = 4;
-  write_file(p, bytes);
-  EXPECT_EQ(open_error(p), p +
-                               ": unsupported .npy format version 4.0 (supported: 1.0, 2.0, "
-                               "3.0) " +
-                               kResave);
+  EXPECT_EQ(error_opening(p, bytes),
+            p +
+                ": unsupported .npy format version 4.0 (supported: 1.0, 2.0, "
+                "3.0) " +
+                kResave);
 }
 
 TEST_F(NpyFileTest, BadHeaders) {
@@ -352,27 +351,24 @@ TEST_F(NpyFileTest, BadHeaders) {
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.dict);
-    write_file(p, npy_bytes(1, c.dict, "1234"));
-    EXPECT_EQ(open_error(p), p + ": bad header (" + c.why + " in " + c.dict + ") " + kResave);
+    EXPECT_EQ(error_opening(p, npy_bytes(1, c.dict, "1234")),
+              p + ": bad header (" + c.why + " in " + c.dict + ") " + kResave);
   }
 }
 
 TEST_F(NpyFileTest, HeaderCutShort) {
   std::string p = dir_.file("f.npy");
-  write_file(p, "\x93NUMPY\x01");
-  EXPECT_EQ(open_error(p),
+  EXPECT_EQ(error_opening(p, "\x93NUMPY\x01"),
             p + ": bad header (the file ends after 7 bytes, inside the preamble) " + kResave);
-  write_file(p, std::string("\x93NUMPY\x02\x00\x10\x00", 10));
-  EXPECT_EQ(open_error(p),
+  EXPECT_EQ(error_opening(p, std::string("\x93NUMPY\x02\x00\x10\x00", 10)),
             p + ": bad header (the file ends after 10 bytes, inside the preamble) " + kResave);
-  write_file(p, std::string("\x93NUMPY\x01\x00\x40\x00{'descr'", 17));
-  EXPECT_EQ(open_error(p),
+  EXPECT_EQ(error_opening(p, std::string("\x93NUMPY\x01\x00\x40\x00{'descr'", 17)),
             p + ": bad header (the header needs 74 bytes but the file holds 17) " + kResave);
 }
 
 TEST_F(NpyFileTest, ShortReadAfterTruncation) {
   std::string p = dir_.file("f.npy");
-  Bytes data = pattern(10 * 16);
+  Bytes data = pattern(10 * 16, 7, 253);
   write_npy(p, NpyDtype::uint8, {10, 16}, data.data());
   NpyFile f(p);
   ASSERT_EQ(f.data_offset(), 128u);

@@ -87,13 +87,7 @@ class NpyStorageTest : public ::testing::Test {
 
   RunReport run(const std::string& yaml) {
     seen_ = std::make_shared<Captured>();
-    Registry r;
-    register_builtin_nodes(r);
-    register_capture(r, seen_);
-    Pipeline p(load_config_string(yaml, r), r);
-    RunReport report = p.run();
-    EXPECT_EQ(p.free_buffers(), p.total_buffers());
-    return report;
+    return run_with(yaml, [&](Registry& r) { register_capture(r, seen_); });
   }
   std::string build_error(const std::string& yaml) {
     Registry r;

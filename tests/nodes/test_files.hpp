@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -17,8 +18,12 @@
 #include <vector>
 
 #include "flowfeed/batch.hpp"
+#include "flowfeed/config.hpp"
 #include "flowfeed/error.hpp"
+#include "flowfeed/nodes/builtin.hpp"
+#include "flowfeed/pipeline.hpp"
 #include "flowfeed/registry.hpp"
+#include "tests/error_of.hpp"
 
 namespace flowfeed::testing_files {
 
@@ -45,6 +50,14 @@ class TempDir {
  private:
   std::filesystem::path path_;
 };
+
+/// `n` distinct, position-dependent bytes: byte i is (i * mul + i / period) & 0xFF.
+inline Bytes pattern(std::size_t n, unsigned mul = 7, std::size_t period = 251) {
+  Bytes out(n);
+  for (std::size_t i = 0; i < n; ++i)
+    out[i] = static_cast<std::uint8_t>((i * mul + i / period) & 0xFF);
+  return out;
+}
 
 /// An IDX file image: magic (type, dims), big-endian dims, payload.
 inline Bytes idx_bytes(std::uint8_t type, const std::vector<std::uint32_t>& dims,
@@ -146,16 +159,19 @@ inline void register_capture(Registry& registry, std::shared_ptr<Captured> out) 
   registry.set(std::move(t));
 }
 
-/// The message of the exception f throws, or "<no exception>".
-template <typename E, typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  return "<no exception>";
+/// Runs `yaml` with the built-in types and those `add` registers (a test's sink); expects every
+/// buffer back in its pool after the run. Returns the run's report.
+inline RunReport run_with(const std::string& yaml, const std::function<void(Registry&)>& add) {
+  Registry r;
+  register_builtin_nodes(r);
+  add(r);
+  Pipeline p(load_config_string(yaml, r), r);
+  RunReport report = p.run();
+  EXPECT_EQ(p.free_buffers(), p.total_buffers());
+  return report;
 }
+
+using test::error_of;
 
 /// The message of the DataError f throws, or "<no exception>".
 template <typename F>

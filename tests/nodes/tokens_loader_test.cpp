@@ -44,13 +44,9 @@ class TokensLoaderTest : public ::testing::Test {
   }
   RunReport run(const std::string& text) {
     seen_ = std::make_shared<Seen>();
-    Registry r;
-    register_builtin_nodes(r);
-    register_window_sink(r, seen_);
-    Pipeline p(load_config_string(text, r), r);
-    RunReport report = p.run();
+    RunReport report =
+        testing_files::run_with(text, [&](Registry& r) { register_window_sink(r, seen_); });
     EXPECT_EQ(report.allocations_after_build, 0u);
-    EXPECT_EQ(p.free_buffers(), p.total_buffers());
     return report;
   }
   /// The windows each epoch saw, by sample index (each exactly once).
@@ -62,6 +58,16 @@ class TokensLoaderTest : public ::testing::Test {
       ASSERT_EQ(samples.size(), windows);
       EXPECT_EQ(std::set<std::uint32_t>(samples.begin(), samples.end()).size(), windows);
     }
+  }
+
+  /// Writes shard-0.bin, shard-1.bin and shard-2.bin (uint16): the corpus split at the arbitrary
+  /// points a and b, which it returns.
+  std::pair<std::size_t, std::size_t> write_three_shards(const Corpus& c) {
+    const std::size_t a = 70001, b = 150003;
+    write_raw(dir_.file("shard-0.bin"), c.tokens.data(), a, 2);
+    write_raw(dir_.file("shard-1.bin"), c.tokens.data() + a, b - a, 2);
+    write_raw(dir_.file("shard-2.bin"), c.tokens.data() + b, c.tokens.size() - b, 2);
+    return {a, b};
   }
 
   TempDir dir_;
@@ -146,10 +152,7 @@ TEST_F(TokensLoaderTest, RandomPositionsDependOnlyOnSeedEpochAndIndex) {
 TEST_F(TokensLoaderTest, SeveralFilesAreOneStream) {
   const Corpus& c = licenses();
   // Three shards that split the corpus at arbitrary points, listed and globbed.
-  const std::size_t a = 70001, b = 150003;
-  write_raw(dir_.file("shard-0.bin"), c.tokens.data(), a, 2);
-  write_raw(dir_.file("shard-1.bin"), c.tokens.data() + a, b - a, 2);
-  write_raw(dir_.file("shard-2.bin"), c.tokens.data() + b, c.tokens.size() - b, 2);
+  const auto [a, b] = write_three_shards(c);
   const std::string list = "[" + dir_.file("shard-0.bin") + ", " + dir_.file("shard-1.bin") + ", " +
                            dir_.file("shard-2.bin") + "]";
   for (const std::string& files :
@@ -184,10 +187,7 @@ TEST_F(TokensLoaderTest, SeveralFilesAreOneStream) {
 // shards listed as 2, 0, 1 are read in that order.
 TEST_F(TokensLoaderTest, ListsBracesAndGlobsGiveTheStreamItsOrder) {
   const Corpus& c = licenses();
-  const std::size_t a = 70001, b = 150003;
-  write_raw(dir_.file("shard-0.bin"), c.tokens.data(), a, 2);
-  write_raw(dir_.file("shard-1.bin"), c.tokens.data() + a, b - a, 2);
-  write_raw(dir_.file("shard-2.bin"), c.tokens.data() + b, c.tokens.size() - b, 2);
+  const std::size_t b = write_three_shards(c).second;
   std::vector<std::uint32_t> reordered(c.tokens.begin() + static_cast<long>(b), c.tokens.end());
   reordered.insert(reordered.end(), c.tokens.begin(), c.tokens.begin() + static_cast<long>(b));
   TokensOptions o;

@@ -19,6 +19,8 @@
 #include "flowfeed/flowfeed.hpp"
 #include "flowfeed/nodes/builtin.hpp"
 #include "testing/fault_nodes.hpp"
+#include "tests/error_of.hpp"
+#include "tests/pipeline/run_stopped.hpp"
 
 namespace flowfeed {
 namespace {
@@ -104,20 +106,20 @@ Registry make_registry() {
   Registry registry;
   register_builtin_nodes(registry);
   register_fault_nodes(registry);
-  NodeType t;
-  t.name = "grouping_sink";
-  t.role = Role::train;
-  t.doc = "test only: completes batches in groups";
-  t.backend = TypeBackend::host;
-  t.schema.add_int("group", "batches per group", 4).range(1, 1000);
-  t.schema.add_int("fail_at", "seq whose submit throws (-1: none)", -1).range(-1, 1e9);
-  t.schema.add_int("submit_us", "busy time of each submit", 0).range(0, 1e6);
-  t.create = [](const NodeSpec& spec) {
-    return std::make_unique<GroupingSink>(
-        static_cast<std::size_t>(spec.params.get_int("group")), spec.params.get_int("fail_at"),
-        static_cast<int>(spec.params.get_int("submit_us")), g_log);
-  };
-  registry.set(std::move(t));
+  Schema schema;
+  schema.add_int("group", "batches per group", 4).range(1, 1000);
+  schema.add_int("fail_at", "seq whose submit throws (-1: none)", -1).range(-1, 1e9);
+  schema.add_int("submit_us", "busy time of each submit", 0).range(0, 1e6);
+  registry.set(factory_type(
+                   "grouping_sink", Role::train, std::move(schema),
+                   [](const NodeSpec& spec) {
+                     return std::make_unique<GroupingSink>(
+                         static_cast<std::size_t>(spec.params.get_int("group")),
+                         spec.params.get_int("fail_at"),
+                         static_cast<int>(spec.params.get_int("submit_us")), g_log);
+                   },
+                   "test only: completes batches in groups")
+                   .runs_on(TypeBackend::host));
   return registry;
 }
 
@@ -324,25 +326,15 @@ TEST_F(AsyncTrain, ALoaderFailureWhileBatchesAreHeldEndsTheRunWithTheLoadersErro
 
 TEST_F(AsyncTrain, ASubmitThatThrowsFailsThatBatchAndNamesTheTrainNode) {
   Pipeline p = build(yaml("prefetch_depth: 8", "synthetic", "", "group: 4, fail_at: 17"));
-  try {
-    p.run();
-    FAIL() << "the run did not fail";
-  } catch (const NodeError& e) {
-    EXPECT_EQ(std::string(e.what()),
-              "node 'train' (grouping_sink, async.yaml:6) batch 17 (epoch 1): grouping_sink: "
-              "refused batch 17");
-  }
+  EXPECT_EQ(test::error_of<NodeError>([&] { p.run(); }),
+            "node 'train' (grouping_sink, async.yaml:6) batch 17 (epoch 1): grouping_sink: "
+            "refused batch 17");
   EXPECT_EQ(p.free_buffers(), p.total_buffers());
 }
 
 TEST_F(AsyncTrain, AStopRequestDrainsHeldBatches) {
   Pipeline p = build(yaml("prefetch_depth: 8", "synthetic", "delay_ms: 2", "group: 6"));
-  std::thread stopper([&p] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(30));
-    p.request_stop();
-  });
-  const RunReport r = p.run();
-  stopper.join();
+  const RunReport r = test::run_stopped_after(p, std::chrono::milliseconds(30));
   EXPECT_TRUE(r.interrupted);
   EXPECT_EQ(log_.completed.size(), r.batches);
   EXPECT_EQ(p.free_buffers(), p.total_buffers());

@@ -16,9 +16,11 @@
 #include "flowfeed/builder.hpp"
 #include "flowfeed/config.hpp"
 #include "flowfeed/error.hpp"
+#include "flowfeed/extend.hpp"
 #include "flowfeed/nodes/builtin.hpp"
 #include "flowfeed/pipeline.hpp"
 #include "flowfeed/registry.hpp"
+#include "tests/error_of.hpp"
 
 namespace flowfeed {
 namespace {
@@ -151,16 +153,12 @@ TEST(Autotune, AMemoryBudgetTooSmallForTheWantedDepthSizesThePoolsForTheMostItAl
 }
 
 TEST(Autotune, ABudgetBelowOneBatchInFlightIsAConfigErrorNamingTheKey) {
-  try {
-    run_yaml(chain(10, 0, "", 0, ", memory_budget: 10K"));
-    FAIL() << "expected a ConfigError";
-  } catch (const ConfigError& e) {
-    EXPECT_EQ(std::string(e.what()),
-              "auto.yaml:3:5: pipeline.prefetch_depth, pipeline.batch_size: pool 'load.host' (1 "
-              "buffers of 16.2 KiB) needs 16.2 KiB of host memory, and 10.0 KiB is available "
-              "(pipeline.memory_budget.host; the process would be killed for want of memory "
-              "mid-run) lower pipeline.prefetch_depth, pipeline.batch_size");
-  }
+  EXPECT_EQ(
+      test::error_of<ConfigError>([&] { run_yaml(chain(10, 0, "", 0, ", memory_budget: 10K")); }),
+      "auto.yaml:3:5: pipeline.prefetch_depth, pipeline.batch_size: pool 'load.host' (1 "
+      "buffers of 16.2 KiB) needs 16.2 KiB of host memory, and 10.0 KiB is available "
+      "(pipeline.memory_budget.host; the process would be killed for want of memory "
+      "mid-run) lower pipeline.prefetch_depth, pipeline.batch_size");
 }
 
 TEST(Autotune, ACostThatRisesMidRunIsFollowed) {
@@ -263,16 +261,15 @@ class TimedSink final : public AsynchronousNode {
 
 TEST(Autotune, AnAsynchronousTrainNodeIsFedByWhatItsWorkInFlightShows) {
   Registry registry = builtin_registry();
-  NodeType sink;
-  sink.name = "timed_sink";
-  sink.role = Role::train;
-  sink.doc = "test only: asynchronous work of ms per batch";
-  sink.backend = TypeBackend::host;
-  sink.schema.add_number("ms", "work per batch", 1.0).range(0, 1000);
-  sink.create = [](const NodeSpec& spec) {
-    return std::make_unique<TimedSink>(spec.params.get_number("ms"));
-  };
-  registry.set(std::move(sink));
+  Schema schema;
+  schema.add_number("ms", "work per batch", 1.0).range(0, 1000);
+  registry.set(factory_type(
+                   "timed_sink", Role::train, std::move(schema),
+                   [](const NodeSpec& spec) {
+                     return std::make_unique<TimedSink>(spec.params.get_number("ms"));
+                   },
+                   "test only: asynchronous work of ms per batch")
+                   .runs_on(TypeBackend::host));
   std::string yaml = chain(300, 4, "", 1);
   yaml.replace(yaml.find("type: sleep"), 11, "type: timed_sink");
   Pipeline pipeline(load_config_string(yaml, registry, {}, "auto.yaml"), registry);
@@ -285,12 +282,7 @@ TEST(Autotune, AnAsynchronousTrainNodeIsFedByWhatItsWorkInFlightShows) {
 
 std::string config_error(const std::string& yaml) {
   Registry registry = builtin_registry();
-  try {
-    load_config_string(yaml, registry, {}, "auto.yaml");
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "no error";
+  return test::error_of<ConfigError>([&] { load_config_string(yaml, registry, {}, "auto.yaml"); });
 }
 
 TEST(Autotune, TheNewKeysBadValuesAreErrorsWithTheirPosition) {

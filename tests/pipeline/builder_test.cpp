@@ -9,6 +9,7 @@
 #include "flowfeed/extend.hpp"
 #include "flowfeed/nodes/builtin.hpp"
 #include "flowfeed/nodes/synthetic.hpp"
+#include "tests/error_of.hpp"
 #include "tests/pipeline/int32_loader.hpp"
 
 namespace flowfeed {
@@ -18,15 +19,7 @@ std::string at(int line) {
   return std::string(__FILE__) + ":" + std::to_string(line);
 }
 
-std::vector<std::string> problems_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const ConfigError& e) {
-    return e.problems();
-  }
-  ADD_FAILURE() << "no ConfigError was thrown";
-  return {};
-}
+using test::problems_of;
 
 TEST(PipelineBuilder, BuildsAndRunsWithoutYaml) {
   Registry registry = builtin_registry();
@@ -280,24 +273,14 @@ TEST(PipelineBuilder, ABuilderWithObjectsBuildsOnePipeline) {
   Registry registry = builtin_registry();
   PipelineBuilder b;
   b.load("synthetic", {{"batches", 1}}).train(make_node([](Batch&) {}));
-  try {
-    b.config(registry);
-    FAIL() << "config() did not throw";
-  } catch (const std::logic_error& e) {
-    EXPECT_STREQ(e.what(),
-                 "PipelineBuilder::config: node 'train' is a C++ object, not a registered type, "
-                 "so the config cannot be built with this registry alone (use "
-                 "PipelineBuilder::build)");
-  }
+  EXPECT_EQ(test::error_of<std::logic_error>([&] { b.config(registry); }),
+            "PipelineBuilder::config: node 'train' is a C++ object, not a registered type, "
+            "so the config cannot be built with this registry alone (use "
+            "PipelineBuilder::build)");
   Pipeline first = b.build(registry);
-  try {
-    b.build(registry);
-    FAIL() << "a second build() did not throw";
-  } catch (const std::logic_error& e) {
-    EXPECT_STREQ(e.what(),
-                 "PipelineBuilder::build: this builder's Node objects already belong to a pipeline "
-                 "(a builder that holds Node objects builds one pipeline)");
-  }
+  EXPECT_EQ(test::error_of<std::logic_error>([&] { b.build(registry); }),
+            "PipelineBuilder::build: this builder's Node objects already belong to a pipeline "
+            "(a builder that holds Node objects builds one pipeline)");
   EXPECT_EQ(first.run().batches, 1u);
 }
 
@@ -319,14 +302,10 @@ TEST(PipelineBuilder, ParamArgConvertsLikeYaml) {
   EXPECT_EQ(std::get<std::string>(ParamArg("uint8").value()), "uint8");
   EXPECT_EQ(std::get<std::vector<std::int64_t>>(ParamArg({1, 2}).value()),
             (std::vector<std::int64_t>{1, 2}));
-  try {
-    ParamArg big(std::numeric_limits<unsigned long long>::max());
-    FAIL() << "no exception";
-  } catch (const std::out_of_range& e) {
-    EXPECT_STREQ(e.what(),
-                 "parameter value 18446744073709551615 does not fit an int parameter (at most "
-                 "2^63-1)");
-  }
+  EXPECT_EQ(test::error_of<std::out_of_range>(
+                [&] { ParamArg big(std::numeric_limits<unsigned long long>::max()); }),
+            "parameter value 18446744073709551615 does not fit an int parameter (at most "
+            "2^63-1)");
 }
 
 TEST(PipelineBuilder, PipelinesMove) {

@@ -15,6 +15,7 @@
 #include "flowfeed/nodes/builtin.hpp"
 #include "flowfeed/pipeline.hpp"
 #include "flowfeed/sampler.hpp"
+#include "tests/error_of.hpp"
 
 namespace flowfeed {
 namespace {
@@ -89,16 +90,11 @@ TEST(GlobalCursor, ADifferentGlobalBatchIsRejectedNamingBothSizes) {
   Sampler two(SamplerOptions{true, 9, false, 0, 2}, 1000, 6);
   const Checkpoint c = make_checkpoint(two, 5, {}, 5);
   Sampler one(SamplerOptions{true, 9, false, 0, 1}, 1000, 6);
-  try {
-    resume_point(c, one, "ck/pipeline.json");
-    FAIL() << "resumed with another global batch";
-  } catch (const ConfigError& e) {
-    EXPECT_EQ(std::string(e.what()),
-              "ck/pipeline.json: cursor.global_batch: the checkpoint was written by world 2 x "
-              "batch_size 6 = global batch 12, this run is world 1 x batch_size 6 = 6 (a resume "
-              "keeps the global batch, so that every global step trains on the same samples) set "
-              "pipeline.batch_size: 12");
-  }
+  EXPECT_EQ(test::error_of<ConfigError>([&] { resume_point(c, one, "ck/pipeline.json"); }),
+            "ck/pipeline.json: cursor.global_batch: the checkpoint was written by world 2 x "
+            "batch_size 6 = global batch 12, this run is world 1 x batch_size 6 = 6 (a resume "
+            "keeps the global batch, so that every global step trains on the same samples) set "
+            "pipeline.batch_size: 12");
   Sampler five(SamplerOptions{true, 9, false, 0, 5}, 1000, 2);
   EXPECT_THROW(
       {
@@ -223,15 +219,10 @@ TEST(CheckpointFiles, CorruptTruncatedAndFutureFilesNameTheField) {
   read_error(
       "node", [](std::string t) { return t; }, &dir);
   std::ofstream(dir / "train.1.bin", std::ios::trunc) << "weightz";
-  try {
-    read_checkpoint(dir);
-    FAIL() << "a corrupt node file was accepted";
-  } catch (const ConfigError& e) {
-    EXPECT_EQ(std::string(e.what()),
-              (dir / "pipeline.json").string() +
-                  ": nodes.train.fnv1a64: train.1.bin hashes to b149446ef08a3539, the checkpoint "
-                  "says b1494b6ef08a411e (the file is corrupt) resume from a complete checkpoint");
-  }
+  EXPECT_EQ(test::error_of<ConfigError>([&] { read_checkpoint(dir); }),
+            (dir / "pipeline.json").string() +
+                ": nodes.train.fnv1a64: train.1.bin hashes to b149446ef08a3539, the checkpoint "
+                "says b1494b6ef08a411e (the file is corrupt) resume from a complete checkpoint");
 }
 
 Registry builtins() {

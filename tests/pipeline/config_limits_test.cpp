@@ -3,7 +3,6 @@
 // every level, a second document, and keys that only a --set wrote.
 #include <fcntl.h>
 #include <gtest/gtest.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -15,6 +14,8 @@
 #include "flowfeed/nodes/builtin.hpp"
 #include "flowfeed/registry.hpp"
 #include "pipeline/src/detail/config_file.hpp"
+#include "tests/error_of.hpp"
+#include "tests/temp_fifo.hpp"
 
 namespace flowfeed {
 namespace {
@@ -31,22 +32,13 @@ std::string temp_path(const std::string& name) {
 
 std::string file_error(const std::string& path) {
   const Registry r = builtins();
-  try {
-    (void)load_config_file(path, r);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "(no error)";
+  return test::error_of<ConfigError>([&] { (void)load_config_file(path, r); });
 }
 
 std::string config_error(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
   const Registry r = builtins();
-  try {
-    (void)load_config_string(yaml, r, overrides, "f.yaml");
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "(no error)";
+  return test::error_of<ConfigError>(
+      [&] { (void)load_config_string(yaml, r, overrides, "f.yaml"); });
 }
 
 const std::string kChain =
@@ -81,9 +73,9 @@ TEST(ConfigLimits, AFileLargerThanAnyConfigIsRefusedUnread) {
 }
 
 TEST(ConfigLimits, APipeIsReadNoFurtherThanTheLimit) {
-  const std::string fifo = temp_path("endless.fifo");
-  std::remove(fifo.c_str());
-  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const test::TempFifo pipe(temp_path("endless.fifo"));
+  ASSERT_TRUE(pipe.made());
+  const std::string& fifo = pipe.path();
   // A writer that would never stop: it ends when the reader closes its end (EPIPE).
   std::thread writer([&] {
     signal(SIGPIPE, SIG_IGN);
@@ -93,17 +85,12 @@ TEST(ConfigLimits, APipeIsReadNoFurtherThanTheLimit) {
     }
     if (fd >= 0) close(fd);
   });
-  try {
-    (void)detail::read_config_file(fifo, 100000);
-    ADD_FAILURE() << "no error";
-  } catch (const ConfigError& e) {
-    EXPECT_STREQ(e.what(), (fifo + ": the pipe gave more than 97.7 KiB, too large for a config (a "
-                                   "config holds at most 97.7 KiB; the largest example config is "
-                                   "2 KiB) check that this is the config file")
-                               .c_str());
-  }
+  EXPECT_EQ(test::error_of<ConfigError>([&] { (void)detail::read_config_file(fifo, 100000); }),
+            fifo +
+                ": the pipe gave more than 97.7 KiB, too large for a config (a config holds at "
+                "most 97.7 KiB; the largest example config is 2 KiB) check that this is the "
+                "config file");
   writer.join();
-  std::remove(fifo.c_str());
 }
 
 TEST(ConfigLimits, LongValuesAreCutToAReadableLength) {
@@ -124,17 +111,14 @@ TEST(ConfigLimits, AtMostFiftyProblemsAreListedThenACount) {
   std::string yaml = "pipeline:\n";
   for (int i = 0; i < 3000; ++i) yaml += "  epochz" + std::to_string(i) + ": 1\n";
   const Registry r = builtins();
-  try {
-    (void)load_config_string(yaml + kChain, r, {}, "f.yaml");
-    FAIL() << "no error";
-  } catch (const ConfigError& e) {
-    ASSERT_EQ(e.problems().size(), 51u);
-    EXPECT_EQ(e.problems()[49],
-              "f.yaml:51:3: pipeline.epochz49: unknown key (known keys: epochs, batch_size, "
-              "prefetch_depth, ordered, device, device_id, devices, threads, memory_budget, "
-              "thread_budget, stall_timeout_s, on_error, max_skipped, mode, resume_from)");
-    EXPECT_EQ(e.problems()[50], "and 2950 more problems (fix the ones above first)");
-  }
+  const std::vector<std::string> problems =
+      test::problems_of([&] { (void)load_config_string(yaml + kChain, r, {}, "f.yaml"); });
+  ASSERT_EQ(problems.size(), 51u);
+  EXPECT_EQ(problems[49],
+            "f.yaml:51:3: pipeline.epochz49: unknown key (known keys: epochs, batch_size, "
+            "prefetch_depth, ordered, device, device_id, devices, threads, memory_budget, "
+            "thread_budget, stall_timeout_s, on_error, max_skipped, mode, resume_from)");
+  EXPECT_EQ(problems[50], "and 2950 more problems (fix the ones above first)");
 }
 
 TEST(ConfigLimits, DuplicateKeysAreErrorsAtEveryLevel) {

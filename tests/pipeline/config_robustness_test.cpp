@@ -9,18 +9,15 @@
 #include "flowfeed/config.hpp"
 #include "flowfeed/nodes/builtin.hpp"
 #include "flowfeed/registry.hpp"
+#include "tests/error_of.hpp"
 
 namespace flowfeed {
 namespace {
 
 std::string config_error(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
   Registry r = builtin_registry();
-  try {
-    (void)load_config_string(yaml, r, overrides, "f.yaml");
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "(no error)";
+  return test::error_of<ConfigError>(
+      [&] { (void)load_config_string(yaml, r, overrides, "f.yaml"); });
 }
 
 TEST(ConfigRobustness, ScalarPipelineAndListSamplerAreConfigErrors) {

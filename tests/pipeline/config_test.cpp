@@ -4,6 +4,7 @@
 
 #include "flowfeed/nodes/builtin.hpp"
 #include "flowfeed/registry.hpp"
+#include "tests/error_of.hpp"
 
 namespace flowfeed {
 namespace {
@@ -18,12 +19,7 @@ std::string known_types() {
 /// The whole message of the ConfigError that loading `yaml` throws.
 std::string error_of(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
   Registry r = builtin_registry();
-  try {
-    load_config_string(yaml, r, overrides, "t.yaml");
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "(no error)";
+  return test::error_of<ConfigError>([&] { load_config_string(yaml, r, overrides, "t.yaml"); });
 }
 
 const char* kGood = R"(pipeline:
@@ -158,29 +154,22 @@ TEST(Config, InvalidYamlNamesLineAndColumn) {
 
 TEST(Config, MissingFileSaysSo) {
   Registry r = builtin_registry();
-  try {
-    load_config_file("/nonexistent/x.yaml", r);
-    FAIL();
-  } catch (const ConfigError& e) {
-    EXPECT_STREQ(e.what(), "/nonexistent/x.yaml: cannot open config (No such file or directory)");
-  }
+  EXPECT_EQ(test::error_of<ConfigError>([&] { load_config_file("/nonexistent/x.yaml", r); }),
+            "/nonexistent/x.yaml: cannot open config (No such file or directory)");
 }
 
 TEST(Config, DeviceChoiceWithoutCudaOrWithoutDevice) {
   Registry r = builtin_registry();
   if (r.cuda_built()) {
     r.set_device_probe([] { return 0; });
-    try {
-      load_config_string(
-          "pipeline: { device: cuda }\nnodes:\n  - { name: l, type: synthetic }\n"
-          "  - { name: t, type: discard }\n",
-          r, {}, "t.yaml");
-      FAIL();
-    } catch (const ConfigError& e) {
-      EXPECT_STREQ(e.what(),
-                   "t.yaml:1:21: pipeline.device: cuda was asked for but no CUDA device is "
-                   "visible (cudaGetDeviceCount found none) use device: auto or device: host");
-    }
+    EXPECT_EQ(test::error_of<ConfigError>([&] {
+                load_config_string(
+                    "pipeline: { device: cuda }\nnodes:\n  - { name: l, type: synthetic }\n"
+                    "  - { name: t, type: discard }\n",
+                    r, {}, "t.yaml");
+              }),
+              "t.yaml:1:21: pipeline.device: cuda was asked for but no CUDA device is "
+              "visible (cudaGetDeviceCount found none) use device: auto or device: host");
   } else {
     EXPECT_EQ(error_of("pipeline: { device: cuda }\nnodes:\n  - { name: l, type: synthetic }\n"
                        "  - { name: t, type: discard }\n"),
@@ -213,16 +202,11 @@ TEST(Config, CppBuiltConfigsGetTheSameChecks) {
   train.name = "train";
   train.type = "sleep";
   c.nodes = {load, train};
-  try {
-    validate_config(c, r);
-    FAIL();
-  } catch (const ConfigError& e) {
-    EXPECT_STREQ(e.what(),
-                 "app.cpp: nodes[0].params.batches: 0 is out of range (must be between 1 and "
-                 "1000000000000)\n"
-                 "app.cpp: nodes[0].params.colour: unknown key (known keys: batches, samples, "
-                 "batch_size, sample_shape, dtype, delay_ms, seed, classes)");
-  }
+  EXPECT_EQ(test::error_of<ConfigError>([&] { validate_config(c, r); }),
+            "app.cpp: nodes[0].params.batches: 0 is out of range (must be between 1 and "
+            "1000000000000)\n"
+            "app.cpp: nodes[0].params.colour: unknown key (known keys: batches, samples, "
+            "batch_size, sample_shape, dtype, delay_ms, seed, classes)");
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "flowfeed/builder.hpp"
+#include "flowfeed/extend.hpp"
 #include "flowfeed/nodes/builtin.hpp"
 #include "flowfeed/pipeline.hpp"
 #include "tests/nodes/test_files.hpp"
@@ -63,12 +64,10 @@ Registry registry_with_recorder(Logs* logs) {
   Registry r;
   register_builtin_nodes(r);
   r.set_device_probe([] { return 0; });
-  NodeType t;
-  t.name = "branch_record";
-  t.role = Role::train;
-  t.doc = "records what its branch sees";
-  t.create = [logs](const NodeSpec&) { return std::make_unique<BranchRecorder>(logs); };
-  r.add(std::move(t));
+  r.add(factory_type(
+      "branch_record", Role::train, {},
+      [logs](const NodeSpec&) { return std::make_unique<BranchRecorder>(logs); },
+      "records what its branch sees"));
   return r;
 }
 
@@ -293,11 +292,7 @@ class FailAtSeven final : public Node {
 TEST(Branches, AFailureInABranchEndsTheRunNamingTheBranchNode) {
   Logs logs;
   Registry r = registry_with_recorder(&logs);
-  NodeType t;
-  t.name = "fail_at_seven";
-  t.role = Role::train;
-  t.create = [](const NodeSpec&) { return std::make_unique<FailAtSeven>(); };
-  r.add(std::move(t));
+  r.add(node_type<FailAtSeven>("fail_at_seven", Role::train));
   Pipeline p(load_config_string(config_text("[0, 1, 2]", true, "fail_at_seven"), r, {}, "x.yaml"),
              r);
   for (int run = 0; run < 2; ++run) {

@@ -13,6 +13,7 @@
 #include "flowfeed/nodes/builtin.hpp"
 #include "flowfeed/nodes/synthetic.hpp"
 #include "flowfeed/pipeline.hpp"
+#include "tests/error_of.hpp"
 #include "tests/pipeline/int32_loader.hpp"
 
 namespace flowfeed {
@@ -74,13 +75,7 @@ Registry with_custom_types(Seen* seen) {
 }
 
 std::vector<std::string> problems_of(const std::string& yaml, const Registry& registry) {
-  try {
-    load_config_string(yaml, registry, {}, "custom.yaml");
-  } catch (const ConfigError& e) {
-    return e.problems();
-  }
-  ADD_FAILURE() << "no ConfigError";
-  return {};
+  return test::problems_of([&] { load_config_string(yaml, registry, {}, "custom.yaml"); });
 }
 
 TEST(CustomTypes, AreChosenFromYaml) {
@@ -162,13 +157,9 @@ nodes:
   EXPECT_EQ(pipeline.run().batches, 13u);
   EXPECT_EQ(rows.load(), 100u);
   // add() refuses to replace silently.
-  try {
-    registry.add(callable_type("checksum", Role::train, [](Batch&) {}));
-    FAIL() << "add() replaced a type";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_STREQ(e.what(),
-                 "node type 'checksum' is already registered (use Registry::set to replace it)");
-  }
+  EXPECT_EQ(test::error_of<std::invalid_argument>(
+                [&] { registry.add(callable_type("checksum", Role::train, [](Batch&) {})); }),
+            "node type 'checksum' is already registered (use Registry::set to replace it)");
 }
 
 TEST(CustomTypes, CallableWithParamsIsMadeOncePerPipeline) {
@@ -204,12 +195,8 @@ class Noop final : public Node {
 };
 
 TEST(CustomTypes, LoadTypesMustBeLoaders) {
-  try {
-    node_type<Noop>("rec", Role::load);
-    FAIL() << "no exception";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_STREQ(e.what(), "node type 'rec': a load type must derive from flowfeed::LoaderNode");
-  }
+  EXPECT_EQ(test::error_of<std::invalid_argument>([&] { node_type<Noop>("rec", Role::load); }),
+            "node type 'rec': a load type must derive from flowfeed::LoaderNode");
   EXPECT_THROW(callable_type("fn", Role::load, [](Batch&) {}), std::invalid_argument);
   EXPECT_THROW(CallableNode(ProcessFn{}), std::invalid_argument);
 }
@@ -294,11 +281,9 @@ TEST(CustomTypes, TheBuildContextSaysWhetherAStagingNodeComesFirstAndHowManyThre
   register_builtin_nodes(registry);
   std::vector<std::pair<bool, int>> seen;
   for (Role role : {Role::transform, Role::upload}) {
-    NodeType t;
-    t.name = role == Role::upload ? "probe_upload" : "probe";
-    t.role = role;
-    t.create = [&seen](const NodeSpec&) { return std::make_unique<ContextProbe>(&seen); };
-    registry.set(std::move(t));
+    registry.set(
+        factory_type(role == Role::upload ? "probe_upload" : "probe", role, {},
+                     [&seen](const NodeSpec&) { return std::make_unique<ContextProbe>(&seen); }));
   }
   const std::string head =
       "pipeline: { batch_size: 8, prefetch_depth: 2, device: host, threads: 3 }\n"
@@ -325,21 +310,19 @@ TEST(CustomTypes, ATransformCannotGoBeforeTheLoader) {
   Registry registry;
   register_builtin_nodes(registry);
   registry.add(callable_type("noop", Role::transform, [](Batch&) {}));
-  try {
+  const std::vector<std::string> problems = test::problems_of([&] {
     load_config_string(R"(nodes:
   - { name: t, type: noop }
   - { name: load, type: synthetic }
   - { name: train, type: sleep }
 )",
                        registry, {}, "order.yaml");
-    FAIL() << "no ConfigError";
-  } catch (const ConfigError& e) {
-    ASSERT_EQ(e.problems().size(), 2u);
-    EXPECT_EQ(e.problems()[0],
-              "order.yaml:2:22: nodes[0].type: the first node must be a load node, 't' is a "
-              "transform node (the chain is load → transform* → staging → upload → transform* → "
-              "train)");
-  }
+  });
+  ASSERT_EQ(problems.size(), 2u);
+  EXPECT_EQ(problems[0],
+            "order.yaml:2:22: nodes[0].type: the first node must be a load node, 't' is a "
+            "transform node (the chain is load → transform* → staging → upload → transform* → "
+            "train)");
 }
 
 }  // namespace

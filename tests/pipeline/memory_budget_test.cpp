@@ -16,6 +16,7 @@
 #include "flowfeed/pipeline.hpp"
 #include "flowfeed/pool.hpp"
 #include "flowfeed/registry.hpp"
+#include "tests/error_of.hpp"
 
 namespace flowfeed {
 namespace {
@@ -95,18 +96,15 @@ TEST(MemoryBudget, AClaimBeyondWhatIsAvailableNamesKeysBytesAndTheFix) {
   budget.claim({MemoryKind::pageable, std::uint64_t{600} << 20, "pool 'load.host'", "x.yaml:5:5",
                 "pipeline.prefetch_depth, pipeline.batch_size"});
   EXPECT_EQ(budget.claimed(MemoryKind::pageable), std::uint64_t{600} << 20);
-  try {
-    budget.claim({MemoryKind::pinned, std::uint64_t{512} << 20, "pool 'stage.pinned'", "x.yaml:7:5",
-                  "pipeline.prefetch_depth, pipeline.batch_size"});
-    FAIL() << "no error";
-  } catch (const ConfigError& e) {
-    EXPECT_STREQ(e.what(),
-                 "x.yaml:7:5: pipeline.prefetch_depth, pipeline.batch_size: pool 'stage.pinned' "
-                 "needs 512.0 MiB of pinned host memory, and 1.0 GiB is available "
-                 "(FLOWFEED_AVAILABLE_MEMORY, 600.0 MiB of it already claimed by the pools and "
-                 "data sets before it; the process would be killed for want of memory mid-run) "
-                 "lower pipeline.prefetch_depth, pipeline.batch_size");
-  }
+  EXPECT_EQ(test::error_of<ConfigError>([&] {
+              budget.claim({MemoryKind::pinned, std::uint64_t{512} << 20, "pool 'stage.pinned'",
+                            "x.yaml:7:5", "pipeline.prefetch_depth, pipeline.batch_size"});
+            }),
+            "x.yaml:7:5: pipeline.prefetch_depth, pipeline.batch_size: pool 'stage.pinned' "
+            "needs 512.0 MiB of pinned host memory, and 1.0 GiB is available "
+            "(FLOWFEED_AVAILABLE_MEMORY, 600.0 MiB of it already claimed by the pools and "
+            "data sets before it; the process would be killed for want of memory mid-run) "
+            "lower pipeline.prefetch_depth, pipeline.batch_size");
   // Device memory is its own budget, unchecked when not known.
   budget.claim({MemoryKind::device, kMax, "pool 'upload.device'", "x.yaml:9:5", "k"});
 }
@@ -118,14 +116,11 @@ TEST(BufferPool, AFailedAllocationNamesThePoolItsKindAndSize) {
                       return ::operator new(bytes);
                     },
                     [](void* p) { ::operator delete(p); }};
-  try {
-    BufferPool pool("stage.pinned", MemoryKind::pinned, 8, std::size_t{3} << 20, failing);
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_STREQ(e.what(),
-                 "pool 'stage.pinned' (pinned memory): cannot allocate buffer 3 of 8 (8 buffers "
-                 "of 3145728 bytes = 24.0 MiB): out of memory (std::bad_alloc)");
-  }
+  EXPECT_EQ(test::error_of<Error>([&] {
+              BufferPool pool("stage.pinned", MemoryKind::pinned, 8, std::size_t{3} << 20, failing);
+            }),
+            "pool 'stage.pinned' (pinned memory): cannot allocate buffer 3 of 8 (8 buffers "
+            "of 3145728 bytes = 24.0 MiB): out of memory (std::bad_alloc)");
 }
 
 /// The ConfigError building `yaml` throws (validation passes: the problem is found at build).
@@ -133,12 +128,7 @@ std::string build_error(const std::string& yaml) {
   Registry r;
   register_builtin_nodes(r);
   const PipelineConfig config = load_config_string(yaml, r, {}, "m.yaml");
-  try {
-    Pipeline p(config, r);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "(built)";
+  return test::error_of<ConfigError>([&] { Pipeline p(config, r); });
 }
 
 TEST(MemoryCheck, PoolsBeyondTheAvailableMemoryFailTheBuildBeforeTheyAreAllocated) {

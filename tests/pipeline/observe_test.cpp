@@ -22,6 +22,7 @@
 
 #include "flowfeed/flowfeed.hpp"
 #include "flowfeed/nodes/builtin.hpp"
+#include "tests/error_of.hpp"
 
 namespace flowfeed {
 namespace {
@@ -29,6 +30,25 @@ namespace {
 RunReport run_yaml(const std::string& yaml, const Registry& registry, RunOptions options = {}) {
   Pipeline pipeline(load_config_string(yaml, registry), registry);
   return pipeline.run(options);
+}
+
+/// Options that record the run into `trace`.
+RunOptions traced_into(Trace* trace) {
+  RunOptions options;
+  options.trace = trace;
+  return options;
+}
+
+/// Runs `yaml` with the built-in types.
+RunReport run_builtin(const std::string& yaml, RunOptions options = {}) {
+  return run_yaml(yaml, builtin_registry(), options);
+}
+
+/// The run names `bottleneck` as its bottleneck, and its verdict starts with `verdict_start`.
+void expect_bound_by(const RunReport& r, const std::string& bottleneck,
+                     const std::string& verdict_start) {
+  EXPECT_EQ(r.bottleneck, bottleneck);
+  EXPECT_EQ(r.verdict.rfind(verdict_start, 0), 0u) << r.verdict;
 }
 
 const NodeReport& node(const RunReport& report, const std::string& name) {
@@ -55,8 +75,7 @@ std::string chain_yaml(int batches, double load_ms, int load_conc, double train_
 }
 
 TEST(ObserveReport, FiguresAgreeWithTheRun) {
-  const Registry registry = builtin_registry();
-  const RunReport r = run_yaml(chain_yaml(40, 2, 2, 3), registry);
+  const RunReport r = run_builtin(chain_yaml(40, 2, 2, 3));
   ASSERT_EQ(r.batches, 40u);
   EXPECT_EQ(r.samples, 40u * 16);
   EXPECT_EQ(r.threads, 4);
@@ -96,12 +115,10 @@ TEST(ObserveReport, FiguresAgreeWithTheRun) {
 }
 
 TEST(ObserveReport, TrainBoundRunStallsNearZeroAndSaysSo) {
-  const Registry registry = builtin_registry();
-  const RunReport r = run_yaml(chain_yaml(40, 0, 1, 8), registry);
+  const RunReport r = run_builtin(chain_yaml(40, 0, 1, 8));
   ASSERT_EQ(r.batches, 40u);
   EXPECT_LT(r.train.stall_fraction, 0.1);
-  EXPECT_EQ(r.bottleneck, "train");
-  EXPECT_EQ(r.verdict.rfind("train-bound: train busy ", 0), 0u) << r.verdict;
+  expect_bound_by(r, "train", "train-bound: train busy ");
   // Loading is instant, so the loader spends its idle time waiting for a free prefetch slot, and
   // batches pile up in front of the train node.
   const NodeReport& load = node(r, "load");
@@ -113,12 +130,10 @@ TEST(ObserveReport, TrainBoundRunStallsNearZeroAndSaysSo) {
 }
 
 TEST(ObserveReport, LoadBoundRunStallsNearOneAndNamesTheLoader) {
-  const Registry registry = builtin_registry();
-  const RunReport r = run_yaml(chain_yaml(30, 8, 1, 0), registry);
+  const RunReport r = run_builtin(chain_yaml(30, 8, 1, 0));
   ASSERT_EQ(r.batches, 30u);
   EXPECT_GT(r.train.stall_fraction, 0.9);
-  EXPECT_EQ(r.bottleneck, "load");
-  EXPECT_EQ(r.verdict.rfind("load-bound: raise nodes.load.concurrency (busy ", 0), 0u) << r.verdict;
+  expect_bound_by(r, "load", "load-bound: raise nodes.load.concurrency (busy ");
   EXPECT_NE(r.verdict.find(" at 1)"), std::string::npos) << r.verdict;
   // The train node waits for input; batches queue at the loader, not downstream.
   const NodeReport& train = node(r, "train");
@@ -130,8 +145,7 @@ TEST(ObserveReport, LoadBoundRunStallsNearOneAndNamesTheLoader) {
 }
 
 TEST(ObserveReport, TableAndJsonCarryTheFigures) {
-  const Registry registry = builtin_registry();
-  const RunReport r = run_yaml(chain_yaml(20, 6, 1, 0), registry);
+  const RunReport r = run_builtin(chain_yaml(20, 6, 1, 0));
   const std::string table = r.to_table();
   EXPECT_NE(table.find("verdict: " + r.verdict + "\n"), std::string::npos) << table;
   EXPECT_NE(table.find("wait in"), std::string::npos) << table;
@@ -161,10 +175,9 @@ TEST(ObserveReport, TableAndJsonCarryTheFigures) {
 }
 
 TEST(ObserveReport, StatsOffLeavesSampledFiguresOut) {
-  const Registry registry = builtin_registry();
   RunOptions options;
   options.stats = false;
-  const RunReport r = run_yaml(chain_yaml(25, 0, 1, 8), registry, options);
+  const RunReport r = run_builtin(chain_yaml(25, 0, 1, 8), options);
   EXPECT_FALSE(r.sampled);
   EXPECT_EQ(r.batches, 25u);
   for (const auto& n : r.nodes) {
@@ -197,8 +210,7 @@ TEST(ObserveReport, RecordingDoesNotChangeResults) {
   off.stats = false;
   RunOptions stats;
   Trace trace;
-  RunOptions traced;
-  traced.trace = &trace;
+  RunOptions traced = traced_into(&trace);
   std::vector<RunReport> reports;
   for (const RunOptions* o : {&off, &stats, &traced, &off}) {
     Pipeline pipeline(load_config_string(yaml, registry), registry);
@@ -288,11 +300,8 @@ void expect_tracks_well_nested(const nlohmann::json& events) {
 }
 
 TEST(ObserveTrace, SvgAndChromeTraceParseAndShowEveryNode) {
-  const Registry registry = builtin_registry();
   Trace trace;
-  RunOptions options;
-  options.trace = &trace;
-  const RunReport r = run_yaml(chain_yaml(30, 1, 3, 1), registry, options);
+  run_builtin(chain_yaml(30, 1, 3, 1), traced_into(&trace));
   ASSERT_EQ(trace.batches_seen(), 30u);
   EXPECT_EQ(trace.stride(), 1u);
   ASSERT_EQ(trace.nodes().size(), 4u);
@@ -340,20 +349,16 @@ TEST(ObserveTrace, SvgAndChromeTraceParseAndShowEveryNode) {
   }
   EXPECT_EQ(j.at("otherData").at("batches_seen"), 30);
   expect_tracks_well_nested(events);
-  (void)r;
 }
 
 TEST(ObserveTrace, LongRunsKeepAnEvenSampleAndAggregate) {
-  const Registry registry = builtin_registry();
   const std::string yaml =
       "pipeline: { epochs: 1, batch_size: 4, prefetch_depth: 4, device: host, ordered: true }\n"
       "nodes:\n"
       "  - { name: load, type: synthetic, params: { batches: 50, sample_shape: [2] } }\n"
       "  - { name: train, type: checksum }\n";
   Trace trace(8);
-  RunOptions options;
-  options.trace = &trace;
-  run_yaml(yaml, registry, options);
+  run_builtin(yaml, traced_into(&trace));
   EXPECT_EQ(trace.batches_seen(), 50u);
   // Storage for 8 batches: the stride doubled until 50 batches fit, keeping 0, 8, 16, ..., 48.
   EXPECT_EQ(trace.stride(), 8u);
@@ -426,12 +431,8 @@ class ThreadedUpload final : public AsynchronousNode {
 
 Registry registry_with_async() {
   Registry registry = builtin_registry();
-  NodeType t;
-  t.name = "threaded_upload";
-  t.role = Role::upload;
-  t.doc = "test: completes uploads from a thread of its own";
-  t.create = [](const NodeSpec&) { return std::make_unique<ThreadedUpload>(); };
-  registry.set(std::move(t));
+  registry.set(node_type<ThreadedUpload>("threaded_upload", Role::upload, {},
+                                         "test: completes uploads from a thread of its own"));
   return registry;
 }
 
@@ -445,9 +446,7 @@ TEST(ObserveTrace, AsynchronousNodesGetStreamLanes) {
       "  - { name: up, type: threaded_upload }\n"
       "  - { name: train, type: checksum }\n";
   Trace trace;
-  RunOptions options;
-  options.trace = &trace;
-  const RunReport r = run_yaml(yaml, registry, options);
+  const RunReport r = run_yaml(yaml, registry, traced_into(&trace));
   ASSERT_EQ(r.batches, 24u);
   const NodeReport& up = node(r, "up");
   EXPECT_TRUE(up.asynchronous);
@@ -483,13 +482,8 @@ TEST(ObserveTrace, AsynchronousNodesGetStreamLanes) {
 
 TEST(ObserveTrace, SaveReportsAnUnwritablePath) {
   Trace trace;
-  try {
-    trace.save("/nonexistent-dir/t.svg", true);
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_STREQ(e.what(),
-                 "cannot write timeline /nonexistent-dir/t.svg (No such file or directory)");
-  }
+  EXPECT_EQ(test::error_of<Error>([&] { trace.save("/nonexistent-dir/t.svg", true); }),
+            "cannot write timeline /nonexistent-dir/t.svg (No such file or directory)");
 }
 
 // --- hooks, gauges, progress --------------------------------------------------------------------
@@ -543,12 +537,7 @@ class LossSink final : public Node {
 
 Registry registry_with_loss() {
   Registry registry = builtin_registry();
-  NodeType t;
-  t.name = "loss_sink";
-  t.role = Role::train;
-  t.doc = "test: sets a loss gauge";
-  t.create = [](const NodeSpec&) { return std::make_unique<LossSink>(); };
-  registry.set(std::move(t));
+  registry.set(node_type<LossSink>("loss_sink", Role::train, {}, "test: sets a loss gauge"));
   return registry;
 }
 

@@ -6,6 +6,8 @@
 #include <thread>
 
 #include "flowfeed/nodes/builtin.hpp"
+#include "tests/error_of.hpp"
+#include "tests/pipeline/run_stopped.hpp"
 
 namespace flowfeed {
 namespace {
@@ -25,6 +27,19 @@ std::string chain(int load_conc, int stage_conc, int depth, bool ordered, const 
          "  - { name: upload, type: host_upload, concurrency: 2 }\n"
          "  - { name: train, type: " +
          sink + " }\n";
+}
+
+/// A synthetic loader (`load`: its keys after the name and type) into a sleep train node of `ms`
+/// ms a batch, under `pipeline` (the section's keys).
+std::string sleep_chain(const std::string& pipeline, const std::string& load, int ms) {
+  return "pipeline: { " + pipeline +
+         " }\n"
+         "nodes:\n"
+         "  - { name: load, type: synthetic, " +
+         load +
+         " }\n"
+         "  - { name: train, type: sleep, params: { ms: " +
+         std::to_string(ms) + " } }\n";
 }
 
 struct Shape {
@@ -67,12 +82,11 @@ TEST(Pipeline, UnorderedRunsDeliverEverySampleOnce) {
 
 TEST(Pipeline, InFlightStaysWithinDepthUnderASlowSink) {
   Registry r = builtin_registry();
-  std::string yaml =
-      "pipeline: { batch_size: 4, prefetch_depth: 3, device: host, threads: 4 }\n"
-      "nodes:\n"
-      "  - { name: load, type: synthetic, concurrency: 4, params: { batches: 30 } }\n"
-      "  - { name: train, type: sleep, params: { ms: 2 } }\n";
-  Pipeline p(load_config_string(yaml, r), r);
+  Pipeline p(
+      load_config_string(sleep_chain("batch_size: 4, prefetch_depth: 3, device: host, threads: 4",
+                                     "concurrency: 4, params: { batches: 30 }", 2),
+                         r),
+      r);
   RunReport report = p.run();
   EXPECT_EQ(report.max_in_flight, 3);  // the loaders run ahead until the limiter closes
   EXPECT_EQ(report.pools.at(0).high_water, 3u);
@@ -141,18 +155,11 @@ INSTANTIATE_TEST_SUITE_P(FirstMiddleLast, FailureIn,
 
 TEST(Pipeline, RequestStopDrainsAndReportsInterrupted) {
   Registry r = builtin_registry();
-  std::string yaml =
-      "pipeline: { batch_size: 4, prefetch_depth: 2, device: host }\n"
-      "nodes:\n"
-      "  - { name: load, type: synthetic, params: { batches: 1000 } }\n"
-      "  - { name: train, type: sleep, params: { ms: 1 } }\n";
-  Pipeline p(load_config_string(yaml, r), r);
-  std::thread stopper([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    p.request_stop();
-  });
-  RunReport report = p.run();
-  stopper.join();
+  Pipeline p(load_config_string(sleep_chain("batch_size: 4, prefetch_depth: 2, device: host",
+                                            "params: { batches: 1000 }", 1),
+                                r),
+             r);
+  const RunReport report = test::run_stopped_after(p, std::chrono::milliseconds(50));
   EXPECT_TRUE(report.interrupted);
   EXPECT_LT(report.batches, 1000u);
   EXPECT_GT(report.batches, 0u);
@@ -165,14 +172,10 @@ TEST(Pipeline, DatasetSmallerThanABatchWithDropLastIsAConfigError) {
       "pipeline: { batch_size: 64 }\nsampler: { drop_last: true }\n"
       "nodes:\n  - { name: load, type: synthetic, params: { samples: 10 } }\n"
       "  - { name: train, type: discard }\n";
-  try {
-    Pipeline p(load_config_string(yaml, r, {}, "d.yaml"), r);
-    FAIL();
-  } catch (const ConfigError& e) {
-    EXPECT_STREQ(e.what(),
-                 "d.yaml: pipeline.batch_size: the data set gives no batch (10 samples in this "
-                 "shard, batch 64, drop_last) use a smaller batch or keep the last partial batch");
-  }
+  EXPECT_EQ(test::error_of<ConfigError>(
+                [&] { Pipeline p(load_config_string(yaml, r, {}, "d.yaml"), r); }),
+            "d.yaml: pipeline.batch_size: the data set gives no batch (10 samples in this "
+            "shard, batch 64, drop_last) use a smaller batch or keep the last partial batch");
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/error_of.hpp"
+
 namespace flowfeed {
 namespace {
 
@@ -34,14 +36,9 @@ TEST(BufferPool, AllocatesOnceAndCountsLeases) {
 TEST(BufferPool, EmptyPoolIsABugWithAClearMessage) {
   BufferPool pool("load.host", MemoryKind::pageable, 1, 8);
   Lease a = pool.acquire();
-  try {
-    (void)pool.acquire();
-    FAIL() << "acquire on an empty pool must throw";
-  } catch (const std::logic_error& e) {
-    EXPECT_STREQ(e.what(),
-                 "buffer pool 'load.host' is empty (1 buffers, all in use): the in-flight bound "
-                 "was broken");
-  }
+  EXPECT_EQ(test::error_of<std::logic_error>([&] { (void)pool.acquire(); }),
+            "buffer pool 'load.host' is empty (1 buffers, all in use): the in-flight bound "
+            "was broken");
 }
 
 TEST(BufferPool, ConcurrentAcquireReleaseKeepsEveryBuffer) {

@@ -4,6 +4,7 @@
 
 #include "flowfeed/config.hpp"
 #include "flowfeed/nodes/builtin.hpp"
+#include "tests/error_of.hpp"
 
 namespace flowfeed {
 namespace {
@@ -38,15 +39,13 @@ TEST(Registry, UnknownTypeListsKnownOnes) {
   Registry r;
   r.add(noop_type("alpha", Role::load));
   r.add(noop_type("beta", Role::train));
-  try {
-    load_config_string("nodes:\n  - { name: a, type: alpah }\n  - { name: b, type: beta }\n", r, {},
-                       "x.yaml");
-    FAIL();
-  } catch (const ConfigError& e) {
-    EXPECT_STREQ(e.what(),
-                 "x.yaml:2:22: nodes[0].type: unknown node type 'alpah' (did you mean 'alpha'? "
-                 "known types: alpha, beta)");
-  }
+  EXPECT_EQ(test::error_of<ConfigError>([&] {
+              load_config_string(
+                  "nodes:\n  - { name: a, type: alpah }\n  - { name: b, type: beta }\n", r, {},
+                  "x.yaml");
+            }),
+            "x.yaml:2:22: nodes[0].type: unknown node type 'alpah' (did you mean 'alpha'? "
+            "known types: alpha, beta)");
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "flowfeed/flowfeed.hpp"
 #include "flowfeed/nodes/builtin.hpp"
 #include "testing/fault_nodes.hpp"
+#include "tests/pipeline/run_stopped.hpp"
 
 namespace flowfeed {
 namespace {
@@ -462,12 +463,7 @@ std::string long_yaml(const std::string& train_type, const std::string& train_pa
 
 TEST(Interrupt, RequestStopDrainsAndReportsAnInterruptedRun) {
   Pipeline p = build(long_yaml("sleep", "ms: 1"));
-  std::thread stopper([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    p.request_stop();
-  });
-  RunReport r = p.run();
-  stopper.join();
+  const RunReport r = test::run_stopped_after(p, std::chrono::milliseconds(100));
   EXPECT_TRUE(r.interrupted);
   EXPECT_LT(r.batches, 2000u);
   // Drained: every batch that left the source reached the sink.

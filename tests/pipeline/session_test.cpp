@@ -17,6 +17,7 @@
 #include "flowfeed/extend.hpp"
 #include "flowfeed/nodes/builtin.hpp"
 #include "flowfeed/nodes/synthetic.hpp"
+#include "tests/error_of.hpp"
 
 namespace flowfeed {
 namespace {
@@ -88,15 +89,10 @@ TEST(Session, TheCallerMayHoldBatchesUpToTheBound) {
   for (int i = 0; i < 3; ++i) held.push_back(session.next());
   for (Batch* b : held) ASSERT_NE(b, nullptr);
   EXPECT_EQ(session.held(), 3u);
-  try {
-    session.next();
-    FAIL() << "next() with every batch held did not throw";
-  } catch (const std::logic_error& e) {
-    EXPECT_STREQ(e.what(),
-                 "Session::next: the caller holds all 3 batches the pipeline may have in flight "
-                 "(pipeline.prefetch_depth): batch 0 (epoch 0), batch 1 (epoch 0), batch 2 (epoch "
-                 "0); no other batch can come, release() one first");
-  }
+  EXPECT_EQ(test::error_of<std::logic_error>([&] { session.next(); }),
+            "Session::next: the caller holds all 3 batches the pipeline may have in flight "
+            "(pipeline.prefetch_depth): batch 0 (epoch 0), batch 1 (epoch 0), batch 2 (epoch "
+            "0); no other batch can come, release() one first");
   // Distinct buffers: each held batch keeps its own device lease.
   std::set<std::byte*> buffers;
   for (Batch* b : held) buffers.insert(b->data(Tier::device));
@@ -126,14 +122,9 @@ TEST(Session, ReleaseRejectsForeignAndRepeatedBatches) {
   Batch stranger;
   EXPECT_THROW(session.release(&stranger), std::logic_error);
   session.release(b);
-  try {
-    session.release(b);
-    FAIL() << "a second release did not throw";
-  } catch (const std::logic_error& e) {
-    EXPECT_STREQ(e.what(),
-                 "Session::release: this batch was not handed out by this session's next(), or "
-                 "was released already");
-  }
+  EXPECT_EQ(test::error_of<std::logic_error>([&] { session.release(b); }),
+            "Session::release: this batch was not handed out by this session's next(), or "
+            "was released already");
 }
 
 TEST(Session, TheReportSaysHowManyWorkerThreadsRan) {
@@ -234,12 +225,7 @@ TEST(Session, RethrowsANodeFailureFromNext) {
     }
     EXPECT_LE(got, 5u);  // ordered: nothing after the failed batch is handed out
     // Every later call throws the same error.
-    try {
-      session.next();
-      FAIL() << "the second next() did not throw";
-    } catch (const NodeError& e) {
-      EXPECT_EQ(std::string(e.what()), message);
-    }
+    EXPECT_EQ(test::error_of<NodeError>([&] { session.next(); }), message);
   }
   EXPECT_EQ(pipeline.free_buffers(), pipeline.total_buffers());
 }
@@ -346,15 +332,10 @@ TEST(Session, AStalledGraphFailsNextAfterTheTimeout) {
   Session session = pipeline.start();
   session.release(session.next());
   session.release(session.next());
-  try {
-    session.next();
-    FAIL() << "next() did not time out";
-  } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()),
-              "run stalled: no batch for 0.2 s (pipeline.stall_timeout_s): node 'slow' "
-              "(flowfeed::CallableNode, " +
-                  at(l_slow) + ") is still processing batch 2 (epoch 0)");
-  }
+  EXPECT_EQ(test::error_of<Error>([&] { session.next(); }),
+            "run stalled: no batch for 0.2 s (pipeline.stall_timeout_s): node 'slow' "
+            "(flowfeed::CallableNode, " +
+                at(l_slow) + ") is still processing batch 2 (epoch 0)");
 }
 
 TEST(Session, StartNeedsModePull) {
@@ -367,15 +348,10 @@ nodes:
 )",
                                              registry, {}, "run.yaml");
   Pipeline pipeline(std::move(config), registry);
-  try {
-    pipeline.start();
-    FAIL() << "start() did not throw";
-  } catch (const ConfigError& e) {
-    EXPECT_STREQ(e.what(),
-                 "run.yaml:2:11: pipeline.mode: Pipeline::start() hands batches to the caller's "
-                 "loop, and this pipeline has mode: run (its train node 'train' takes them) set "
-                 "pipeline.mode: pull and remove the train node, or call Pipeline::run()");
-  }
+  EXPECT_EQ(test::error_of<ConfigError>([&] { pipeline.start(); }),
+            "run.yaml:2:11: pipeline.mode: Pipeline::start() hands batches to the caller's "
+            "loop, and this pipeline has mode: run (its train node 'train' takes them) set "
+            "pipeline.mode: pull and remove the train node, or call Pipeline::run()");
   EXPECT_EQ(pipeline.run().batches, 3u);  // the pipeline itself is fine
 }
 
@@ -389,15 +365,10 @@ nodes:
 )",
                                              registry, {}, "feed.yaml");
   Pipeline pipeline(std::move(config), registry);
-  try {
-    pipeline.run();
-    FAIL() << "run() did not throw";
-  } catch (const ConfigError& e) {
-    EXPECT_STREQ(e.what(),
-                 "feed.yaml:2:11: pipeline.mode: this pipeline has mode: pull (no train node; a "
-                 "C++ loop takes its batches) step it with Pipeline::start(), or set "
-                 "pipeline.mode: run and add a train node");
-  }
+  EXPECT_EQ(test::error_of<ConfigError>([&] { pipeline.run(); }),
+            "feed.yaml:2:11: pipeline.mode: this pipeline has mode: pull (no train node; a "
+            "C++ loop takes its batches) step it with Pipeline::start(), or set "
+            "pipeline.mode: run and add a train node");
   Session session = pipeline.start();
   int n = 0;
   while (Batch* b = session.next()) {
@@ -410,21 +381,18 @@ nodes:
 
 TEST(Session, ModePullMeansNoTrainNode) {
   Registry registry = builtin_registry();
-  try {
-    load_config_string(R"(
+  EXPECT_EQ(test::error_of<ConfigError>([&] {
+              load_config_string(R"(
 pipeline: { mode: pull }
 nodes:
   - { name: load, type: synthetic }
   - { name: train, type: sleep }
 )",
-                       registry, {}, "pull.yaml");
-    FAIL() << "no ConfigError";
-  } catch (const ConfigError& e) {
-    EXPECT_STREQ(e.what(),
-                 "pull.yaml:5:26: nodes[1].type: 'train' is a train node, and a pipeline with "
-                 "mode: pull has none (the caller's loop is the train step) remove it, or set "
-                 "pipeline.mode: run");
-  }
+                                 registry, {}, "pull.yaml");
+            }),
+            "pull.yaml:5:26: nodes[1].type: 'train' is a train node, and a pipeline with "
+            "mode: pull has none (the caller's loop is the train step) remove it, or set "
+            "pipeline.mode: run");
 }
 
 TEST(Session, TheBuilderPicksModePullWithoutATrainNode) {
@@ -436,29 +404,20 @@ TEST(Session, TheBuilderPicksModePullWithoutATrainNode) {
   EXPECT_EQ(b.config(registry).pipeline.mode, RunMode::run);
   PipelineBuilder forced = feeder(64, 64, 2);
   forced.mode(RunMode::run);
-  try {
-    forced.config(registry);
-    FAIL() << "no ConfigError";
-  } catch (const ConfigError& e) {
-    ASSERT_EQ(e.problems().size(), 1u);
-    EXPECT_NE(e.problems()[0].find("nodes[2].type: the last node must be a train node"),
-              std::string::npos)
-        << e.problems()[0];
-  }
+  const std::vector<std::string> problems = test::problems_of([&] { forced.config(registry); });
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].find("nodes[2].type: the last node must be a train node"),
+            std::string::npos)
+      << problems[0];
 }
 
 TEST(Session, OneRunOrSessionAtATime) {
   Registry registry = builtin_registry();
   Pipeline pipeline = feeder(64 * 10, 64, 2).build(registry);
   Session session = pipeline.start();
-  try {
-    pipeline.start();
-    FAIL() << "a second start() did not throw";
-  } catch (const std::logic_error& e) {
-    EXPECT_STREQ(e.what(),
-                 "Pipeline::start: the pipeline is already running (one run or session at a "
-                 "time)");
-  }
+  EXPECT_EQ(test::error_of<std::logic_error>([&] { pipeline.start(); }),
+            "Pipeline::start: the pipeline is already running (one run or session at a "
+            "time)");
 }
 
 TEST(Session, APipelineDestroyedFirstEndsItsSession) {
@@ -496,15 +455,10 @@ TEST(Session, RefusesToStartWithoutAWorkerThread) {
     // An application that holds TBB to one thread: the caller's thread runs no node in pull
     // mode, so nothing would run. start() says so instead of hanging in next().
     tbb::global_control one(tbb::global_control::max_allowed_parallelism, 1);
-    try {
-      pipeline.start();
-      FAIL() << "start() did not throw";
-    } catch (const Error& e) {
-      EXPECT_STREQ(e.what(),
-                   "Pipeline::start: pull mode needs at least one TBB worker thread, and a "
-                   "tbb::global_control limits parallelism to 1 (the caller's thread does not run "
-                   "nodes in pull mode) raise the limit, or use Pipeline::run()");
-    }
+    EXPECT_EQ(test::error_of<Error>([&] { pipeline.start(); }),
+              "Pipeline::start: pull mode needs at least one TBB worker thread, and a "
+              "tbb::global_control limits parallelism to 1 (the caller's thread does not run "
+              "nodes in pull mode) raise the limit, or use Pipeline::run()");
   }
   Session session = pipeline.start();  // and nothing was left half-started
   int n = 0;
