@@ -58,6 +58,12 @@ class EpochCursor {
   bool done_ = false;
 };
 
+/// The index of tensor `name` in the batch's layout; KeyError naming the tensors it has.
+std::size_t tensor_index(const Batch& batch, const std::string& name);
+/// A DLPack capsule ("dltensor") owning `managed` until a consumer takes it (deleted with the
+/// capsule otherwise, or here if the capsule cannot be made).
+py::capsule dlpack_capsule(DLManagedTensor* managed);
+
 /// Registers Batch and Tensor.
 void bind_batch(py::module_& m);
 /// A Python Batch for a handle taken from `holder`'s run.

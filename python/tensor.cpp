@@ -12,17 +12,6 @@ namespace flowfeed::python {
 
 namespace {
 
-constexpr const char* kCapsuleName = "dltensor";
-constexpr const char* kUsedCapsuleName = "used_dltensor";
-
-/// A capsule nobody consumed still owns its tensor: delete it (the consumer renames it once it
-/// takes the tensor over).
-void capsule_destructor(PyObject* capsule) {
-  if (!PyCapsule_IsValid(capsule, kCapsuleName)) return;
-  auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule, kCapsuleName));
-  if (managed && managed->deleter) managed->deleter(managed);
-}
-
 const char* typestr(DType dtype) {
   switch (dtype) {
     case DType::float32: return "<f4";
@@ -42,7 +31,37 @@ ConsumerStream to_stream(const py::object& stream) {
   return stream.cast<std::intptr_t>();
 }
 
+constexpr const char* kCapsuleName = "dltensor";
+
+/// A capsule nobody consumed still owns its tensor: delete it (the consumer renames it once it
+/// takes the tensor over).
+void capsule_destructor(PyObject* capsule) {
+  if (!PyCapsule_IsValid(capsule, kCapsuleName)) return;
+  auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule, kCapsuleName));
+  if (managed && managed->deleter) managed->deleter(managed);
+}
+
 }  // namespace
+
+std::size_t tensor_index(const Batch& batch, const std::string& name) {
+  const int index = batch.layout->find(name);
+  if (index < 0) {
+    std::string known;
+    for (const auto& t : batch.layout->tensors())
+      known += (known.empty() ? "'" : ", '") + t.name + "'";
+    throw py::key_error("the batch has no tensor '" + name + "' (it has " + known + ")");
+  }
+  return static_cast<std::size_t>(index);
+}
+
+py::capsule dlpack_capsule(DLManagedTensor* managed) {
+  PyObject* capsule = PyCapsule_New(managed, kCapsuleName, &capsule_destructor);
+  if (!capsule) {
+    managed->deleter(managed);
+    throw py::error_already_set();
+  }
+  return py::reinterpret_steal<py::capsule>(capsule);
+}
 
 /// One tensor of a batch; holds the batch (it does not go back while a Tensor or a tensor exported
 /// from it is alive).
@@ -76,13 +95,7 @@ class Tensor {
     }
     // Versioned capsules need DLPack >= 1.0; every consumer also takes the unversioned one.
     (void)max_version;
-    DLManagedTensor* managed = handle_.to_dlpack(index_, to_stream(stream));
-    PyObject* capsule = PyCapsule_New(managed, kCapsuleName, &capsule_destructor);
-    if (!capsule) {
-      managed->deleter(managed);
-      throw py::error_already_set();
-    }
-    return py::reinterpret_steal<py::capsule>(capsule);
+    return dlpack_capsule(handle_.to_dlpack(index_, to_stream(stream)));
   }
 
   py::tuple dlpack_device() const {
@@ -161,15 +174,7 @@ class PyBatch {
   }
 
   Tensor get(const std::string& name) {
-    const Batch& b = live();
-    const int index = b.layout->find(name);
-    if (index < 0) {
-      std::string known;
-      for (const auto& t : b.layout->tensors())
-        known += (known.empty() ? "'" : ", '") + t.name + "'";
-      throw py::key_error("the batch has no tensor '" + name + "' (it has " + known + ")");
-    }
-    return Tensor(holder_, handle_, static_cast<std::size_t>(index));
+    return Tensor(holder_, handle_, tensor_index(live(), name));
   }
   std::vector<std::string> keys() {
     std::vector<std::string> k;

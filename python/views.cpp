@@ -13,14 +13,6 @@ namespace flowfeed::python {
 
 namespace {
 
-constexpr const char* kCapsuleName = "dltensor";
-
-void capsule_destructor(PyObject* capsule) {
-  if (!PyCapsule_IsValid(capsule, kCapsuleName)) return;
-  auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule, kCapsuleName));
-  if (managed && managed->deleter) managed->deleter(managed);
-}
-
 /// One buffer's tensor, handed to an importer once: `__dlpack__` gives its capsule (whatever the
 /// stream: the views iterator orders each batch itself).
 class BufferView {
@@ -41,10 +33,7 @@ class BufferView {
       throw py::buffer_error("flowfeed exports its buffers without copies (copy=True asked)");
     }
     if (!managed_) throw py::buffer_error("the buffer view was already imported");
-    PyObject* capsule = PyCapsule_New(managed_, kCapsuleName, &capsule_destructor);
-    if (!capsule) throw py::error_already_set();
-    managed_ = nullptr;
-    return py::reinterpret_steal<py::capsule>(capsule);
+    return dlpack_capsule(std::exchange(managed_, nullptr));
   }
   py::tuple dlpack_device() const {
     return py::make_tuple(static_cast<int>(device_.device_type), device_.device_id);
@@ -95,16 +84,9 @@ class ViewIterator {
   using Key = std::pair<const void*, std::size_t>;  // the buffer and the batch's rows
 
   void resolve(const Batch& b) {
-    for (const std::string& name : names_) {
-      const int index = b.layout->find(name);
-      if (index < 0) {
-        std::string known;
-        for (const auto& t : b.layout->tensors())
-          known += (known.empty() ? "'" : ", '") + t.name + "'";
-        throw py::key_error("the batch has no tensor '" + name + "' (it has " + known + ")");
-      }
-      indices_.push_back(static_cast<std::size_t>(index));
-    }
+    std::vector<std::size_t> indices;  // all or nothing: an unknown name leaves none resolved
+    for (const std::string& name : names_) indices.push_back(tensor_index(b, name));
+    indices_ = std::move(indices);
     cache_.resize(indices_.size());
   }
 
