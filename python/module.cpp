@@ -316,15 +316,17 @@ PYBIND11_MODULE(flowfeed, m) {
           "views",
           [](const std::shared_ptr<PipelineHolder>& h, const py::object& names,
              const py::object& importer, const py::object& stream) {
-            h->ensure_session();
+            h->check_idle();
+            h->get();
             return make_views(h, names, importer, stream);
           },
           py::arg("names"), py::arg("importer"), py::arg("stream") = py::none(),
-          "An iterator over the next epoch that yields the tensors `names` (a name, or a list of "
-          "names: a tuple) already imported by `importer` (torch.from_dlpack, cupy.from_dlpack, "
-          "jax.dlpack.from_dlpack, numpy.from_dlpack). Each buffer of the pool is imported once "
-          "and the same tensor object comes back whenever that buffer holds the batch, so a batch "
-          "costs no framework import. `stream` (an int as in __dlpack__, or a stream object with "
+          "A Views object: iterating it gives the next epoch, yielding the tensors `names` (a "
+          "name, or a list of names: a tuple) already imported by `importer` (torch.from_dlpack, "
+          "cupy.from_dlpack, jax.dlpack.from_dlpack, numpy.from_dlpack). Each buffer of the pool "
+          "is imported once per Views object and the same tensor object comes back whenever that "
+          "buffer holds the batch, so a batch costs no framework import. `stream` (an int as in "
+          "__dlpack__, or a stream object with "
           "cuda_stream or ptr; None: the legacy default stream) waits on each batch's upload. A "
           "batch is held until the next one is taken (then it goes back, ordered after the work "
           "queued on `stream`): clone a tensor to keep it longer.")

@@ -44,16 +44,33 @@ class BufferView {
   DLDevice device_;
 };
 
-/// The iterator Pipeline.views() returns.
+/// What a Views object and its epoch iterators share: the names, the importer, the stream and
+/// the imported tensor of each pool buffer (kept across epochs and runs: the pools are allocated
+/// once).
+struct ViewsState {
+  using Key = std::pair<const void*, std::size_t>;  // the buffer and the batch's rows
+
+  std::shared_ptr<PipelineHolder> holder;
+  std::vector<std::string> names;
+  bool single = false;
+  py::object importer;
+  ConsumerStream stream;
+  std::vector<std::size_t> indices;              // empty until the first batch
+  std::vector<std::map<Key, py::object>> cache;  // per name
+
+  void resolve(const Batch& b) {
+    std::vector<std::size_t> resolved;  // all or nothing: an unknown name leaves none resolved
+    for (const std::string& name : names) resolved.push_back(tensor_index(b, name));
+    indices = std::move(resolved);
+    cache.resize(indices.size());
+  }
+};
+
+/// One epoch of a Views object.
 class ViewIterator {
  public:
-  ViewIterator(std::shared_ptr<PipelineHolder> holder, std::vector<std::string> names, bool single,
-               py::object importer, ConsumerStream stream)
-      : cursor_(std::move(holder), false),
-        names_(std::move(names)),
-        single_(single),
-        importer_(std::move(importer)),
-        stream_(stream) {}
+  explicit ViewIterator(std::shared_ptr<ViewsState> state)
+      : state_(std::move(state)), cursor_(state_->holder, false) {}
 
   py::object next() {
     // The batch handed out last goes back first: its reuse event is recorded on the stream now,
@@ -61,43 +78,43 @@ class ViewIterator {
     current_.release();
     BatchHandle handle = cursor_.next();
     if (!handle) throw py::stop_iteration();
+    ViewsState& st = *state_;
     const Batch& b = handle.batch();
-    if (indices_.empty()) resolve(b);
-    handle.synchronize(stream_);
-    py::tuple out(indices_.size());
-    for (std::size_t i = 0; i < indices_.size(); ++i) {
-      const Key key{b.tensor(b.newest_tier(), indices_[i]), b.rows()};
-      auto found = cache_[i].find(key);
-      if (found == cache_[i].end()) {
-        BufferView view(handle.to_dlpack_view(indices_[i]), handle.device());
-        py::object imported = importer_(py::cast(std::move(view)));
-        found = cache_[i].emplace(key, std::move(imported)).first;
+    if (st.indices.empty()) st.resolve(b);
+    handle.synchronize(st.stream);
+    py::tuple out(st.indices.size());
+    for (std::size_t i = 0; i < st.indices.size(); ++i) {
+      const ViewsState::Key key{b.tensor(b.newest_tier(), st.indices[i]), b.rows()};
+      auto found = st.cache[i].find(key);
+      if (found == st.cache[i].end()) {
+        BufferView view(handle.to_dlpack_view(st.indices[i]), handle.device());
+        py::object imported = st.importer(py::cast(std::move(view)));
+        found = st.cache[i].emplace(key, std::move(imported)).first;
       }
       out[i] = found->second;
     }
     current_ = std::move(handle);
-    if (single_) return out[0];
+    if (st.single) return out[0];
     return out;
   }
 
  private:
-  using Key = std::pair<const void*, std::size_t>;  // the buffer and the batch's rows
+  std::shared_ptr<ViewsState> state_;
+  EpochCursor cursor_;
+  BatchHandle current_;
+};
 
-  void resolve(const Batch& b) {
-    std::vector<std::size_t> indices;  // all or nothing: an unknown name leaves none resolved
-    for (const std::string& name : names_) indices.push_back(tensor_index(b, name));
-    indices_ = std::move(indices);
-    cache_.resize(indices_.size());
+/// What Pipeline.views() returns: each iteration is the next epoch.
+class Views {
+ public:
+  explicit Views(std::shared_ptr<ViewsState> state) : state_(std::move(state)) {}
+  ViewIterator epoch() {
+    state_->holder->ensure_session();
+    return ViewIterator(state_);
   }
 
-  EpochCursor cursor_;
-  std::vector<std::string> names_;
-  bool single_;
-  py::object importer_;
-  ConsumerStream stream_;
-  std::vector<std::size_t> indices_;
-  std::vector<std::map<Key, py::object>> cache_;  // per name
-  BatchHandle current_;
+ private:
+  std::shared_ptr<ViewsState> state_;
 };
 
 }  // namespace
@@ -128,8 +145,13 @@ py::object make_views(std::shared_ptr<PipelineHolder> holder, const py::object& 
   if (!PyCallable_Check(importer.ptr())) {
     throw py::type_error("views: importer must be callable (e.g. torch.from_dlpack)");
   }
-  return py::cast(
-      ViewIterator(std::move(holder), std::move(list), single, importer, stream_value(stream)));
+  auto state = std::make_shared<ViewsState>();
+  state->holder = std::move(holder);
+  state->names = std::move(list);
+  state->single = single;
+  state->importer = importer;
+  state->stream = stream_value(stream);
+  return py::cast(Views(std::move(state)));
 }
 
 void bind_views(py::module_& m) {
@@ -142,6 +164,11 @@ void bind_views(py::module_& m) {
   py::class_<ViewIterator>(m, "ViewIterator")
       .def("__iter__", [](py::object self) { return self; })
       .def("__next__", &ViewIterator::next);
+  py::class_<Views>(m, "Views",
+                    "Tensors of each batch already imported, one import per pool buffer (made by "
+                    "Pipeline.views). Iterating it gives the next epoch; iterate the same object "
+                    "every epoch to keep its imports.")
+      .def("__iter__", &Views::epoch);
 }
 
 }  // namespace flowfeed::python

@@ -66,10 +66,12 @@ def bench_flowfeed_views(features, batches, epochs, device, pinned):
     pipeline = flowfeed.Pipeline(flowfeed_config(features, batches, epochs, device, pinned))
     stream = torch.cuda.current_stream() if device == "cuda" else None
 
+    views = pipeline.views("x", torch.from_dlpack, stream=stream)
+
     def loop():
         n = 0
         for _ in range(epochs):
-            for x in pipeline.views("x", torch.from_dlpack, stream=stream):
+            for x in views:
                 n += x.shape[0] > 0
         return n
 

@@ -30,13 +30,14 @@ def main():
     model, optimizer = common.model_and_optimizer(args.device)
     timer = common.Timer(args.device)
     stream = torch.cuda.current_stream() if args.device.startswith("cuda") else None
+    # x and y are imported into torch once per pool buffer and come back whenever that buffer
+    # holds the batch; the current stream waits on each batch's upload, and a batch goes back to
+    # the pipeline when the next one is taken (after the step's work queued on the stream).
+    views = pipeline.views(["x", "y"], torch.from_dlpack, stream=stream)
     for epoch in range(args.epochs):
         timer.start_epoch()
         steps, loss_sum = 0, torch.zeros((), device=args.device)
-        # x and y are imported into torch once per pool buffer and come back whenever that buffer
-        # holds the batch; the current stream waits on each batch's upload, and a batch goes back
-        # to the pipeline when the next one is taken (after the step's work queued on the stream).
-        for x, y in pipeline.views(["x", "y"], torch.from_dlpack, stream=stream):
+        for x, y in views:  # the next epoch
             loss_sum += common.step(model, optimizer, x, y).detach()
             steps += 1
         timer.end_epoch(steps)
