@@ -1,8 +1,8 @@
+// The I/O engine: files (buffered, O_DIRECT, mapped), its setup and report, and io_uring reads.
+// The pread and mapped reads are in io_pread.cpp.
 #include "io_engine.hpp"
 
 #include <fcntl.h>
-#include <oneapi/tbb/parallel_for.h>
-#include <oneapi/tbb/task_arena.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -11,7 +11,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <exception>
 #include <stdexcept>
 #include <utility>
 
@@ -21,77 +20,14 @@
 
 #include "flowfeed/error.hpp"
 #include "flowfeed/stats.hpp"
+#include "io_pieces.hpp"
 
 namespace flowfeed {
 
-namespace {
-
-// O_DIRECT alignment of offsets, lengths and buffers: 4 KiB covers every common block size.
-constexpr std::uint64_t kDirectAlign = 4096;
-
-[[noreturn]] void short_read(const std::string& path, std::uint64_t offset, int error,
-                             std::size_t missing) {
-  if (error != 0) {
-    throw DataError(path + ": short read at offset " + std::to_string(offset) + " (" +
-                    std::strerror(error) + ")");
-  }
-  throw DataError(path + ": short read at offset " + std::to_string(offset) + " (end of file, " +
-                  std::to_string(missing) +
-                  " more bytes wanted) the file was truncated while open");
-}
-
-/// A part of a request that one read asks for.
-struct Piece {
-  const IoFile* file = nullptr;
-  bool direct = false;
-  std::uint64_t offset = 0;
-  std::size_t bytes = 0;
-  std::byte* dst = nullptr;
-};
-
-/// Splits requests into pieces of at most `read_bytes`; with O_DIRECT, into a buffered head up
-/// to the next aligned offset, an aligned direct middle and a buffered tail.
-class PieceCursor {
- public:
-  PieceCursor(const ReadRequest* requests, std::size_t count, std::size_t read_bytes)
-      : requests_(requests), count_(count), read_bytes_(read_bytes) {}
-
-  /// The next piece; false when every request is covered.
-  bool next(Piece& piece) {
-    while (r_ < count_ && pos_ >= requests_[r_].bytes) {
-      ++r_;
-      pos_ = 0;
-    }
-    if (r_ == count_) return false;
-    const ReadRequest& q = requests_[r_];
-    std::size_t len = std::min(read_bytes_, q.bytes - pos_);
-    const std::uint64_t offset = q.offset + pos_;
-    std::byte* dst = q.dst + pos_;
-    bool direct = false;
-    const auto address = reinterpret_cast<std::uintptr_t>(dst);
-    if (q.file->direct() && (address - offset) % kDirectAlign == 0) {
-      const std::uint64_t misalign = offset % kDirectAlign;
-      if (misalign != 0) {
-        len = std::min<std::size_t>(len, kDirectAlign - misalign);
-      } else if (len >= kDirectAlign) {
-        len -= len % kDirectAlign;
-        direct = true;
-      }
-    }
-    piece = Piece{q.file, direct, offset, len, dst};
-    pos_ += len;
-    return true;
-  }
-
- private:
-  const ReadRequest* requests_;
-  std::size_t count_;
-  std::size_t read_bytes_;
-  std::size_t r_ = 0;
-  std::size_t pos_ = 0;
-};
-
-}  // namespace
+using io_detail::kDirectAlign;
+using io_detail::Piece;
+using io_detail::PieceCursor;
+using io_detail::short_read;
 
 /// One io_uring instance and the reads in flight on it (a slot per read).
 struct IoEngine::Ring {
@@ -284,96 +220,6 @@ IoEngine::Ring* IoEngine::take_ring() {
 void IoEngine::give_ring(Ring* ring) noexcept {
   std::lock_guard<std::mutex> lock(mutex_);
   free_rings_.push_back(ring);
-}
-
-void IoEngine::read_pread(const ReadRequest* requests, std::size_t count) {
-  PieceCursor cursor(requests, count, options_.read_bytes);
-  Piece p;
-  if (max_in_flight_.load(std::memory_order_relaxed) < 1) max_in_flight_.store(1);
-  while (cursor.next(p)) {
-    if (p.file->map_) {
-      if (p.offset >= p.file->size_ || p.bytes > p.file->size_ - p.offset) {
-        const std::uint64_t start = std::max(p.offset, p.file->size_);
-        short_read(p.file->path_, start, 0, p.offset + p.bytes - start);
-      }
-      std::memcpy(p.dst, p.file->map_ + p.offset, p.bytes);
-      reads_.fetch_add(1, std::memory_order_relaxed);
-      bytes_.fetch_add(p.bytes, std::memory_order_relaxed);
-      continue;
-    }
-    std::size_t done = 0;
-    while (done < p.bytes) {
-      const int fd = p.direct ? p.file->direct_fd_ : p.file->fd_;
-      const ssize_t got =
-          ::pread(fd, p.dst + done, p.bytes - done, static_cast<off_t>(p.offset + done));
-      reads_.fetch_add(1, std::memory_order_relaxed);
-      if (got < 0 && errno == EINTR) continue;
-      if (got < 0 && errno == EINVAL && p.direct) {
-        // The file system opened the file direct but refuses this read: read it buffered.
-        note(p.file->path_ + ": O_DIRECT read refused (" + std::strerror(EINVAL) +
-             "); reading it through the page cache");
-        p.direct = false;
-        continue;
-      }
-      if (got < 0) short_read(p.file->path_, p.offset + done, errno, 0);
-      if (got == 0) short_read(p.file->path_, p.offset + done, 0, p.bytes - done);
-      bytes_.fetch_add(static_cast<std::uint64_t>(got), std::memory_order_relaxed);
-      if (p.direct) direct_bytes_.fetch_add(static_cast<std::uint64_t>(got));
-      done += static_cast<std::size_t>(got);
-      // After a short read the rest may start unaligned (the end of a file that shrank).
-      if (done < p.bytes) p.direct = false;
-    }
-  }
-}
-
-void IoEngine::read_pread_parallel(const ReadRequest* requests, std::size_t count) {
-  // Chunks of read_bytes, each read by one task; the first failure in (request, offset) order is
-  // the one reported, once every chunk has finished, whichever thread met it first.
-  std::mutex failure_mutex;
-  std::size_t failed_request = count;
-  std::uint64_t failed_offset = 0;
-  std::exception_ptr failure;
-  // Pieces end at multiples of read_bytes in the file (aligned for O_DIRECT, whose read_bytes is
-  // a multiple of 4 KiB), so each piece keeps the alignment its request had.
-  const std::uint64_t step = options_.read_bytes;
-  auto read_chunk = [&](std::size_t r, std::uint64_t chunk) {
-    const ReadRequest& q = requests[r];
-    const std::uint64_t begin = std::max(q.offset, chunk * step);
-    const std::uint64_t end = std::min(q.offset + q.bytes, (chunk + 1) * step);
-    const ReadRequest part{q.file, begin, static_cast<std::size_t>(end - begin),
-                           q.dst + (begin - q.offset)};
-    const int now = pread_in_flight_.fetch_add(1, std::memory_order_relaxed) + 1;
-    int peak = max_in_flight_.load(std::memory_order_relaxed);
-    while (now > peak && !max_in_flight_.compare_exchange_weak(peak, now)) {
-    }
-    try {
-      read_pread(&part, 1);
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(failure_mutex);
-      if (r < failed_request || (r == failed_request && part.offset < failed_offset)) {
-        failed_request = r;
-        failed_offset = part.offset;
-        failure = std::current_exception();
-      }
-    }
-    pread_in_flight_.fetch_sub(1, std::memory_order_relaxed);
-  };
-  // Isolated: while this body waits for its chunks, its thread takes only those chunks, never
-  // another node's body (which could wait in turn).
-  tbb::this_task_arena::isolate([&] {
-    tbb::parallel_for(std::size_t{0}, count, [&](std::size_t r) {
-      const ReadRequest& q = requests[r];
-      if (q.bytes == 0) return;
-      const std::uint64_t first = q.offset / step;
-      const std::uint64_t last = (q.offset + q.bytes - 1) / step;
-      if (first == last) {
-        read_chunk(r, first);
-        return;
-      }
-      tbb::parallel_for(first, last + 1, [&](std::uint64_t c) { read_chunk(r, c); });
-    });
-  });
-  if (failure) std::rethrow_exception(failure);
 }
 
 void IoEngine::read_uring(Ring& ring, const ReadRequest* requests, std::size_t count) {
