@@ -14,10 +14,12 @@ namespace flowfeed {
 namespace {
 std::atomic<std::uint64_t> g_allocations{0};
 constexpr std::align_val_t kHostAlignment{4096};
-/// Counts one buffer lent: acquisitions, buffers in use and their high-water mark.
+/// Counts one loan: acquisitions always; buffers in use and their high-water mark when the loan
+/// takes a free buffer (`first`), not when it shares one already lent.
 void count_loan(std::atomic<std::uint64_t>& acquisitions, std::atomic<std::size_t>& in_use,
-                std::atomic<std::size_t>& high_water) noexcept {
+                std::atomic<std::size_t>& high_water, bool first) noexcept {
   acquisitions.fetch_add(1, std::memory_order_relaxed);
+  if (!first) return;
   const std::size_t used = in_use.fetch_add(1, std::memory_order_relaxed) + 1;
   std::size_t hw = high_water.load(std::memory_order_relaxed);
   while (used > hw && !high_water.compare_exchange_weak(hw, used, std::memory_order_relaxed)) {
@@ -78,6 +80,7 @@ BufferPool::BufferPool(std::string name, MemoryKind kind, std::size_t count, std
     : name_(std::move(name)), kind_(kind), bytes_(bytes), allocator_(std::move(allocator)) {
   buffers_.reserve(count);
   free_.reserve(count);
+  loans_.assign(count, 0);
   try {
     for (std::size_t i = 0; i < count; ++i) {
       buffers_.push_back(static_cast<std::byte*>(allocator_.allocate(bytes == 0 ? 1 : bytes)));
@@ -119,33 +122,35 @@ Lease BufferPool::acquire() {
     }
     index = free_.back();
     free_.pop_back();
+    loans_[index] = 1;
   }
-  count_loan(acquisitions_, in_use_, high_water_);
+  count_loan(acquisitions_, in_use_, high_water_, true);
   return Lease(this, index, buffers_[index]);
 }
 
 Lease BufferPool::acquire_at(std::size_t index) {
+  bool first = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (index >= buffers_.size()) {
       throw std::logic_error("buffer pool '" + name_ + "' has no buffer " + std::to_string(index) +
                              " (" + std::to_string(buffers_.size()) + " buffers)");
     }
-    auto it = std::find(free_.begin(), free_.end(), index);
-    if (it == free_.end()) {
-      throw std::logic_error("buffer " + std::to_string(index) + " of pool '" + name_ +
-                             "' is already on loan");
+    first = loans_[index]++ == 0;
+    if (first) {
+      auto it = std::find(free_.begin(), free_.end(), index);
+      *it = free_.back();
+      free_.pop_back();
     }
-    *it = free_.back();
-    free_.pop_back();
   }
-  count_loan(acquisitions_, in_use_, high_water_);
+  count_loan(acquisitions_, in_use_, high_water_, first);
   return Lease(this, index, buffers_[index]);
 }
 
 void BufferPool::release(std::size_t index) noexcept {
-  in_use_.fetch_sub(1, std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(mutex_);
+  if (--loans_[index] > 0) return;
+  in_use_.fetch_sub(1, std::memory_order_relaxed);
   free_.push_back(index);
 }
 

@@ -67,22 +67,48 @@ TEST(MemoryLoader, AShuffledSamplerIsAConfigErrorThatSaysWhatToDo) {
             "set sampler.shuffle: false, or use the synthetic loader");
 }
 
-TEST(BufferPool, AcquireAtTakesThatBufferOnlyWhileItIsFree) {
+TEST(BufferPool, AcquireAtSharesABufferOnLoanAndAcquireNeverTakesItUntilItsLastLeaseEnds) {
   BufferPool pool("slices", MemoryKind::pageable, 3, 64);
   Lease b = pool.acquire_at(1);
   EXPECT_EQ(b.index(), 1u);
   EXPECT_EQ(b.data(), pool.buffer(1));
   EXPECT_EQ(pool.available(), 2u);
-  EXPECT_THROW(pool.acquire_at(1), std::logic_error);
+  Lease shared = pool.acquire_at(1);
+  EXPECT_EQ(shared.data(), pool.buffer(1));
+  EXPECT_EQ(pool.available(), 2u);
   EXPECT_THROW(pool.acquire_at(3), std::logic_error);
   Lease a = pool.acquire();
   Lease c = pool.acquire();
   EXPECT_NE(a.index(), 1u);
   EXPECT_NE(c.index(), 1u);
   EXPECT_NE(a.index(), c.index());
+  EXPECT_THROW(pool.acquire(), std::logic_error);
   b.reset();
-  EXPECT_EQ(pool.acquire_at(1).index(), 1u);
-  EXPECT_EQ(pool.high_water(), 3u);
+  EXPECT_EQ(pool.available(), 0u);  // still lent once
+  shared.reset();
+  EXPECT_EQ(pool.available(), 1u);
+  EXPECT_EQ(pool.acquire().index(), 1u);
+  EXPECT_EQ(pool.high_water(), 3u);  // buffers, not leases
+  EXPECT_EQ(pool.acquisitions(), 5u);
+}
+
+TEST(MemoryLoader, ADataSetOfFewerSlicesThanThePrefetchDepthServesASliceStillInFlight) {
+  const Registry r = builtin_registry();
+  // Two slices, four batches in flight, no staging copy (the train step holds the slice itself)
+  // and a train step slow enough that batch 0 (slice 0) is still in it when batch 2 (slice 0
+  // again) loads.
+  Pipeline p(load_config_string(
+                 "pipeline: { batch_size: 8, prefetch_depth: 4, epochs: 3, device: host }\n"
+                 "nodes:\n"
+                 "  - { name: load, type: memory, params: { batches: 2, sample_shape: [4] } }\n"
+                 "  - { name: train, type: sleep, params: { ms: 20 } }\n",
+                 r),
+             r);
+  RunReport report = p.run();
+  EXPECT_EQ(report.batches, 6u);
+  EXPECT_EQ(report.pools[0].buffers, 2u);
+  EXPECT_EQ(report.pools[0].acquisitions, 6u);
+  EXPECT_EQ(p.free_buffers(), p.total_buffers());
 }
 
 }  // namespace

@@ -91,8 +91,11 @@ class BufferPool {
   /// Takes a free buffer. Throws std::logic_error when none is free (the in-flight bound was
   /// broken: a bug, never an expected condition).
   Lease acquire();
-  /// Takes buffer `index` (for pools whose buffers are fixed slices of a data set held in memory).
-  /// Throws std::logic_error when that buffer is on loan or the index is out of range.
+  /// Lends buffer `index`, also while it is on loan already (for pools whose buffers are fixed,
+  /// read-only slices of a data set held in memory: two batches in flight may be the same slice
+  /// when the data set has fewer slices than the in-flight bound). The buffer is free again when
+  /// its last lease ends, and acquire() never takes it before. Throws std::logic_error when the
+  /// index is out of range.
   Lease acquire_at(std::size_t index);
   /// Data pointer of buffer `index` (for registering buffers, e.g. events per buffer).
   std::byte* buffer(std::size_t index) const { return buffers_.at(index); }
@@ -107,9 +110,10 @@ class BufferPool {
   std::size_t buffer_bytes() const noexcept { return bytes_; }
   /// Buffers free right now.
   std::size_t available() const;
-  /// The most buffers on loan at once since the last reset_counters().
+  /// The most buffers on loan at once (a buffer lent twice by acquire_at counts once) since the
+  /// last reset_counters().
   std::size_t high_water() const noexcept { return high_water_.load(std::memory_order_relaxed); }
-  /// acquire() calls since the last reset_counters().
+  /// Loans (acquire() and acquire_at() calls) since the last reset_counters().
   std::uint64_t acquisitions() const noexcept {
     return acquisitions_.load(std::memory_order_relaxed);
   }
@@ -129,6 +133,7 @@ class BufferPool {
   std::vector<std::byte*> buffers_;
   mutable std::mutex mutex_;
   std::vector<std::size_t> free_;
+  std::vector<std::uint32_t> loans_;  ///< leases per buffer (more than one only via acquire_at)
   std::atomic<std::size_t> in_use_{0};
   std::atomic<std::size_t> high_water_{0};
   std::atomic<std::uint64_t> acquisitions_{0};
