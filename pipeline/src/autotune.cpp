@@ -31,12 +31,22 @@ std::string knob_of(const Stage& stage) {
 
 void PipelineImpl::resolve_auto(int auto_depth) {
   const int threads = arena_threads(config_);
-  thread_budget_ = config_.pipeline.thread_budget > 0 ? config_.pipeline.thread_budget : threads;
+  // By default the threads are the auto nodes': the bodies of fixed synchronous nodes (a staging
+  // copy, the serial train step) come on top, so that a loader may take every thread as a hand-set
+  // concurrency can.
+  int fixed_bodies = 0;
   for (auto& s : stages_) {
     s->tunable =
         s->spec.auto_concurrency && !s->node->asynchronous() && s->spec.role != Role::train;
-    // Built (and set up) for the most it may run: the budget.
-    if (s->tunable) s->spec.concurrency = std::max(thread_budget_, 1);
+    if (!s->tunable && !s->node->asynchronous()) {
+      fixed_bodies += s->spec.role == Role::train ? 1 : std::max(s->spec.concurrency, 1);
+    }
+  }
+  thread_budget_ =
+      config_.pipeline.thread_budget > 0 ? config_.pipeline.thread_budget : threads + fixed_bodies;
+  // Built (and set up) for the most it may run: the budget less the fixed bodies.
+  for (auto& s : stages_) {
+    if (s->tunable) s->spec.concurrency = std::max(thread_budget_ - fixed_bodies, 1);
   }
   if (!config_.pipeline.auto_prefetch_depth) return;
   // Enough for every body the budget allows and a batch queued before each stage, twice over.

@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <regex>
 #include <string>
 #include <thread>
 
@@ -77,8 +78,10 @@ int settled(const RunReport& r, const std::string& knob) {
 }
 
 TEST(Autotune, ASlowLoaderGetsTheBodiesItNeeds) {
-  // 4 ms a batch against a 1 ms train step: 4 bodies keep up, 5 with the tuner's headroom.
-  const RunReport r = run_yaml(chain(240, 4, "", 1));
+  // 4 ms a batch against a 1 ms train step: 4 bodies keep up, 5 with the tuner's headroom. A
+  // budget of 8 bodies over every synchronous node leaves the loader 4 of them, so that a window
+  // measured on a busy machine (a slower loader) cannot take it far past what the run needed.
+  const RunReport r = run_yaml(chain(240, 4, "", 1, ", thread_budget: 8"));
   EXPECT_EQ(r.batches, 240u);
   expect_within_budget(r);
   ASSERT_FALSE(r.tuning.decisions.empty());
@@ -103,6 +106,25 @@ TEST(Autotune, ASlowLoaderGetsTheBodiesItNeeds) {
   EXPECT_NE(json.find("\"knob\": \"nodes.load.concurrency\""), std::string::npos);
 }
 
+TEST(Autotune, ByDefaultTheFixedNodesBodiesComeOnTopOfTheThreadsSoALoaderMayTakeEveryThread) {
+  // 16 ms a batch against a 1 ms train step: 16 bodies needed, 20 with headroom (over 8 even
+  // when a busy machine makes the train step take twice as long). The threads (8)
+  // are the auto loader's; staging (2 bodies), upload (1) and the train step (1) are on top: a
+  // budget of 12.
+  const RunReport r = run_yaml(chain(160, 16, "", 1));
+  EXPECT_EQ(r.batches, 160u);
+  expect_within_budget(r);
+  EXPECT_EQ(r.tuning.thread_budget, 12);
+  EXPECT_EQ(settled(r, "nodes.load.concurrency"), 8);
+  ASSERT_FALSE(r.tuning.decisions.empty());
+  const TuningDecision& first = r.tuning.decisions.front();
+  EXPECT_EQ(first.knob, "nodes.load.concurrency");
+  EXPECT_EQ(first.to, 8);
+  EXPECT_NE(first.why.find("(the thread budget of 12 allows 8)"), std::string::npos) << first.why;
+  // Pools for 2 × (12 bodies + 4 nodes) batches.
+  EXPECT_EQ(r.tuning.max_prefetch_depth, 32);
+}
+
 TEST(Autotune, ASlowTransformGrowsAndTheFastLoaderStaysSmall) {
   const RunReport r = run_yaml(chain(
       240, 0, "  - { name: augment, type: delay, concurrency: auto, params: { ms: 3 } }\n", 1));
@@ -123,11 +145,12 @@ TEST(Autotune, ASlowTrainNodeLeavesTheLoaderAloneAndTheDepthGateHoldsBelowThePoo
     EXPECT_NE(d.knob, "nodes.load.concurrency") << d.why;
   }
   EXPECT_EQ(settled(r, "nodes.load.concurrency"), 1);
-  // Pools for 2 × (8 threads + 4 nodes) batches; the run starts with one in flight per body
+  // Pools for 2 × (12 bodies + 4 nodes) batches (8 threads for the loader, 4 bodies of fixed
+  // nodes); the run starts with one in flight per body
   // (load, staging 2, upload, train) and one more admitted. On a quiet machine the train node is
   // fed at once; a busy one may make it wait and the depth grow. Either way no more batches were
   // in flight than the gate let through, far below the pools.
-  EXPECT_EQ(r.tuning.max_prefetch_depth, 24);
+  EXPECT_EQ(r.tuning.max_prefetch_depth, 32);
   int largest = 6;
   for (const TuningDecision& d : r.tuning.decisions) {
     if (d.knob == "pipeline.prefetch_depth") largest = std::max(largest, d.to);
@@ -148,7 +171,7 @@ TEST(Autotune, AMemoryBudgetTooSmallForTheWantedDepthSizesThePoolsForTheMostItAl
   EXPECT_LE(settled(r, "pipeline.prefetch_depth"), 6);
   ASSERT_FALSE(r.tuning.decisions.empty());
   EXPECT_EQ(r.tuning.decisions.front().why,
-            "limit: pools sized for prefetch_depth 6, the most pipeline.memory_budget allows (24 "
+            "limit: pools sized for prefetch_depth 6, the most pipeline.memory_budget allows (32 "
             "wanted; host budget 300.0 KiB, device budget 1.0 GiB)");
 }
 
@@ -170,9 +193,16 @@ TEST(Autotune, ACostThatRisesMidRunIsFollowed) {
             1));
   EXPECT_EQ(r.batches, 300u);
   expect_within_budget(r);
+  // A raise made from a window that saw the new cost (the transform's 100th batch comes before
+  // the train node's 100th: batches in flight between them).
   bool followed = false;
+  const std::regex took("augment takes ([0-9.]+) ms a batch");
   for (const TuningDecision& d : r.tuning.decisions) {
-    if (d.knob == "nodes.augment.concurrency" && d.batch >= 100 && d.to > d.from) followed = true;
+    std::smatch m;
+    if (d.knob == "nodes.augment.concurrency" && d.to > d.from &&
+        std::regex_search(d.why, m, took) && std::stod(m[1].str()) >= 2.0) {
+      followed = true;
+    }
   }
   EXPECT_TRUE(followed) << r.to_table();
   EXPECT_GE(settled(r, "nodes.augment.concurrency"), 2) << r.to_table();
