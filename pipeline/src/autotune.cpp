@@ -42,6 +42,8 @@ void PipelineImpl::resolve_auto(int auto_depth) {
       fixed_bodies += s->spec.role == Role::train ? 1 : std::max(s->spec.concurrency, 1);
     }
   }
+  // In pull mode the caller's loop is the train step.
+  if (config_.pipeline.mode == RunMode::pull) ++fixed_bodies;
   thread_budget_ =
       config_.pipeline.thread_budget > 0 ? config_.pipeline.thread_budget : threads + fixed_bodies;
   // Built (and set up) for the most it may run: the budget less the fixed bodies.
@@ -57,7 +59,7 @@ void PipelineImpl::resolve_auto(int auto_depth) {
 }
 
 bool PipelineImpl::tunes() const noexcept {
-  if (branches_ > 1 || config_.pipeline.mode == RunMode::pull) return false;
+  if (branches_ > 1) return false;
   if (config_.pipeline.auto_prefetch_depth) return true;
   return std::any_of(stages_.begin(), stages_.end(), [](const auto& s) { return s->tunable; });
 }
@@ -127,9 +129,10 @@ void PipelineImpl::tune_begin(const RunOptions& options, std::uint64_t start_ns)
   }
 }
 
-void PipelineImpl::tune_tick(std::uint64_t now) {
+void PipelineImpl::tune_tick(std::uint64_t now, std::optional<std::uint64_t> caller_wait_ns) {
+  const bool pull = caller_wait_ns.has_value();
   const Stage& train = *stages_.back();
-  if (train.node->asynchronous()) {
+  if (!pull && train.node->asynchronous()) {
     // An asynchronous train node's busy time is its submit()s: sample whether it is occupied,
     // with work submitted and not completed or a batch waiting for it.
     ++tune_.ticks;
@@ -146,6 +149,7 @@ void PipelineImpl::tune_tick(std::uint64_t now) {
     tune_.window_ns = now;
     tune_.window_finished = finished;
     tune_.ticks = tune_.occupied_ticks = 0;
+    tune_.caller_wait_ns = caller_wait_ns.value_or(0);
     for (std::size_t i = 0; i < stages_.size(); ++i) {
       tune_.items[i] = stages_[i]->items.load(std::memory_order_relaxed);
       tune_.busy_ns[i] = stages_[i]->busy_ns.load(std::memory_order_relaxed);
@@ -153,7 +157,7 @@ void PipelineImpl::tune_tick(std::uint64_t now) {
     return;
   }
   if (finished - tune_.window_finished < kWindowBatches || now - tune_.window_ns < kMinWindowNs ||
-      (train.node->asynchronous() && tune_.ticks < kMinAsyncTicks)) {
+      (!pull && train.node->asynchronous() && tune_.ticks < kMinAsyncTicks)) {
     return;
   }
   TunerSnapshot snap;
@@ -171,7 +175,7 @@ void PipelineImpl::tune_tick(std::uint64_t now) {
     StageSample x;
     x.name = s.spec.name;
     x.tunable = s.tunable;
-    x.train = i + 1 == stages_.size();
+    x.train = !pull && i + 1 == stages_.size();
     x.asynchronous = s.node->asynchronous();
     x.concurrency = s.tunable ? s.gate.effective() : s.spec.concurrency;
     x.max_concurrency = s.spec.concurrency;
@@ -184,6 +188,17 @@ void PipelineImpl::tune_tick(std::uint64_t now) {
                  static_cast<double>(tune_.ticks);
     }
     snap.stages.push_back(std::move(x));
+  }
+  if (pull) {
+    // The caller's loop: busy whenever it was not waiting inside next().
+    StageSample caller;
+    caller.name = "the caller's loop";
+    caller.train = true;
+    caller.items = finished - tune_.window_finished;
+    const double waited = static_cast<double>(*caller_wait_ns - tune_.caller_wait_ns) * 1e-9;
+    caller.busy_s = std::max(0.0, snap.window_s - waited);
+    snap.stages.push_back(std::move(caller));
+    snap.train_label = "the caller's loop";
   }
   const TunerDecision d = decide(snap);
   const double t = static_cast<double>(now - tune_.start_ns) * 1e-9;
@@ -276,6 +291,30 @@ void PipelineImpl::tune_fill(RunReport& report) const {
     r.yaml = fmt::format("pipeline:\n  prefetch_depth: {}\n", depth_gate_.effective());
   }
   if (!nodes.empty()) r.yaml += "nodes:   # merge into the entries of the same name\n" + nodes;
+}
+
+int PipelineImpl::tune_hold(std::size_t held, std::uint64_t now) {
+  if (!tuning_ || !config_.pipeline.auto_prefetch_depth) return 0;
+  const int effective = depth_gate_.effective();
+  if (static_cast<int>(held) < effective || effective >= config_.pipeline.prefetch_depth) return 0;
+  const int to = std::min(static_cast<int>(held) + 1, config_.pipeline.prefetch_depth);
+  depth_gate_.set(to);
+  recorder_.set_depth(to);
+  const double t = static_cast<double>(now - tune_.start_ns) * 1e-9;
+  const std::uint64_t finished = consumed_.load(std::memory_order_relaxed);
+  if (tune_.log.size() < kMaxLogged) {
+    tune_.log.push_back({t, finished, "pipeline.prefetch_depth", effective, to,
+                         fmt::format("the caller holds {} batches and asks for another: {} may be "
+                                     "in flight",
+                                     held, to)});
+  }
+  tune_.settled_s = t;
+  tune_.settled_batches = finished;
+  tune_.window_open = false;
+  tune_.settle_until = finished;
+  // Nothing may finish while the caller holds every batch in flight: the raise goes to the
+  // limiter now, not with the next finished batch.
+  return depth_gate_.take_pending();
 }
 
 }  // namespace flowfeed::detail

@@ -421,7 +421,7 @@ void PipelineImpl::wire_branch(tbb::flow::graph& g, tbb::flow::sender<Batch*>* t
         if (checkpoint_every_ > 0 && finished % checkpoint_every_ == 0) {
           save_checkpoint(checkpoint_dir_);
         }
-        return tuning_ && config_.pipeline.auto_prefetch_depth ? depth_gate_.on_finished() : 1;
+        return depth_release();
       });
   make_edge(*tail, *finish);
   make_edge(*finish, limiter.decrementer());

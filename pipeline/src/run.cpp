@@ -59,7 +59,7 @@ void PipelineImpl::begin_run(bool pull, const RunOptions& options) {
     branch_bytes_[b] = 0;
   }
   warnings_.clear();
-  tuning_ = !pull && tunes();
+  tuning_ = tunes();
   recorder_.set_depth(config_.pipeline.prefetch_depth);
   // stop_ and abort_ are cleared when a run ends, not here: a request made just before run() (a
   // signal while the pipeline was being built) must not be lost.

@@ -81,7 +81,7 @@ void run_pull_graph(PipelineImpl& impl, PullShared& s) {
                                     ++s.arrived;
                                     s.cv.notify_all();
                                   }
-                                  gw.try_put(1);
+                                  gw.try_put(impl.depth_release());
                                   return;
                                 }
                                 gw.reserve_wait();
@@ -132,8 +132,32 @@ class SessionState {
       gw = shared->gateway;
     }
     impl->finish_batch(b);
-    gw->try_put(1);
+    gw->try_put(impl->depth_release());
     gw->release_wait();
+  }
+
+  /// The tuner's tick on the caller's thread, at most every 5 ms; `waiting_ns`: how long the
+  /// caller has been waiting in this next() call so far.
+  void tune(std::uint64_t waiting_ns) {
+    PipelineImpl& p = *impl;
+    if (!p.tuning_ || p.cancel_.load()) return;
+    const std::uint64_t now = detail::now_ns();
+    if (now - p.tune_.last_tick_ns < 5'000'000) return;
+    p.tune_.last_tick_ns = now;
+    p.tune_tick(now, wait_ns + waiting_ns);
+  }
+
+  /// Before the caller waits for a batch: a depth the tuner keeps at or below the batches the
+  /// caller holds would let none come.
+  void raise_past_held() {
+    const int slots = impl->tune_hold(held.size(), detail::now_ns());
+    if (slots <= 0) return;
+    PullShared::Deliver::gateway_type* gw;
+    {
+      std::lock_guard<std::mutex> lock(shared->mutex);
+      gw = shared->gateway;
+    }
+    if (gw) gw->try_put(slots);
   }
 
   RunReport make_report(double seconds, bool complete, bool interrupted) const;
@@ -155,6 +179,7 @@ RunReport SessionState::make_report(double seconds, bool complete, bool interrup
   if (complete) {
     for (auto& s : p.stages_) s->node->finish(report);
   }
+  p.tune_fill(report);
   return report;
 }
 
@@ -239,6 +264,10 @@ Batch* Session::next() {
   detail::PullShared& s = *st.shared;
   const double timeout = p.config_.pipeline.stall_timeout_s;
   const auto t0 = Clock::now();
+  if (p.tuning_) {
+    st.raise_past_held();
+    st.tune(0);
+  }
   Batch* out = nullptr;
   constexpr int kSpins = 64;
   int spins = 0;
@@ -282,8 +311,15 @@ Batch* Session::next() {
         lock.lock();
         continue;
       }
+      if (p.tuning_) {
+        lock.unlock();
+        st.tune(static_cast<std::uint64_t>(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count()));
+        lock.lock();
+        if (s.count > 0 || s.error || s.finished) continue;
+      }
       // Short slices: request_abort() from a signal handler cannot notify.
-      s.cv.wait_for(lock, std::chrono::milliseconds(50));
+      s.cv.wait_for(lock, std::chrono::milliseconds(p.tuning_ ? 5 : 50));
     }
   }
   st.wait_ns += static_cast<std::uint64_t>(
@@ -346,6 +382,13 @@ Session Pipeline::start() {
   // start() clears a stop or abort request made before it (run() keeps one; see request_stop).
   p.stop_ = false;
   p.abort_ = false;
+  if (p.tuning_) {
+    // Before the graph is wired: its head limiter starts at the tuner's first depth.
+    p.tune_begin(RunOptions{}, detail::now_ns());
+    p.recorder_.set_depth(p.config_.pipeline.auto_prefetch_depth
+                              ? p.start_depth_
+                              : p.config_.pipeline.prefetch_depth);
+  }
 
   auto state = std::make_unique<SessionState>();
   state->impl = &p;

@@ -72,15 +72,15 @@ TunerDecision decide(const TunerSnapshot& s) {
         d.from = st.concurrency;
         d.to = need;
         d.why = fmt::format(
-            "{} takes {} a batch and the train node {} ({}): {:.2f} bodies keep up, {} are busy "
+            "{} takes {} a batch and {} {} ({}): {:.2f} bodies keep up, {} are busy "
             "{:.0f}%",
-            st.name, ms(per_batch(st)), ms(train_s), rate_text(), needed(st), st.concurrency,
-            busy * 100);
+            st.name, ms(per_batch(st)), s.train_label, ms(train_s), rate_text(), needed(st),
+            st.concurrency, busy * 100);
         return d;
       }
     }
     d.kind = TunerDecision::Kind::settled;
-    d.why = fmt::format("the train node waits {:.0f}% of the time (at most {:.0f}%)", wait * 100,
+    d.why = fmt::format("{} waits {:.0f}% of the time (at most {:.0f}%)", s.train_label, wait * 100,
                         kTunerTargetWait * 100);
     return d;
   }
@@ -98,16 +98,16 @@ TunerDecision decide(const TunerSnapshot& s) {
       bottleneck = i;
     }
   }
-  const std::string waits = fmt::format("the train node waits {:.0f}%", wait * 100);
+  const std::string waits = fmt::format("{} waits {:.0f}%", s.train_label, wait * 100);
   if (bottleneck < s.stages.size()) {
     const StageSample& st = s.stages[bottleneck];
     const int target = ceil_int(needed(st) * kTunerHeadroom, kMaxBodies);
     const std::string model = fmt::format(
-        "{}: {} takes {} a batch, {} {} {:.0f} batches/s and the train node "
+        "{}: {} takes {} a batch, {} {} {:.0f} batches/s and {} "
         "takes {} ({}): {} needed",
         waits, st.name, ms(per_batch(st)), st.concurrency,
         st.concurrency == 1 ? "body gives" : "bodies give", st.concurrency / per_batch(st),
-        rate_text(), ms(train_s),
+        s.train_label, rate_text(), ms(train_s),
         std::isfinite(needed(st)) ? fmt::format("{:.2f} bodies", needed(st))
                                   : std::string("every body the budget allows"));
     const int room = s.thread_budget - (used - st.concurrency);
@@ -253,6 +253,10 @@ void Gate::set(int effective) noexcept {
     const int rest = -delta - take(pending_, -delta);
     if (rest > 0) withhold_.fetch_add(rest, std::memory_order_acq_rel);
   }
+}
+
+int Gate::take_pending() noexcept {
+  return take(pending_, std::numeric_limits<int>::max());
 }
 
 int Gate::on_finished() noexcept {

@@ -141,7 +141,9 @@ TEST(ObserveReport, LoadBoundRunStallsNearOneAndNamesTheLoader) {
   EXPECT_LT(train.wait_output_seconds, 0.1 * r.seconds) << r.to_table();
   EXPECT_GE(node(r, "load").queue_high_water, static_cast<std::uint64_t>(r.prefetch_depth - 2))
       << r.to_table();
-  EXPECT_LE(train.queue_high_water, 2u) << r.to_table();
+  // Downstream holds fewer than the loader's queue (a couple, unless a busy machine kept the
+  // train node off the CPU for a while: its `wait cpu`).
+  EXPECT_LT(train.queue_high_water, node(r, "load").queue_high_water) << r.to_table();
 }
 
 TEST(ObserveReport, TableAndJsonCarryTheFigures) {

@@ -395,3 +395,29 @@ def test_ctrl_c_raises_when_a_native_handler_chains_back_to_flowfeeds(data, tmp_
         interrupt_mid_epoch(data)
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own again
+
+
+def test_auto_knobs_are_tuned_for_the_python_loop_and_reported():
+    # A loader of 4 ms a batch at one body against a loop of about 1 ms: the tuner gives the
+    # loader the bodies the loop needs, and names the loop in its reasons.
+    config = """
+pipeline: { mode: pull, epochs: 1, batch_size: 64, prefetch_depth: auto, threads: 8, device: host }
+nodes:
+  - { name: load, type: synthetic, concurrency: auto, params: { batches: 240, sample_shape: [64], delay_ms: 4 } }
+  - { name: stage, type: host_staging, concurrency: 2 }
+  - { name: upload, type: host_upload }
+"""
+    pipeline = flowfeed.Pipeline(config)
+    count = 0
+    for batch in pipeline:
+        time.sleep(0.001)
+        count += 1
+        batch.release()
+    assert count == 240
+    tuning = pipeline.report()["tuning"]
+    assert tuning["active"] is True and tuning["budget"]["within_budget"] is True
+    first = tuning["decisions"][0]
+    assert first["knob"] == "nodes.load.concurrency" and first["from"] == 1
+    assert first["why"].startswith("the caller's loop waits "), first["why"]
+    assert tuning["settled"]["nodes.load.concurrency"] >= 3
+    assert "  - { name: load, concurrency: " in tuning["yaml"]

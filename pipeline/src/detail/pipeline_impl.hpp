@@ -101,6 +101,8 @@ struct TuneState {
   std::uint64_t window_finished = 0;            // consumed_ then
   std::vector<std::uint64_t> items, busy_ns;    // per stage, then
   std::uint64_t ticks = 0, occupied_ticks = 0;  // async train: ticks it was occupied
+  std::uint64_t caller_wait_ns = 0;             // pull mode: the caller's wait in next(), then
+  std::uint64_t last_tick_ns = 0;               // pull mode: ticks ride on next(), 5 ms apart
   std::uint64_t settle_until = 0;  // after a change, the window opens once this many finished
   TunerDecision::Kind last_kind = TunerDecision::Kind::none;
   std::size_t last_stage = 0;
@@ -133,7 +135,8 @@ class PipelineImpl {
   // autotune.cpp: `concurrency: auto` and `prefetch_depth: auto`.
   /// At build: the thread budget, the maxima of auto nodes and the depth to size pools for.
   void resolve_auto(int auto_depth);
-  /// Whether the tuner runs in a run() now (something is auto, one branch).
+  /// Whether the tuner runs (something is auto, one branch): in run() on the supervisor's ticks,
+  /// in a pull session on the caller's next() calls.
   bool tunes() const noexcept;
   /// After a claim failed with `prefetch_depth: auto`: throws DepthRetry when a smaller depth
   /// fits the claims seen so far (`kind`, `bytes`, a pool of `count` buffers; 0: not a pool).
@@ -142,8 +145,18 @@ class PipelineImpl {
   void note_claim(MemoryKind kind, std::uint64_t bytes, std::size_t count);
   /// Start of a run (the supervisor's thread calls tune_tick from then on).
   void tune_begin(const RunOptions& options, std::uint64_t start_ns);
-  /// One supervisor tick: measures, and when a window is complete decides and applies.
-  void tune_tick(std::uint64_t now);
+  /// One supervisor tick: measures, and when a window is complete decides and applies. In pull
+  /// mode `caller_wait_ns` is how long the caller has waited inside next() so far: the caller's
+  /// loop is the train step.
+  void tune_tick(std::uint64_t now, std::optional<std::uint64_t> caller_wait_ns = std::nullopt);
+  /// Pull mode: the caller holds `held` batches and asks for another; raises the in-flight
+  /// bound above what it holds (else none could come). Returns the slots to hand the limiter
+  /// now (0: none).
+  int tune_hold(std::size_t held, std::uint64_t now);
+  /// What a finished batch hands the head limiter: 1, or the depth gate's figure while it tunes.
+  int depth_release() noexcept {
+    return tuning_ && config_.pipeline.auto_prefetch_depth ? depth_gate_.on_finished() : 1;
+  }
   /// The report's tuning section and the nodes' settled concurrency.
   void tune_fill(RunReport& report) const;
 

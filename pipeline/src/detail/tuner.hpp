@@ -39,6 +39,7 @@ struct TunerSnapshot {
   bool ordered = true;                  // a sequencer holds batches that finished out of order
   bool fed_before = false;              // an earlier window found the train node fed
   std::vector<StageSample> stages;      // in chain order, the train node last
+  std::string train_label = "the train node";  // the last stage, as decisions name it
 };
 
 /// One decision: a knob's change, a limit that stops the tuning, or nothing.
@@ -84,6 +85,9 @@ class Gate {
   /// What a finished batch puts into the limiter's decrementer: 1, less any slot held back, plus
   /// any raise not yet handed out. Thread-safe.
   int on_finished() noexcept;
+  /// A raise not yet handed out, to put into the limiter's decrementer now (when no batch may
+  /// finish to carry it: a pull session's caller holds every batch in flight). Thread-safe.
+  int take_pending() noexcept;
 
  private:
   std::atomic<int> effective_{1};
