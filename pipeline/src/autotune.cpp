@@ -23,8 +23,14 @@ constexpr std::uint64_t kMinAsyncTicks = 40;
 // Decisions the report keeps.
 constexpr std::size_t kMaxLogged = 1000;
 
+/// The node's name in the config: a branch's copy is named `name@device`.
+std::string config_name(const Stage& stage) {
+  return stage.branch >= 0 ? stage.spec.name.substr(0, stage.spec.name.rfind('@'))
+                           : stage.spec.name;
+}
+
 std::string knob_of(const Stage& stage) {
-  return "nodes." + stage.spec.name + ".concurrency";
+  return "nodes." + config_name(stage) + ".concurrency";
 }
 
 }  // namespace
@@ -58,8 +64,20 @@ void PipelineImpl::resolve_auto(int auto_depth) {
   config_.pipeline.prefetch_depth = auto_depth > 0 ? auto_depth : depth_wanted_;
 }
 
+std::vector<std::vector<std::size_t>> PipelineImpl::sample_groups() const {
+  const std::size_t shared = branches_ > 1 ? branch_begin_ : stages_.size();
+  std::vector<std::vector<std::size_t>> groups;
+  for (std::size_t i = 0; i < shared; ++i) groups.push_back({i});
+  for (std::size_t j = 0; branches_ > 1 && j < branch_len_; ++j) {
+    groups.emplace_back();
+    for (int b = 0; b < branches_; ++b) {
+      groups.back().push_back(branch_begin_ + static_cast<std::size_t>(b) * branch_len_ + j);
+    }
+  }
+  return groups;
+}
+
 bool PipelineImpl::tunes() const noexcept {
-  if (branches_ > 1) return false;
   if (config_.pipeline.auto_prefetch_depth) return true;
   return std::any_of(stages_.begin(), stages_.end(), [](const auto& s) { return s->tunable; });
 }
@@ -131,15 +149,19 @@ void PipelineImpl::tune_begin(const RunOptions& options, std::uint64_t start_ns)
 
 void PipelineImpl::tune_tick(std::uint64_t now, std::optional<std::uint64_t> caller_wait_ns) {
   const bool pull = caller_wait_ns.has_value();
+  const std::vector<std::vector<std::size_t>> groups = sample_groups();
   const Stage& train = *stages_.back();
   if (!pull && train.node->asynchronous()) {
     // An asynchronous train node's busy time is its submit()s: sample whether it is occupied,
-    // with work submitted and not completed or a batch waiting for it.
+    // with work submitted and not completed or a batch waiting for it (each branch's).
     ++tune_.ticks;
-    const std::uint64_t arrived = train.arrived.load(std::memory_order_acquire);
-    if (arrived > train.items.load(std::memory_order_acquire) ||
-        train.queued.load(std::memory_order_acquire) > arrived) {
-      ++tune_.occupied_ticks;
+    for (std::size_t k : groups.back()) {
+      const Stage& t = *stages_[k];
+      const std::uint64_t arrived = t.arrived.load(std::memory_order_acquire);
+      if (arrived > t.items.load(std::memory_order_acquire) ||
+          t.queued.load(std::memory_order_acquire) > arrived) {
+        ++tune_.occupied_ticks;
+      }
     }
   }
   const std::uint64_t finished = consumed_.load(std::memory_order_relaxed);
@@ -170,23 +192,33 @@ void PipelineImpl::tune_tick(std::uint64_t now, std::optional<std::uint64_t> cal
   snap.thread_budget = thread_budget_;
   snap.ordered = config_.pipeline.ordered;
   snap.fed_before = tune_.fed_before;
-  for (std::size_t i = 0; i < stages_.size(); ++i) {
-    const Stage& s = *stages_[i];
+  // One sample per node of the config: a node copied into every branch is one sample of all its
+  // copies (their items, bodies and busy time summed; a train node's busy time is per branch, so
+  // that its wait and the rate it takes are the branches' together).
+  int used = 0;  // bodies of the synchronous nodes, every copy
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    const Stage& s = *stages_[groups[g].front()];
     StageSample x;
-    x.name = s.spec.name;
+    x.name = config_name(s);
     x.tunable = s.tunable;
-    x.train = !pull && i + 1 == stages_.size();
+    x.train = !pull && g + 1 == groups.size();
     x.asynchronous = s.node->asynchronous();
-    x.concurrency = s.tunable ? s.gate.effective() : s.spec.concurrency;
-    x.max_concurrency = s.spec.concurrency;
-    x.items = s.items.load(std::memory_order_relaxed) - tune_.items[i];
-    x.busy_s =
-        static_cast<double>(s.busy_ns.load(std::memory_order_relaxed) - tune_.busy_ns[i]) * 1e-9;
+    x.concurrency = x.max_concurrency = 0;
+    double busy_ns = 0;
+    for (std::size_t i : groups[g]) {
+      const Stage& c = *stages_[i];
+      x.concurrency += c.tunable ? c.gate.effective() : c.spec.concurrency;
+      x.max_concurrency += c.spec.concurrency;
+      x.items += c.items.load(std::memory_order_relaxed) - tune_.items[i];
+      busy_ns += static_cast<double>(c.busy_ns.load(std::memory_order_relaxed) - tune_.busy_ns[i]);
+    }
+    x.busy_s = busy_ns * 1e-9 / (x.train ? static_cast<double>(groups[g].size()) : 1.0);
     if (x.train && s.node->asynchronous() && tune_.ticks > 0) {
       // Occupied whenever a batch waited for it.
       x.busy_s = snap.window_s * static_cast<double>(tune_.occupied_ticks) /
-                 static_cast<double>(tune_.ticks);
+                 static_cast<double>(tune_.ticks * groups[g].size());
     }
+    if (!x.asynchronous) used += x.concurrency;
     snap.stages.push_back(std::move(x));
   }
   if (pull) {
@@ -200,15 +232,32 @@ void PipelineImpl::tune_tick(std::uint64_t now, std::optional<std::uint64_t> cal
     snap.stages.push_back(std::move(caller));
     snap.train_label = "the caller's loop";
   }
-  const TunerDecision d = decide(snap);
+  TunerDecision d = decide(snap);
+  if (d.kind == TunerDecision::Kind::concurrency) {
+    // Per copy, within the thread budget: a node in n branches moves by n bodies at a time.
+    const int n = static_cast<int>(groups[d.stage].size());
+    const int room = thread_budget_ - (used - snap.stages[d.stage].concurrency);
+    const int from = d.from / n;
+    const int to = std::min((d.to + n - 1) / n, std::max(room / n, 1));
+    if (to > from) {
+      d.from = from;
+      d.to = to;
+    } else {
+      d.kind = TunerDecision::Kind::limit;
+      d.why += fmt::format(
+          "; the thread budget of {} bodies has no room for one more in each of "
+          "the {} branches",
+          thread_budget_, n);
+    }
+  }
   const double t = static_cast<double>(now - tune_.start_ns) * 1e-9;
   TuningDecision entry{t, finished, "", d.from, d.to, d.why};
   bool changed = false;
   switch (d.kind) {
     case TunerDecision::Kind::none: break;
     case TunerDecision::Kind::concurrency:
-      stages_[d.stage]->gate.set(d.to);
-      entry.knob = knob_of(*stages_[d.stage]);
+      for (std::size_t i : groups[d.stage]) stages_[i]->gate.set(d.to);
+      entry.knob = knob_of(*stages_[groups[d.stage].front()]);
       changed = true;
       break;
     case TunerDecision::Kind::depth:
@@ -282,8 +331,9 @@ void PipelineImpl::tune_fill(RunReport& report) const {
     report.nodes[i].concurrency = c;
     report.nodes[i].utilization =
         report.seconds > 0 ? report.nodes[i].busy_seconds / (report.seconds * c) : 0;
-    r.settled[knob_of(s)] = c;
-    nodes += fmt::format("  - {{ name: {}, concurrency: {} }}\n", s.spec.name, c);
+    // A branch's copy: one knob for every copy.
+    if (!r.settled.emplace(knob_of(s), c).second) continue;
+    nodes += fmt::format("  - {{ name: {}, concurrency: {} }}\n", config_name(s), c);
   }
   if (config_.pipeline.auto_prefetch_depth) {
     r.settled["pipeline.prefetch_depth"] = depth_gate_.effective();

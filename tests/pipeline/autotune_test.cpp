@@ -282,6 +282,44 @@ TEST(Autotune, APullCallerHoldingEveryBatchInFlightRaisesTheDepthInsteadOfStalli
   EXPECT_TRUE(said) << r.to_table();
 }
 
+TEST(Autotune, WithSeveralDevicesTheBranchesTrainNodesTogetherSetTheRateAndCopiesShareAKnob) {
+  // Two branches of a 1 ms train step take 2000 batches/s; a 2 ms loader needs 4 bodies for them
+  // (where one branch would need 2). The upload node is auto in both branches: one knob.
+  const RunReport r = run_yaml(
+      "pipeline: { epochs: 1, batch_size: 64, prefetch_depth: auto, threads: 8, device: host, "
+      "devices: [0, 1] }\n"
+      "nodes:\n"
+      "  - { name: load, type: synthetic, concurrency: auto, params: { batches: 400, "
+      "sample_shape: [64], delay_ms: 2 } }\n"
+      "  - { name: stage, type: host_staging, concurrency: 2 }\n"
+      "  - { name: upload, type: host_upload, concurrency: auto }\n"
+      "  - { name: train, type: sleep, params: { ms: 1 } }\n");
+  EXPECT_EQ(r.batches, 400u);
+  expect_within_budget(r);
+  // 8 threads for the auto nodes; staging 2 and a train step per branch on top.
+  EXPECT_EQ(r.tuning.thread_budget, 12);
+  ASSERT_FALSE(r.tuning.decisions.empty());
+  const TuningDecision& first = r.tuning.decisions.front();
+  EXPECT_EQ(first.knob, "nodes.load.concurrency");
+  EXPECT_EQ(first.from, 1);
+  EXPECT_GE(first.to, 4) << first.why;  // one branch alone: 2 bodies, 3 with headroom
+  EXPECT_GE(settled(r, "nodes.load.concurrency"), 3) << r.to_table();
+  for (const TuningDecision& d : r.tuning.decisions) {
+    EXPECT_EQ(d.knob.find('@'), std::string::npos) << d.knob;
+  }
+  ASSERT_EQ(r.tuning.settled.count("nodes.upload.concurrency"), 1u);
+  const int upload = settled(r, "nodes.upload.concurrency");
+  EXPECT_NE(r.tuning.yaml.find(fmt::format("  - {{ name: upload, concurrency: {} }}\n", upload)),
+            std::string::npos)
+      << r.tuning.yaml;
+  EXPECT_EQ(r.tuning.yaml.find("upload@"), std::string::npos) << r.tuning.yaml;
+  for (const NodeReport& n : r.nodes) {
+    if (n.name.rfind("upload@", 0) == 0) {
+      EXPECT_EQ(n.concurrency, upload) << n.name;
+    }
+  }
+}
+
 TEST(Autotune, AutoIsAcceptedFromSetAndFixedValuesStayUntuned) {
   Registry registry = builtin_registry();
   const std::string yaml = chain(10, 0, "", 0);

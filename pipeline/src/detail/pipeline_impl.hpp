@@ -135,8 +135,11 @@ class PipelineImpl {
   // autotune.cpp: `concurrency: auto` and `prefetch_depth: auto`.
   /// At build: the thread budget, the maxima of auto nodes and the depth to size pools for.
   void resolve_auto(int auto_depth);
-  /// Whether the tuner runs (something is auto, one branch): in run() on the supervisor's ticks,
-  /// in a pull session on the caller's next() calls.
+  /// The stages each tuner sample stands for, in chain order: a shared stage alone, a node copied
+  /// into every branch (`pipeline.devices`) as all its copies.
+  std::vector<std::vector<std::size_t>> sample_groups() const;
+  /// Whether the tuner runs (something is auto): in run() on the supervisor's ticks, in a pull
+  /// session on the caller's next() calls.
   bool tunes() const noexcept;
   /// After a claim failed with `prefetch_depth: auto`: throws DepthRetry when a smaller depth
   /// fits the claims seen so far (`kind`, `bytes`, a pool of `count` buffers; 0: not a pool).
