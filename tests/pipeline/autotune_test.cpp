@@ -72,6 +72,21 @@ double needed(const RunReport& r, std::size_t i) {
          (train.busy_seconds / static_cast<double>(train.items));
 }
 
+/// The run stayed within its budgets, at a thread budget of `bodies`, and its first decision
+/// raised the loader from its first body.
+TuningDecision first_load_raise(const RunReport& r, int bodies) {
+  expect_within_budget(r);
+  EXPECT_EQ(r.tuning.thread_budget, bodies);
+  if (r.tuning.decisions.empty()) {
+    ADD_FAILURE() << "no decision\n" << r.to_table();
+    return {};
+  }
+  const TuningDecision& first = r.tuning.decisions.front();
+  EXPECT_EQ(first.knob, "nodes.load.concurrency");
+  EXPECT_EQ(first.from, 1);
+  return first;
+}
+
 int settled(const RunReport& r, const std::string& knob) {
   auto it = r.tuning.settled.find(knob);
   return it == r.tuning.settled.end() ? -1 : it->second;
@@ -113,12 +128,8 @@ TEST(Autotune, ByDefaultTheFixedNodesBodiesComeOnTopOfTheThreadsSoALoaderMayTake
   // budget of 12.
   const RunReport r = run_yaml(chain(160, 16, "", 1));
   EXPECT_EQ(r.batches, 160u);
-  expect_within_budget(r);
-  EXPECT_EQ(r.tuning.thread_budget, 12);
+  const TuningDecision first = first_load_raise(r, 12);
   EXPECT_EQ(settled(r, "nodes.load.concurrency"), 8);
-  ASSERT_FALSE(r.tuning.decisions.empty());
-  const TuningDecision& first = r.tuning.decisions.front();
-  EXPECT_EQ(first.knob, "nodes.load.concurrency");
   EXPECT_EQ(first.to, 8);
   EXPECT_NE(first.why.find("(the thread budget of 12 allows 8)"), std::string::npos) << first.why;
   // Pools for 2 × (12 bodies + 4 nodes) batches.
@@ -233,13 +244,8 @@ TEST(Autotune, InPullModeTheCallersLoopIsTheTrainStepTheTunerServes) {
   }
   EXPECT_EQ(taken, 240u);
   const RunReport r = session.report();
-  expect_within_budget(r);
   // 8 threads for the loader; staging 2, upload 1 and the caller's loop 1 on top.
-  EXPECT_EQ(r.tuning.thread_budget, 12);
-  ASSERT_FALSE(r.tuning.decisions.empty());
-  const TuningDecision& first = r.tuning.decisions.front();
-  EXPECT_EQ(first.knob, "nodes.load.concurrency");
-  EXPECT_EQ(first.from, 1);
+  const TuningDecision first = first_load_raise(r, 12);
   EXPECT_EQ(first.why.rfind("the caller's loop waits ", 0), 0u) << first.why;
   EXPECT_NE(first.why.find("and the caller's loop takes "), std::string::npos) << first.why;
   // 4 ms a batch against a step of 1 ms and more: at least 3 bodies.
@@ -295,13 +301,8 @@ TEST(Autotune, WithSeveralDevicesTheBranchesTrainNodesTogetherSetTheRateAndCopie
       "  - { name: upload, type: host_upload, concurrency: auto }\n"
       "  - { name: train, type: sleep, params: { ms: 1 } }\n");
   EXPECT_EQ(r.batches, 400u);
-  expect_within_budget(r);
   // 8 threads for the auto nodes; staging 2 and a train step per branch on top.
-  EXPECT_EQ(r.tuning.thread_budget, 12);
-  ASSERT_FALSE(r.tuning.decisions.empty());
-  const TuningDecision& first = r.tuning.decisions.front();
-  EXPECT_EQ(first.knob, "nodes.load.concurrency");
-  EXPECT_EQ(first.from, 1);
+  const TuningDecision first = first_load_raise(r, 12);
   EXPECT_GE(first.to, 4) << first.why;  // one branch alone: 2 bodies, 3 with headroom
   EXPECT_GE(settled(r, "nodes.load.concurrency"), 3) << r.to_table();
   for (const TuningDecision& d : r.tuning.decisions) {
