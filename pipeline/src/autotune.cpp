@@ -20,6 +20,8 @@ constexpr std::uint64_t kWindowBatches = 8;
 constexpr std::uint64_t kMinWindowNs = 20'000'000;
 // An asynchronous train node's occupancy is sampled once a tick: enough samples first.
 constexpr std::uint64_t kMinAsyncTicks = 40;
+// A saturated stage is judged again once its time per batch moved by this factor.
+constexpr double kChangedCost = 1.5;
 // Decisions the report keeps.
 constexpr std::size_t kMaxLogged = 1000;
 
@@ -150,6 +152,9 @@ void PipelineImpl::tune_begin(const RunOptions& options, std::uint64_t start_ns)
 void PipelineImpl::tune_tick(std::uint64_t now, std::optional<std::uint64_t> caller_wait_ns) {
   const bool pull = caller_wait_ns.has_value();
   const std::vector<std::vector<std::size_t>> groups = sample_groups();
+  tune_.saturated.resize(groups.size(), false);
+  tune_.saturated_bodies.resize(groups.size(), 0);
+  tune_.saturated_s.resize(groups.size(), 0.0);
   const Stage& train = *stages_.back();
   if (!pull && train.node->asynchronous()) {
     // An asynchronous train node's busy time is its submit()s: sample whether it is occupied,
@@ -219,6 +224,15 @@ void PipelineImpl::tune_tick(std::uint64_t now, std::optional<std::uint64_t> cal
                  static_cast<double>(tune_.ticks * groups[g].size());
     }
     if (!x.asynchronous) used += x.concurrency;
+    if (tune_.saturated[g] && x.items > 0 && x.concurrency == tune_.saturated_bodies[g]) {
+      const double ratio = x.busy_s / static_cast<double>(x.items) / tune_.saturated_s[g];
+      if (ratio > kChangedCost || ratio < 1 / kChangedCost) tune_.saturated[g] = false;
+    }
+    x.saturated = tune_.saturated[g];
+    if (tune_.raised == g) {
+      x.raised_from = tune_.raised_from;
+      x.capacity_before = tune_.capacity_before;
+    }
     snap.stages.push_back(std::move(x));
   }
   if (pull) {
@@ -233,22 +247,47 @@ void PipelineImpl::tune_tick(std::uint64_t now, std::optional<std::uint64_t> cal
     snap.train_label = "the caller's loop";
   }
   TunerDecision d = decide(snap);
+  if (d.saturate) {
+    // Kept until the stage's time per batch at the bodies it keeps moves (the picture changed:
+    // a cost that rose while the raise was judged, a cold part of the data set).
+    const StageSample& st = snap.stages[d.stage];
+    const bool back = d.kind == TunerDecision::Kind::concurrency;
+    tune_.saturated[d.stage] = true;
+    tune_.saturated_bodies[d.stage] = back ? d.to : st.concurrency;
+    tune_.saturated_s[d.stage] =
+        back ? st.raised_from / st.capacity_before : st.busy_s / static_cast<double>(st.items);
+  }
+  const bool raise = d.kind == TunerDecision::Kind::concurrency && d.to > d.from;
   if (d.kind == TunerDecision::Kind::concurrency) {
-    // Per copy, within the thread budget: a node in n branches moves by n bodies at a time.
+    // Per copy: a node in n branches moves by n bodies at a time, a raise within the thread
+    // budget.
     const int n = static_cast<int>(groups[d.stage].size());
     const int room = thread_budget_ - (used - snap.stages[d.stage].concurrency);
     const int from = d.from / n;
-    const int to = std::min((d.to + n - 1) / n, std::max(room / n, 1));
-    if (to > from) {
+    const int to = raise ? std::min((d.to + n - 1) / n, std::max(room / n, 1))
+                         : std::max((d.to + n - 1) / n, 1);
+    if (to != from) {
       d.from = from;
       d.to = to;
-    } else {
+    } else if (raise) {
       d.kind = TunerDecision::Kind::limit;
       d.why += fmt::format(
           "; the thread budget of {} bodies has no room for one more in each of "
           "the {} branches",
           thread_budget_, n);
+    } else {
+      d.kind = TunerDecision::Kind::settled;
+      d.why += fmt::format("; its {} copies keep {} each", n, from);
     }
+  }
+  // The next window judges a raise by the capacity it added.
+  if (d.kind != TunerDecision::Kind::none) tune_.raised = groups.size();
+  if (d.kind == TunerDecision::Kind::concurrency && d.to > d.from) {
+    const StageSample& st = snap.stages[d.stage];
+    tune_.raised = d.stage;
+    tune_.raised_from = st.concurrency;
+    tune_.capacity_before =
+        st.busy_s > 0 ? st.concurrency * static_cast<double>(st.items) / st.busy_s : 0;
   }
   const double t = static_cast<double>(now - tune_.start_ns) * 1e-9;
   TuningDecision entry{t, finished, "", d.from, d.to, d.why};

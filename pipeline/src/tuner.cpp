@@ -85,6 +85,36 @@ TunerDecision decide(const TunerSnapshot& s) {
     return d;
   }
 
+  const std::string waits = fmt::format("{} waits {:.0f}%", s.train_label, wait * 100);
+  // The last change raised a stage: did its bodies give the capacity they should? A stage whose
+  // work shares the cores (a loader that decodes in parallel itself, bodies beyond the cores) or
+  // a device gains little; it keeps the better of the two counts and gets no more bodies.
+  for (std::size_t i = 0; i + 1 < s.stages.size(); ++i) {
+    const StageSample& st = s.stages[i];
+    if (st.raised_from <= 0 || st.items == 0 || st.busy_s <= 0 || st.capacity_before <= 0) {
+      continue;
+    }
+    const double now = st.concurrency / per_batch(st);
+    const double expected = st.capacity_before * st.concurrency / st.raised_from;
+    if (now >= st.capacity_before + kTunerGainShare * (expected - st.capacity_before)) continue;
+    d.stage = i;
+    d.saturate = true;
+    const std::string what = fmt::format(
+        "{}: more bodies did not raise {}'s rate: {} gave {:.0f} batches/s, {} give {:.0f} ({:.0f} "
+        "expected; its bodies share what they run on)",
+        waits, st.name, st.raised_from, st.capacity_before, st.concurrency, now, expected);
+    if (now < st.capacity_before) {
+      d.kind = TunerDecision::Kind::concurrency;
+      d.from = st.concurrency;
+      d.to = st.raised_from;
+      d.why = what + fmt::format(": back to {}", st.raised_from);
+    } else {
+      d.kind = TunerDecision::Kind::limit;
+      d.why = what + fmt::format(": it keeps {}", st.concurrency);
+    }
+    return d;
+  }
+
   // The stage with the fewest bodies for what the rate needs of it.
   std::size_t bottleneck = s.stages.size();
   double lowest = 1.0;
@@ -98,7 +128,6 @@ TunerDecision decide(const TunerSnapshot& s) {
       bottleneck = i;
     }
   }
-  const std::string waits = fmt::format("{} waits {:.0f}%", s.train_label, wait * 100);
   if (bottleneck < s.stages.size()) {
     const StageSample& st = s.stages[bottleneck];
     const int target = ceil_int(needed(st) * kTunerHeadroom, kMaxBodies);
@@ -128,7 +157,7 @@ TunerDecision decide(const TunerSnapshot& s) {
                           ? std::max(1, static_cast<int>(budget_rate * per_batch(st) + 1e-9))
                           : target;
     const int to = std::min({target, share, st.max_concurrency, room});
-    if (st.tunable && to > st.concurrency) {
+    if (st.tunable && !st.saturated && to > st.concurrency) {
       d.kind = TunerDecision::Kind::concurrency;
       d.stage = bottleneck;
       d.from = st.concurrency;
@@ -138,14 +167,16 @@ TunerDecision decide(const TunerSnapshot& s) {
                                    : std::string());
       return d;
     }
-    limit = model + (st.tunable ? fmt::format("; the thread budget of {} bodies is reached (raise "
-                                              "pipeline.thread_budget, or pipeline.threads)",
-                                              s.thread_budget)
-                                : fmt::format("; its concurrency is fixed (set "
-                                              "nodes.{}.concurrency: auto{})",
-                                              st.name,
-                                              target < kMaxBodies ? fmt::format(" or {}", target)
-                                                                  : std::string()));
+    limit =
+        model + (st.saturated ? std::string("; more bodies did not raise its rate")
+                 : st.tunable ? fmt::format("; the thread budget of {} bodies is reached (raise "
+                                            "pipeline.thread_budget, or pipeline.threads)",
+                                            s.thread_budget)
+                              : fmt::format("; its concurrency is fixed (set "
+                                            "nodes.{}.concurrency: auto{})",
+                                            st.name,
+                                            target < kMaxBodies ? fmt::format(" or {}", target)
+                                                                : std::string()));
     // What is left to tune serves the rate this stage allows.
     rate = std::min(rate, st.concurrency / per_batch(st));
   }

@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <regex>
 #include <string>
@@ -421,6 +423,44 @@ TEST(Autotune, AnAsynchronousTrainNodeIsFedByWhatItsWorkInFlightShows) {
   expect_within_budget(r);
   // 4 ms loads against 1 ms of device work: about 4 bodies.
   EXPECT_GE(settled(r, "nodes.load.concurrency"), 3) << r.to_table();
+}
+
+TEST(Autotune, ATransformWhoseBodiesShareOneResourceStopsGrowingWhenMoreBodiesGainNothing) {
+  // Each batch takes 3 ms for every body of the node running at the time: like a decoder that
+  // spreads each batch over the cores, more bodies do not add capacity.
+  Registry registry = builtin_registry();
+  auto active = std::make_shared<std::atomic<int>>(0);
+  registry.set(callable_type("shared_work", Role::transform, [active](Batch&) {
+    const int running = ++*active;
+    std::this_thread::sleep_for(std::chrono::microseconds(3000 * running));
+    --*active;
+  }));
+  const std::string yaml =
+      chain(300, 0, "  - { name: augment, type: shared_work, concurrency: auto }\n", 1);
+  Pipeline pipeline(load_config_string(yaml, registry, {}, "auto.yaml"), registry);
+  const RunReport r = pipeline.run();
+  EXPECT_EQ(r.batches, 300u);
+  expect_within_budget(r);
+  std::size_t saturated = r.tuning.decisions.size();
+  for (std::size_t i = 0; i < r.tuning.decisions.size() && saturated == r.tuning.decisions.size();
+       ++i) {
+    if (r.tuning.decisions[i].why.find("more bodies did not raise augment's rate") !=
+        std::string::npos) {
+      saturated = i;
+    }
+  }
+  ASSERT_LT(saturated, r.tuning.decisions.size()) << r.to_table();
+  // Found once, after the raise it judged; augment never grows past that raise again.
+  ASSERT_GE(saturated, 1u);
+  const TuningDecision& raise = r.tuning.decisions[saturated - 1];
+  EXPECT_EQ(raise.knob, "nodes.augment.concurrency");
+  for (std::size_t i = saturated; i < r.tuning.decisions.size(); ++i) {
+    const TuningDecision& d = r.tuning.decisions[i];
+    if (d.knob == "nodes.augment.concurrency") {
+      EXPECT_LE(d.to, raise.to) << r.to_table();
+    }
+  }
+  EXPECT_LE(settled(r, "nodes.augment.concurrency"), raise.to);
 }
 
 std::string config_error(const std::string& yaml) {

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -25,7 +26,21 @@ struct CostModel {
   int thread_budget = 16;
   double window_s = 0.5;
   bool fed_before = false;  // a window found the train node fed (tune() sets it)
+  // A stage whose bodies share what they run on: its time per batch is ms × bodies^shares[i]
+  // (1: every body slows the others as much as it adds; 0 or absent: independent bodies).
+  std::vector<double> shares = {};
+  // What tune() carries from one window to the next, as the pipeline does.
+  std::vector<bool> saturated = {};
+  std::size_t raised = ~std::size_t{0};
+  int raised_from = 0;
+  double capacity_before = 0;
 };
+
+/// Stage i's time per batch at its bodies now, in milliseconds.
+double ms_of(const CostModel& m, std::size_t i) {
+  const double share = i < m.shares.size() ? m.shares[i] : 0.0;
+  return m.ms[i] * std::pow(static_cast<double>(m.concurrency[i]), share);
+}
 
 /// What a window of the steady state would measure: the rate is the least of each stage's
 /// bodies over its time, the train node's, and the batches in flight over a batch's path (less
@@ -34,12 +49,12 @@ TunerSnapshot measure(const CostModel& m) {
   double path = 0;
   int widest = 1;
   for (std::size_t i = 0; i < m.ms.size(); ++i) {
-    path += m.ms[i] * 1e-3;
+    path += ms_of(m, i) * 1e-3;
     widest = std::max(widest, m.concurrency[i]);
   }
   double rate = static_cast<double>(std::max(m.depth - (widest - 1), 1)) / path;
   for (std::size_t i = 0; i < m.ms.size(); ++i) {
-    rate = std::min(rate, m.concurrency[i] / (m.ms[i] * 1e-3));
+    rate = std::min(rate, m.concurrency[i] / (ms_of(m, i) * 1e-3));
   }
   TunerSnapshot s;
   s.window_s = m.window_s;
@@ -57,7 +72,12 @@ TunerSnapshot measure(const CostModel& m) {
     x.concurrency = m.concurrency[i];
     x.max_concurrency = m.tunable[i] ? m.thread_budget : m.concurrency[i];
     x.items = static_cast<std::uint64_t>(rate * m.window_s);
-    x.busy_s = static_cast<double>(x.items) * m.ms[i] * 1e-3;
+    x.busy_s = static_cast<double>(x.items) * ms_of(m, i) * 1e-3;
+    x.saturated = i < m.saturated.size() && m.saturated[i];
+    if (m.raised == i) {
+      x.raised_from = m.raised_from;
+      x.capacity_before = m.capacity_before;
+    }
     s.stages.push_back(x);
   }
   return s;
@@ -69,12 +89,24 @@ std::vector<TunerDecision> tune(CostModel& m) {
   for (int step = 0; step < 20; ++step) {
     const TunerDecision d = decide(measure(m));
     out.push_back(d);
+    m.raised = ~std::size_t{0};
+    if (d.saturate) {
+      m.saturated.resize(m.ms.size());
+      m.saturated[d.stage] = true;
+    }
     if (d.kind == TunerDecision::Kind::concurrency) {
+      if (d.to > d.from) {
+        m.raised = d.stage;
+        m.raised_from = d.from;
+        m.capacity_before = d.from / (ms_of(m, d.stage) * 1e-3);
+      }
       m.concurrency[d.stage] = d.to;
     } else if (d.kind == TunerDecision::Kind::depth) {
       m.depth = d.to;
     } else {
       if (d.kind == TunerDecision::Kind::settled) m.fed_before = true;
+      // A saturated stage is a limit the tuning goes on past (the depth may still help).
+      if (d.saturate) continue;
       break;
     }
   }
@@ -117,6 +149,43 @@ TEST(Tuner, ASlowLoaderGetsTheBodiesItsCostNeedsThenTheDepthToKeepThemBusy) {
   EXPECT_EQ(decisions[1].why,
             "the train node waits 80% and every stage has the bodies it needs: 5.05 ms of work "
             "per batch at 1000 batches/s needs 12 batches in flight (5 of them for reordering)");
+}
+
+TEST(Tuner, ALoaderWhoseBodiesShareTheCoresKeepsWhatItHadWhenMoreBodiesGainNothing) {
+  // The loader decodes each batch on every idle core: 5 bodies take 5 times as long a batch.
+  CostModel m = slow_loader();
+  m.shares = {1.0};
+  const auto decisions = tune(m);
+  // 5 bodies of 20 ms and 4 batches in flight: the train node waits 95%. The loader keeps its
+  // 5 bodies (as good as 1), and the depth is then raised for them.
+  EXPECT_EQ(describe(decisions, m), "load 1->5; limitdepth 4->12; limit");
+  EXPECT_EQ(decisions[1].why,
+            "the train node waits 95%: more bodies did not raise load's rate: 1 gave 250 "
+            "batches/s, 5 give 250 (1250 expected; its bodies share what they run on): it keeps "
+            "5");
+  EXPECT_TRUE(decisions[1].saturate);
+  EXPECT_EQ(m.concurrency[0], 5);
+  // Then the loader is a limit, not a stage to grow.
+  EXPECT_NE(decisions[3].why.find("; more bodies did not raise its rate"), std::string::npos)
+      << decisions[3].why;
+}
+
+TEST(Tuner, ARaiseThatLowersTheRateGoesBack) {
+  // Each body slows the others by more than it adds (cache and memory traffic).
+  CostModel m = slow_loader();
+  m.shares = {1.1};
+  const auto decisions = tune(m);
+  ASSERT_GE(decisions.size(), 2u);
+  EXPECT_EQ(describe({decisions[0], decisions[1]}, m), "load 1->5; load 5->1; ");
+  EXPECT_EQ(decisions[1].why.substr(decisions[1].why.size() - 11), ": back to 1")
+      << decisions[1].why;
+  EXPECT_EQ(m.concurrency[0], 1);
+}
+
+TEST(Tuner, IndependentBodiesAreNotJudgedSaturated) {
+  CostModel m = slow_loader();
+  m.shares = {0.0};
+  for (const TunerDecision& d : tune(m)) EXPECT_FALSE(d.saturate) << d.why;
 }
 
 TEST(Tuner, ASlowTransformIsTheStageThatGrows) {

@@ -103,6 +103,12 @@ struct TuneState {
   std::uint64_t ticks = 0, occupied_ticks = 0;  // async train: ticks it was occupied
   std::uint64_t caller_wait_ns = 0;             // pull mode: the caller's wait in next(), then
   std::uint64_t last_tick_ns = 0;               // pull mode: ticks ride on next(), 5 ms apart
+  std::vector<bool> saturated;                  // per tuner sample: a raise gained nothing
+  std::vector<int> saturated_bodies;            // the bodies it kept then
+  std::vector<double> saturated_s;              // its time per batch at them
+  std::size_t raised = ~std::size_t{0};         // the sample the last change raised, if any
+  int raised_from = 0;                          // its bodies (all copies) before
+  double capacity_before = 0;                   // what they gave, batches/s
   std::uint64_t settle_until = 0;  // after a change, the window opens once this many finished
   TunerDecision::Kind last_kind = TunerDecision::Kind::none;
   std::size_t last_stage = 0;

@@ -26,6 +26,11 @@ struct StageSample {
   int max_concurrency = 1;    // the built node's (the thread budget for a tunable one)
   std::uint64_t items = 0;    // batches it finished in the window
   double busy_s = 0;          // time in its bodies in the window, summed over bodies
+  // The change before this window raised it from `raised_from` bodies, which gave
+  // `capacity_before` batches/s (bodies over time per batch); 0: it was not raised.
+  int raised_from = 0;
+  double capacity_before = 0;
+  bool saturated = false;  // a raise gave (almost) no more capacity: it gets no more bodies
 };
 
 /// The pipeline over a window, as decide() sees it.
@@ -50,6 +55,7 @@ struct TunerDecision {
   int from = 0;
   int to = 0;
   std::string why;
+  bool saturate = false;  // the stage's last raise gained (almost) nothing: mark it saturated
 };
 
 /// The share of the window the train node may wait for data and still count as fed.
@@ -62,6 +68,9 @@ inline constexpr double kTunerActWait = 0.10;
 inline constexpr std::uint64_t kTunerLongWindow = 64;
 /// Bodies (and in-flight slots) planned above what the service times need, for their spread.
 inline constexpr double kTunerHeadroom = 1.25;
+/// A raise from c to c' bodies should multiply a stage's capacity by c'/c; one that gains less
+/// than this share of that (its bodies share what they run on: the cores, a disk) saturates it.
+inline constexpr double kTunerGainShare = 0.25;
 
 /// Decides the one change to make after a window (or none), from the model of service times:
 /// the train node's time per batch sets the rate to reach; a stage of time s at that rate X
