@@ -1,7 +1,7 @@
 // `concurrency: auto` and `prefetch_depth: auto` (docs/AUTOTUNE.md): the maxima fixed at build
 // (pools for the largest depth the memory budget allows, auto nodes built at the thread budget),
-// and the tuner that runs on the supervisor's ticks, measures each window, asks decide() for one
-// change and moves the gates.
+// and the tuner that runs on the supervisor's ticks (a pull session's: the caller's next()),
+// measures each window, asks decide() for one change and moves the gates.
 
 #include <fmt/format.h>
 
