@@ -245,6 +245,7 @@ void PipelineImpl::tune_tick(std::uint64_t now, std::optional<std::uint64_t> cal
     caller.busy_s = std::max(0.0, snap.window_s - waited);
     snap.stages.push_back(std::move(caller));
     snap.train_label = "the caller's loop";
+    ++used;  // its body, as the thread budget counts it
   }
   TunerDecision d = decide(snap);
   if (d.saturate) {
