@@ -35,7 +35,7 @@ const Schema& pipeline_schema() {
     s.add_int("thread_budget",
               "most node bodies the tuner lets run at once, over all synchronous nodes (0: "
               "pipeline.threads, else the core count, for the auto nodes, plus the fixed nodes' "
-              "bodies)",
+              "bodies and a pull session's caller)",
               0)
         .range(0, 4096);
     s.add_number("stall_timeout_s", "end a run that makes no progress for this long (0: never)",
