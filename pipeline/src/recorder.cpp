@@ -256,7 +256,7 @@ void Recorder::print_progress(std::uint64_t t, bool last) {
   std::fflush(stderr);
 }
 
-void Recorder::fill(RunReport& report) const {
+void Recorder::fill(RunReport& report, bool pull) const {
   report.sampled = setup_.stats;
   if (setup_.stats && sampled_seconds_ > 0) report.full_fraction = full_seconds_ / sampled_seconds_;
   for (std::size_t k = 0; k < count_ && k < report.nodes.size(); ++k) {
@@ -273,7 +273,7 @@ void Recorder::fill(RunReport& report) const {
   if (report.seconds > 0) {
     report.upload_gbps = static_cast<double>(report.bytes_uploaded) / report.seconds * 1e-9;
   }
-  Verdict v = diagnose(report);
+  Verdict v = diagnose(report, pull);
   report.bottleneck = std::move(v.bottleneck);
   report.verdict = std::move(v.text);
 }

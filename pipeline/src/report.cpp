@@ -43,15 +43,16 @@ double load_of(const NodeReport& n, double seconds) {
 
 }  // namespace
 
-Verdict diagnose(const RunReport& r) {
+Verdict diagnose(const RunReport& r, bool pull) {
   if (r.nodes.empty()) return {"", "no nodes ran"};
   if (r.batches == 0 || r.seconds <= 0) return {"", "no batch finished: nothing to diagnose"};
   const NodeReport& train = r.nodes.back();
   const double stall = r.train.stall_fraction >= 0 ? r.train.stall_fraction : 1 - train.utilization;
   if (stall <= kTrainBoundStall) {
+    if (pull) return {"", "train-bound: the caller's loop busy " + percent(1 - stall)};
     return {train.name, "train-bound: " + train.name + " busy " + percent(1 - stall)};
   }
-  if (r.sampled && 1 - stall >= kSaturated &&
+  if (!pull && r.sampled && 1 - stall >= kSaturated &&
       train.wait_input_seconds <= kTrainInputWait * r.seconds) {
     // Idle, but not for want of data: its batches were there and waited for a thread.
     return {train.name, "train-bound: " + train.name + " busy " + percent(1 - stall) +
@@ -64,7 +65,7 @@ Verdict diagnose(const RunReport& r) {
   for (std::size_t i = 0; i < r.nodes.size(); ++i) {
     const NodeReport& n = r.nodes[i];
     if (!n.asynchronous) threads_busy += n.busy_seconds;
-    if (i + 1 == r.nodes.size()) continue;
+    if (!pull && i + 1 == r.nodes.size()) continue;
     const double load = load_of(n, r.seconds);
     if (load > top_load) {
       top = &n;
@@ -72,7 +73,8 @@ Verdict diagnose(const RunReport& r) {
     }
   }
   threads_busy /= r.seconds * std::max(r.threads, 1);
-  const std::string waits = " (train waits " + percent(stall) + ")";
+  const std::string waits =
+      (pull ? " (the caller waits " : " (train waits ") + percent(stall) + ")";
   if (top && top_load >= kSaturated) {
     if (top->asynchronous) {
       return {top->name,

@@ -207,6 +207,7 @@ void SessionState::close() noexcept {
     if (shared->error && !error) error = shared->error;
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
+  p.recorder_.end_run(detail::now_ns());
   arena.reset();
   parallelism.reset();
   for (auto& s : p.stages_) s->node->quiesce();
@@ -216,6 +217,8 @@ void SessionState::close() noexcept {
   }
   try {
     final_report = make_report(seconds, !error && !interrupted, interrupted);
+    // Once the monitor has stopped: the sampled figures are final.
+    p.recorder_.fill(final_report, true);
   } catch (...) {
     if (!error) error = std::current_exception();
   }
@@ -382,6 +385,18 @@ Session Pipeline::start() {
   // start() clears a stop or abort request made before it (run() keeps one; see request_stop).
   p.stop_ = false;
   p.abort_ = false;
+  // The nodes' sampled figures and the verdict, as in run() (no progress line: the caller owns
+  // the terminal).
+  detail::Recorder::RunSetup record;
+  record.expected = p.expected_batches();
+  record.per_epoch = p.sampler_->batches_per_epoch();
+  record.epochs = p.config_.pipeline.epochs;
+  record.threads = std::max(detail::arena_threads(p.config_), 1);
+  record.produced = &p.produced_;
+  record.consumed = &p.consumed_;
+  for (auto& g : p.gauges_) record.gauges.emplace_back(g.first, g.second.get());
+  record.config = p.config_.file;
+  p.recorder_.begin_run(std::move(record), detail::now_ns());
   if (p.tuning_) {
     // Before the graph is wired: its head limiter starts at the tuner's first depth.
     p.tune_begin(RunOptions{}, detail::now_ns());

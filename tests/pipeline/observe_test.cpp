@@ -146,6 +146,50 @@ TEST(ObserveReport, LoadBoundRunStallsNearOneAndNamesTheLoader) {
   EXPECT_LT(train.queue_high_water, node(r, "load").queue_high_water) << r.to_table();
 }
 
+/// A pull session over a synthetic loader of `load_ms` a batch (one body), whose caller spends
+/// `caller_ms` on each batch; the session's final report.
+RunReport pull_report(double load_ms, double caller_ms) {
+  const Registry registry = builtin_registry();
+  Pipeline pipeline(
+      load_config_string(
+          "pipeline: { mode: pull, epochs: 1, batch_size: 64, prefetch_depth: 8, threads: 4, "
+          "device: host }\n"
+          "nodes:\n"
+          "  - { name: load, type: synthetic, params: { batches: 100, sample_shape: [64], "
+          "delay_ms: " +
+              std::to_string(load_ms) +
+              " } }\n"
+              "  - { name: stage, type: host_staging, concurrency: 2 }\n"
+              "  - { name: upload, type: host_upload }\n",
+          registry),
+      registry);
+  Session session = pipeline.start();
+  while (Batch* b = session.next()) {
+    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(caller_ms));
+    session.release(b);
+  }
+  return session.report();
+}
+
+TEST(ObserveReport, APullSessionNamesTheLoaderThatKeepsItsCallerWaiting) {
+  const RunReport r = pull_report(2, 0.2);
+  EXPECT_EQ(r.batches, 100u);
+  EXPECT_GT(r.train.stall_fraction, 0.5);
+  expect_bound_by(r, "load", "load-bound: raise nodes.load.concurrency (busy ");
+  // The sampled figures are there, as in run(): the loader never starved, staging did.
+  EXPECT_TRUE(r.sampled);
+  EXPECT_LT(node(r, "load").wait_input_seconds, 0.1 * r.seconds) << r.to_table();
+  EXPECT_GT(node(r, "stage").wait_input_seconds, 0.5 * r.seconds) << r.to_table();
+}
+
+TEST(ObserveReport, APullSessionWhoseCallerIsTheSlowerStepIsTrainBound) {
+  const RunReport r = pull_report(0, 2);
+  EXPECT_LT(r.train.stall_fraction, 0.1);
+  expect_bound_by(r, "", "train-bound: the caller's loop busy ");
+  EXPECT_NE(r.to_table().find("verdict: train-bound: the caller's loop busy "), std::string::npos)
+      << r.to_table();
+}
+
 TEST(ObserveReport, TableAndJsonCarryTheFigures) {
   const RunReport r = run_builtin(chain_yaml(20, 6, 1, 0));
   const std::string table = r.to_table();

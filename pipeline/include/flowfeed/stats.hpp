@@ -150,7 +150,9 @@ struct Verdict {
   std::string bottleneck;  ///< node name, or empty
   std::string text;        ///< e.g. "load-bound: raise nodes.load.concurrency (busy 100% at 4)"
 };
-/// Diagnoses a finished run from its report (nodes in chain order, the train node last).
-Verdict diagnose(const RunReport& report);
+/// Diagnoses a finished run from its report (nodes in chain order, the train node last). `pull`:
+/// a pull session's report, whose train step is the caller's loop (`train.stall_fraction` is its
+/// wait inside next()) and whose nodes may all be the bottleneck.
+Verdict diagnose(const RunReport& report, bool pull = false);
 
 }  // namespace flowfeed

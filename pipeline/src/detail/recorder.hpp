@@ -156,7 +156,7 @@ class Recorder {
   }
 
   /// Adds the recorded figures and the verdict to a report whose node list is in chain order.
-  void fill(RunReport& report) const;
+  void fill(RunReport& report, bool pull = false) const;
 
  private:
   /// The node a batch goes to after `node`; count_ after a train node.
