@@ -135,15 +135,18 @@ TEST(ObserveReport, LoadBoundRunStallsNearOneAndNamesTheLoader) {
   EXPECT_GT(r.train.stall_fraction, 0.9);
   expect_bound_by(r, "load", "load-bound: raise nodes.load.concurrency (busy ");
   EXPECT_NE(r.verdict.find(" at 1)"), std::string::npos) << r.verdict;
-  // The train node waits for input; batches queue at the loader, not downstream.
+  // The train node waits for input; batches queue at the loader, not downstream. A busy machine
+  // (a sanitizer, two cores) may keep the train node off the CPU for a while: that time is its
+  // `wait cpu`, and the batches that came meanwhile queue at it.
   const NodeReport& train = node(r, "train");
-  EXPECT_GT(train.wait_input_seconds, 0.8 * r.seconds) << r.to_table();
+  EXPECT_GT(train.wait_input_seconds + train.wait_cpu_seconds, 0.8 * r.seconds) << r.to_table();
   EXPECT_LT(train.wait_output_seconds, 0.1 * r.seconds) << r.to_table();
   EXPECT_GE(node(r, "load").queue_high_water, static_cast<std::uint64_t>(r.prefetch_depth - 2))
       << r.to_table();
-  // Downstream holds fewer than the loader's queue (a couple, unless a busy machine kept the
-  // train node off the CPU for a while: its `wait cpu`).
-  EXPECT_LT(train.queue_high_water, node(r, "load").queue_high_water) << r.to_table();
+  if (train.wait_cpu_seconds < 0.02 * r.seconds) {
+    EXPECT_GT(train.wait_input_seconds, 0.8 * r.seconds) << r.to_table();
+    EXPECT_LE(train.queue_high_water, 2u) << r.to_table();
+  }
 }
 
 /// A pull session over a synthetic loader of `load_ms` a batch (one body), whose caller spends
