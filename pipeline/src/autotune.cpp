@@ -258,28 +258,11 @@ void PipelineImpl::tune_tick(std::uint64_t now, std::optional<std::uint64_t> cal
     tune_.saturated_s[d.stage] =
         back ? st.raised_from / st.capacity_before : st.busy_s / static_cast<double>(st.items);
   }
-  const bool raise = d.kind == TunerDecision::Kind::concurrency && d.to > d.from;
   if (d.kind == TunerDecision::Kind::concurrency) {
-    // Per copy: a node in n branches moves by n bodies at a time, a raise within the thread
-    // budget.
-    const int n = static_cast<int>(groups[d.stage].size());
+    // Per copy, a raise within the thread budget.
+    const int copies = static_cast<int>(groups[d.stage].size());
     const int room = thread_budget_ - (used - snap.stages[d.stage].concurrency);
-    const int from = d.from / n;
-    const int to = raise ? std::min((d.to + n - 1) / n, std::max(room / n, 1))
-                         : std::max((d.to + n - 1) / n, 1);
-    if (to != from) {
-      d.from = from;
-      d.to = to;
-    } else if (raise) {
-      d.kind = TunerDecision::Kind::limit;
-      d.why += fmt::format(
-          "; the thread budget of {} bodies has no room for one more in each of "
-          "the {} branches",
-          thread_budget_, n);
-    } else {
-      d.kind = TunerDecision::Kind::settled;
-      d.why += fmt::format("; its {} copies keep {} each", n, from);
-    }
+    d = per_copy(std::move(d), copies, room);
   }
   // The next window judges a raise by the capacity it added.
   if (d.kind != TunerDecision::Kind::none) tune_.raised = groups.size();

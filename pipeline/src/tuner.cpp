@@ -286,6 +286,27 @@ void Gate::set(int effective) noexcept {
   }
 }
 
+TunerDecision per_copy(TunerDecision d, int copies, int room) {
+  if (d.kind != TunerDecision::Kind::concurrency) return d;
+  const int n = std::max(copies, 1);
+  const bool raise = d.to > d.from;
+  const int from = d.from / n;
+  const int to =
+      raise ? std::min((d.to + n - 1) / n, std::max(room / n, 1)) : std::max((d.to + n - 1) / n, 1);
+  if (to != from) {
+    d.from = from;
+    d.to = to;
+  } else if (raise) {
+    d.kind = TunerDecision::Kind::limit;
+    d.why += fmt::format(
+        "; the thread budget has no room for one more body in each of the {} branches", n);
+  } else {
+    d.kind = TunerDecision::Kind::settled;
+    d.why += fmt::format("; its {} copies keep {} each", n, from);
+  }
+  return d;
+}
+
 int Gate::take_pending() noexcept {
   return take(pending_, std::numeric_limits<int>::max());
 }

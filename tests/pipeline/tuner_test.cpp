@@ -299,6 +299,43 @@ TEST(Tuner, ACostThatChangesMidRunIsFollowedBothWays) {
             "up, 10 are busy 10%");
 }
 
+TEST(Tuner, ADecisionForACopiedNodeIsPerCopyAndAFallStaysAFall) {
+  const auto decision = [](int from, int to) {
+    TunerDecision d;
+    d.kind = TunerDecision::Kind::concurrency;
+    d.from = from;
+    d.to = to;
+    d.why = "w";
+    return d;
+  };
+  // One copy: as decided, a fall included (the warm-cache give-back).
+  TunerDecision d = per_copy(decision(10, 2), 1, 6);
+  EXPECT_EQ(d.kind, TunerDecision::Kind::concurrency);
+  EXPECT_EQ(d.from, 10);
+  EXPECT_EQ(d.to, 2);
+  d = per_copy(decision(1, 5), 1, 8);
+  EXPECT_EQ(d.to, 5);
+  // Two copies of 1 body (2 in all) to 5 in all: 3 each, room for 8 more in all.
+  d = per_copy(decision(2, 5), 2, 8);
+  EXPECT_EQ(d.kind, TunerDecision::Kind::concurrency);
+  EXPECT_EQ(d.from, 1);
+  EXPECT_EQ(d.to, 3);
+  // ... but room for 4 in all: 2 each.
+  d = per_copy(decision(2, 5), 2, 4);
+  EXPECT_EQ(d.to, 2);
+  // No room for one more in each copy: a limit that says so.
+  d = per_copy(decision(4, 5), 2, 5);
+  EXPECT_EQ(d.kind, TunerDecision::Kind::limit);
+  EXPECT_EQ(d.why, "w; the thread budget has no room for one more body in each of the 2 branches");
+  // Two copies of 3 (6 in all) to 2 in all: 1 each; to 5 in all: 3 each, as now.
+  d = per_copy(decision(6, 2), 2, 6);
+  EXPECT_EQ(d.kind, TunerDecision::Kind::concurrency);
+  EXPECT_EQ(d.to, 1);
+  d = per_copy(decision(6, 5), 2, 6);
+  EXPECT_EQ(d.kind, TunerDecision::Kind::settled);
+  EXPECT_EQ(d.why, "w; its 2 copies keep 3 each");
+}
+
 TEST(Tuner, ANoisyWaitJustAboveTheTargetWaitsForALongerWindow) {
   CostModel m = slow_loader();
   m.concurrency[0] = 5;

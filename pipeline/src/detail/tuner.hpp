@@ -72,6 +72,12 @@ inline constexpr double kTunerHeadroom = 1.25;
 /// than this share of that (its bodies share what they run on: the cores, a disk) saturates it.
 inline constexpr double kTunerGainShare = 0.25;
 
+/// A concurrency decision for a node copied into `copies` branches (its figures the sums of all
+/// copies) as the bodies of each copy: a raise within `room` more bodies in all (the thread
+/// budget's), rounded up per copy; a fall rounded up too. A raise with no room for one more body in
+/// every copy becomes a limit; a fall that leaves each copy's count as it is, settled.
+TunerDecision per_copy(TunerDecision d, int copies, int room);
+
 /// Decides the one change to make after a window (or none), from the model of service times:
 /// the train node's time per batch sets the rate to reach; a stage of time s at that rate X
 /// needs X × s bodies; the batches in flight must cover every stage's bodies and the ones
