@@ -145,16 +145,14 @@ void PipelineImpl::tune_begin(const RunOptions& options, std::uint64_t start_ns)
     if (tune_.print) {
       std::fputs(("flowfeed: tune 0.00 s, batch 0: " + note.why + "\n").c_str(), stderr);
     }
-    tune_.log.push_back(std::move(note));
+    keep_decision(std::move(note), false);
   }
 }
 
 void PipelineImpl::tune_tick(std::uint64_t now, std::optional<std::uint64_t> caller_wait_ns) {
   const bool pull = caller_wait_ns.has_value();
   const std::vector<std::vector<std::size_t>> groups = sample_groups();
-  tune_.saturated.resize(groups.size(), false);
-  tune_.saturated_bodies.resize(groups.size(), 0);
-  tune_.saturated_s.resize(groups.size(), 0.0);
+  tune_.saturated.resize(groups.size());
   const Stage& train = *stages_.back();
   if (!pull && train.node->asynchronous()) {
     // An asynchronous train node's busy time is its submit()s: sample whether it is occupied,
@@ -224,11 +222,12 @@ void PipelineImpl::tune_tick(std::uint64_t now, std::optional<std::uint64_t> cal
                  static_cast<double>(tune_.ticks * groups[g].size());
     }
     if (!x.asynchronous) used += x.concurrency;
-    if (tune_.saturated[g] && x.items > 0 && x.concurrency == tune_.saturated_bodies[g]) {
-      const double ratio = x.busy_s / static_cast<double>(x.items) / tune_.saturated_s[g];
-      if (ratio > kChangedCost || ratio < 1 / kChangedCost) tune_.saturated[g] = false;
+    Saturation& sat = tune_.saturated[g];
+    if (sat.on && x.items > 0 && x.concurrency == sat.bodies) {
+      const double ratio = x.busy_s / static_cast<double>(x.items) / sat.seconds;
+      if (ratio > kChangedCost || ratio < 1 / kChangedCost) sat.on = false;
     }
-    x.saturated = tune_.saturated[g];
+    x.saturated = sat.on;
     if (tune_.raised == g) {
       x.raised_from = tune_.raised_from;
       x.capacity_before = tune_.capacity_before;
@@ -253,10 +252,9 @@ void PipelineImpl::tune_tick(std::uint64_t now, std::optional<std::uint64_t> cal
     // a cost that rose while the raise was judged, a cold part of the data set).
     const StageSample& st = snap.stages[d.stage];
     const bool back = d.kind == TunerDecision::Kind::concurrency;
-    tune_.saturated[d.stage] = true;
-    tune_.saturated_bodies[d.stage] = back ? d.to : st.concurrency;
-    tune_.saturated_s[d.stage] =
-        back ? st.raised_from / st.capacity_before : st.busy_s / static_cast<double>(st.items);
+    tune_.saturated[d.stage] = {
+        true, back ? d.to : st.concurrency,
+        back ? st.raised_from / st.capacity_before : st.busy_s / static_cast<double>(st.items)};
   }
   if (d.kind == TunerDecision::Kind::concurrency) {
     // Per copy, a raise within the thread budget.
@@ -301,10 +299,6 @@ void PipelineImpl::tune_tick(std::uint64_t now, std::optional<std::uint64_t> cal
   if (changed || note) {
     tune_.last_kind = d.kind;
     tune_.last_stage = d.stage;
-    if (changed) {
-      tune_.settled_s = t;
-      tune_.settled_batches = finished;
-    }
     if (tune_.print) {
       const std::string line =
           changed
@@ -316,14 +310,22 @@ void PipelineImpl::tune_tick(std::uint64_t now, std::optional<std::uint64_t> cal
       std::fflush(stderr);
     }
     if (!changed) entry.why = tune_.state;
-    // A run that keeps changing keeps its first decisions (the stderr lines have them all).
-    if (tune_.log.size() < kMaxLogged) tune_.log.push_back(std::move(entry));
+    keep_decision(std::move(entry), changed);
   }
   // No decision: the window grows. After a change the next window opens once the batches in
   // flight now have finished.
   if (d.kind == TunerDecision::Kind::none) return;
   tune_.window_open = false;
   if (changed) tune_.settle_until = finished + static_cast<std::uint64_t>(snap.depth);
+}
+
+void PipelineImpl::keep_decision(TuningDecision entry, bool change) {
+  if (change) {
+    tune_.settled_s = entry.seconds;
+    tune_.settled_batches = entry.batch;
+  }
+  // A run that keeps changing keeps its first decisions (the stderr lines have them all).
+  if (tune_.log.size() < kMaxLogged) tune_.log.push_back(std::move(entry));
 }
 
 void PipelineImpl::tune_fill(RunReport& report) const {
@@ -373,16 +375,13 @@ int PipelineImpl::tune_hold(std::size_t held, std::uint64_t now) {
   const int to = std::min(static_cast<int>(held) + 1, config_.pipeline.prefetch_depth);
   depth_gate_.set(to);
   recorder_.set_depth(to);
-  const double t = static_cast<double>(now - tune_.start_ns) * 1e-9;
   const std::uint64_t finished = consumed_.load(std::memory_order_relaxed);
-  if (tune_.log.size() < kMaxLogged) {
-    tune_.log.push_back({t, finished, "pipeline.prefetch_depth", effective, to,
-                         fmt::format("the caller holds {} batches and asks for another: {} may be "
-                                     "in flight",
-                                     held, to)});
-  }
-  tune_.settled_s = t;
-  tune_.settled_batches = finished;
+  keep_decision(
+      {static_cast<double>(now - tune_.start_ns) * 1e-9, finished, "pipeline.prefetch_depth",
+       effective, to,
+       fmt::format("the caller holds {} batches and asks for another: {} may be in flight", held,
+                   to)},
+      true);
   tune_.window_open = false;
   tune_.settle_until = finished;
   // Nothing may finish while the caller holds every batch in flight: the raise goes to the

@@ -81,6 +81,28 @@ std::string PipelineImpl::lost_batches(const std::string& end) const {
          " left the source) — a node dropped or held a batch";
 }
 
+void PipelineImpl::begin_recording(const RunOptions& options, int threads) {
+  detail::Recorder::RunSetup record;
+  record.stats = options.stats;
+  record.trace = options.trace;
+  record.progress = options.progress;
+  record.bar = options.progress_bar;
+  record.progress_interval_s = options.progress_interval_s;
+  record.expected = expected_batches();
+  record.per_epoch = sampler_->batches_per_epoch();
+  record.epochs = config_.pipeline.epochs;
+  record.threads = threads;
+  record.produced = &produced_;
+  record.consumed = &consumed_;
+  for (auto& g : gauges_) record.gauges.emplace_back(g.first, g.second.get());
+  record.config = config_.file;
+  recorder_.begin_run(std::move(record), now_ns());
+  if (tuning_) tune_begin(options, now_ns());
+  recorder_.set_depth(tuning_ && config_.pipeline.auto_prefetch_depth
+                          ? start_depth_
+                          : config_.pipeline.prefetch_depth);
+}
+
 std::string PipelineImpl::stall_message(const std::string& what) const {
   return fmt::format("run stalled: no {} for {:g} s (pipeline.stall_timeout_s): {}", what,
                      config_.pipeline.stall_timeout_s, stuck_stage());
@@ -100,27 +122,10 @@ RunReport PipelineImpl::run(const RunOptions& options) {
                                   static_cast<std::size_t>(std::max(threads, 1)) + 1);
   tbb::task_arena arena(threads);
 
-  const std::uint64_t per_epoch = sampler_->batches_per_epoch();
-  const std::uint64_t expected = expected_batches();
   std::exception_ptr failure;
   std::atomic<tbb::flow::graph*> graph_ptr{nullptr};
   std::atomic<bool> cancelled_by_us{false};
   std::string stall;
-
-  detail::Recorder::RunSetup record;
-  record.stats = options.stats;
-  record.trace = options.trace;
-  record.progress = options.progress;
-  record.bar = options.progress_bar;
-  record.progress_interval_s = options.progress_interval_s;
-  record.expected = expected;
-  record.per_epoch = per_epoch;
-  record.epochs = config_.pipeline.epochs;
-  record.threads = threads;
-  record.produced = &produced_;
-  record.consumed = &consumed_;
-  for (auto& g : gauges_) record.gauges.emplace_back(g.first, g.second.get());
-  record.config = config_.file;
 
   // The supervisor does no pipeline work: it turns abort requests and stalls into graph::cancel()
   // (which a signal handler may not call). The recorder's monitor samples and prints progress.
@@ -128,13 +133,9 @@ RunReport PipelineImpl::run(const RunOptions& options) {
   std::condition_variable sup_cv;
   bool done = false;
   const auto t_start = Clock::now();
-  recorder_.begin_run(std::move(record), now_ns());
-  if (tuning_) tune_begin(options, now_ns());
-  recorder_.set_depth(tuning_ && config_.pipeline.auto_prefetch_depth
-                          ? start_depth_
-                          : config_.pipeline.prefetch_depth);
+  begin_recording(options, threads);
   // The tuner measures on the supervisor's ticks: finer ones while it runs.
-  const auto tick = std::chrono::milliseconds(tuning_ ? 5 : 20);
+  const auto tick = tuning_ ? kTunerTick : std::chrono::milliseconds(20);
   std::thread supervisor([&] {
     std::uint64_t last_progress = ~0ull;
     auto last_change = Clock::now();

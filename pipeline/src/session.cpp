@@ -136,13 +136,16 @@ class SessionState {
     gw->release_wait();
   }
 
-  /// The tuner's tick on the caller's thread, at most every 5 ms; `waiting_ns`: how long the
+  /// The tuner's tick on the caller's thread, at most every kTunerTick; `waiting_ns`: how long the
   /// caller has been waiting in this next() call so far.
   void tune(std::uint64_t waiting_ns) {
     PipelineImpl& p = *impl;
     if (!p.tuning_ || p.cancel_.load()) return;
     const std::uint64_t now = detail::now_ns();
-    if (now - p.tune_.last_tick_ns < 5'000'000) return;
+    if (now - p.tune_.last_tick_ns <
+        static_cast<std::uint64_t>(std::chrono::nanoseconds(detail::kTunerTick).count())) {
+      return;
+    }
     p.tune_.last_tick_ns = now;
     p.tune_tick(now, wait_ns + waiting_ns);
   }
@@ -322,7 +325,7 @@ Batch* Session::next() {
         if (s.count > 0 || s.error || s.finished) continue;
       }
       // Short slices: request_abort() from a signal handler cannot notify.
-      s.cv.wait_for(lock, std::chrono::milliseconds(p.tuning_ ? 5 : 50));
+      s.cv.wait_for(lock, p.tuning_ ? detail::kTunerTick : std::chrono::milliseconds(50));
     }
   }
   st.wait_ns += static_cast<std::uint64_t>(
@@ -385,25 +388,6 @@ Session Pipeline::start() {
   // start() clears a stop or abort request made before it (run() keeps one; see request_stop).
   p.stop_ = false;
   p.abort_ = false;
-  // The nodes' sampled figures and the verdict, as in run() (no progress line: the caller owns
-  // the terminal).
-  detail::Recorder::RunSetup record;
-  record.expected = p.expected_batches();
-  record.per_epoch = p.sampler_->batches_per_epoch();
-  record.epochs = p.config_.pipeline.epochs;
-  record.threads = std::max(detail::arena_threads(p.config_), 1);
-  record.produced = &p.produced_;
-  record.consumed = &p.consumed_;
-  for (auto& g : p.gauges_) record.gauges.emplace_back(g.first, g.second.get());
-  record.config = p.config_.file;
-  p.recorder_.begin_run(std::move(record), detail::now_ns());
-  if (p.tuning_) {
-    // Before the graph is wired: its head limiter starts at the tuner's first depth.
-    p.tune_begin(RunOptions{}, detail::now_ns());
-    p.recorder_.set_depth(p.config_.pipeline.auto_prefetch_depth
-                              ? p.start_depth_
-                              : p.config_.pipeline.prefetch_depth);
-  }
 
   auto state = std::make_unique<SessionState>();
   state->impl = &p;
@@ -427,6 +411,10 @@ Session Pipeline::start() {
         "Pipeline::run()");
   }
   state->arena = std::make_unique<tbb::task_arena>(threads, 0);
+  // The nodes' sampled figures, the verdict and the tuner, as in run() (no progress line: the
+  // caller owns the terminal). Before the graph is wired: its head limiter starts at the tuner's
+  // first depth.
+  p.begin_recording(RunOptions{}, threads);
   state->started = Clock::now();
   p.running_ = true;
   p.pull_ = state.get();

@@ -7,6 +7,7 @@
 #include <oneapi/tbb/flow_graph.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <functional>
@@ -93,6 +94,17 @@ struct DepthRetry {
   int depth = 0;
 };
 
+/// How often the tuner measures: the supervisor's tick in run(), the most often next() ticks it
+/// in a pull session.
+inline constexpr std::chrono::milliseconds kTunerTick{5};
+
+/// A tuner sample whose last raise gained (almost) nothing.
+struct Saturation {
+  bool on = false;
+  int bodies = 0;      // the bodies it kept then (all copies)
+  double seconds = 0;  // its time per batch at them; judged again once that moves by half
+};
+
 /// The tuner's state during one run (autotune.cpp).
 struct TuneState {
   std::uint64_t start_ns = 0;
@@ -102,10 +114,8 @@ struct TuneState {
   std::vector<std::uint64_t> items, busy_ns;    // per stage, then
   std::uint64_t ticks = 0, occupied_ticks = 0;  // async train: ticks it was occupied
   std::uint64_t caller_wait_ns = 0;             // pull mode: the caller's wait in next(), then
-  std::uint64_t last_tick_ns = 0;               // pull mode: ticks ride on next(), 5 ms apart
-  std::vector<bool> saturated;                  // per tuner sample: a raise gained nothing
-  std::vector<int> saturated_bodies;            // the bodies it kept then
-  std::vector<double> saturated_s;              // its time per batch at them
+  std::uint64_t last_tick_ns = 0;               // pull mode: ticks ride on next()
+  std::vector<Saturation> saturated;            // per tuner sample
   std::size_t raised = ~std::size_t{0};         // the sample the last change raised, if any
   int raised_from = 0;                          // its bodies (all copies) before
   double capacity_before = 0;                   // what they gave, batches/s
@@ -154,6 +164,9 @@ class PipelineImpl {
   void note_claim(MemoryKind kind, std::uint64_t bytes, std::size_t count);
   /// Start of a run (the supervisor's thread calls tune_tick from then on).
   void tune_begin(const RunOptions& options, std::uint64_t start_ns);
+  /// Keeps a decision for the report (a run that keeps changing keeps its first ones); a change
+  /// also moves the settled time.
+  void keep_decision(TuningDecision entry, bool change);
   /// One supervisor tick: measures, and when a window is complete decides and applies. In pull
   /// mode `caller_wait_ns` is how long the caller has waited inside next() so far: the caller's
   /// loop is the train step.
@@ -177,6 +190,9 @@ class PipelineImpl {
   /// start() none), then resets every per-run counter, the stages and the pools, and sets the
   /// source to the start (pipeline.resume_from) with `options`' stop_after and checkpoints.
   void begin_run(bool pull, const RunOptions& options = {});
+  /// Starts the recorder for a run or a session (`options`' stats, trace and progress; `threads`
+  /// the arena's), then the tuner when it runs, and sets the in-flight bound the recorder shows.
+  void begin_recording(const RunOptions& options, int threads);
   /// Batches a whole run takes from the source (the rest from a resumed checkpoint, at most
   /// RunOptions::stop_after).
   std::uint64_t expected_batches() const;
