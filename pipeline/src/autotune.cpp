@@ -262,8 +262,10 @@ void PipelineImpl::tune_tick(std::uint64_t now, std::optional<std::uint64_t> cal
     const int room = thread_budget_ - (used - snap.stages[d.stage].concurrency);
     d = per_copy(std::move(d), copies, room);
   }
-  // The next window judges a raise by the capacity it added.
-  if (d.kind != TunerDecision::Kind::none) tune_.raised = groups.size();
+  // A later window judges a raise by the capacity it added, once its bodies are in use (a depth
+  // change or a limit in between leaves it to judge); another concurrency change or the judgement
+  // ends it.
+  if (d.saturate || d.kind == TunerDecision::Kind::concurrency) tune_.raised = groups.size();
   if (d.kind == TunerDecision::Kind::concurrency && d.to > d.from) {
     const StageSample& st = snap.stages[d.stage];
     tune_.raised = d.stage;

@@ -86,12 +86,20 @@ TunerDecision decide(const TunerSnapshot& s) {
   }
 
   const std::string waits = fmt::format("{} waits {:.0f}%", s.train_label, wait * 100);
-  // The last change raised a stage: did its bodies give the capacity they should? A stage whose
-  // work shares the cores (a loader that decodes in parallel itself, bodies beyond the cores) or
-  // a device gains little; it keeps the better of the two counts and gets no more bodies.
+  // A stage raised before and not judged yet: did its bodies give the capacity they should? A
+  // stage whose work shares the cores (a loader that decodes in parallel itself, bodies beyond
+  // the cores) or a device gains little; it keeps the better of the two counts and gets no more
+  // bodies. It is judged once the bodies it got are in use: with fewer batches in flight than
+  // bodies, each body runs alone and its time per batch says nothing of how they share.
+  std::size_t unjudged = s.stages.size();
   for (std::size_t i = 0; i + 1 < s.stages.size(); ++i) {
     const StageSample& st = s.stages[i];
     if (st.raised_from <= 0 || st.items == 0 || st.busy_s <= 0 || st.capacity_before <= 0) {
+      continue;
+    }
+    const double in_use = st.busy_s / s.window_s;
+    if (in_use < st.raised_from + kTunerInUseShare * (st.concurrency - st.raised_from)) {
+      unjudged = i;
       continue;
     }
     const double now = st.concurrency / per_batch(st);
@@ -118,7 +126,8 @@ TunerDecision decide(const TunerSnapshot& s) {
   // The stage with the fewest bodies for what the rate needs of it.
   std::size_t bottleneck = s.stages.size();
   double lowest = 1.0;
-  std::string limit;  // a stage that cannot grow, and why
+  std::string limit;         // a stage that cannot grow, and why
+  bool in_use_wait = false;  // or one that will grow once its last raise is judged
   for (std::size_t i = 0; i + 1 < s.stages.size(); ++i) {
     const StageSample& st = s.stages[i];
     if (st.asynchronous || st.busy_s <= 0) continue;
@@ -157,7 +166,8 @@ TunerDecision decide(const TunerSnapshot& s) {
                           ? std::max(1, static_cast<int>(budget_rate * per_batch(st) + 1e-9))
                           : target;
     const int to = std::min({target, share, st.max_concurrency, room});
-    if (st.tunable && !st.saturated && to > st.concurrency) {
+    const bool grows = st.tunable && !st.saturated && to > st.concurrency;
+    if (grows && bottleneck != unjudged) {
       d.kind = TunerDecision::Kind::concurrency;
       d.stage = bottleneck;
       d.from = st.concurrency;
@@ -167,8 +177,12 @@ TunerDecision decide(const TunerSnapshot& s) {
                                    : std::string());
       return d;
     }
+    in_use_wait = grows;
     limit =
         model + (st.saturated ? std::string("; more bodies did not raise its rate")
+                 : grows      ? fmt::format("; its {} bodies are not yet in use (too few "
+                                                 "batches in flight)",
+                                            st.concurrency)
                  : st.tunable ? fmt::format("; the thread budget of {} bodies is reached (raise "
                                             "pipeline.thread_budget, or pipeline.threads)",
                                             s.thread_budget)
@@ -197,7 +211,13 @@ TunerDecision decide(const TunerSnapshot& s) {
       ceil_int(rate * path_s * kTunerHeadroom, 1 << 20) + (s.ordered ? widest : 0), used + 1);
   std::string why;
   int target;
-  if (model_depth > s.depth) {
+  // With a stage that cannot grow, a depth within the headroom of what the service times need
+  // already serves the rate it allows: the times' spread would otherwise raise it window after
+  // window. Fewer batches in flight than bodies is not spread.
+  const bool limited = !limit.empty() && !in_use_wait;
+  const bool short_of_need =
+      !limited || s.depth <= used ? model_depth > s.depth : model_depth > s.depth * kTunerHeadroom;
+  if (short_of_need) {
     target = model_depth;
     const std::string reorder =
         s.ordered ? fmt::format(" ({} of them for reordering)", widest) : std::string();

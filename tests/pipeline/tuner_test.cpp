@@ -89,7 +89,7 @@ std::vector<TunerDecision> tune(CostModel& m) {
   for (int step = 0; step < 20; ++step) {
     const TunerDecision d = decide(measure(m));
     out.push_back(d);
-    m.raised = ~std::size_t{0};
+    if (d.saturate || d.kind == TunerDecision::Kind::concurrency) m.raised = ~std::size_t{0};
     if (d.saturate) {
       m.saturated.resize(m.ms.size());
       m.saturated[d.stage] = true;
@@ -156,18 +156,26 @@ TEST(Tuner, ALoaderWhoseBodiesShareTheCoresKeepsWhatItHadWhenMoreBodiesGainNothi
   CostModel m = slow_loader();
   m.shares = {1.0};
   const auto decisions = tune(m);
-  // 5 bodies of 20 ms and 4 batches in flight: the train node waits 95%. The loader keeps its
-  // 5 bodies (as good as 1), and the depth is then raised for them.
-  EXPECT_EQ(describe(decisions, m), "load 1->5; limitdepth 4->12; limit");
+  // 5 bodies of 20 ms and 4 batches in flight: one body at a time runs, so the raise is not
+  // judged yet and the depth is raised for the bodies first. Then all 5 run and give what 1 did:
+  // the loader keeps its 5 bodies (as good as 1) and gets no more.
+  EXPECT_EQ(describe(decisions, m), "load 1->5; depth 4->12; limitlimit");
+  EXPECT_FALSE(decisions[1].saturate);
   EXPECT_EQ(decisions[1].why,
-            "the train node waits 95%: more bodies did not raise load's rate: 1 gave 250 "
+            "the train node waits 95%: load takes 20 ms a batch, 5 bodies give 250 batches/s and "
+            "the train node takes 1000 batches/s (1 ms): 20.00 bodies needed; its 5 bodies are "
+            "not yet in use (too few batches in flight); at the 250 batches/s that allows, 21.1 "
+            "ms of work per batch needs 12 batches in flight (5 of them for reordering)");
+  EXPECT_EQ(decisions[2].why,
+            "the train node waits 75%: more bodies did not raise load's rate: 1 gave 250 "
             "batches/s, 5 give 250 (1250 expected; its bodies share what they run on): it keeps "
             "5");
-  EXPECT_TRUE(decisions[1].saturate);
+  EXPECT_TRUE(decisions[2].saturate);
   EXPECT_EQ(m.concurrency[0], 5);
-  // Then the loader is a limit, not a stage to grow.
+  // Then the loader is a limit, not a stage to grow, and the depth it has serves it.
   EXPECT_NE(decisions[3].why.find("; more bodies did not raise its rate"), std::string::npos)
       << decisions[3].why;
+  EXPECT_EQ(m.depth, 12);
 }
 
 TEST(Tuner, ARaiseThatLowersTheRateGoesBack) {
@@ -175,11 +183,31 @@ TEST(Tuner, ARaiseThatLowersTheRateGoesBack) {
   CostModel m = slow_loader();
   m.shares = {1.1};
   const auto decisions = tune(m);
-  ASSERT_GE(decisions.size(), 2u);
-  EXPECT_EQ(describe({decisions[0], decisions[1]}, m), "load 1->5; load 5->1; ");
-  EXPECT_EQ(decisions[1].why.substr(decisions[1].why.size() - 11), ": back to 1")
-      << decisions[1].why;
+  ASSERT_GE(decisions.size(), 3u);
+  EXPECT_EQ(describe({decisions[0], decisions[1], decisions[2]}, m),
+            "load 1->5; depth 4->12; load 5->1; ");
+  EXPECT_EQ(decisions[2].why.substr(decisions[2].why.size() - 11), ": back to 1")
+      << decisions[2].why;
   EXPECT_EQ(m.concurrency[0], 1);
+}
+
+TEST(Tuner, TheDepthIsNotRaisedWithinItsHeadroomForAStageThatCannotGrow) {
+  // A saturated loader of 5 bodies bounds the rate at 250 batches/s; 12 batches in flight cover
+  // the service times with their headroom. The staging copy slowing to 2 ms asks for 13 (10.8
+  // without the headroom): the depth stays. Slowing to 12 ms (at 4 bodies) asks for 16: more
+  // than the headroom covers, so the depth is raised.
+  CostModel m = slow_loader();
+  m.shares = {1.0};
+  tune(m);
+  ASSERT_EQ(m.depth, 12);
+  m.ms[1] = 2;
+  const TunerDecision same = decide(measure(m));
+  EXPECT_EQ(same.kind, TunerDecision::Kind::limit) << same.why;
+  m.ms[1] = 12;
+  m.concurrency[1] = 4;
+  const TunerDecision deeper = decide(measure(m));
+  EXPECT_EQ(deeper.kind, TunerDecision::Kind::depth) << deeper.why;
+  EXPECT_EQ(deeper.to, 16) << deeper.why;
 }
 
 TEST(Tuner, IndependentBodiesAreNotJudgedSaturated) {

@@ -71,6 +71,9 @@ inline constexpr double kTunerHeadroom = 1.25;
 /// A raise from c to c' bodies should multiply a stage's capacity by c'/c; one that gains less
 /// than this share of that (its bodies share what they run on: the cores, a disk) saturates it.
 inline constexpr double kTunerGainShare = 0.25;
+/// A raise is judged once the stage ran at least this share of the bodies it added at once (its
+/// busy time over the window): before that, too few batches in flight kept them idle.
+inline constexpr double kTunerInUseShare = 0.5;
 
 /// A concurrency decision for a node copied into `copies` branches (its figures the sums of all
 /// copies) as the bodies of each copy: a raise within `room` more bodies in all (the thread
