@@ -20,7 +20,7 @@ constexpr std::uint64_t kWindowBatches = 8;
 constexpr std::uint64_t kMinWindowNs = 20'000'000;
 // An asynchronous train node's occupancy is sampled once a tick: enough samples first.
 constexpr std::uint64_t kMinAsyncTicks = 40;
-// A saturated stage is judged again once its time per batch moved by this factor.
+// A saturated stage is judged again once the rate it gives moved by this factor.
 constexpr double kChangedCost = 1.5;
 // Decisions the report keeps.
 constexpr std::size_t kMaxLogged = 1000;
@@ -224,7 +224,7 @@ void PipelineImpl::tune_tick(std::uint64_t now, std::optional<std::uint64_t> cal
     if (!x.asynchronous) used += x.concurrency;
     Saturation& sat = tune_.saturated[g];
     if (sat.on && x.items > 0 && x.concurrency == sat.bodies) {
-      const double ratio = x.busy_s / static_cast<double>(x.items) / sat.seconds;
+      const double ratio = snap.window_s / static_cast<double>(x.items) / sat.seconds;
       if (ratio > kChangedCost || ratio < 1 / kChangedCost) sat.on = false;
     }
     x.saturated = sat.on;
@@ -247,14 +247,22 @@ void PipelineImpl::tune_tick(std::uint64_t now, std::optional<std::uint64_t> cal
     ++used;  // its body, as the thread budget counts it
   }
   TunerDecision d = decide(snap);
+  // A limit that holds as before is no news: its window grows to a long one, so that the next
+  // judgement (a saturated stage's rate that moved) rests on more than a burst of batches.
+  if (d.kind == TunerDecision::Kind::limit && !d.saturate && d.kind == tune_.last_kind &&
+      d.stage == tune_.last_stage && snap.stages.back().items < kTunerLongWindow) {
+    return;
+  }
   if (d.saturate) {
-    // Kept until the stage's time per batch at the bodies it keeps moves (the picture changed:
-    // a cost that rose while the raise was judged, a cold part of the data set).
+    // Kept until the rate the stage gives at the bodies it keeps moves (the picture changed: a
+    // cost that rose while the raise was judged, a cold part of the data set). Its rate, not
+    // its time per batch: the bodies of a stage that shares the cores take longer a batch the
+    // more of them run, at the same rate.
     const StageSample& st = snap.stages[d.stage];
     const bool back = d.kind == TunerDecision::Kind::concurrency;
     tune_.saturated[d.stage] = {
         true, back ? d.to : st.concurrency,
-        back ? st.raised_from / st.capacity_before : st.busy_s / static_cast<double>(st.items)};
+        back ? 1 / st.capacity_before : snap.window_s / static_cast<double>(st.items)};
   }
   if (d.kind == TunerDecision::Kind::concurrency) {
     // Per copy, a raise within the thread budget.
@@ -297,7 +305,7 @@ void PipelineImpl::tune_tick(std::uint64_t now, std::optional<std::uint64_t> cal
   }
   // A note is logged when the state changes (fed, or a limit at another knob), not every window.
   const bool note = !changed && d.kind != TunerDecision::Kind::none &&
-                    (d.kind != tune_.last_kind || d.stage != tune_.last_stage);
+                    (d.kind != tune_.last_kind || d.stage != tune_.last_stage || d.saturate);
   if (changed || note) {
     tune_.last_kind = d.kind;
     tune_.last_stage = d.stage;
