@@ -20,7 +20,8 @@ constexpr std::uint64_t kWindowBatches = 8;
 constexpr std::uint64_t kMinWindowNs = 20'000'000;
 // An asynchronous train node's occupancy is sampled once a tick: enough samples first.
 constexpr std::uint64_t kMinAsyncTicks = 40;
-// A saturated stage is judged again once the rate it gives moved by this factor.
+// A saturated stage is judged again once the rate it gives (over a long window) moved by this
+// factor.
 constexpr double kChangedCost = 1.5;
 // Decisions the report keeps.
 constexpr std::size_t kMaxLogged = 1000;
@@ -40,20 +41,23 @@ std::string knob_of(const Stage& stage) {
 void PipelineImpl::resolve_auto(int auto_depth) {
   const int threads = arena_threads(config_);
   // By default the threads are the auto nodes': the bodies of fixed synchronous nodes (a staging
-  // copy, the serial train step) come on top, so that a loader may take every thread as a hand-set
-  // concurrency can.
+  // copy, the serial train step) come on top, and so does the one body each further auto node
+  // always has, so that a loader may take every thread as a hand-set concurrency can.
   int fixed_bodies = 0;
+  int auto_nodes = 0;
   for (auto& s : stages_) {
     s->tunable =
         s->spec.auto_concurrency && !s->node->asynchronous() && s->spec.role != Role::train;
+    if (s->tunable) ++auto_nodes;
     if (!s->tunable && !s->node->asynchronous()) {
       fixed_bodies += s->spec.role == Role::train ? 1 : std::max(s->spec.concurrency, 1);
     }
   }
   // In pull mode the caller's loop is the train step.
   if (config_.pipeline.mode == RunMode::pull) ++fixed_bodies;
-  thread_budget_ =
-      config_.pipeline.thread_budget > 0 ? config_.pipeline.thread_budget : threads + fixed_bodies;
+  thread_budget_ = config_.pipeline.thread_budget > 0
+                       ? config_.pipeline.thread_budget
+                       : threads + fixed_bodies + std::max(auto_nodes - 1, 0);
   // Built (and set up) for the most it may run: the budget less the fixed bodies.
   for (auto& s : stages_) {
     if (s->tunable) s->spec.concurrency = std::max(thread_budget_ - fixed_bodies, 1);
@@ -199,6 +203,7 @@ void PipelineImpl::tune_tick(std::uint64_t now, std::optional<std::uint64_t> cal
   // copies (their items, bodies and busy time summed; a train node's busy time is per branch, so
   // that its wait and the rate it takes are the branches' together).
   int used = 0;  // bodies of the synchronous nodes, every copy
+  const bool long_window = finished - tune_.window_finished >= kTunerLongWindow;
   for (std::size_t g = 0; g < groups.size(); ++g) {
     const Stage& s = *stages_[groups[g].front()];
     StageSample x;
@@ -223,8 +228,11 @@ void PipelineImpl::tune_tick(std::uint64_t now, std::optional<std::uint64_t> cal
     }
     if (!x.asynchronous) used += x.concurrency;
     Saturation& sat = tune_.saturated[g];
-    if (sat.on && x.items > 0 && x.concurrency == sat.bodies) {
-      const double ratio = snap.window_s / static_cast<double>(x.items) / sat.seconds;
+    if (sat.on && x.items > 0 && x.concurrency == sat.bodies && long_window) {
+      // The first long window at the bodies it kept sets the rate to compare with.
+      const double seconds = snap.window_s / static_cast<double>(x.items);
+      const double ratio = sat.seconds > 0 ? seconds / sat.seconds : 1.0;
+      if (sat.seconds <= 0) sat.seconds = seconds;
       if (ratio > kChangedCost || ratio < 1 / kChangedCost) sat.on = false;
     }
     x.saturated = sat.on;
@@ -255,14 +263,12 @@ void PipelineImpl::tune_tick(std::uint64_t now, std::optional<std::uint64_t> cal
   }
   if (d.saturate) {
     // Kept until the rate the stage gives at the bodies it keeps moves (the picture changed: a
-    // cost that rose while the raise was judged, a cold part of the data set). Its rate, not
-    // its time per batch: the bodies of a stage that shares the cores take longer a batch the
-    // more of them run, at the same rate.
-    const StageSample& st = snap.stages[d.stage];
+    // cost that rose while the raise was judged, a cold part of the data set), measured over long
+    // windows from the first one at those bodies. Its rate, not its time per batch: the bodies
+    // of a stage that shares the cores take longer a batch the more of them run, at the same
+    // rate.
     const bool back = d.kind == TunerDecision::Kind::concurrency;
-    tune_.saturated[d.stage] = {
-        true, back ? d.to : st.concurrency,
-        back ? 1 / st.capacity_before : snap.window_s / static_cast<double>(st.items)};
+    tune_.saturated[d.stage] = {true, back ? d.to : snap.stages[d.stage].concurrency, 0.0};
   }
   if (d.kind == TunerDecision::Kind::concurrency) {
     // Per copy, a raise within the thread budget.

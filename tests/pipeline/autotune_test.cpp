@@ -138,6 +138,19 @@ TEST(Autotune, ByDefaultTheFixedNodesBodiesComeOnTopOfTheThreadsSoALoaderMayTake
   EXPECT_EQ(r.tuning.max_prefetch_depth, 32);
 }
 
+TEST(Autotune, ByDefaultEveryFurtherAutoNodesOneBodyComesOnTopSoALoaderMayStillTakeEveryThread) {
+  // The same 16 ms loader, and a transform of no cost that is auto too: its one body comes on top
+  // of the 8 threads with the fixed nodes' 4, a budget of 13, and the loader still gets all 8.
+  const RunReport r = run_yaml(chain(
+      160, 16, "  - { name: augment, type: delay, concurrency: auto, params: { ms: 0 } }\n", 1));
+  EXPECT_EQ(r.batches, 160u);
+  const TuningDecision first = first_load_raise(r, 13);
+  EXPECT_EQ(first.to, 8);
+  EXPECT_NE(first.why.find("(the thread budget of 13 allows 8)"), std::string::npos) << first.why;
+  EXPECT_EQ(settled(r, "nodes.load.concurrency"), 8);
+  EXPECT_EQ(settled(r, "nodes.augment.concurrency"), 1);
+}
+
 TEST(Autotune, ASlowTransformGrowsAndTheFastLoaderStaysSmall) {
   const RunReport r = run_yaml(chain(
       240, 0, "  - { name: augment, type: delay, concurrency: auto, params: { ms: 3 } }\n", 1));
@@ -304,8 +317,9 @@ TEST(Autotune, WithSeveralDevicesTheBranchesTrainNodesTogetherSetTheRateAndCopie
       "  - { name: upload, type: host_upload, concurrency: auto }\n"
       "  - { name: train, type: sleep, params: { ms: 2 } }\n");
   EXPECT_EQ(r.batches, 400u);
-  // 8 threads for the auto nodes; staging 2 and a train step per branch on top.
-  const TuningDecision first = first_load_raise(r, 12);
+  // 8 threads for the auto nodes; staging 2, a train step per branch and the upload copies' one
+  // body each (the loader's first is within the 8) on top.
+  const TuningDecision first = first_load_raise(r, 14);
   // The rate to reach is the branches' together: above what one branch could take.
   std::smatch rate;
   ASSERT_TRUE(

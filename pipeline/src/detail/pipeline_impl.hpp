@@ -102,8 +102,8 @@ inline constexpr std::chrono::milliseconds kTunerTick{5};
 struct Saturation {
   bool on = false;
   int bodies = 0;      // the bodies it kept then (all copies)
-  double seconds = 0;  // a batch's share of time at the rate it gave; judged again once that
-                       // moves by half
+  double seconds = 0;  // a batch's share of a long window at those bodies (0: none yet); judged
+                       // again once that moves by half
 };
 
 /// The tuner's state during one run (autotune.cpp).
