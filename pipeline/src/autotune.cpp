@@ -257,8 +257,14 @@ void PipelineImpl::tune_tick(std::uint64_t now, std::optional<std::uint64_t> cal
   TunerDecision d = decide(snap);
   // A limit that holds as before is no news: its window grows to a long one, so that the next
   // judgement (a saturated stage's rate that moved) rests on more than a burst of batches.
-  if (d.kind == TunerDecision::Kind::limit && !d.saturate && d.kind == tune_.last_kind &&
-      d.stage == tune_.last_stage && snap.stages.back().items < kTunerLongWindow) {
+  // Past a limit, as once fed, a change waits for a long window too: a stage that looks slower
+  // over a few batches is more often a burst than a changed picture.
+  const bool change =
+      d.kind == TunerDecision::Kind::concurrency || d.kind == TunerDecision::Kind::depth;
+  if (((d.kind == TunerDecision::Kind::limit && !d.saturate && d.kind == tune_.last_kind &&
+        d.stage == tune_.last_stage) ||
+       (change && tune_.at_limit)) &&
+      snap.stages.back().items < kTunerLongWindow) {
     return;
   }
   if (d.saturate) {
@@ -306,9 +312,11 @@ void PipelineImpl::tune_tick(std::uint64_t now, std::optional<std::uint64_t> cal
     case TunerDecision::Kind::limit:
     case TunerDecision::Kind::settled:
       if (d.kind == TunerDecision::Kind::settled) tune_.fed_before = true;
+      tune_.at_limit = d.kind == TunerDecision::Kind::limit;
       tune_.state = (d.kind == TunerDecision::Kind::limit ? "limit: " : "fed: ") + d.why;
       break;
   }
+  if (changed) tune_.at_limit = false;
   // A note is logged when the state changes (fed, or a limit at another knob), not every window.
   const bool note = !changed && d.kind != TunerDecision::Kind::none &&
                     (d.kind != tune_.last_kind || d.stage != tune_.last_stage || d.saturate);
