@@ -266,6 +266,14 @@ TunerDecision decide(const TunerSnapshot& s) {
                                          s.depth_capped_by_memory ? "pipeline.memory_budget allows"
                                                                   : "auto sizes pools for")
                            : std::string());
+  if (!limit.empty() && d.to < s.max_depth) {
+    // Behind a stage that cannot grow (or not yet) the rate is that stage's, and batches in flight
+    // beyond the model's cost nothing the pools did not: all of them absorb the spread of its
+    // times (bodies that finish out of order, a slow batch), in one change.
+    d.to = s.max_depth;
+    d.why +=
+        fmt::format("; the pools hold {}: all of them, for the spread of its times", s.max_depth);
+  }
   return d;
 }
 

@@ -157,15 +157,17 @@ TEST(Tuner, ALoaderWhoseBodiesShareTheCoresKeepsWhatItHadWhenMoreBodiesGainNothi
   m.shares = {1.0};
   const auto decisions = tune(m);
   // 5 bodies of 20 ms and 4 batches in flight: one body at a time runs, so the raise is not
-  // judged yet and the depth is raised for the bodies first. Then all 5 run and give what 1 did:
-  // the loader keeps its 5 bodies (as good as 1) and gets no more.
-  EXPECT_EQ(describe(decisions, m), "load 1->5; depth 4->12; limitlimit");
+  // judged yet and the depth is raised for the bodies first, to all the pools hold (the rate is
+  // the loader's). Then all 5 run and give what 1 did: the loader keeps its 5 bodies (as good as
+  // 1) and gets no more.
+  EXPECT_EQ(describe(decisions, m), "load 1->5; depth 4->64; limitlimit");
   EXPECT_FALSE(decisions[1].saturate);
   EXPECT_EQ(decisions[1].why,
             "the train node waits 95%: load takes 20 ms a batch, 5 bodies give 250 batches/s and "
             "the train node takes 1000 batches/s (1 ms): 20.00 bodies needed; its 5 bodies are "
             "not yet in use (too few batches in flight); at the 250 batches/s that allows, 21.1 "
-            "ms of work per batch needs 12 batches in flight (5 of them for reordering)");
+            "ms of work per batch needs 12 batches in flight (5 of them for reordering); the "
+            "pools hold 64: all of them, for the spread of its times");
   EXPECT_EQ(decisions[2].why,
             "the train node waits 75%: more bodies did not raise load's rate: 1 gave 250 "
             "batches/s, 5 give 250 (1250 expected; its bodies share what they run on): it keeps "
@@ -175,7 +177,7 @@ TEST(Tuner, ALoaderWhoseBodiesShareTheCoresKeepsWhatItHadWhenMoreBodiesGainNothi
   // Then the loader is a limit, not a stage to grow, and the depth it has serves it.
   EXPECT_NE(decisions[3].why.find("; more bodies did not raise its rate"), std::string::npos)
       << decisions[3].why;
-  EXPECT_EQ(m.depth, 12);
+  EXPECT_EQ(m.depth, 64);
 }
 
 TEST(Tuner, ARaiseThatLowersTheRateGoesBack) {
@@ -185,7 +187,7 @@ TEST(Tuner, ARaiseThatLowersTheRateGoesBack) {
   const auto decisions = tune(m);
   ASSERT_GE(decisions.size(), 3u);
   EXPECT_EQ(describe({decisions[0], decisions[1], decisions[2]}, m),
-            "load 1->5; depth 4->12; load 5->1; ");
+            "load 1->5; depth 4->64; load 5->1; ");
   EXPECT_EQ(decisions[2].why.substr(decisions[2].why.size() - 11), ": back to 1")
       << decisions[2].why;
   EXPECT_EQ(m.concurrency[0], 1);
@@ -195,11 +197,13 @@ TEST(Tuner, TheDepthIsNotRaisedWithinItsHeadroomForAStageThatCannotGrow) {
   // A saturated loader of 5 bodies bounds the rate at 250 batches/s; 12 batches in flight cover
   // the service times with their headroom. The staging copy slowing to 2 ms asks for 13 (10.8
   // without the headroom): the depth stays. Slowing to 12 ms (at 4 bodies) asks for 16: more
-  // than the headroom covers, so the depth is raised.
+  // than the headroom covers, so the depth is raised, to all the pools hold.
   CostModel m = slow_loader();
   m.shares = {1.0};
-  tune(m);
-  ASSERT_EQ(m.depth, 12);
+  m.concurrency[0] = 5;
+  m.saturated = {true};
+  m.depth = 12;
+  ASSERT_EQ(decide(measure(m)).kind, TunerDecision::Kind::limit);
   m.ms[1] = 2;
   const TunerDecision same = decide(measure(m));
   EXPECT_EQ(same.kind, TunerDecision::Kind::limit) << same.why;
@@ -207,7 +211,8 @@ TEST(Tuner, TheDepthIsNotRaisedWithinItsHeadroomForAStageThatCannotGrow) {
   m.concurrency[1] = 4;
   const TunerDecision deeper = decide(measure(m));
   EXPECT_EQ(deeper.kind, TunerDecision::Kind::depth) << deeper.why;
-  EXPECT_EQ(deeper.to, 16) << deeper.why;
+  EXPECT_EQ(deeper.to, 64) << deeper.why;
+  EXPECT_NE(deeper.why.find("needs 16 batches in flight"), std::string::npos) << deeper.why;
 }
 
 TEST(Tuner, IndependentBodiesAreNotJudgedSaturated) {
@@ -250,7 +255,7 @@ TEST(Tuner, TheThreadBudgetStopsAStageAndSaysSoThenTheDepthServesWhatItAllows) {
   CostModel m = slow_loader();
   m.thread_budget = 6;  // staging 2 and train 1 leave 3 bodies for the loader
   const auto decisions = tune(m);
-  EXPECT_EQ(describe(decisions, m), "load 1->3; depth 4->8; limit");
+  EXPECT_EQ(describe(decisions, m), "load 1->3; depth 4->64; limit");
   EXPECT_EQ(decisions[0].why,
             "the train node waits 75%: load takes 4 ms a batch, 1 body gives 250 batches/s and "
             "the train node takes 1000 batches/s (1 ms): 4.00 bodies needed (the thread budget of "
@@ -262,7 +267,8 @@ TEST(Tuner, TheThreadBudgetStopsAStageAndSaysSoThenTheDepthServesWhatItAllows) {
   EXPECT_EQ(decisions[1].why,
             "the train node waits 60%: " + stopped +
                 "; at the 750 batches/s that allows, 5.05 ms of work per batch needs 8 batches in "
-                "flight (3 of them for reordering)");
+                "flight (3 of them for reordering); the pools hold 64: all of them, for the spread "
+                "of its times");
   EXPECT_EQ(decisions[2].why, "the train node waits 25%: " + stopped);
 }
 
@@ -303,7 +309,7 @@ TEST(Tuner, AFixedBottleneckIsNamedNotTuned) {
   CostModel m = slow_loader();
   m.tunable[0] = false;
   const auto decisions = tune(m);
-  EXPECT_EQ(describe(decisions, m), "depth 4->5; limit");
+  EXPECT_EQ(describe(decisions, m), "depth 4->64; limit");
   EXPECT_EQ(decisions.back().why,
             "the train node waits 75%: load takes 4 ms a batch, 1 body gives 250 batches/s and "
             "the train node takes 1000 batches/s (1 ms): 4.00 bodies needed; its concurrency is "
