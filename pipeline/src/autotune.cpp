@@ -270,11 +270,13 @@ void PipelineImpl::tune_tick(std::uint64_t now, std::optional<std::uint64_t> cal
   if (d.saturate) {
     // Kept until the rate the stage gives at the bodies it keeps moves (the picture changed: a
     // cost that rose while the raise was judged, a cold part of the data set), measured over long
-    // windows from the first one at those bodies. Its rate, not its time per batch: the bodies
-    // of a stage that shares the cores take longer a batch the more of them run, at the same
-    // rate.
+    // windows from the rate it gave before the raise (when it goes back to those bodies) or
+    // from the first long window at the bodies it keeps. Its rate, not its time per batch: the
+    // bodies of a stage that shares the cores take longer a batch the more of them run, at the
+    // same rate.
     const bool back = d.kind == TunerDecision::Kind::concurrency;
-    tune_.saturated[d.stage] = {true, back ? d.to : snap.stages[d.stage].concurrency, 0.0};
+    tune_.saturated[d.stage] = {true, back ? d.to : snap.stages[d.stage].concurrency,
+                                back && tune_.rate_before > 0 ? 1 / tune_.rate_before : 0.0};
   }
   if (d.kind == TunerDecision::Kind::concurrency) {
     // Per copy, a raise within the thread budget.
@@ -292,6 +294,7 @@ void PipelineImpl::tune_tick(std::uint64_t now, std::optional<std::uint64_t> cal
     tune_.raised_from = st.concurrency;
     tune_.capacity_before =
         st.busy_s > 0 ? st.concurrency * static_cast<double>(st.items) / st.busy_s : 0;
+    tune_.rate_before = static_cast<double>(st.items) / snap.window_s;
   }
   const double t = static_cast<double>(now - tune_.start_ns) * 1e-9;
   TuningDecision entry{t, finished, "", d.from, d.to, d.why};

@@ -120,6 +120,7 @@ struct TuneState {
   std::size_t raised = ~std::size_t{0};         // the sample the last change raised, if any
   int raised_from = 0;                          // its bodies (all copies) before
   double capacity_before = 0;                   // what they gave, batches/s
+  double rate_before = 0;                       // the batches/s it ran at then
   std::uint64_t settle_until = 0;  // after a change, the window opens once this many finished
   TunerDecision::Kind last_kind = TunerDecision::Kind::none;
   std::size_t last_stage = 0;
