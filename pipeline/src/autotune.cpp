@@ -20,9 +20,6 @@ constexpr std::uint64_t kWindowBatches = 8;
 constexpr std::uint64_t kMinWindowNs = 20'000'000;
 // An asynchronous train node's occupancy is sampled once a tick: enough samples first.
 constexpr std::uint64_t kMinAsyncTicks = 40;
-// A saturated stage is judged again once the rate it gives (over a long window) moved by this
-// factor.
-constexpr double kChangedCost = 1.5;
 // Decisions the report keeps.
 constexpr std::size_t kMaxLogged = 1000;
 
@@ -227,15 +224,7 @@ void PipelineImpl::tune_tick(std::uint64_t now, std::optional<std::uint64_t> cal
                  static_cast<double>(tune_.ticks * groups[g].size());
     }
     if (!x.asynchronous) used += x.concurrency;
-    Saturation& sat = tune_.saturated[g];
-    if (sat.on && x.items > 0 && x.concurrency == sat.bodies && long_window) {
-      // The first long window at the bodies it kept sets the rate to compare with.
-      const double seconds = snap.window_s / static_cast<double>(x.items);
-      const double ratio = sat.seconds > 0 ? seconds / sat.seconds : 1.0;
-      if (sat.seconds <= 0) sat.seconds = seconds;
-      if (ratio > kChangedCost || ratio < 1 / kChangedCost) sat.on = false;
-    }
-    x.saturated = sat.on;
+    x.saturated = tune_.saturated[g].recheck(x.concurrency, x.items, snap.window_s, long_window);
     if (tune_.raised == g) {
       x.raised_from = tune_.raised_from;
       x.capacity_before = tune_.capacity_before;
@@ -268,15 +257,8 @@ void PipelineImpl::tune_tick(std::uint64_t now, std::optional<std::uint64_t> cal
     return;
   }
   if (d.saturate) {
-    // Kept until the rate the stage gives at the bodies it keeps moves (the picture changed: a
-    // cost that rose while the raise was judged, a cold part of the data set), measured over long
-    // windows from the rate it gave before the raise (when it goes back to those bodies) or
-    // from the first long window at the bodies it keeps. Its rate, not its time per batch: the
-    // bodies of a stage that shares the cores take longer a batch the more of them run, at the
-    // same rate.
-    const bool back = d.kind == TunerDecision::Kind::concurrency;
-    tune_.saturated[d.stage] = {true, back ? d.to : snap.stages[d.stage].concurrency,
-                                back && tune_.rate_before > 0 ? 1 / tune_.rate_before : 0.0};
+    tune_.saturated[d.stage] =
+        Saturation::of(d, snap.stages[d.stage].concurrency, tune_.rate_before);
   }
   if (d.kind == TunerDecision::Kind::concurrency) {
     // Per copy, a raise within the thread budget.

@@ -335,6 +335,23 @@ TunerDecision per_copy(TunerDecision d, int copies, int room) {
   return d;
 }
 
+Saturation Saturation::of(const TunerDecision& d, int concurrency, double rate_before) {
+  const bool back = d.kind == TunerDecision::Kind::concurrency;
+  return {true, back ? d.to : concurrency, back ? std::max(rate_before, 0.0) : 0.0};
+}
+
+bool Saturation::recheck(int concurrency, std::uint64_t items, double window_s, bool long_window) {
+  if (!on || items == 0 || window_s <= 0 || concurrency != bodies || !long_window) return on;
+  const double now = static_cast<double>(items) / window_s;
+  if (rate <= 0) {
+    rate = now;
+    return on;
+  }
+  const double ratio = now / rate;
+  if (ratio > kTunerChangedRate || ratio < 1 / kTunerChangedRate) on = false;
+  return on;
+}
+
 int Gate::take_pending() noexcept {
   return take(pending_, std::numeric_limits<int>::max());
 }

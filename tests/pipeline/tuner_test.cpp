@@ -215,6 +215,43 @@ TEST(Tuner, TheDepthIsNotRaisedWithinItsHeadroomForAStageThatCannotGrow) {
   EXPECT_NE(deeper.why.find("needs 16 batches in flight"), std::string::npos) << deeper.why;
 }
 
+TEST(Tuner, ASaturatedStageKeepingItsRaiseIsJudgedAgainOnceItsRateMovesByHalf) {
+  TunerDecision keep;
+  keep.kind = TunerDecision::Kind::limit;
+  keep.saturate = true;
+  Saturation s = Saturation::of(keep, 14, 45);
+  EXPECT_TRUE(s.on);
+  EXPECT_EQ(s.bodies, 14);
+  // Short windows are bursts: nothing is judged, and they set no reference.
+  EXPECT_TRUE(s.recheck(14, 8, 0.05, false));
+  EXPECT_EQ(s.rate, 0);
+  // The first long window at its bodies sets the rate to compare with: 64 batches in 1.4 s.
+  EXPECT_TRUE(s.recheck(14, 64, 1.4, true));
+  EXPECT_NEAR(s.rate, 45.7, 0.1);
+  // Its bodies take longer a batch when more of them run, at the same rate: 1.4 times the rate
+  // is still the same picture; so is any rate at other bodies.
+  EXPECT_TRUE(s.recheck(14, 64, 1.0, true));
+  EXPECT_TRUE(s.recheck(12, 64, 0.2, true));
+  // Warm where it was cold: 2.8 times the rate.
+  EXPECT_FALSE(s.recheck(14, 64, 0.5, true));
+}
+
+TEST(Tuner, ASaturatedStageThatWentBackIsComparedWithTheRateItRanAtBeforeTheRaise) {
+  TunerDecision back;
+  back.kind = TunerDecision::Kind::concurrency;
+  back.from = 2;
+  back.to = 1;
+  back.saturate = true;
+  // At 1 body it ran at 810 batches/s before the raise to 2.
+  Saturation s = Saturation::of(back, 2, 810);
+  EXPECT_EQ(s.bodies, 1);
+  EXPECT_EQ(s.rate, 810);
+  EXPECT_TRUE(s.recheck(1, 64, 64 / 790.0, true));
+  // The cost rose while the raise was judged (0.3 ms to 4 ms a batch): at 246 batches/s it is
+  // judged again, and may grow.
+  EXPECT_FALSE(s.recheck(1, 64, 64 / 246.0, true));
+}
+
 TEST(Tuner, IndependentBodiesAreNotJudgedSaturated) {
   CostModel m = slow_loader();
   m.shares = {0.0};

@@ -98,14 +98,6 @@ struct DepthRetry {
 /// in a pull session.
 inline constexpr std::chrono::milliseconds kTunerTick{5};
 
-/// A tuner sample whose last raise gained (almost) nothing.
-struct Saturation {
-  bool on = false;
-  int bodies = 0;      // the bodies it kept then (all copies)
-  double seconds = 0;  // a batch's share of a long window at those bodies (0: none yet); judged
-                       // again once that moves by half
-};
-
 /// The tuner's state during one run (autotune.cpp).
 struct TuneState {
   std::uint64_t start_ns = 0;

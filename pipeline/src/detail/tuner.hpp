@@ -75,6 +75,26 @@ inline constexpr double kTunerGainShare = 0.25;
 /// busy time over the window): before that, too few batches in flight kept them idle.
 inline constexpr double kTunerInUseShare = 0.5;
 
+/// A saturated stage's rate is judged again once it moves by this factor, over long windows.
+inline constexpr double kTunerChangedRate = 1.5;
+
+/// A stage that decide() found saturated: it keeps `bodies` and gets no more until the rate it
+/// gives there moves by kTunerChangedRate (the picture changed: a cost that rose while the raise
+/// was judged, a cold part of the data set). Its rate, not its time per batch: the bodies of a
+/// stage that shares the cores take longer a batch the more of them run, at the same rate.
+struct Saturation {
+  bool on = false;
+  int bodies = 0;   // the bodies it keeps (all copies)
+  double rate = 0;  // batches/s to compare with; 0: the first long window at `bodies` sets it
+
+  /// From the decision that found it (its `saturate`): back to the bodies before the raise, the
+  /// rate it ran at then (`rate_before`); keeping the raise, the rate its first long window gives.
+  static Saturation of(const TunerDecision& d, int concurrency, double rate_before);
+  /// A window of the stage: `items` finished over `window_s` at `concurrency` bodies. Only a long
+  /// window at the bodies it keeps is judged. Returns whether it is still saturated.
+  bool recheck(int concurrency, std::uint64_t items, double window_s, bool long_window);
+};
+
 /// A concurrency decision for a node copied into `copies` branches (its figures the sums of all
 /// copies) as the bodies of each copy: a raise within `room` more bodies in all (the thread
 /// budget's), rounded up per copy; a fall rounded up too. A raise with no room for one more body in
