@@ -120,7 +120,7 @@ struct TuneState {
   std::uint64_t settled_batches = 0;
   std::string state;        // the last note (settled or limit)
   bool fed_before = false;  // a window found the train node fed
-  bool at_limit = false;    // the last window's decision was a limit
+  bool at_limit = false;    // the last decision made (not a change) was a limit
   std::vector<TuningDecision> log;
   bool print = false;
   bool bar = false;
