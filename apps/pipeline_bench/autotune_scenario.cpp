@@ -43,7 +43,7 @@ RunReport run(Bench& bench, const std::string& yaml, const std::string& name,
 /// the tuner did.
 void record(Bench& bench, nlohmann::json& details, const std::string& name,
             const std::vector<Point>& sweep, const RunReport& best_run, const RunReport& r) {
-  const Point* best = &best_of(sweep);
+  const Point& best = best_of(sweep);
   const double best_rate = best_run.batches_per_second;
   const double share =
       r.batches > 0 ? static_cast<double>(r.tuning.settled_batches) / static_cast<double>(r.batches)
@@ -51,7 +51,7 @@ void record(Bench& bench, nlohmann::json& details, const std::string& name,
   std::printf(
       "  %s: auto %.0f batches/s, best hand-tuned %.0f (%s, run for as many epochs; %.0f in the "
       "sweep): %.2f; last change at batch %llu of %llu (%.1f%%); %s\n",
-      name.c_str(), r.batches_per_second, best_rate, best->setting.c_str(), best->rate,
+      name.c_str(), r.batches_per_second, best_rate, best.setting.c_str(), best.rate,
       r.batches_per_second / best_rate, static_cast<unsigned long long>(r.tuning.settled_batches),
       static_cast<unsigned long long>(r.batches), share * 100,
       r.tuning.within_budget ? "within budget" : "OVER BUDGET");
@@ -73,8 +73,8 @@ void record(Bench& bench, nlohmann::json& details, const std::string& name,
                          {"why", d.why}});
   }
   details[name] = {{"sweep", points},
-                   {"best", best->setting},
-                   {"best_sweep_batches_per_second", best->rate},
+                   {"best", best.setting},
+                   {"best_sweep_batches_per_second", best.rate},
                    {"best_batches_per_second", best_rate},
                    {"auto_batches_per_second", r.batches_per_second},
                    {"batches", r.batches},
@@ -112,8 +112,6 @@ void tune_config(Bench& bench, nlohmann::json& details, const std::string& name,
     return set;
   };
   std::vector<Point> sweep;
-  int best_c = 1;
-  double best_rate = 0;
   for (int c : {1, 2, 4, 8, 16}) {
     const int depth = std::max(8, 2 * c);
     const double rate = run(bench, yaml, file, with(std::to_string(c), std::to_string(depth), 1))
@@ -121,11 +119,8 @@ void tune_config(Bench& bench, nlohmann::json& details, const std::string& name,
     sweep.push_back({fmt::format("concurrency {}, prefetch_depth {}", c, depth), rate, c, depth});
     std::printf("| %s | concurrency %d | prefetch_depth %d | %.0f |\n", name.c_str(), c, depth,
                 rate);
-    if (rate > best_rate) {
-      best_rate = rate;
-      best_c = c;
-    }
   }
+  const int best_c = best_of(sweep).concurrency;
   for (int depth : {best_c + 2, 4 * best_c + 4}) {
     const double rate =
         run(bench, yaml, file, with(std::to_string(best_c), std::to_string(depth), 1))
