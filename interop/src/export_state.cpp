@@ -2,7 +2,6 @@
 // consumer's streams and gives the batch back (at once on the owner thread, else queued for it).
 #include "export_state.hpp"
 
-#include <algorithm>
 #include <sstream>
 
 #include "stream_sync.hpp"
@@ -39,9 +38,7 @@ void ExportState::record_reuse(HeldBatch& held) noexcept {
   {
     std::lock_guard<std::mutex> lock(held.mutex);
     targets = held.streams;
-    if (held.unknown_reader && std::find(targets.begin(), targets.end(), 1) == targets.end()) {
-      targets.push_back(1);  // the legacy default stream: orders after blocking streams
-    }
+    if (held.unknown_reader) targets.push_back(kLegacyStreamItself);  // after blocking streams
   }
   if (targets.empty()) return;
   const int device = held.device.device_id;

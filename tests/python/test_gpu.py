@@ -153,3 +153,59 @@ def test_views_make_the_stream_wait_on_the_ready_event(data):
     stream.synchronize()
     for seq, x in got:
         assert torch.all(x == seq + 1000).item(), f"batch {seq} was read before it was ready"
+
+
+# PyTorch's default stream is the legacy default stream (1). flowfeed queues its wait and its reuse
+# event for that stream on the calling thread's per-thread default stream, which the legacy stream
+# orders with: the tests below read on the default stream and fail if that ordering did not hold.
+
+def test_the_default_stream_waits_on_the_ready_event(data):
+    pipeline = flowfeed.Pipeline(late_config(data), test_nodes=True)
+    got, seq = [], 0
+    for x in pipeline.views("x", torch.from_dlpack, stream=torch.cuda.current_stream()):
+        got.append((seq, x.clone()))  # on the default stream
+        seq += 1
+    torch.cuda.synchronize()
+    assert seq == 16
+    for seq, x in got:
+        assert torch.all(x == seq + 1000).item(), f"batch {seq} was read before it was ready"
+
+
+SLOW_READ_CYCLES = 40_000_000  # torch.cuda._sleep: about 20 ms on the H200
+
+
+def test_a_buffer_read_late_on_the_default_stream_is_not_overwritten(data):
+    # Each batch is read by work queued on the default stream behind a 20 ms kernel, after the
+    # batch went back; with 2 batches in flight the pipeline uploads into that buffer again long
+    # before the read, unless the upload waits on the reuse event recorded after the read.
+    pipeline = flowfeed.Pipeline(cuda_config(data, epochs=2, depth=2))
+    got = []
+    for batch in pipeline:
+        with batch:
+            x = torch.from_dlpack(batch["x"])
+            torch.cuda._sleep(SLOW_READ_CYCLES)
+            got.append((np.array(batch.samples), x.clone()))
+            del x
+    torch.cuda.synchronize()
+    assert len(got) == 2 * 16
+    for samples, x in got:
+        assert np.array_equal(x.cpu().numpy(), data.x[samples])
+    assert pipeline.free_buffers == pipeline.total_buffers
+
+
+def test_views_read_late_on_the_default_stream_see_their_own_batch(data):
+    # The same through Pipeline.views, in order (no shuffle): batch k holds samples 64k to 64k+63.
+    pipeline = flowfeed.Pipeline(data.config(epochs=1, depth=2, device="cuda",
+                                             stage="pinned_staging", upload="cuda_upload",
+                                             shuffle=False))
+    got = []
+    for x, y in pipeline.views(["x", "y"], torch.from_dlpack,
+                               stream=torch.cuda.current_stream()):
+        torch.cuda._sleep(SLOW_READ_CYCLES)
+        got.append((x.clone(), y.clone()))
+    torch.cuda.synchronize()
+    assert len(got) == 16
+    for k, (x, y) in enumerate(got):
+        samples = np.arange(64 * k, min(64 * (k + 1), len(data.y)))
+        assert np.array_equal(y.cpu().numpy(), samples), f"batch {k} holds another batch's rows"
+        assert np.array_equal(x.cpu().numpy(), data.x[samples])
