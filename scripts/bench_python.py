@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """Batches delivered into PyTorch tensors on the GPU, in one process: flowfeed (torch.from_dlpack
-per batch, and Pipeline.views: one tensor per pool buffer) against torch.utils.data.DataLoader
-(0, 4, 8 workers, pin_memory) and raw pinned copies, for 200 KB batches (64 x 784 float32) and 32 MiB batches (64 x 131072 float32); and what the Python
-layer adds per batch over a C++ pull loop.
+per batch, and Pipeline.views: one tensor per pool buffer, on the default stream and on a stream of
+the loop's own) against torch.utils.data.DataLoader (0, 4, 8 workers, pin_memory; 0 workers on
+both streams too) and raw pinned copies, for 200 KB batches (64 x 784 float32) and 32 MiB batches
+(64 x 131072 float32); and what the Python layer adds per batch over a C++ pull loop.
 
     PYTHONPATH=build/python python3 scripts/bench_python.py [--quick] [--json FILE]
 
 Every figure is the best of --repeat runs. Without a GPU (or with --device cpu) the "GPU" is the
 host: only the overhead figures mean anything then (--quick is the CI smoke run)."""
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -25,7 +27,7 @@ SIZES = {"200KB": 784, "32MiB": 131072}  # floats per sample; 64 samples per bat
 def flowfeed_config(features, batches, epochs, device, pinned):
     cuda = device == "cuda"
     return f"""
-pipeline: {{ mode: pull, epochs: {epochs}, batch_size: 64, prefetch_depth: 8, device: {"cuda" if cuda else "host"} }}
+pipeline: {{ mode: pull, epochs: {epochs}, batch_size: 64, prefetch_depth: 16, device: {"cuda" if cuda else "host"} }}
 nodes:
   - {{ name: load, type: memory, params: {{ batches: {batches}, sample_shape: [{features}], dtype: float32, pin: {str(pinned).lower()} }} }}
   - {{ name: stage, type: {"pinned_staging" if cuda else "host_staging"}, concurrency: 2 }}
@@ -61,8 +63,14 @@ def bench_flowfeed(features, batches, epochs, device, pinned):
     return timed(device, loop)
 
 
+def side_stream(device):
+    """A stream of the loop's own (torch.cuda.stream(s)), or the current stream."""
+    return torch.cuda.stream(torch.cuda.Stream()) if device == "cuda" else contextlib.nullcontext()
+
+
 def bench_flowfeed_views(features, batches, epochs, device, pinned):
-    """The same run through Pipeline.views: one torch tensor per pool buffer, no import per batch."""
+    """The same run through Pipeline.views: one torch tensor per pool buffer, no import per batch,
+    on the current stream."""
     pipeline = flowfeed.Pipeline(flowfeed_config(features, batches, epochs, device, pinned))
     stream = torch.cuda.current_stream() if device == "cuda" else None
 
@@ -190,10 +198,17 @@ def main():
                            for _ in range(repeat))
             row[key + "_views"] = max(bench_flowfeed_views(features, batches, epochs, device, pinned)
                                       for _ in range(repeat))
+            with side_stream(device):
+                row[key + "_views_side_stream"] = max(
+                    bench_flowfeed_views(features, batches, epochs, device, pinned)
+                    for _ in range(repeat))
         for w in workers:
             n = count if w == 0 else max(count // 20, 8)  # workers are slow: fewer batches
             row[f"dataloader_{w}_workers"] = max(bench_dataloader(features, n, w, device)
                                                  for _ in range(repeat))
+        with side_stream(device):
+            row["dataloader_0_workers_side_stream"] = max(bench_dataloader(features, count, 0, device)
+                                                          for _ in range(repeat))
         row["raw_pinned_copies"] = max(bench_raw_pinned(features, count, device)
                                        for _ in range(repeat))
         results["sizes"][label] = {"bytes_per_batch": bytes_per_batch, "batches_per_second": row}
