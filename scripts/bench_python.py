@@ -214,14 +214,14 @@ def main():
         results["sizes"][label] = {"bytes_per_batch": bytes_per_batch, "batches_per_second": row}
         print(f"{label} batches ({bytes_per_batch:,} B) into torch on {device}, batches/s (GB/s):")
         for name, rate in row.items():
-            print(f"  {name:28s} {rate:12,.0f}  ({rate * bytes_per_batch / 1e9:6.2f} GB/s)")
+            print(f"  {name:42s} {rate:12,.0f}  ({rate * bytes_per_batch / 1e9:6.2f} GB/s)")
     if device != "cuda":
         print("(no GPU: 'into torch' is a host tensor here and .to('cpu') copies nothing; only the "
               "figures below compare like with like)")
     results["overhead_us_per_batch"] = overhead(20000 if args.quick else 300000, repeat)
     print("per-batch cost on the host, zero-work batches (us):")
     for name, us in results["overhead_us_per_batch"].items():
-        print(f"  {name:28s} {us:8.2f}")
+        print(f"  {name:42s} {us:8.2f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)

@@ -8,7 +8,8 @@ run.
     PYTHONPATH=build/python python3 scripts/bench_training.py [--rounds 2] [--epochs 10]
         [--threads config,2] [--data DIR]
 
---threads: the flowfeed runs of a round, by pipeline.threads ("config": as configured).
+--threads: the flowfeed runs of a round, by pipeline.threads ("config": as configured). Without a
+GPU (or with --device cpu) both feeds train on the host: a smoke run, not a measurement.
 
 PyTorch's eager step moves by tens of percent from one process to the next on the same machine, so
 the two feeds are compared in the same process, one run after the other."""
@@ -26,15 +27,18 @@ import flowfeed  # noqa: E402
 
 def run_flowfeed(args, threads):
     images, labels = common.files(args.data, "train")
-    overrides = {"pipeline.epochs": args.epochs, "pipeline.device": "cuda",
+    cuda = args.device.startswith("cuda")
+    overrides = {"pipeline.epochs": args.epochs, "pipeline.batch_size": args.batch_size,
+                 "pipeline.device": "cuda" if cuda else "host",
                  "nodes.load.params.images": images, "nodes.load.params.labels": labels}
     if threads != "config":
         overrides["pipeline.threads"] = int(threads)
     pipeline = flowfeed.Pipeline(os.path.join(ROOT, "configs", "fashion_mnist_pull.yaml"),
                                  overrides=overrides)
-    model, optimizer = common.model_and_optimizer("cuda")
-    timer = common.Timer("cuda")
-    views = pipeline.views(["x", "y"], torch.from_dlpack, stream=torch.cuda.current_stream())
+    model, optimizer = common.model_and_optimizer(args.device)
+    timer = common.Timer(args.device)
+    views = pipeline.views(["x", "y"], torch.from_dlpack,
+                           stream=torch.cuda.current_stream() if cuda else None)
     for _ in range(args.epochs):
         timer.start_epoch()
         steps = 0
@@ -43,23 +47,24 @@ def run_flowfeed(args, threads):
             steps += 1
         timer.end_epoch(steps)
     pipeline.close()
-    return timer, common.accuracy(model, args.data, "cuda")
+    return timer, common.accuracy(model, args.data, args.device)
 
 
 def run_resident(args):
-    x, y = (torch.from_numpy(a).to("cuda") for a in common.read_idx(*common.files(args.data, "train")))
+    x, y = (torch.from_numpy(a).to(args.device)
+            for a in common.read_idx(*common.files(args.data, "train")))
     generator = torch.Generator().manual_seed(42)
-    model, optimizer = common.model_and_optimizer("cuda")
-    timer = common.Timer("cuda")
+    model, optimizer = common.model_and_optimizer(args.device)
+    timer = common.Timer(args.device)
     for _ in range(args.epochs):
-        order = torch.randperm(len(y), generator=generator).to("cuda")
+        order = torch.randperm(len(y), generator=generator).to(args.device)
         timer.start_epoch()
         steps = 0
-        for rows in order.split(64):
+        for rows in order.split(args.batch_size):
             common.step(model, optimizer, x[rows], y[rows])
             steps += 1
         timer.end_epoch(steps)
-    return timer, common.accuracy(model, args.data, "cuda")
+    return timer, common.accuracy(model, args.data, args.device)
 
 
 def steady(timer):

@@ -16,14 +16,17 @@
 ///   device's legacy default stream, 2 = its per-thread default stream, a larger value = a
 ///   `cudaStream_t`, -1 = no synchronization (the consumer orders its work itself). On export the
 ///   consumer's stream is made to wait on the batch's ready event (`cudaStreamWaitEvent`, no host
-///   wait). 0 is refused (ambiguous). On the host backend only nullopt and -1 are accepted.
+///   wait). 0 is refused (ambiguous). On the host backend only nullopt and -1 are accepted. For
+///   the legacy default stream the wait (and later the reuse event) is queued on the calling
+///   thread's per-thread default stream, which the legacy stream orders with both ways and which
+///   costs less per call; for 2 it is the per-thread stream of the thread that records.
 /// - When the buffer comes back. A batch goes back to the pipeline when its handles were released
 ///   (release(), or the last BatchHandle copy destroyed) *and* every tensor exported from it was
 ///   deleted (DLManagedTensor::deleter). At that moment, on CUDA, the batch's reuse event is
 ///   recorded on the stream(s) its tensors were exported to, so the upload overwrites the buffer
 ///   only after the consumer's work that was queued until then; with stream -1 (or
-///   note_reader(-1)) it is recorded on the device's legacy default stream, which orders after
-///   blocking streams only.
+///   note_reader(-1)) it is recorded on the device's legacy default stream itself, which orders
+///   after blocking streams only.
 /// - Keeping tensors across steps. Every batch held by the caller (its handle or a tensor still
 ///   alive) is one of the `pipeline.prefetch_depth` batches in flight. When the caller holds all of
 ///   them, next() waits for one to come back (a tensor freed on another thread) for
