@@ -4,6 +4,7 @@
 #include "flowfeed/dlpack.hpp"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -80,6 +81,21 @@ void BatchHandle::release() noexcept {
   state_.reset();
 }
 
+void release_together(BatchHandle* handles, std::size_t count, std::intptr_t stream) noexcept {
+  constexpr std::size_t kMostFenced = 64;  // a longer group releases the rest one by one
+  std::array<detail::HeldBatch*, kMostFenced> group{};
+  std::size_t n = 0;
+  detail::ExportState* state = nullptr;
+  for (std::size_t i = 0; i < count && n < group.size(); ++i) {
+    BatchHandle& h = handles[i];
+    if (!h.held_) continue;
+    if (!state) state = h.state_.get();
+    if (h.state_.get() == state) group[n++] = h.held_;
+  }
+  if (state) state->fence(group.data(), n, stream);
+  for (std::size_t i = 0; i < count; ++i) handles[i].release();
+}
+
 const Batch& BatchHandle::batch() const {
   if (!held_ || !held_->batch) throw std::logic_error("BatchHandle: the handle holds no batch");
   return *held_->batch;
@@ -131,8 +147,10 @@ void BatchHandle::synchronize(ConsumerStream stream) const {
         "default stream, -1: no synchronization, else a cudaStream_t)");
   }
   const std::intptr_t value = stream.value_or(1);
-  if (value != -1 && b.ready_event)
+  // An upload the upload node saw complete orders nothing (the usual case in pull mode).
+  if (value != -1 && b.ready_event && b.ready_event != b.ready_event_complete) {
     detail::cuda_stream_wait(value, held_->device.device_id, b.ready_event);
+  }
   note_reader(value);
 }
 
@@ -277,6 +295,7 @@ BatchHandle TensorSession::next() {
     held->streams.clear();
     held->unknown_reader = false;
   }
+  held->fenced = false;
   held->tensors = 0;
   held->handles = 1;
   held->refs = 1;

@@ -10,6 +10,7 @@ namespace flowfeed::detail {
 
 ExportState::~ExportState() {
   cuda_event_destroy(join_event);
+  cuda_event_destroy(fence_event);
 }
 
 void ExportState::unref(HeldBatch* held) noexcept {
@@ -26,7 +27,7 @@ void ExportState::unref(HeldBatch* held) noexcept {
 }
 
 void ExportState::record_reuse(HeldBatch& held) noexcept {
-  if (held.device.device_type != kDLCUDA) return;
+  if (held.device.device_type != kDLCUDA || held.fenced) return;
   void* reuse_event = nullptr;
   {
     // close() may give the batch back from the owner thread while a deleter runs here.
@@ -59,6 +60,45 @@ void ExportState::record_reuse(HeldBatch& held) noexcept {
   } catch (...) {
     // A failed record (a destroyed stream, a lost context) cannot be reported from a deleter;
     // the upload's own CUDA calls report a broken context.
+  }
+}
+
+void ExportState::fence(HeldBatch* const* group, std::size_t count, std::intptr_t stream) noexcept {
+  if (stream <= 0 || (fence_stream != 0 && fence_stream != stream)) return;
+  // A batch the fence covers: on CUDA, its upload takes fences, `stream` is its only reader, and
+  // the handle being released is its only hold (no exported tensor may read it later).
+  const auto covered = [&](HeldBatch& h) {
+    if (!h.batch || h.device.device_type != kDLCUDA || !h.batch->reuse_fence) return false;
+    if (h.refs.load() != 1 || h.handles.load() != 1) return false;
+    if (fence_device >= 0 && h.device.device_id != fence_device) return false;
+    std::lock_guard<std::mutex> lock(h.mutex);
+    return !h.unknown_reader && h.streams.size() == 1 && h.streams.front() == stream;
+  };
+  int device = fence_device;
+  for (std::size_t i = 0; i < count && device < 0; ++i) {
+    if (covered(*group[i])) device = group[i]->device.device_id;
+  }
+  if (device < 0) return;
+  try {
+    if (!fence_event) {
+      fence_event = cuda_event_create(device);
+      fence_device = device;
+    }
+    bool recorded = false;
+    for (std::size_t i = 0; i < count; ++i) {
+      HeldBatch& h = *group[i];
+      if (!covered(h)) continue;
+      if (!recorded) {
+        cuda_record(stream, device, fence_event);
+        fence_stream = stream;
+        ++fence_stamp;
+        recorded = true;
+      }
+      *h.batch->reuse_fence = ReuseFence{fence_event, fence_stamp};
+      h.fenced = true;
+    }
+  } catch (...) {
+    // Nothing marked fenced after a failed record: each batch records its own reuse event.
   }
 }
 

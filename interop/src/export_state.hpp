@@ -28,6 +28,7 @@ struct HeldBatch {
   std::mutex mutex;                    // guards the readers below
   std::vector<std::intptr_t> streams;  // distinct streams the tensors were exported to
   bool unknown_reader = false;         // read on a stream we were not told (-1)
+  bool fenced = false;                 // its reuse is covered by a group's fence (release_together)
 };
 
 /// What a TensorSession, its handles and its exported tensors share.
@@ -52,12 +53,22 @@ class ExportState : public std::enable_shared_from_this<ExportState> {
   int join_device = -1;
   std::map<const BufferPool*, int> pool_device;  // owner thread only
 
+  // release_together's fence: one event, recorded on one stream, its stamp growing (owner thread).
+  void* fence_event = nullptr;
+  int fence_device = -1;
+  std::intptr_t fence_stream = 0;  // 0: none yet
+  std::uint64_t fence_stamp = 0;
+
   ~ExportState();
   /// Drops one hold; the last gives the batch back (or queues it for the owner thread).
   void unref(HeldBatch* held) noexcept;
   /// On CUDA: the reuse event on every stream that reads the batch, so that the upload overwrites
   /// the buffer only after them.
   void record_reuse(HeldBatch& held) noexcept;
+  /// Records one fence on `stream` for the held batches of `group` it covers (see
+  /// release_together) and marks them fenced. Owner thread; never throws (a failed record leaves
+  /// every batch to its own reuse event).
+  void fence(HeldBatch* const* group, std::size_t count, std::intptr_t stream) noexcept;
   /// Returns a batch to the session (owner thread). Never throws.
   void give_back(HeldBatch* held) noexcept;
   /// Gives back the batches queued by other threads (owner thread).

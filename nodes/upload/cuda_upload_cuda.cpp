@@ -367,6 +367,7 @@ class CudaUpload final : public AsynchronousNode {
     FLOWFEED_CUDA_CHECK(cudaEventRecord(ready_[buffer], lane.stream));
     batch.device = std::move(device);
     batch.ready_event = ready_[buffer];
+    batch.ready_event_complete = nullptr;  // set by the poller once the copy is done
     batch.reuse_event = reuse_[buffer];
     batch.reuse_fence = &fences_[buffer];
     batch.upload_stream = lane.stream;
@@ -427,6 +428,7 @@ class CudaUpload final : public AsynchronousNode {
     for (Pending& p : taken_) {
       nvtxDomainRangeEnd(cuda::nvtx_domain(), p.range);
       if (!error) {
+        p.batch->ready_event_complete = p.ready;  // consumers need not wait on it
         p.batch->staging.reset();
         p.batch->host.reset();
         lane.copies.fetch_add(1, std::memory_order_relaxed);

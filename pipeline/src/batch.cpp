@@ -1,8 +1,8 @@
 #include "flowfeed/batch.hpp"
 
-#include "flowfeed/memory_budget.hpp"
 #include <stdexcept>
 
+#include "flowfeed/memory_budget.hpp"
 #include "flowfeed/node.hpp"
 
 namespace flowfeed {
@@ -137,6 +137,7 @@ void Batch::reset() noexcept {
   device.reset();
   samples.clear();
   ready_event = nullptr;
+  ready_event_complete = nullptr;
   upload_stream = nullptr;
   reuse_event = nullptr;
   stream_index = -1;

@@ -187,6 +187,27 @@ TEST(Dlpack, AViewPointsAtTheBufferWithoutHoldingTheBatch) {
   EXPECT_EQ(pipeline.free_buffers(), pipeline.total_buffers());
 }
 
+TEST(Dlpack, ReleasingTogetherGivesEveryHeldBatchBackAndKeepsThoseTensorsHold) {
+  Pipeline pipeline = feeder(4, 2);
+  TensorSession session(pipeline);
+  std::vector<BatchHandle> group;
+  for (int i = 0; i < 3; ++i) group.push_back(session.next());
+  DLManagedTensor* kept = group[1].to_dlpack("x");  // a tensor still alive after the release
+  const std::uint32_t first = group[1].batch().samples.front();
+  EXPECT_EQ(session.held(), 3u);
+  release_together(group.data(), group.size(), -1);
+  for (const BatchHandle& h : group) EXPECT_FALSE(h);
+  EXPECT_EQ(session.held(), 1u);  // the batch whose tensor is alive
+  EXPECT_EQ(static_cast<const std::uint8_t*>(kept->dl_tensor.data)[0], expected_x(first, 0));
+  kept->deleter(kept);
+  EXPECT_EQ(session.held(), 0u);
+  release_together(group.data(), group.size(), 1);  // empty handles: nothing to do
+  std::size_t rest = 0;
+  while (BatchHandle h = session.next()) ++rest;
+  EXPECT_EQ(rest, 3u);  // 6 batches of 10 samples over 2 epochs
+  EXPECT_EQ(pipeline.free_buffers(), pipeline.total_buffers());
+}
+
 TEST(Dlpack, ClosingTheSessionReturnsHeldBatches) {
   Pipeline pipeline = feeder(2, 3);
   DLManagedTensor* survivor = nullptr;

@@ -193,19 +193,24 @@ def test_a_buffer_read_late_on_the_default_stream_is_not_overwritten(data):
     assert pipeline.free_buffers == pipeline.total_buffers
 
 
-def test_views_read_late_on_the_default_stream_see_their_own_batch(data):
-    # The same through Pipeline.views, in order (no shuffle): batch k holds samples 64k to 64k+63.
-    pipeline = flowfeed.Pipeline(data.config(epochs=1, depth=2, device="cuda",
+@pytest.mark.parametrize("depth", [2, 8, 12])
+def test_views_read_late_on_the_default_stream_see_their_own_batch(data, depth):
+    # The same through Pipeline.views, in order (no shuffle): batch k of an epoch holds samples
+    # 64k to 64k+63. At depth 8 and 12 batches go back in groups of 2 and 3 under one event.
+    pipeline = flowfeed.Pipeline(data.config(epochs=2, depth=depth, device="cuda",
                                              stage="pinned_staging", upload="cuda_upload",
                                              shuffle=False))
+    views = pipeline.views(["x", "y"], torch.from_dlpack, stream=torch.cuda.current_stream())
     got = []
-    for x, y in pipeline.views(["x", "y"], torch.from_dlpack,
-                               stream=torch.cuda.current_stream()):
-        torch.cuda._sleep(SLOW_READ_CYCLES)
-        got.append((x.clone(), y.clone()))
+    for _ in range(2):
+        for x, y in views:
+            torch.cuda._sleep(SLOW_READ_CYCLES)
+            got.append((x.clone(), y.clone()))
     torch.cuda.synchronize()
-    assert len(got) == 16
-    for k, (x, y) in enumerate(got):
+    assert len(got) == 2 * 16
+    for j, (x, y) in enumerate(got):
+        k = j % 16
         samples = np.arange(64 * k, min(64 * (k + 1), len(data.y)))
-        assert np.array_equal(y.cpu().numpy(), samples), f"batch {k} holds another batch's rows"
+        assert np.array_equal(y.cpu().numpy(), samples), f"batch {j} holds another batch's rows"
         assert np.array_equal(x.cpu().numpy(), data.x[samples])
+    assert pipeline.free_buffers == pipeline.total_buffers

@@ -324,6 +324,27 @@ def test_views_deliver_every_batch_byte_for_byte_and_reuse_one_tensor_per_buffer
     pipeline.stop()
 
 
+@pytest.mark.parametrize("depth,group", [(8, 2), (12, 3), (40, 8)])
+def test_views_give_batches_back_in_groups_of_a_quarter_of_the_depth(data, depth, group):
+    pipeline = flowfeed.Pipeline(data.config(epochs=2, depth=depth, shuffle=False))
+    views = pipeline.views(["x", "y"], torch.from_dlpack)
+    held, n = [], 0
+    for epoch in range(2):
+        for x, y in views:
+            k = n % 16
+            rows = np.arange(64 * k, min(64 * (k + 1), len(data.y)))
+            assert np.array_equal(y.numpy(), rows) and np.array_equal(x.numpy(), data.x[rows])
+            held.append(pipeline.held)
+            n += 1
+        # The epoch's end gives back what was left; the next epoch's first batch is taken already.
+        assert pipeline.held == (1 if epoch == 0 else 0)
+    assert n == 32
+    # This batch and up to group - 1 read before it: once `group` were read, they go back together
+    # as the next batch is taken.
+    assert held[:group + 1] == list(range(1, group + 1)) + [1] and max(held) == group
+    assert pipeline.free_buffers == pipeline.total_buffers
+
+
 def test_views_of_one_name_yield_the_tensor_itself_and_take_numpy(data):
     pipeline = flowfeed.Pipeline(data.config(epochs=1, shuffle=False))
     got = [x.copy() for x in pipeline.views("y", np.from_dlpack)]

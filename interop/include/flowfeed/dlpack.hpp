@@ -72,6 +72,17 @@ using ConsumerStream = std::optional<std::intptr_t>;
 /// The DLPack dtype of a flowfeed dtype (float32 → {kDLFloat, 32, 1}, ...).
 DLDataType to_dlpack_dtype(DType dtype) noexcept;
 
+class BatchHandle;
+
+/// Releases `count` handles of one session at once, for a consumer that reads every batch on one
+/// stream and gives batches back in groups. On CUDA, one event is recorded on `stream` (an
+/// array-API value, as for to_dlpack) after the work queued there, and the upload waits on it for
+/// every batch of the group whose only reader was `stream` and whose only hold is its handle here
+/// (cuda_upload's Batch::reuse_fence); the others get their own reuse event as release() gives
+/// them. One session takes such events from one stream only: for another stream, each batch gets
+/// its reuse event. Owner thread; the handles are empty afterwards.
+void release_together(BatchHandle* handles, std::size_t count, std::intptr_t stream) noexcept;
+
 /// A counted handle on a batch handed out by TensorSession::next(). Copies share the batch; it
 /// goes back to the pipeline when every copy was released and every exported tensor deleted.
 /// Copy and release from the session's owner thread.
@@ -133,6 +144,8 @@ class BatchHandle {
  private:
   friend class TensorSession;
   friend class detail::ExportState;
+  friend void release_together(BatchHandle* handles, std::size_t count,
+                               std::intptr_t stream) noexcept;
   BatchHandle(std::shared_ptr<detail::ExportState> state, detail::HeldBatch* held) noexcept;
   std::shared_ptr<detail::ExportState> state_;
   detail::HeldBatch* held_ = nullptr;

@@ -105,7 +105,11 @@ struct Batch {
 
   /// Opaque CUDA handles set by a CUDA upload node: the event that marks the batch's bytes ready on
   /// the device and the stream that copied them. Null on the host backend.
-  void* ready_event = nullptr;    ///< cudaEvent_t: recorded after the copy into `device`
+  void* ready_event = nullptr;  ///< cudaEvent_t: recorded after the copy into `device`
+  /// `ready_event` as it was when the upload node saw it complete (cuda_upload hands a batch on
+  /// only then): while the two are equal a consumer need not wait on it. A node that sets
+  /// ready_event to an event of its own leaves this as it is, so the two differ.
+  void* ready_event_complete = nullptr;
   void* upload_stream = nullptr;  ///< cudaStream_t: the stream that copied
   /// Event the consumer of the device buffer records after its last kernel reading it; the upload
   /// node waits on it (on its stream, not on the host) before it overwrites the buffer again.
