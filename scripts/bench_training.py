@@ -1,21 +1,21 @@
 #!/usr/bin/env python3
-"""The Fashion-MNIST MLP of examples/python in one process, fed by flowfeed (Pipeline.views) and by
-tensors resident on the GPU, in rounds that begin and end with a resident run (the flowfeed runs
-in between, in reverse order every other round), each run a fresh model: steps/s after the first
-epoch, each flowfeed run's ratio to the resident runs of its round, and the test accuracy of every
-run.
+"""The Fashion-MNIST MLP of examples/python trained twice in one process, fed by flowfeed
+(Pipeline.views on the current stream) and by tensors resident on the GPU, epoch by epoch in turn
+(resident first on even epochs, flowfeed first on odd ones), each with a model of its own: steps/s
+of each feed after the first epoch, the ratio for every epoch, their median, and the test accuracy
+of both models.
 
-    PYTHONPATH=build/python python3 scripts/bench_training.py [--rounds 2] [--epochs 10]
-        [--threads config,2] [--data DIR]
+    PYTHONPATH=build/python python3 scripts/bench_training.py [--epochs 10] [--repeat 1]
+        [--threads N] [--data DIR]
 
---threads: the flowfeed runs of a round, by pipeline.threads ("config": as configured). Without a
-GPU (or with --device cpu) both feeds train on the host: a smoke run, not a measurement.
-
-PyTorch's eager step moves by tens of percent from one process to the next on the same machine, so
-the two feeds are compared in the same process, one run after the other."""
+PyTorch's eager step moves by tens of percent from one process to the next on the same machine,
+and by several percent from one second to the next within one, so the two feeds take turns an
+epoch at a time. --threads sets pipeline.threads. Without a GPU (or with --device cpu) both feeds
+train on the host: a smoke run, not a measurement."""
 import os
 import statistics
 import sys
+import time
 
 import torch
 
@@ -25,80 +25,97 @@ import common  # noqa: E402
 import flowfeed  # noqa: E402
 
 
-def run_flowfeed(args, threads):
-    images, labels = common.files(args.data, "train")
-    cuda = args.device.startswith("cuda")
-    overrides = {"pipeline.epochs": args.epochs, "pipeline.batch_size": args.batch_size,
-                 "pipeline.device": "cuda" if cuda else "host",
-                 "nodes.load.params.images": images, "nodes.load.params.labels": labels}
-    if threads != "config":
-        overrides["pipeline.threads"] = int(threads)
-    pipeline = flowfeed.Pipeline(os.path.join(ROOT, "configs", "fashion_mnist_pull.yaml"),
-                                 overrides=overrides)
-    model, optimizer = common.model_and_optimizer(args.device)
-    timer = common.Timer(args.device)
-    views = pipeline.views(["x", "y"], torch.from_dlpack,
-                           stream=torch.cuda.current_stream() if cuda else None)
-    for _ in range(args.epochs):
-        timer.start_epoch()
+class Feed:
+    """One model and its optimizer, trained one epoch per call; steps and seconds per epoch."""
+
+    def __init__(self, args):
+        self.args = args
+        self.model, self.optimizer = common.model_and_optimizer(args.device)
+        self.steps, self.seconds = [], []
+
+    def sync(self):
+        if self.args.device.startswith("cuda"):
+            torch.cuda.synchronize()
+
+    def epoch(self):
+        self.sync()
+        t0 = time.perf_counter()
         steps = 0
-        for x, y in views:
-            common.step(model, optimizer, x, y)
+        for x, y in self.batches():
+            common.step(self.model, self.optimizer, x, y)
             steps += 1
-        timer.end_epoch(steps)
-    pipeline.close()
-    return timer, common.accuracy(model, args.data, args.device)
+        self.sync()
+        self.seconds.append(time.perf_counter() - t0)
+        self.steps.append(steps)
+
+    def rate(self, epoch):
+        return self.steps[epoch] / self.seconds[epoch]
+
+    def steady(self):
+        return sum(self.steps[1:]) / sum(self.seconds[1:])
+
+    def accuracy(self):
+        return common.accuracy(self.model, self.args.data, self.args.device)
 
 
-def run_resident(args):
-    x, y = (torch.from_numpy(a).to(args.device)
-            for a in common.read_idx(*common.files(args.data, "train")))
-    generator = torch.Generator().manual_seed(42)
-    model, optimizer = common.model_and_optimizer(args.device)
-    timer = common.Timer(args.device)
-    for _ in range(args.epochs):
-        order = torch.randperm(len(y), generator=generator).to(args.device)
-        timer.start_epoch()
-        steps = 0
-        for rows in order.split(args.batch_size):
-            common.step(model, optimizer, x[rows], y[rows])
-            steps += 1
-        timer.end_epoch(steps)
-    return timer, common.accuracy(model, args.data, args.device)
+class Resident(Feed):
+    name = "resident"
+
+    def __init__(self, args):
+        super().__init__(args)
+        self.x, self.y = (torch.from_numpy(a).to(args.device)
+                          for a in common.read_idx(*common.files(args.data, "train")))
+        self.generator = torch.Generator().manual_seed(42)
+
+    def batches(self):
+        order = torch.randperm(len(self.y), generator=self.generator).to(self.args.device)
+        return ((self.x[rows], self.y[rows]) for rows in order.split(self.args.batch_size))
 
 
-def steady(timer):
-    return sum(timer.epoch_steps[1:]) / sum(timer.epoch_times[1:])
+class Flowfeed(Feed):
+    name = "flowfeed"
+
+    def __init__(self, args):
+        super().__init__(args)
+        images, labels = common.files(args.data, "train")
+        cuda = args.device.startswith("cuda")
+        overrides = {"pipeline.epochs": args.epochs, "pipeline.batch_size": args.batch_size,
+                     "pipeline.device": "cuda" if cuda else "host",
+                     "nodes.load.params.images": images, "nodes.load.params.labels": labels}
+        if args.threads:
+            overrides["pipeline.threads"] = args.threads
+        self.pipeline = flowfeed.Pipeline(os.path.join(ROOT, "configs", "fashion_mnist_pull.yaml"),
+                                          overrides=overrides)
+        self.views = self.pipeline.views(["x", "y"], torch.from_dlpack,
+                                         stream=torch.cuda.current_stream() if cuda else None)
+
+    def batches(self):
+        return self.views  # iterating it gives the next epoch
 
 
 def main():
     def options(parser):
-        parser.add_argument("--rounds", type=int, default=2)
-        parser.add_argument("--threads", default="config")
+        parser.add_argument("--repeat", type=int, default=1)
+        parser.add_argument("--threads", type=int, default=0)
     args = common.arguments(__doc__.splitlines()[0], options)
     if args.epochs < 2:
         sys.exit("--epochs must be at least 2 (the first epoch is not timed)")
-    variants = args.threads.split(",")
-    ratios = {v: [] for v in variants}
-    for r in range(args.rounds):
-        middle = variants if r % 2 == 0 else variants[::-1]
-        resident, flowfed = [], {}
-        for feed in ["resident"] + middle + ["resident"]:
-            if feed == "resident":
-                timer, acc = run_resident(args)
-                resident.append(steady(timer))
-                label = "resident"
-            else:
-                timer, acc = run_flowfeed(args, feed)
-                flowfed[feed] = steady(timer)
-                label = f"flowfeed (pipeline.threads: {feed})"
-            print(f"round {r}: {label:34s} {steady(timer):8,.0f} steps/s after the first epoch, "
-                  f"test accuracy {100 * acc:.2f}%", flush=True)
-        for feed, rate in flowfed.items():
-            ratios[feed].append(rate / statistics.mean(resident))
-    for feed, rs in ratios.items():
-        print(f"flowfeed (pipeline.threads: {feed}) / resident of the same round: " +
-              ", ".join(f"{r:.3f}" for r in rs) + f"; median {statistics.median(rs):.3f}")
+    medians = []
+    for r in range(args.repeat):
+        resident, fed = Resident(args), Flowfeed(args)
+        for e in range(args.epochs):
+            for feed in ((resident, fed) if e % 2 == 0 else (fed, resident)):
+                feed.epoch()
+        fed.pipeline.close()
+        ratios = [fed.rate(e) / resident.rate(e) for e in range(1, args.epochs)]
+        medians.append(statistics.median(ratios))
+        print(f"run {r}: flowfeed {fed.steady():,.0f} steps/s, resident {resident.steady():,.0f} "
+              f"steps/s after the first epoch: {fed.steady() / resident.steady():.3f}; by epoch " +
+              ", ".join(f"{q:.3f}" for q in ratios) + f" (median {medians[-1]:.3f}); "
+              f"test accuracy flowfeed {100 * fed.accuracy():.2f}%, "
+              f"resident {100 * resident.accuracy():.2f}%", flush=True)
+    if args.repeat > 1:
+        print("median ratio by run: " + ", ".join(f"{m:.3f}" for m in medians))
 
 
 if __name__ == "__main__":
