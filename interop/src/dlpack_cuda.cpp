@@ -79,4 +79,10 @@ void cuda_event_destroy(void* event) noexcept {
   if (event) cudaEventDestroy(static_cast<cudaEvent_t>(event));
 }
 
+void cuda_event_synchronize(void* event) noexcept {
+  if (event && cudaEventSynchronize(static_cast<cudaEvent_t>(event)) != cudaSuccess) {
+    cudaGetLastError();
+  }
+}
+
 }  // namespace flowfeed::detail

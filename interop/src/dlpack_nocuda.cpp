@@ -27,5 +27,6 @@ void* cuda_event_create(int) {
   unavailable();
 }
 void cuda_event_destroy(void*) noexcept {}
+void cuda_event_synchronize(void*) noexcept {}
 
 }  // namespace flowfeed::detail

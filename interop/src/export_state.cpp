@@ -2,11 +2,18 @@
 // consumer's streams and gives the batch back (at once on the owner thread, else queued for it).
 #include "export_state.hpp"
 
+#include <algorithm>
 #include <sstream>
 
 #include "stream_sync.hpp"
 
 namespace flowfeed::detail {
+
+namespace {
+/// Fence stamps grow across sessions: an upload node skips a fence whose stamp is not above the
+/// newest it waited on, and its fence slots outlive a session.
+std::atomic<std::uint64_t> g_fence_stamp{0};
+}  // namespace
 
 ExportState::~ExportState() {
   cuda_event_destroy(join_event);
@@ -84,22 +91,37 @@ void ExportState::fence(HeldBatch* const* group, std::size_t count, std::intptr_
       fence_event = cuda_event_create(device);
       fence_device = device;
     }
-    bool recorded = false;
+    std::uint64_t stamp = 0;
     for (std::size_t i = 0; i < count; ++i) {
       HeldBatch& h = *group[i];
       if (!covered(h)) continue;
-      if (!recorded) {
+      if (stamp == 0) {
         cuda_record(stream, device, fence_event);
         fence_stream = stream;
-        ++fence_stamp;
-        recorded = true;
+        stamp = g_fence_stamp.fetch_add(1) + 1;
       }
-      *h.batch->reuse_fence = ReuseFence{fence_event, fence_stamp};
+      ReuseFence* slot = h.batch->reuse_fence;
+      if (std::find(fence_slots.begin(), fence_slots.end(), slot) == fence_slots.end()) {
+        fence_slots.push_back(slot);  // once per device buffer
+      }
+      *slot = ReuseFence{fence_event, stamp};
       h.fenced = true;
     }
   } catch (...) {
     // Nothing marked fenced after a failed record: each batch records its own reuse event.
   }
+}
+
+void ExportState::clear_fences() noexcept {
+  if (!fence_event) return;
+  // The fence event dies with this state while the upload's slots outlive it: once the readers it
+  // covers are done, the slots that still hold it are emptied (the upload then waits on each
+  // buffer's reuse event, whose last record is older, which orders nothing more).
+  cuda_event_synchronize(fence_event);
+  for (ReuseFence* slot : fence_slots) {
+    if (slot->event == fence_event) *slot = ReuseFence{};
+  }
+  fence_slots.clear();
 }
 
 void ExportState::give_back(HeldBatch* held) noexcept {
@@ -186,6 +208,7 @@ void ExportState::close() noexcept {
     } catch (...) {
       // The run failed; the report below still says how far it got.
     }
+    clear_fences();  // the run is over, whether it ended or failed
     try {
       final_report = session->report();
     } catch (...) {

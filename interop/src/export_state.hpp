@@ -53,11 +53,12 @@ class ExportState : public std::enable_shared_from_this<ExportState> {
   int join_device = -1;
   std::map<const BufferPool*, int> pool_device;  // owner thread only
 
-  // release_together's fence: one event, recorded on one stream, its stamp growing (owner thread).
+  // release_together's fence: one event, recorded on one stream (owner thread), and the upload's
+  // fence slots it was left in (at most one per device buffer), cleared when the run ends.
   void* fence_event = nullptr;
   int fence_device = -1;
   std::intptr_t fence_stream = 0;  // 0: none yet
-  std::uint64_t fence_stamp = 0;
+  std::vector<ReuseFence*> fence_slots;
 
   ~ExportState();
   /// Drops one hold; the last gives the batch back (or queues it for the owner thread).
@@ -69,6 +70,9 @@ class ExportState : public std::enable_shared_from_this<ExportState> {
   /// release_together) and marks them fenced. Owner thread; never throws (a failed record leaves
   /// every batch to its own reuse event).
   void fence(HeldBatch* const* group, std::size_t count, std::intptr_t stream) noexcept;
+  /// After the run ended: waits for the fence's last record and empties the upload's fence slots
+  /// that still hold it (the event is destroyed with this state). Never throws.
+  void clear_fences() noexcept;
   /// Returns a batch to the session (owner thread). Never throws.
   void give_back(HeldBatch* held) noexcept;
   /// Gives back the batches queued by other threads (owner thread).

@@ -28,5 +28,7 @@ void cuda_record(std::intptr_t stream, int device, void* event);
 void* cuda_event_create(int device);
 /// Destroys an event from cuda_event_create; errors ignored.
 void cuda_event_destroy(void* event) noexcept;
+/// Waits on the host until `event`'s last record completed; errors ignored.
+void cuda_event_synchronize(void* event) noexcept;
 
 }  // namespace flowfeed::detail
