@@ -116,7 +116,9 @@ TEST(Dlpack, TheLeaseComesBackWhenTheLastExportedTensorIsDeleted) {
 }
 
 TEST(Dlpack, HoldingEveryBatchStallsNamingThem) {
-  Pipeline pipeline = feeder(2, 1, 0.05);
+  // 0.5 s: long enough for the loader's first batches on a loaded machine (the pipeline's own
+  // stall check, "node 'load' is not producing batches", uses the same timeout).
+  Pipeline pipeline = feeder(2, 1, 0.5);
   TensorSession session(pipeline);
   BatchHandle a = session.next();
   DLManagedTensor* x = a.to_dlpack("x");
@@ -124,7 +126,7 @@ TEST(Dlpack, HoldingEveryBatchStallsNamingThem) {
   BatchHandle b = session.next();
   EXPECT_EQ(test::error_of<Error>([&] { session.next(); }),
             "run stalled: the caller holds all 2 batches the pipeline may have in flight "
-            "(pipeline.prefetch_depth) and none came back for 0.05 s: batch 0 (epoch 0: "
+            "(pipeline.prefetch_depth) and none came back for 0.5 s: batch 0 (epoch 0: "
             "released, 1 exported tensor alive); batch 1 (epoch 0: not released, 0 exported "
             "tensors alive); a batch goes back once it was released and every tensor taken "
             "from it was freed (release batches and drop tensors kept across steps, or raise "
