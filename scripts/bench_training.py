@@ -15,7 +15,6 @@ train on the host: a smoke run, not a measurement."""
 import os
 import statistics
 import sys
-import time
 
 import torch
 
@@ -23,53 +22,47 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "examples", "python"))
 import common  # noqa: E402
 import flowfeed  # noqa: E402
+import peer_dataloader  # noqa: E402
 
 
 class Feed:
-    """One model and its optimizer, trained one epoch per call; steps and seconds per epoch."""
+    """One model and its optimizer, trained one epoch per call, timed by common.Timer."""
 
     def __init__(self, args):
         self.args = args
         self.model, self.optimizer = common.model_and_optimizer(args.device)
-        self.steps, self.seconds = [], []
-
-    def sync(self):
-        if self.args.device.startswith("cuda"):
-            torch.cuda.synchronize()
+        self.timer = common.Timer(args.device)
 
     def epoch(self):
-        self.sync()
-        t0 = time.perf_counter()
+        self.timer.start_epoch()
         steps = 0
         for x, y in self.batches():
             common.step(self.model, self.optimizer, x, y)
             steps += 1
-        self.sync()
-        self.seconds.append(time.perf_counter() - t0)
-        self.steps.append(steps)
+        self.timer.end_epoch(steps)
 
     def rate(self, epoch):
-        return self.steps[epoch] / self.seconds[epoch]
+        return self.timer.epoch_steps[epoch] / self.timer.epoch_times[epoch]
 
     def steady(self):
-        return sum(self.steps[1:]) / sum(self.seconds[1:])
+        return sum(self.timer.epoch_steps[1:]) / sum(self.timer.epoch_times[1:])
 
     def accuracy(self):
         return common.accuracy(self.model, self.args.data, self.args.device)
 
 
 class Resident(Feed):
+    """peer_dataloader.py --mode resident: the set on the GPU, a permutation per epoch."""
     name = "resident"
 
     def __init__(self, args):
         super().__init__(args)
-        self.x, self.y = (torch.from_numpy(a).to(args.device)
-                          for a in common.read_idx(*common.files(args.data, "train")))
-        self.generator = torch.Generator().manual_seed(42)
+        x, y = (torch.from_numpy(a) for a in common.read_idx(*common.files(args.data, "train")))
+        self.epochs = peer_dataloader.batches_resident(args, x, y,
+                                                       torch.Generator().manual_seed(42))
 
     def batches(self):
-        order = torch.randperm(len(self.y), generator=self.generator).to(self.args.device)
-        return ((self.x[rows], self.y[rows]) for rows in order.split(self.args.batch_size))
+        return next(self.epochs)
 
 
 class Flowfeed(Feed):
