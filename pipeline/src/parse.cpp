@@ -9,6 +9,7 @@
 #include <yaml-cpp/parser.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <charconv>
@@ -246,14 +247,33 @@ PipelineConfig parse(const YAML::Node& root_in, const std::string& file, const R
       at.rank = problems.where("sampler.rank", sampler["rank"].Mark());
     }
     at.locate = [&](const std::string& path) {
-      // "sampler.shuffle" → root["sampler"]["shuffle"], where it was written.
+      // "sampler.shuffle" → root["sampler"]["shuffle"], "nodes[0].params.pin" →
+      // root["nodes"][0]["params"]["pin"], where it was written.
       YAML::Node cur = root;
       std::stringstream keys(path);
       for (std::string key; std::getline(keys, key, '.');) {
+        std::size_t index = 0;
+        const std::size_t bracket = key.find('[');
+        const bool indexed =
+            bracket != std::string::npos && key.back() == ']' && bracket + 2 < key.size() &&
+            std::all_of(key.begin() + static_cast<std::ptrdiff_t>(bracket) + 1, key.end() - 1,
+                        [](char c) { return c >= '0' && c <= '9'; });
+        if (indexed) {
+          for (std::size_t i = bracket + 1; i + 1 < key.size(); ++i) {
+            index = index * 10 + static_cast<std::size_t>(key[i] - '0');
+          }
+          key.resize(bracket);
+        }
         if (!cur.IsMap() || !cur[key].IsDefined()) {
           return problems.where(path, YAML::Mark::null_mark());
         }
         cur.reset(cur[key]);
+        if (indexed) {
+          if (!cur.IsSequence() || index >= cur.size()) {
+            return problems.where(path, YAML::Mark::null_mark());
+          }
+          cur.reset(cur[index]);
+        }
       }
       return problems.where(path, cur.Mark());
     };
