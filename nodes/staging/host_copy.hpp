@@ -21,12 +21,22 @@ class HostCopy {
         &context.make_batch_pool(to_ == Tier::staging ? "staging" : "device", MemoryKind::pageable,
                                  context.layout().capacity(), Allocator::host());
   }
-  /// Copies the batch (from its host buffer into staging; from staging, else host, into device)
-  /// and gives back the buffers it came from.
+  /// Copies the batch (from its host buffer into staging; from staging, else host, into device,
+  /// with its external ranges from where they are) and gives back the buffers it came from.
   void copy(Batch& batch) {
     Lease out = pool_->acquire();
     const Tier from = to_ == Tier::device && batch.staging ? Tier::staging : Tier::host;
-    std::memcpy(out.data(), batch.data(from), batch.bytes());
+    if (to_ == Tier::device) {
+      // The bytes a loader left where they are (Batch::external) are copied from there.
+      std::byte* dst = out.data();
+      batch.for_each_piece(batch.data(from),
+                           [dst](std::size_t at, const std::byte* src, std::size_t bytes) {
+                             std::memcpy(dst + at, src, bytes);
+                           });
+      batch.external.clear();
+    } else {
+      std::memcpy(out.data(), batch.data(from), batch.bytes());
+    }
     batch.lease(to_) = std::move(out);
     if (to_ == Tier::device) batch.staging.reset();
     batch.host.reset();

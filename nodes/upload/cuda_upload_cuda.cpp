@@ -110,7 +110,9 @@ class CudaUpload final : public AsynchronousNode {
     Lane& lane = *lanes_[index];
     const bool pageable = from == Tier::host &&
                           !(batch.host.pool() && batch.host.pool()->kind() == MemoryKind::pinned);
-    if (pageable && bounce_.pool) {
+    // A batch with external ranges (page-locked, in the loader's own memory) is copied piece by
+    // piece straight from them, never through the bounce buffers.
+    if (pageable && bounce_.pool && batch.external.empty()) {
       // The stream waits for the buffer's last reader before any chunk lands in it; then the
       // chunks go to the arena as tasks and submit returns: the next batch's chunks may start
       // while this one's last chunks are copied.
@@ -156,10 +158,22 @@ class CudaUpload final : public AsynchronousNode {
     // completion thread never waits behind these CUDA calls.
     std::lock_guard<std::mutex> submitting(lane.submit_mutex);
     wait_reuse(lane, buffer);
-    FLOWFEED_CUDA_CHECK(
-        cudaMemcpyAsync(device.data(), src, bytes, cudaMemcpyHostToDevice, lane.stream));
+    if (batch.external.empty()) {
+      FLOWFEED_CUDA_CHECK(
+          cudaMemcpyAsync(device.data(), src, bytes, cudaMemcpyHostToDevice, lane.stream));
+    } else {
+      std::byte* dst = device.data();
+      cudaStream_t stream = lane.stream;
+      batch.for_each_piece(
+          src, [dst, stream](std::size_t at, const std::byte* from, std::size_t n) {
+            FLOWFEED_CUDA_CHECK(cudaMemcpyAsync(dst + at, from, n, cudaMemcpyHostToDevice, stream));
+          });
+      batch.external.clear();
+    }
     publish(lane, index, batch, std::move(device), std::move(done));
   }
+
+  bool copies_external_bytes() const noexcept override { return true; }
 
   void begin_run() override {
     for (auto& lane : lanes_) {

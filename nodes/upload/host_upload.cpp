@@ -12,6 +12,7 @@ class HostUpload final : public Node {
  public:
   void setup(BuildContext& context) override { copy_.setup(context); }
   void process(Batch& batch) override { copy_.copy(batch); }
+  bool copies_external_bytes() const noexcept override { return true; }
 
  private:
   HostCopy copy_{Tier::device};

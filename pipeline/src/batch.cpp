@@ -136,6 +136,7 @@ void Batch::reset() noexcept {
   staging.reset();
   device.reset();
   samples.clear();
+  external.clear();
   ready_event = nullptr;
   ready_event_complete = nullptr;
   upload_stream = nullptr;

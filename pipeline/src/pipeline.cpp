@@ -57,6 +57,15 @@ class Context final : public BuildContext {
         stage_.index == 0 ? impl_.fill_memory_.has_value() : impl_.fill_pool_ != nullptr;
     return staged ? Tier::staging : Tier::host;
   }
+  bool takes_external_bytes() const override {
+    if (stage_.index != 0) return false;
+    for (std::size_t i = 1; i < impl_.stages_.size(); ++i) {
+      const Stage& next = *impl_.stages_[i];
+      if (next.spec.role == Role::staging && impl_.fill_memory_) continue;  // passes through
+      return next.spec.role == Role::upload && next.node->copies_external_bytes();
+    }
+    return false;
+  }
   BufferPool& make_fill_pool(const std::string& name) override {
     if (stage_.index != 0) throw std::logic_error("make_fill_pool is for the loader's setup");
     if (!impl_.fill_memory_) return BuildContext::make_fill_pool(name);

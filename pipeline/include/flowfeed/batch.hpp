@@ -89,6 +89,16 @@ struct ReuseFence {
   std::uint64_t stamp = 0;
 };
 
+/// A range of a batch's bytes that a loader left where they already are, in memory of its own that
+/// the upload can read directly (a data file's page-locked mapping), instead of copying them into
+/// the batch's buffer: bytes [offset, offset + bytes) of the batch, as laid out in its buffer,
+/// are at `data`. See Batch::external.
+struct ExternalBytes {
+  std::size_t offset = 0;           ///< where the range sits in the batch's layout
+  const std::byte* data = nullptr;  ///< where its bytes are
+  std::size_t bytes = 0;            ///< its length
+};
+
 /// One batch on its way through the graph. Batches are pooled by the pipeline (one object per
 /// in-flight slot) and passed between nodes by pointer; a node owns the batch only while its body
 /// runs. Buffers are leases: releasing one returns the buffer to its pool.
@@ -127,6 +137,13 @@ struct Batch {
   /// an upload node that supports it (cuda_upload), else null.
   ReuseFence* reuse_fence = nullptr;
 
+  /// Ranges of the batch's bytes that are not in its buffer but elsewhere (ExternalBytes::data), in
+  /// increasing offset order and not overlapping; the buffer's bytes there are undefined. Only a
+  /// loader whose BuildContext::takes_external_bytes() is true sets them; the staging nodes between
+  /// pass them on, and the upload node copies each piece from where it is (for_each_piece) and
+  /// clears them. Empty for every other batch. Cleared by reset(), its capacity kept.
+  std::vector<ExternalBytes> external;
+
   /// Set when a node failed on this batch but the batch must still travel (so that ordering and
   /// the in-flight bound stay correct); the next synchronous node rethrows or skips it.
   std::exception_ptr error;
@@ -147,6 +164,21 @@ struct Batch {
   std::byte* tensor(Tier tier, std::size_t index) const noexcept;
   /// The furthest tier that holds a buffer (device, else staging, else host).
   Tier newest_tier() const noexcept;
+  /// Calls `piece(offset, src, bytes)` for each piece of the batch's bytes(), in offset order: from
+  /// `buffer` (the batch's own buffer of a tier, where the batch starts) between the external
+  /// ranges, from each range's data for the range itself. Without external ranges, one call for
+  /// the whole batch.
+  template <typename F>
+  void for_each_piece(const std::byte* buffer, F&& piece) const {
+    std::size_t at = 0;
+    for (const ExternalBytes& e : external) {
+      if (e.offset > at) piece(at, buffer + at, e.offset - at);
+      piece(e.offset, e.data, e.bytes);
+      at = e.offset + e.bytes;
+    }
+    const std::size_t end = bytes();
+    if (end > at) piece(at, buffer + at, end - at);
+  }
   /// Returns every buffer to its pool and clears the per-run state (the object is reused).
   void reset() noexcept;
 

@@ -107,6 +107,13 @@ class BuildContext {
   virtual BufferPool& make_fill_pool(const std::string& name) {
     return make_batch_pool(name, MemoryKind::pageable, layout().capacity(), Allocator::host());
   }
+  /// For a loader: true when its batches reach an upload node that copies Batch::external ranges
+  /// from where they are (Node::copies_external_bytes), with no transform before it and only
+  /// staging nodes that pass batches through (they take them in place: fill_tier() is
+  /// Tier::staging). The loader may then leave bytes in page-locked memory of its own (a data
+  /// file's registered mapping) and list them in `batch.external` instead of copying them into its
+  /// buffer: on CUDA each such byte is read once, by the DMA, straight from where it is.
+  virtual bool takes_external_bytes() const { return false; }
   /// For a transform whose output tensors differ from its input (uint8 `x` in, float32 `x` out,
   /// written into a pool of its own): declares the layout its batches leave with and returns it,
   /// owned by the pipeline and valid as long as the pipeline. The nodes after this one get it
@@ -203,6 +210,10 @@ class Node {
   virtual std::optional<FillMemory> fill_memory(const BuildContext& /*context*/) const {
     return std::nullopt;
   }
+  /// For an upload node: true when it copies a batch's Batch::external ranges from where they are
+  /// (Batch::for_each_piece) and clears them, so a loader may leave bytes outside its buffer
+  /// (BuildContext::takes_external_bytes). The default is false.
+  virtual bool copies_external_bytes() const noexcept { return false; }
   /// Called on every node at the start of every run, before the first batch (a pipeline may run
   /// several times, also after a failed or interrupted run): reset per-run state here.
   virtual void begin_run() {}
