@@ -3,6 +3,7 @@
 #include "flowfeed/nodes/builtin.hpp"
 #include "flowfeed/nodes/cuda.hpp"
 #include "flowfeed/nodes/memory.hpp"
+#include "flowfeed/nodes/npy.hpp"
 
 namespace flowfeed {
 
@@ -21,14 +22,22 @@ std::string cuda_device_description(int device) {
 
 namespace {
 
-/// Page-locks the memory loader's data set in place, once, while the pipeline is built.
+/// Page-locks a loader's data set (memory) or files' mappings (npy) in place, once, while the
+/// pipeline is built.
 HostPinning cuda_host_pinning() {
-  return {[](void* data, std::size_t bytes) {
-            FLOWFEED_CUDA_CHECK(cudaHostRegister(data, bytes, cudaHostRegisterPortable));
-          },
-          [](void* data) {
-            if (cudaHostUnregister(data) != cudaSuccess) cudaGetLastError();
-          }};
+  return {
+      [](void* data, std::size_t bytes) {
+        FLOWFEED_CUDA_CHECK(cudaHostRegister(data, bytes, cudaHostRegisterPortable));
+      },
+      [](const void* data, std::size_t bytes) {
+        // A PROT_READ mapping can be registered only read-only: the device reads it, never
+        // writes it.
+        FLOWFEED_CUDA_CHECK(cudaHostRegister(const_cast<void*>(data), bytes,
+                                             cudaHostRegisterPortable | cudaHostRegisterReadOnly));
+      },
+      [](const void* data) {
+        if (cudaHostUnregister(const_cast<void*>(data)) != cudaSuccess) cudaGetLastError();
+      }};
 }
 
 }  // namespace
@@ -40,6 +49,7 @@ void register_cuda_nodes(Registry& registry) {
   register_device_checksum(registry);
   register_device_discard(registry);
   registry.set(memory_node_type(cuda_host_pinning()));
+  registry.set(npy_node_type(cuda_host_pinning()));
   registry.set_device_probe([] { return cuda::device_count(); });
   registry.set_device_memory_probe([](int device) { return cuda::device_free_memory(device); });
   registry.set_cuda_built(true);

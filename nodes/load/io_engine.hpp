@@ -49,6 +49,8 @@ class IoFile {
   int descriptor() const noexcept { return fd_; }
   /// True when reads copy from the file's mapping.
   bool mapped() const noexcept { return map_ != nullptr; }
+  /// The file's read-only mapping, size() bytes from its first; null when not mapped.
+  const std::byte* mapping() const noexcept { return map_; }
 
  private:
   friend class IoEngine;

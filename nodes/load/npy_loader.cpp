@@ -1,13 +1,19 @@
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstring>
 #include <limits>
 
-#include "flowfeed/extend.hpp"
 #include "file_set.hpp"
+#include "flowfeed/config.hpp"
+#include "flowfeed/error.hpp"
+#include "flowfeed/extend.hpp"
 #include "flowfeed/nodes/npy.hpp"
 #include "flowfeed/pool.hpp"
 #include "flowfeed/registry.hpp"
+#include "flowfeed/stats.hpp"
 #include "io_engine.hpp"
 #include "npy_file.hpp"
 
@@ -60,7 +66,8 @@ struct NpyLoader::Shard {
   IoFile file;  // the features, opened by the engine
 };
 
-NpyLoader::NpyLoader(NpyLoaderOptions options) : options_(std::move(options)) {
+NpyLoader::NpyLoader(NpyLoaderOptions options, HostPinning pinning)
+    : options_(std::move(options)), pinning_(std::move(pinning)) {
   const std::vector<std::string> features = expand_file_set(options_.features, "features");
   const std::vector<std::string> labels = expand_file_set(options_.labels, "labels");
   if (labels.size() != features.size()) {
@@ -131,7 +138,10 @@ void NpyLoader::add_shard(const std::string& features_path, const std::string& l
   shards_.push_back(std::move(shard));
 }
 
-NpyLoader::~NpyLoader() = default;
+NpyLoader::~NpyLoader() {
+  // Before the shards unmap their files.
+  for (const void* mapping : pinned_) pinning_.unpin(mapping);
+}
 
 NpyLoaderOptions NpyLoader::options_from(const Params& params) {
   NpyLoaderOptions o;
@@ -139,6 +149,7 @@ NpyLoaderOptions NpyLoader::options_from(const Params& params) {
   o.labels = params.get_string_list("labels");
   o.num_classes = static_cast<int>(params.get_int("num_classes"));
   o.io = io_options_from(params);
+  o.pin = params.get_bool("pin");
   return o;
 }
 
@@ -160,6 +171,47 @@ void NpyLoader::setup(BuildContext& context) {
   // Straight into the staging node's memory when one follows (pinned on CUDA).
   tier_ = context.fill_tier();
   pool_ = &context.make_fill_pool(tier_ == Tier::staging ? "staging" : "host");
+  if (options_.pin) keep_rows_in_place(context);
+}
+
+void NpyLoader::keep_rows_in_place(BuildContext& context) {
+  const NodeSpec& spec = context.spec();
+  if (!context.takes_external_bytes()) {
+    throw ConfigError({spec.loc.str() + ": node '" + spec.name +
+                       "': pin: true leaves the feature rows in the files' mapping for the upload "
+                       "node to copy from there, but a transform, or no upload node, comes after "
+                       "the loader (only staging nodes may stand between it and the upload) set "
+                       "pin: false, or move the transform after the upload"});
+  }
+  std::uint64_t bytes = 0;
+  for (const Shard& shard : shards_) {
+    if (!shard.file.mapped()) {
+      throw DataError(shard.file.path() +
+                      ": pin: true needs the file mapped, but it could not be (the run's "
+                      "warnings say why) set pin: false to read it with pread");
+    }
+    bytes += shard.file.size();
+  }
+  if (context.backend() != Backend::cuda || !pinning_.pin_read_only) return;
+  context.claim_memory(MemoryKind::pinned, bytes,
+                       "the page-locked features files (" + std::to_string(shards_.size()) +
+                           (shards_.size() == 1 ? " file)" : " files)"),
+                       "nodes[0].params.features, nodes[0].params.pin");
+  const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+  const auto start = std::chrono::steady_clock::now();
+  for (const Shard& shard : shards_) {
+    // Whole pages: the mapping's last page is readable to its end.
+    const std::uint64_t length = (shard.file.size() + page - 1) / page * page;
+    try {
+      pinning_.pin_read_only(shard.file.mapping(), static_cast<std::size_t>(length));
+    } catch (const std::exception& e) {
+      throw DataError(shard.file.path() + ": cannot page-lock its mapping of " +
+                      std::to_string(length) + " bytes (" + e.what() +
+                      ") free host memory, or set pin: false");
+    }
+    pinned_.push_back(shard.file.mapping());
+  }
+  pin_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 template <typename F>
@@ -183,6 +235,22 @@ void NpyLoader::process(Batch& batch) {
   batch.lease(tier_) = pool_->acquire();
   std::byte* xs = batch.tensor(tier_, 0);
   const std::size_t row_bytes = x_.sample_bytes();
+  if (options_.pin) {
+    // The rows stay in the mapping: the upload copies each run from there.
+    const std::size_t x_at = batch.layout->offset(0, batch.rows());
+    std::uint64_t bytes = 0;
+    for_each_shard_run(
+        batch, [&](const Shard& shard, std::size_t row, std::size_t first, std::size_t count) {
+          // Inside the mapping: the file's size was checked against its header at open.
+          const std::uint64_t at = shard.features->data_offset() + std::uint64_t{first} * row_bytes;
+          batch.external.push_back(
+              ExternalBytes{x_at + row * row_bytes, shard.file.mapping() + at, count * row_bytes});
+          bytes += count * row_bytes;
+        });
+    in_place_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+    read_labels(batch, reinterpret_cast<std::int32_t*>(batch.tensor(tier_, 1)));
+    return;
+  }
   std::array<ReadRequest, kRequestGroup> group;
   std::size_t queued = 0;
   for_each_shard_run(
@@ -201,6 +269,12 @@ void NpyLoader::process(Batch& batch) {
 
 void NpyLoader::finish(RunReport& report) {
   engine_->report(report, options_.name);
+  if (options_.pin) {
+    // Feature bytes the upload copied from the files' mapping; the seconds page-locking took.
+    report.extra[options_.name + ".in_place_bytes"] =
+        static_cast<double>(in_place_bytes_.exchange(0));
+    report.extra[options_.name + ".pin_seconds"] = pin_seconds_;
+  }
 }
 
 void NpyLoader::label_error(const Shard& shard, std::int64_t label, std::size_t index) const {
@@ -248,7 +322,7 @@ void NpyLoader::read_labels(const Batch& batch, std::int32_t* dst) const {
       });
 }
 
-void register_npy(Registry& registry) {
+NodeType npy_node_type(HostPinning pinning) {
   Schema schema;
   schema
       .add_string_list("features",
@@ -264,17 +338,42 @@ void register_npy(Registry& registry) {
   schema.add_int("num_classes", "when > 0, labels must be in [0, num_classes)", 0)
       .range(0, 2147483647.0);
   add_io_params(schema);
-  registry.set(factory_type(
+  schema.add_bool("pin",
+                  "with io: mmap, leave the feature rows in the files' mapping for the upload "
+                  "node to copy from there; on CUDA the mappings are page-locked once, so the "
+                  "DMA reads the page cache directly, with no host copy. The files stay in "
+                  "memory while the pipeline lives (claimed as pinned memory): for data sets "
+                  "that fit in memory",
+                  false);
+  NodeType t = factory_type(
       "npy", Role::load, std::move(schema),
-      [](const NodeSpec& spec) {
+      [pinning = std::move(pinning)](const NodeSpec& spec) {
         NpyLoaderOptions o = NpyLoader::options_from(spec.params);
         o.concurrency = spec.concurrency;
         o.name = spec.name;
-        return std::make_unique<NpyLoader>(std::move(o));
+        return std::make_unique<NpyLoader>(std::move(o), pinning);
       },
       "NumPy .npy features [N, ...] and labels [N], one pair or shards (lists or globs) as one "
       "data set; rows read with pread or io_uring straight into the next stage's buffers (for "
-      "data sets larger than memory); x keeps the file's dtype, y int32"));
+      "data sets larger than memory), or copied by the upload straight from the page cache "
+      "(io: mmap, pin: true); x keeps the file's dtype, y int32");
+  t.check = [](const NodeSpec& spec, const PipelineConfig& config) {
+    std::vector<ConfigProblem> out;
+    if (spec.params.get_bool("pin") && spec.params.get_string("io") != "mmap") {
+      std::size_t index = 0;
+      while (index < config.nodes.size() && config.nodes[index].name != spec.name) ++index;
+      out.push_back({"nodes[" + std::to_string(index) + "].params.pin",
+                     "true leaves the feature rows in the files' mapping, which io: " +
+                         spec.params.get_string("io") +
+                         " does not make set io: mmap, or pin: false"});
+    }
+    return out;
+  };
+  return t;
+}
+
+void register_npy(Registry& registry) {
+  registry.set(npy_node_type({}));
 }
 
 }  // namespace flowfeed

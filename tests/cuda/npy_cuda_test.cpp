@@ -49,5 +49,39 @@ TEST(NpyCuda, RowsReadIntoPinnedMemoryArriveOnTheDevice) {
   }
 }
 
+/// pin: true: the loader reads only the labels; the upload copies each batch's feature rows (one
+/// piece per run of consecutive samples, shuffled) straight from the files' mapping, page-locked
+/// once while the pipeline is built.
+TEST(NpyCuda, PinnedMappingIsCopiedToTheDeviceInPlace) {
+  FLOWFEED_REQUIRE_GPU();
+  TempDir dir;
+  const std::vector<std::uint8_t> x =
+      write_feature_rows(dir, "x.npy", "y.npy", kRows, kRowBytes, 64);
+  for (const bool staging : {true, false}) {
+    SCOPED_TRACE(staging ? "pinned_staging" : "no staging node");
+    const auto [report, seen] = test::run_to_device_capture(
+        "  - { name: load, type: npy, concurrency: 2, params: { features: " + dir.file("x.npy") +
+            ", labels: " + dir.file("y.npy") + ", io: mmap, pin: true } }\n",
+        staging, "the pinned npy run");
+    ASSERT_EQ(seen->samples.size(), 14u);
+    for (std::size_t b = 0; b < seen->samples.size(); ++b) {
+      for (std::size_t row = 0; row < seen->samples[b].size(); ++row) {
+        const std::uint32_t s = seen->samples[b][row];
+        ASSERT_EQ(std::memcmp(seen->tensors[b][0].data() + row * kRowBytes,
+                              x.data() + s * kRowBytes, kRowBytes),
+                  0)
+            << "batch " << b << " row " << row << " sample " << s;
+        std::int32_t label = 0;
+        std::memcpy(&label, seen->tensors[b][1].data() + row * 4, 4);
+        ASSERT_EQ(label, static_cast<std::int32_t>(s % 7)) << "sample " << s;
+      }
+    }
+    EXPECT_EQ(report.extra.at("load.in_place_bytes"), 200.0 * kRowBytes);
+    EXPECT_EQ(report.extra.at("load.io_bytes"), 0.0);
+    EXPECT_GT(report.extra.at("load.pin_seconds"), 0.0);
+    test::expect_only_the_loaders_pinned_buffers(report, staging, 14.0);
+  }
+}
+
 }  // namespace
 }  // namespace flowfeed

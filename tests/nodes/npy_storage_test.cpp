@@ -150,6 +150,78 @@ INSTANTIATE_TEST_SUITE_P(
              (info.param.async ? "async_" : "") + std::to_string(info.param.row_bytes);
     });
 
+/// io: mmap with pin: true: the loader reads only the labels; the feature rows stay in the files'
+/// mapping and the upload copies them from there. Sharded files with a last partial file and
+/// unaligned rows, sequential and shuffled, with and without a staging node, across ranks.
+TEST_F(NpyStorageTest, PinnedRowsStayInTheMappingAndTheUploadCopiesThemFromThere) {
+  write_shards({20, 25, 3}, 5000);
+  for (const char* stages : {"host_staging", ""}) {
+    SCOPED_TRACE(std::string("stages: ") + stages);
+    RunReport report = run(chain(glob_params(", io: mmap, pin: true"), "shuffle: false", stages));
+    std::vector<std::uint32_t> order = check_bytes();
+    ASSERT_EQ(order.size(), 96u);
+    for (std::size_t i = 0; i < order.size(); ++i) ASSERT_EQ(order[i], i % 48);
+    // Every feature byte came from the mapping; none was read into a buffer.
+    EXPECT_EQ(extra(report, "load.in_place_bytes"), 96.0 * 5000);
+    EXPECT_EQ(extra(report, "load.io_bytes"), 0.0);
+    EXPECT_EQ(extra(report, "load.pin_seconds"), 0.0);  // the host backend page-locks nothing
+    EXPECT_EQ(report.allocations_after_build, 0u);
+
+    report = run(chain(glob_params(", io: mmap, pin: true"), "shuffle: true", stages));
+    order = check_bytes();
+    ASSERT_EQ(order.size(), 96u);
+    EXPECT_EQ(std::set<std::uint32_t>(order.begin(), order.begin() + 48).size(), 48u);
+    EXPECT_EQ(std::set<std::uint32_t>(order.begin() + 48, order.end()).size(), 48u);
+    EXPECT_NE(std::vector<std::uint32_t>(order.begin(), order.begin() + 48),
+              std::vector<std::uint32_t>(order.begin() + 48, order.end()));
+    EXPECT_EQ(extra(report, "load.in_place_bytes"), 96.0 * 5000);
+  }
+  // Two ranks: each epoch's samples of the two are disjoint and cover the set.
+  std::vector<std::uint32_t> epoch0;
+  for (int rank = 0; rank < 2; ++rank) {
+    run(chain(glob_params(", io: mmap, pin: true"),
+              "shuffle: true, world: 2, rank: " + std::to_string(rank)));
+    const std::vector<std::uint32_t> order = check_bytes();
+    ASSERT_EQ(order.size(), 48u);
+    epoch0.insert(epoch0.end(), order.begin(), order.begin() + 24);
+  }
+  std::sort(epoch0.begin(), epoch0.end());
+  for (std::size_t i = 0; i < epoch0.size(); ++i) ASSERT_EQ(epoch0[i], i);
+}
+
+TEST_F(NpyStorageTest, PinWithoutAMappingIsAConfigError) {
+  write_shards({20}, 64);
+  Registry r;
+  register_builtin_nodes(r);
+  register_capture(r, seen_);
+  const std::string yaml = chain(glob_params(", io: pread, pin: true"), "shuffle: false");
+  // Line 7 holds the params; the column is where `true` stands after `pin: `.
+  const std::size_t line7 = [&] {
+    std::size_t at = 0;
+    for (int i = 0; i < 6; ++i) at = yaml.find('\n', at) + 1;
+    return at;
+  }();
+  const std::size_t column = yaml.find("pin: true", line7) + 5 - line7 + 1;
+  EXPECT_EQ(error_of<ConfigError>([&] { load_config_string(yaml, r); }),
+            "<string>:7:" + std::to_string(column) +
+                ": nodes[0].params.pin: true leaves the feature rows in the files' mapping, which "
+                "io: pread does not make set io: mmap, or pin: false");
+}
+
+TEST_F(NpyStorageTest, PinWithATransformBeforeTheUploadIsAConfigError) {
+  write_shards({20}, 64);
+  Registry r;
+  register_builtin_nodes(r);
+  register_capture(r, seen_);
+  const std::string yaml =
+      chain(glob_params(", io: mmap, pin: true"), "shuffle: false", "delay, params: { ms: 0 }");
+  EXPECT_EQ(error_of<ConfigError>([&] { Pipeline p(load_config_string(yaml, r), r); }),
+            "<string>:4:5: node 'load': pin: true leaves the feature rows in the files' mapping "
+            "for the upload node to copy from there, but a transform, or no upload node, comes "
+            "after the loader (only staging nodes may stand between it and the upload) set pin: "
+            "false, or move the transform after the upload");
+}
+
 /// A file cut after the build fails the batch that reads past its end, naming file and offset,
 /// for every engine.
 TEST_F(NpyStorageTest, AFileThatShrinksWhileOpenFailsItsBatch) {

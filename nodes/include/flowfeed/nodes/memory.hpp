@@ -8,19 +8,11 @@
 #include <cstddef>
 #include <functional>
 
+#include "flowfeed/nodes/pinning.hpp"
 #include "flowfeed/nodes/synthetic.hpp"
 #include "flowfeed/registry.hpp"
 
 namespace flowfeed {
-
-/// How the memory loader page-locks its data set. The CUDA node family supplies cudaHostRegister /
-/// cudaHostUnregister; empty functions mean "cannot pin" (a build without CUDA).
-struct HostPinning {
-  /// Page-locks [data, data + bytes); throws on failure.
-  std::function<void(void* data, std::size_t bytes)> pin;
-  /// Undoes pin; must not throw.
-  std::function<void(void* data)> unpin;
-};
 
 /// Options of the `memory` loader (the params of its schema).
 struct MemoryOptions {

@@ -4,12 +4,16 @@
 /// read as one data set), read row by row into the buffers of the stage after the loader, so a
 /// data set larger than memory streams with resident memory bounded by the pools.
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "flowfeed/node.hpp"
 #include "flowfeed/nodes/io.hpp"
+#include "flowfeed/nodes/pinning.hpp"
+#include "flowfeed/registry.hpp"
 
 namespace flowfeed {
 
@@ -24,8 +28,13 @@ struct NpyLoaderOptions {
   /// .npy files of N integers (uint8, int32 or int64), converted to int32: one per features
   /// file, in the same order, each with that file's row count.
   std::vector<std::string> labels;
-  int num_classes = 0;        ///< when > 0, every label must be in [0, num_classes)
-  IoOptions io;               ///< how the features are read
+  int num_classes = 0;  ///< when > 0, every label must be in [0, num_classes)
+  IoOptions io;         ///< how the features are read
+  /// With io: mmap: leave each batch's feature rows in the files' mapping (Batch::external), for
+  /// the upload node to copy from there; on CUDA the mappings are page-locked once, so the DMA
+  /// reads the page cache directly and no host copy is made. The files' pages stay in memory
+  /// while the loader lives.
+  bool pin = false;
   int concurrency = 1;        ///< process() calls at once (the node's `concurrency`)
   std::string name = "load";  ///< the node's name, for report figures and log lines
 };
@@ -36,9 +45,15 @@ struct NpyLoaderOptions {
 /// into a buffer of the pool BuildContext::make_fill_pool gives (pinned staging memory when a
 /// pinned_staging or cuda_upload follows). Tensors: `x` of the features' dtype and shape[1:], and
 /// `y` int32 [].
+///
+/// With `pin` (and io: mmap), process() reads only the labels: the feature rows stay in the files'
+/// mapping and the batch lists them as external ranges, which the upload node copies from there
+/// (page-locked once in setup() on CUDA, with `pinning`). setup() throws ConfigError when the
+/// batches do not go straight to such an upload node (BuildContext::takes_external_bytes), and
+/// DataError naming the file when one could not be mapped or page-locked.
 class NpyLoader final : public LoaderNode {
  public:
-  explicit NpyLoader(NpyLoaderOptions options);
+  explicit NpyLoader(NpyLoaderOptions options, HostPinning pinning = {});
   ~NpyLoader() override;
   /// Options from validated params.
   static NpyLoaderOptions options_from(const Params& params);
@@ -59,6 +74,8 @@ class NpyLoader final : public LoaderNode {
   template <typename F>
   void for_each_shard_run(const Batch& batch, F&& f) const;
   void read_labels(const Batch& batch, std::int32_t* dst) const;
+  /// pin: checks that the rows may stay in place, page-locks the mappings on CUDA.
+  void keep_rows_in_place(BuildContext& context);
   [[noreturn]] void label_error(const Shard& shard, std::int64_t label, std::size_t index) const;
 
   NpyLoaderOptions options_;
@@ -69,6 +86,14 @@ class NpyLoader final : public LoaderNode {
   TensorSpec x_;
   BufferPool* pool_ = nullptr;
   Tier tier_ = Tier::host;
+  HostPinning pinning_;
+  std::vector<const void*> pinned_;  // mappings page-locked in setup(), unpinned at destruction
+  double pin_seconds_ = 0;           // how long page-locking them took
+  std::atomic<std::uint64_t> in_place_bytes_{0};
 };
+
+/// The `npy` node type; `pinning` page-locks the files' mappings under `pin: true` on CUDA (the
+/// CUDA node family registers it with cudaHostRegister).
+NodeType npy_node_type(HostPinning pinning);
 
 }  // namespace flowfeed
