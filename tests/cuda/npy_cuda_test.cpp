@@ -1,6 +1,7 @@
 // The npy loader on CUDA: rows read from a file straight into page-locked memory (pinned_staging
 // passes them through, or cuda_upload copies from them without bounce buffers) arrive on the
-// device byte-exact, with pread and io_uring; nothing is allocated after build.
+// device byte-exact with their labels, with pread and io_uring, and from the page-locked mapping
+// (io: mmap, pin: true); nothing is allocated after build.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -22,6 +23,25 @@ using namespace testing_files;
 constexpr std::size_t kRowBytes = 8192;
 constexpr std::size_t kRows = 100;
 
+/// Every row that reached the device holds its sample's features (`x`: the file's rows) and its
+/// label, sample % 7.
+void expect_rows_on_the_device(const test::DeviceCapture& seen,
+                               const std::vector<std::uint8_t>& x) {
+  ASSERT_EQ(seen.samples.size(), 14u);
+  for (std::size_t b = 0; b < seen.samples.size(); ++b) {
+    for (std::size_t row = 0; row < seen.samples[b].size(); ++row) {
+      const std::uint32_t s = seen.samples[b][row];
+      ASSERT_EQ(std::memcmp(seen.tensors[b][0].data() + row * kRowBytes, x.data() + s * kRowBytes,
+                            kRowBytes),
+                0)
+          << "batch " << b << " row " << row << " sample " << s;
+      std::int32_t label = 0;
+      std::memcpy(&label, seen.tensors[b][1].data() + row * 4, 4);
+      ASSERT_EQ(label, static_cast<std::int32_t>(s % 7)) << "sample " << s;
+    }
+  }
+}
+
 TEST(NpyCuda, RowsReadIntoPinnedMemoryArriveOnTheDevice) {
   FLOWFEED_REQUIRE_GPU();
   TempDir dir;
@@ -34,16 +54,7 @@ TEST(NpyCuda, RowsReadIntoPinnedMemoryArriveOnTheDevice) {
           "  - { name: load, type: npy, concurrency: 2, params: { features: " + dir.file("x.npy") +
               ", labels: " + dir.file("y.npy") + ", io: " + io + ", direct: true } }\n",
           staging, "the npy run");
-      ASSERT_EQ(seen->samples.size(), 14u);
-      for (std::size_t b = 0; b < seen->samples.size(); ++b) {
-        for (std::size_t row = 0; row < seen->samples[b].size(); ++row) {
-          const std::uint32_t s = seen->samples[b][row];
-          ASSERT_EQ(std::memcmp(seen->tensors[b][0].data() + row * kRowBytes,
-                                x.data() + s * kRowBytes, kRowBytes),
-                    0)
-              << "batch " << b << " row " << row << " sample " << s;
-        }
-      }
+      expect_rows_on_the_device(*seen, x);
       test::expect_only_the_loaders_pinned_buffers(report, staging, 14.0);
     }
   }
@@ -63,19 +74,7 @@ TEST(NpyCuda, PinnedMappingIsCopiedToTheDeviceInPlace) {
         "  - { name: load, type: npy, concurrency: 2, params: { features: " + dir.file("x.npy") +
             ", labels: " + dir.file("y.npy") + ", io: mmap, pin: true } }\n",
         staging, "the pinned npy run");
-    ASSERT_EQ(seen->samples.size(), 14u);
-    for (std::size_t b = 0; b < seen->samples.size(); ++b) {
-      for (std::size_t row = 0; row < seen->samples[b].size(); ++row) {
-        const std::uint32_t s = seen->samples[b][row];
-        ASSERT_EQ(std::memcmp(seen->tensors[b][0].data() + row * kRowBytes,
-                              x.data() + s * kRowBytes, kRowBytes),
-                  0)
-            << "batch " << b << " row " << row << " sample " << s;
-        std::int32_t label = 0;
-        std::memcpy(&label, seen->tensors[b][1].data() + row * 4, 4);
-        ASSERT_EQ(label, static_cast<std::int32_t>(s % 7)) << "sample " << s;
-      }
-    }
+    expect_rows_on_the_device(*seen, x);
     EXPECT_EQ(report.extra.at("load.in_place_bytes"), 200.0 * kRowBytes);
     EXPECT_EQ(report.extra.at("load.io_bytes"), 0.0);
     EXPECT_GT(report.extra.at("load.pin_seconds"), 0.0);
