@@ -5,14 +5,18 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "flowfeed/config.hpp"
+#include "flowfeed/error.hpp"
+#include "flowfeed/memory_budget.hpp"
 #include "flowfeed/pipeline.hpp"
 #include "flowfeed/stats.hpp"
 #include "gpu_test.hpp"
 #include "tests/cuda/device_capture.hpp"
+#include "tests/error_of.hpp"
 #include "tests/nodes/npy_storage_fixture.hpp"
 
 namespace flowfeed {
@@ -80,6 +84,38 @@ TEST(NpyCuda, PinnedMappingIsCopiedToTheDeviceInPlace) {
     EXPECT_GT(report.extra.at("load.pin_seconds"), 0.0);
     test::expect_only_the_loaders_pinned_buffers(report, staging, 14.0);
   }
+}
+
+/// pin: true claims the files as pinned host memory: a file that does not fit in what the
+/// pipeline may use is an error at build that names the node, the bytes and the keys, before
+/// anything is page-locked.
+TEST(NpyCuda, APinnedFileBeyondTheMemoryBudgetIsAnErrorAtBuild) {
+  FLOWFEED_REQUIRE_GPU();
+  TempDir dir;
+  write_feature_rows(dir, "x.npy", "y.npy", kRows, kRowBytes, 64);
+  const auto file_bytes = static_cast<std::uint64_t>(std::filesystem::file_size(dir.file("x.npy")));
+  Registry r = builtin_registry();
+  const std::string yaml =
+      "pipeline: { epochs: 1, batch_size: 16, prefetch_depth: 4, device: cuda, memory_budget: "
+      "{ host: 1M } }\n"
+      "nodes:\n"
+      "  - { name: load, type: npy, params: { features: " +
+      dir.file("x.npy") + ", labels: " + dir.file("y.npy") +
+      ", io: mmap, pin: true } }\n"
+      "  - { name: upload, type: cuda_upload }\n"
+      "  - { name: train, type: device_discard }\n";
+  // Before the files: the loader's four pinned batch buffers of 16 rows and 16 labels.
+  const BatchLayout layout(
+      {{"x", DType::uint8, {static_cast<std::int64_t>(kRowBytes)}}, {"y", DType::int32, {}}}, 16);
+  EXPECT_EQ(test::error_of<ConfigError>([&] { Pipeline p(load_config_string(yaml, r), r); }),
+            "<string>:3:5: nodes[0].params.features, nodes[0].params.pin: the page-locked "
+            "features files (1 file) of node 'load' needs " +
+                format_bytes(file_bytes) +
+                " of pinned host memory, and 1.0 MiB is available (pipeline.memory_budget.host, " +
+                format_bytes(4 * layout.capacity()) +
+                " of it already claimed by the pools and data sets before it; the process would "
+                "be killed for want of memory mid-run) lower nodes[0].params.features, "
+                "nodes[0].params.pin");
 }
 
 }  // namespace
