@@ -63,17 +63,20 @@ struct CapturedRun {
   std::shared_ptr<DeviceCapture> seen;
 };
 
-/// Runs two epochs of shuffled batches of 16 on the device through `load` (the loader's YAML node
-/// line), a pinned_staging node when `staging`, cuda_upload and device_capture; fails, naming
-/// `what`, if the run hangs.
+/// Runs two epochs of batches of 16 (shuffled, unless `sampler` says otherwise) on the device
+/// through `load` (the loader's YAML node line), a pinned_staging node when `staging`,
+/// cuda_upload and device_capture; fails, naming `what`, if the run hangs.
 inline CapturedRun run_to_device_capture(const std::string& load, bool staging,
-                                         const std::string& what) {
+                                         const std::string& what,
+                                         const std::string& sampler = "shuffle: true, seed: 3") {
   auto seen = std::make_shared<DeviceCapture>();
   Registry r = builtin_registry();
   register_device_capture(r, seen);
   const std::string yaml =
       "pipeline: { epochs: 2, batch_size: 16, prefetch_depth: 4, device: cuda }\n"
-      "sampler: { shuffle: true, seed: 3 }\n"
+      "sampler: { " +
+      sampler +
+      " }\n"
       "nodes:\n" +
       load + (staging ? "  - { name: stage, type: pinned_staging }\n" : "") +
       "  - { name: upload, type: cuda_upload }\n"

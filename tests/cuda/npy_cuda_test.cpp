@@ -29,14 +29,14 @@ constexpr std::size_t kRows = 100;
 
 /// Every row that reached the device holds its sample's features (`x`: the file's rows) and its
 /// label, sample % 7.
-void expect_rows_on_the_device(const test::DeviceCapture& seen,
-                               const std::vector<std::uint8_t>& x) {
+void expect_rows_on_the_device(const test::DeviceCapture& seen, const std::vector<std::uint8_t>& x,
+                               std::size_t row_bytes = kRowBytes) {
   ASSERT_EQ(seen.samples.size(), 14u);
   for (std::size_t b = 0; b < seen.samples.size(); ++b) {
     for (std::size_t row = 0; row < seen.samples[b].size(); ++row) {
       const std::uint32_t s = seen.samples[b][row];
-      ASSERT_EQ(std::memcmp(seen.tensors[b][0].data() + row * kRowBytes, x.data() + s * kRowBytes,
-                            kRowBytes),
+      ASSERT_EQ(std::memcmp(seen.tensors[b][0].data() + row * row_bytes, x.data() + s * row_bytes,
+                            row_bytes),
                 0)
           << "batch " << b << " row " << row << " sample " << s;
       std::int32_t label = 0;
@@ -64,25 +64,35 @@ TEST(NpyCuda, RowsReadIntoPinnedMemoryArriveOnTheDevice) {
   }
 }
 
-/// pin: true: the loader reads only the labels; the upload copies each batch's feature rows (one
-/// piece per run of consecutive samples, shuffled) straight from the files' mapping, page-locked
-/// once while the pipeline is built.
+/// pin: true: the upload copies runs of rows of 512 KiB or more (one piece each) straight from the
+/// files' mapping, page-locked once while the pipeline is built; shorter runs are copied into the
+/// batch's pinned buffer. Two shards of 20 and 80 rows of 80,000 bytes, in order: each batch of 16
+/// is one run in place, but for batch 1 (4 rows copied at the first shard's end, 12 in place) and
+/// the last (4 rows, copied). Shuffled, the single rows are copied.
 TEST(NpyCuda, PinnedMappingIsCopiedToTheDeviceInPlace) {
   FLOWFEED_REQUIRE_GPU();
+  constexpr std::size_t kRow = 80000;
   TempDir dir;
-  const std::vector<std::uint8_t> x =
-      write_feature_rows(dir, "x.npy", "y.npy", kRows, kRowBytes, 64);
-  for (const bool staging : {true, false}) {
-    SCOPED_TRACE(staging ? "pinned_staging" : "no staging node");
-    const auto [report, seen] = test::run_to_device_capture(
-        "  - { name: load, type: npy, concurrency: 2, params: { features: " + dir.file("x.npy") +
-            ", labels: " + dir.file("y.npy") + ", io: mmap, pin: true } }\n",
-        staging, "the pinned npy run");
-    expect_rows_on_the_device(*seen, x);
-    EXPECT_EQ(report.extra.at("load.in_place_bytes"), 200.0 * kRowBytes);
-    EXPECT_EQ(report.extra.at("load.io_bytes"), 0.0);
-    EXPECT_GT(report.extra.at("load.pin_seconds"), 0.0);
-    test::expect_only_the_loaders_pinned_buffers(report, staging, 14.0);
+  std::vector<std::uint8_t> x = write_feature_rows(dir, "x-0.npy", "y-0.npy", 20, kRow, 64);
+  const std::vector<std::uint8_t> rest =
+      write_feature_rows(dir, "x-1.npy", "y-1.npy", 80, kRow, 64, 20);
+  x.insert(x.end(), rest.begin(), rest.end());
+  for (const bool shuffle : {false, true}) {
+    for (const bool staging : {true, false}) {
+      SCOPED_TRACE(std::string(shuffle ? "shuffled" : "in order") +
+                   (staging ? ", pinned_staging" : ", no staging node"));
+      const auto [report, seen] = test::run_to_device_capture(
+          "  - { name: load, type: npy, concurrency: 2, params: { features: [" +
+              dir.file("x-0.npy") + ", " + dir.file("x-1.npy") + "], labels: [" +
+              dir.file("y-0.npy") + ", " + dir.file("y-1.npy") + "], io: mmap, pin: true } }\n",
+          staging, "the pinned npy run", shuffle ? "shuffle: true, seed: 3" : "shuffle: false");
+      expect_rows_on_the_device(*seen, x, kRow);
+      const double in_place = report.extra.at("load.in_place_bytes");
+      EXPECT_EQ(in_place, shuffle ? 0.0 : 2.0 * 92 * kRow);
+      EXPECT_EQ(in_place + report.extra.at("load.io_bytes"), 200.0 * kRow);
+      EXPECT_GT(report.extra.at("load.pin_seconds"), 0.0);
+      test::expect_only_the_loaders_pinned_buffers(report, staging, 14.0);
+    }
   }
 }
 

@@ -30,10 +30,10 @@ struct NpyLoaderOptions {
   std::vector<std::string> labels;
   int num_classes = 0;  ///< when > 0, every label must be in [0, num_classes)
   IoOptions io;         ///< how the features are read
-  /// With io: mmap: leave each batch's feature rows in the files' mapping (Batch::external), for
-  /// the upload node to copy from there; on CUDA the mappings are page-locked once, so the DMA
-  /// reads the page cache directly and no host copy is made. The files' pages stay in memory
-  /// while the loader lives.
+  /// With io: mmap: leave each batch's runs of feature rows of 512 KiB or more in the files'
+  /// mapping (Batch::external), for the upload node to copy from there; on CUDA the mappings are
+  /// page-locked once, so the DMA reads the page cache directly and no host copy is made. The
+  /// files' pages stay in memory while the loader lives.
   bool pin = false;
   int concurrency = 1;        ///< process() calls at once (the node's `concurrency`)
   std::string name = "load";  ///< the node's name, for report figures and log lines
@@ -46,9 +46,10 @@ struct NpyLoaderOptions {
 /// pinned_staging or cuda_upload follows). Tensors: `x` of the features' dtype and shape[1:], and
 /// `y` int32 [].
 ///
-/// With `pin` (and io: mmap), process() reads only the labels: the feature rows stay in the files'
-/// mapping and the batch lists them as external ranges, which the upload node copies from there
-/// (page-locked once in setup() on CUDA, with `pinning`). setup() throws ConfigError when the
+/// With `pin` (and io: mmap), process() leaves each run of consecutive rows of 512 KiB or more in
+/// the files' mapping and lists it in the batch's external ranges, which the upload node copies
+/// from there (page-locked once in setup() on CUDA, with `pinning`); shorter runs, and the labels,
+/// are copied into the batch's buffer. setup() throws ConfigError when the
 /// batches do not go straight to such an upload node (BuildContext::takes_external_bytes), and
 /// DataError naming the file when one could not be mapped or page-locked.
 class NpyLoader final : public LoaderNode {
