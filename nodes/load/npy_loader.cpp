@@ -55,9 +55,9 @@ void for_each_run(const std::vector<std::uint32_t>& samples, F&& f) {
 }
 
 // With pin: a run of rows shorter than this is copied out of the mapping into the batch's buffer
-// instead of left in place. Each piece the upload copies costs it about 3 us of its own (H200):
-// 64 KiB pieces went at 16 GB/s, 512 KiB pieces at 40, where the loaders' copies of shuffled rows
-// reached 33-38 GB/s.
+// instead of left in place. The upload's copies of many pieces cost more than their bytes (H200,
+// shuffled rows, every piece in one cudaMemcpyBatchAsync): 64 KiB pieces went at 30 GB/s and
+// 512 KiB pieces at 48-50, where the loaders' copies of the same rows reached 34-36 GB/s.
 constexpr std::size_t kInPlaceMinBytes = std::size_t{512} << 10;
 
 // Reads go to the engine in groups of this many requests (a stack array: nothing allocated per
