@@ -26,6 +26,7 @@
 #include "flowfeed/nodes/memory.hpp"
 #include "flowfeed/registry.hpp"
 #include "flowfeed/stats.hpp"
+#include "upload/piece_copy_cuda.hpp"
 
 namespace flowfeed {
 
@@ -86,11 +87,7 @@ class CudaUpload final : public AsynchronousNode {
       FLOWFEED_CUDA_CHECK(cudaStreamCreateWithFlags(&lane->stream, cudaStreamNonBlocking));
       // At most `depth` copies are outstanding: each holds a device buffer.
       lane->ring.resize(depth);
-      // A batch has at most one piece per row, and one between each two and after the last.
-      const std::size_t pieces = 2 * context.batch_size() + 1;
-      lane->piece_dsts.reserve(pieces);
-      lane->piece_srcs.reserve(pieces);
-      lane->piece_sizes.reserve(pieces);
+      lane->pieces.reserve(context.batch_size());
       lanes_.push_back(std::move(lane));
     }
     fences_.assign(depth, ReuseFence{});
@@ -167,23 +164,7 @@ class CudaUpload final : public AsynchronousNode {
       FLOWFEED_CUDA_CHECK(
           cudaMemcpyAsync(device.data(), src, bytes, cudaMemcpyHostToDevice, lane.stream));
     } else {
-      // Every piece in one call: a cudaMemcpyAsync each would cost the stream a few microseconds
-      // apiece.
-      std::byte* dst = device.data();
-      lane.piece_dsts.clear();
-      lane.piece_srcs.clear();
-      lane.piece_sizes.clear();
-      batch.for_each_piece(src, [&lane, dst](std::size_t at, const std::byte* from, std::size_t n) {
-        lane.piece_dsts.push_back(dst + at);
-        lane.piece_srcs.push_back(from);
-        lane.piece_sizes.push_back(n);
-      });
-      cudaMemcpyAttributes attributes{};
-      attributes.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
-      std::size_t first = 0;
-      FLOWFEED_CUDA_CHECK(cudaMemcpyBatchAsync(lane.piece_dsts.data(), lane.piece_srcs.data(),
-                                               lane.piece_sizes.data(), lane.piece_dsts.size(),
-                                               &attributes, &first, 1, lane.stream));
+      lane.pieces.enqueue(batch, src, device.data(), lane.stream);
       batch.external.clear();
     }
     publish(lane, index, batch, std::move(device), std::move(done));
@@ -246,10 +227,7 @@ class CudaUpload final : public AsynchronousNode {
     ReuseFence waited;              // the newest consumer fence the stream waits on (submit_mutex)
     std::uint64_t reuse_waits = 0;  // cudaStreamWaitEvent calls before copies (submit_mutex)
     std::atomic<std::uint64_t> copies{0};
-    // One batch's pieces (Batch::external), handed to cudaMemcpyBatchAsync together (submit_mutex).
-    std::vector<void*> piece_dsts;
-    std::vector<const void*> piece_srcs;
-    std::vector<std::size_t> piece_sizes;
+    PieceCopy pieces;  // the copies of batches with external ranges (submit_mutex)
   };
 
   /// A ring of page-locked buffers for batches that arrive pageable, handed out oldest first
