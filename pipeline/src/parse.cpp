@@ -253,16 +253,14 @@ PipelineConfig parse(const YAML::Node& root_in, const std::string& file, const R
       std::stringstream keys(path);
       for (std::string key; std::getline(keys, key, '.');) {
         std::size_t index = 0;
+        bool indexed = false;
         const std::size_t bracket = key.find('[');
-        const bool indexed =
-            bracket != std::string::npos && key.back() == ']' && bracket + 2 < key.size() &&
-            std::all_of(key.begin() + static_cast<std::ptrdiff_t>(bracket) + 1, key.end() - 1,
-                        [](char c) { return c >= '0' && c <= '9'; });
-        if (indexed) {
-          for (std::size_t i = bracket + 1; i + 1 < key.size(); ++i) {
-            index = index * 10 + static_cast<std::size_t>(key[i] - '0');
-          }
-          key.resize(bracket);
+        if (bracket != std::string::npos && key.back() == ']') {
+          const char* digits = key.data() + bracket + 1;
+          const char* end = key.data() + key.size() - 1;
+          const auto [stop, error] = std::from_chars(digits, end, index);
+          indexed = error == std::errc() && stop == end;
+          if (indexed) key.resize(bracket);
         }
         if (!cur.IsMap() || !cur[key].IsDefined()) {
           return problems.where(path, YAML::Mark::null_mark());
