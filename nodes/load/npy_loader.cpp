@@ -240,6 +240,7 @@ void NpyLoader::for_each_shard_run(const Batch& batch, F&& f) const {
 void NpyLoader::process(Batch& batch) {
   batch.lease(tier_) = pool_->acquire();
   std::byte* xs = batch.tensor(tier_, 0);
+  const std::size_t x_at = batch.layout->offset(0, batch.rows());  // where xs is in the batch
   const std::size_t row_bytes = x_.sample_bytes();
   std::array<ReadRequest, kRequestGroup> group;
   std::size_t queued = 0;
@@ -252,8 +253,7 @@ void NpyLoader::process(Batch& batch) {
         if (options_.pin && bytes >= kInPlaceMinBytes) {
           // The run stays in the mapping: the upload copies it from there.
           batch.external.push_back(
-              ExternalBytes{static_cast<std::size_t>(xs - batch.data(tier_)) + row * row_bytes,
-                            shard.file.mapping() + at, bytes});
+              ExternalBytes{x_at + row * row_bytes, shard.file.mapping() + at, bytes});
           in_place += bytes;
           return;
         }
