@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <iterator>
 #include <memory>
 #include <optional>
@@ -26,6 +27,8 @@ class Record final : public Node {
   void setup(BuildContext& context) override {
     // Each `pipeline.devices` branch writes its own file: PATH.0, PATH.1, ...
     if (context.replicas() > 1) path_ += fmt::format(".{}", context.replica());
+    // A write blocked on a FIFO or a full pipe gives up when the run is cancelled.
+    cancelled_ = &context.cancelled();
     try {
       check_output_path(path_, "record file");
     } catch (const Error& e) {
@@ -34,7 +37,7 @@ class Record final : public Node {
   }
   void begin_run() override {
     file_.reset();  // a failed run's file is dropped, never renamed into place
-    file_.emplace(path_, "record file");
+    file_.emplace(path_, "record file", cancelled_);
   }
   void process(Batch& batch) override {
     line_.clear();
@@ -51,6 +54,7 @@ class Record final : public Node {
  private:
   std::string path_;
   std::optional<OutputFile> file_;
+  const std::atomic<bool>* cancelled_ = nullptr;
   std::string line_;
 };
 

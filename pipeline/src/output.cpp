@@ -2,14 +2,18 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <system_error>
 
 #include "flowfeed/error.hpp"
 
@@ -17,8 +21,13 @@ namespace flowfeed {
 
 namespace {
 
-// Writes are gathered to this size before a write() call (a `record` file writes a line a batch).
+// Writes are gathered to this size before a write() call (a `record` file writes a line a batch),
+// and no write() call is larger, so that a stop request is seen between two of them.
 constexpr std::size_t kBufferBytes = 1 << 16;
+
+// How long a wait for a FIFO's reader, or for room in a pipe, lasts before the stop flag is read
+// again.
+constexpr int kWaitStepMs = 50;
 
 std::atomic<unsigned> g_temp_counter{0};
 
@@ -70,16 +79,84 @@ void check_output_path(const std::string& path_in, const std::string& what) {
   }
 }
 
-OutputFile::OutputFile(std::string path, std::string what)
-    : path_(std::move(path)), what_(std::move(what)) {
+namespace {
+
+/// `path` made absolute, with `.`, `..` and the symbolic links of its existing part resolved.
+std::filesystem::path normal_path(const std::string& path) {
+  if (path.empty()) return {};
+  std::error_code ec;
+  const std::filesystem::path absolute = std::filesystem::absolute(path, ec);
+  if (ec) return std::filesystem::path(path).lexically_normal();
+  std::filesystem::path p = std::filesystem::weakly_canonical(absolute, ec);
+  return ec ? absolute.lexically_normal() : p;
+}
+
+/// True when `inner` lies in the directory `dir` (at any depth).
+bool is_inside(const std::filesystem::path& inner, const std::filesystem::path& dir) {
+  auto i = inner.begin();
+  for (auto d = dir.begin(); d != dir.end(); ++d, ++i) {
+    if (d->empty()) continue;  // the trailing "" of "dir/"
+    if (i == inner.end() || *i != *d) return false;
+  }
+  return i != inner.end();
+}
+
+bool is_special_file(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode);
+}
+
+}  // namespace
+
+void check_paths_apart(const std::vector<NamedPath>& paths) {
+  using Use = NamedPath::Use;
+  std::vector<std::filesystem::path> normal;
+  for (const NamedPath& p : paths) normal.push_back(normal_path(p.path));
+  std::vector<std::string> problems;
+  for (std::size_t i = 0; i < paths.size(); ++i) {
+    const NamedPath& out = paths[i];
+    if (out.use != Use::output || out.path.empty() || is_special_file(out.path)) continue;
+    for (std::size_t j = 0; j < paths.size(); ++j) {
+      const NamedPath& other = paths[j];
+      if (j == i || other.path.empty()) continue;
+      const std::string named = other.option + " " + other.path;
+      if (other.use == Use::directory) {
+        if (is_inside(normal[i], normal[j])) {
+          problems.push_back(fmt::format(
+              "{} {}: inside the {} directory {} (the files there are the checkpoint's) choose "
+              "another path",
+              out.option, out.path, other.option, other.path));
+        }
+      } else if (normal[i] == normal[j] && (other.use == Use::input || j < i)) {
+        problems.push_back(fmt::format(
+            "{} {}: the same file as {} ({}) choose another path", out.option, out.path, named,
+            other.use == Use::input ? "writing it would replace what was read"
+                                    : "one would replace the other"));
+      }
+    }
+  }
+  if (!problems.empty()) throw ConfigError(std::move(problems));
+}
+
+OutputFile::OutputFile(std::string path, std::string what, const std::atomic<bool>* stop)
+    : path_(std::move(path)), what_(std::move(what)), stop_(stop) {
   const std::string target = resolved(path_);
   struct stat st;
   if (stat(target.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
     if (S_ISDIR(st.st_mode)) throw cannot_write(what_, path_, "it is a directory");
-    do {
-      fd_ = ::open(target.c_str(), O_WRONLY | O_CLOEXEC);
-    } while (fd_ < 0 && errno == EINTR);
-    if (fd_ < 0) throw cannot_write(what_, path_, std::strerror(errno));
+    // Without blocking: a FIFO with no reader (ENXIO) is waited for in steps, so that a stop
+    // request ends the wait; writes then wait for room with poll() (flush_buffer).
+    for (;;) {
+      if (stopped()) throw cannot_write(what_, path_, "interrupted");
+      fd_ = ::open(target.c_str(), O_WRONLY | O_CLOEXEC | O_NONBLOCK);
+      if (fd_ >= 0) break;
+      if (errno == EINTR) continue;
+      if (errno == ENXIO && S_ISFIFO(st.st_mode)) {
+        ::poll(nullptr, 0, kWaitStepMs);
+        continue;
+      }
+      throw cannot_write(what_, path_, std::strerror(errno));
+    }
     return;
   }
   temp_ = fmt::format("{}.tmp.{}.{}", target, static_cast<long>(getpid()),
@@ -105,6 +182,7 @@ OutputFile::OutputFile(OutputFile&& other) noexcept
       what_(std::move(other.what_)),
       temp_(std::move(other.temp_)),
       buffer_(std::move(other.buffer_)),
+      stop_(other.stop_),
       fd_(other.fd_) {
   other.fd_ = -1;
   other.temp_.clear();
@@ -123,13 +201,25 @@ void OutputFile::fail(int error) {
   throw cannot_write(what_, path_, std::strerror(error));
 }
 
+void OutputFile::fail_stopped() {
+  discard();
+  throw cannot_write(what_, path_, "interrupted");
+}
+
 void OutputFile::flush_buffer() {
   const char* p = buffer_.data();
   std::size_t left = buffer_.size();
   while (left > 0) {
-    const ssize_t n = ::write(fd_, p, left);
+    if (stopped()) fail_stopped();
+    const ssize_t n = ::write(fd_, p, std::min(left, kBufferBytes));
     if (n < 0) {
       if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        // A full pipe (a FIFO or /dev/stdout whose reader is slow or gone quiet).
+        pollfd room{fd_, POLLOUT, 0};
+        ::poll(&room, 1, kWaitStepMs);
+        continue;
+      }
       fail(errno);
     }
     p += n;
@@ -171,8 +261,9 @@ void OutputFile::commit() {
   temp_.clear();
 }
 
-void write_output_file(const std::string& path, std::string_view bytes, const std::string& what) {
-  OutputFile out(path, what);
+void write_output_file(const std::string& path, std::string_view bytes, const std::string& what,
+                       const std::atomic<bool>* stop) {
+  OutputFile out(path, what, stop);
   out.write(bytes);
   out.commit();
 }

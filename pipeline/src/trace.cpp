@@ -358,14 +358,14 @@ void Trace::write_timeline_svg(std::ostream& out, const TimelineOptions& options
   out << "</svg>\n";
 }
 
-void Trace::save(const std::string& path, bool svg) const {
+void Trace::save(const std::string& path, bool svg, const std::atomic<bool>* stop) const {
   std::ostringstream out;
   if (svg) {
     write_timeline_svg(out);
   } else {
     write_chrome_trace(out);
   }
-  write_output_file(path, out.str(), svg ? "timeline" : "trace");
+  write_output_file(path, out.str(), svg ? "timeline" : "trace", stop);
 }
 
 }  // namespace flowfeed

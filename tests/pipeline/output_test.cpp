@@ -1,15 +1,21 @@
 // Output files are written whole or not at all, and every failure says why.
 #include "flowfeed/output.hpp"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include "flowfeed/error.hpp"
+#include "tests/error_of.hpp"
+#include "tests/temp_fifo.hpp"
 
 namespace flowfeed {
 namespace {
@@ -93,6 +99,109 @@ TEST(OutputFile, PathsAreCheckedWithTheirOwnReasons) {
             "cannot write report '' (the path is empty)");
   EXPECT_EQ(error_of([] { check_output_path("/dev/null", "report"); }), "no error");
   EXPECT_EQ(error_of([&] { check_output_path(temp_path("new.json"), "report"); }), "no error");
+}
+
+/// Sets `stop` 100 ms from now, on another thread; joined on destruction.
+class StopSoon {
+ public:
+  explicit StopSoon(std::atomic<bool>& stop)
+      : thread_([&stop] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+          stop = true;
+        }) {}
+  ~StopSoon() { thread_.join(); }
+
+ private:
+  std::thread thread_;
+};
+
+TEST(OutputFile, AFifoNobodyOpensIsGivenUpWhenAskedToStop) {
+  const test::TempFifo fifo(temp_path("unread.fifo"));
+  ASSERT_TRUE(fifo.made());
+  std::atomic<bool> stop{false};
+  const StopSoon soon(stop);
+  // Before, open() waited for a reader forever, whatever the flag said.
+  EXPECT_EQ(error_of([&] { write_output_file(fifo.path(), "{}\n", "report", &stop); }),
+            "cannot write report " + fifo.path() + " (interrupted)");
+}
+
+TEST(OutputFile, AFifoWhoseReaderDoesNotReadIsGivenUpWhenAskedToStop) {
+  const test::TempFifo fifo(temp_path("stuck.fifo"));
+  ASSERT_TRUE(fifo.made());
+  // A reader that never reads: the pipe fills after 64 KiB.
+  const int reader = ::open(fifo.path().c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(reader, 0);
+  std::atomic<bool> stop{false};
+  const StopSoon soon(stop);
+  EXPECT_EQ(error_of([&] {
+              OutputFile out(fifo.path(), "trace", &stop);
+              out.write(std::string(1 << 20, 't'));
+              out.commit();
+            }),
+            "cannot write trace " + fifo.path() + " (interrupted)");
+  ::close(reader);
+}
+
+TEST(OutputFile, AStoppedWriteToARegularFileLeavesTheOldFileAndNoTemporaryFile) {
+  const std::string path = temp_path("stopped.json");
+  std::ofstream(path) << "old contents\n";
+  std::atomic<bool> stop{true};
+  EXPECT_EQ(error_of([&] { write_output_file(path, std::string(100000, 'r'), "report", &stop); }),
+            "cannot write report " + path + " (interrupted)");
+  EXPECT_EQ(read_file(path), "old contents\n");
+  EXPECT_EQ(leftovers(path), 0);
+}
+
+std::string paths_error(const std::vector<NamedPath>& paths) {
+  return test::error_of<ConfigError>([&] { check_paths_apart(paths); });
+}
+
+TEST(OutputPaths, AnOutputInsideTheCheckpointDirectoryIsRefusedThroughDotDotAndLinks) {
+  using Use = NamedPath::Use;
+  const std::string dir = temp_path("apart");
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir + "/ck");
+  std::filesystem::create_directory_symlink(dir + "/ck", dir + "/link");
+  EXPECT_EQ(paths_error({{"--checkpoint", dir + "/ck", Use::directory},
+                         {"--report", dir + "/ck/pipeline.json", Use::output}}),
+            "--report " + dir + "/ck/pipeline.json: inside the --checkpoint directory " + dir +
+                "/ck (the files there are the checkpoint's) choose another path");
+  EXPECT_EQ(paths_error({{"--checkpoint", dir + "/ck/", Use::directory},
+                         {"--trace", dir + "/link/../ck/./t.json", Use::output},
+                         {"--timeline", dir + "/link/t.svg", Use::output}}),
+            "--trace " + dir + "/link/../ck/./t.json: inside the --checkpoint directory " + dir +
+                "/ck/ (the files there are the checkpoint's) choose another path\n"
+                "--timeline " +
+                dir + "/link/t.svg: inside the --checkpoint directory " + dir +
+                "/ck/ (the files there are the checkpoint's) choose another path");
+  // A directory beside it whose name starts the same is not inside it.
+  EXPECT_EQ(paths_error({{"--checkpoint", dir + "/ck", Use::directory},
+                         {"--report", dir + "/ck2/r.json", Use::output}}),
+            "<no exception>");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(OutputPaths, TwoOutputsOrAnOutputAndAnInputNamingOneFileAreRefused) {
+  using Use = NamedPath::Use;
+  const std::string dir = temp_path("same");
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir + "/sub");
+  std::ofstream(dir + "/x.yaml") << "{}\n";
+  std::filesystem::create_symlink(dir + "/x.yaml", dir + "/alias.json");
+  EXPECT_EQ(paths_error({{"config", dir + "/x.yaml", Use::input},
+                         {"--report", dir + "/out.json", Use::output},
+                         {"--trace", dir + "/sub/../out.json", Use::output},
+                         {"--timeline", dir + "/alias.json", Use::output}}),
+            "--trace " + dir + "/sub/../out.json: the same file as --report " + dir +
+                "/out.json (one would replace the other) choose another path\n"
+                "--timeline " +
+                dir + "/alias.json: the same file as config " + dir +
+                "/x.yaml (writing it would replace what was read) choose another path");
+  // Special files replace nothing: two outputs may share /dev/null.
+  EXPECT_EQ(
+      paths_error({{"--report", "/dev/null", Use::output}, {"--trace", "/dev/null", Use::output}}),
+      "<no exception>");
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 /// and per CUDA stream, a bar per batch) and a Chrome trace-event JSON file (Perfetto,
 /// chrome://tracing).
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <iosfwd>
@@ -75,8 +76,9 @@ class Trace {
   /// Writes the SVG timeline.
   void write_timeline_svg(std::ostream& out, const TimelineOptions& options = {}) const;
   /// Writes one of the two to a file, chosen by `svg`, whole or not at all (see output.hpp);
-  /// throws Error with the reason when the file cannot be written.
-  void save(const std::string& path, bool svg) const;
+  /// throws Error with the reason when the file cannot be written, or once `*stop` is true
+  /// (OutputFile).
+  void save(const std::string& path, bool svg, const std::atomic<bool>* stop = nullptr) const;
 
  private:
   // The pipeline's recorder fills the trace while a run goes.
