@@ -23,12 +23,17 @@ void Problems::add_at(const std::string& where, const std::string& path, const s
   lines_.push_back(std::move(line));
 }
 
-std::string Problems::where(const std::string& path, const SourceLoc& loc) const {
+std::string Problems::override_at(const std::string& path) const {
   for (const auto& [p, text] : overrides_) {
     if (path == p || path.rfind(p + ".", 0) == 0 || path.rfind(p + "[", 0) == 0) {
       return "--set " + shortened(text);
     }
   }
+  return "";
+}
+
+std::string Problems::where(const std::string& path, const SourceLoc& loc) const {
+  if (std::string by_override = override_at(path); !by_override.empty()) return by_override;
   // A key that only an override made (e.g. `foo` from `--set foo.bar=1`) has no position.
   if (loc.line == 0) {
     for (const auto& [p, text] : overrides_) {

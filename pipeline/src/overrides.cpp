@@ -10,11 +10,78 @@
 
 namespace flowfeed::detail {
 
+namespace {
+
+/// `text` as a message shows it: shortened, with a line break as `\n` so that one problem stays
+/// one line.
+std::string shown(const std::string& text) {
+  std::string out;
+  for (char c : shortened(text)) {
+    if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+/// How to write `value` as a YAML string: `--set 'path="value"'`.
+std::string quote_hint(const std::string& path, const std::string& value) {
+  std::string escaped;
+  for (char c : value) {
+    if (c == '\\' || c == '"') escaped += '\\';
+    if (c == '\n') {
+      escaped += "\\n";
+      continue;
+    }
+    escaped += c;
+  }
+  const std::string assignment = path + "=\"" + escaped + "\"";
+  if (value.find('\'') != std::string::npos) return "quote a string value in YAML: " + assignment;
+  return "quote a string value: --set '" + shortened(assignment) + "'";
+}
+
+/// Parses the value of `--set path=value` as one YAML document into `out`; false (with a problem
+/// in `errors` that names the override and what is wrong with the YAML) when it is not one.
+bool parse_value(const std::string& text, const std::string& path, const std::string& value,
+                 YAML::Node& out, std::vector<std::string>& errors) {
+  const std::string at = "--set " + text + ": ";
+  try {
+    const std::vector<YAML::Mark> starts = document_starts(value, 2);
+    if (starts.size() > 1) {
+      const auto pos = static_cast<std::size_t>(starts[1].pos);
+      if (pos < value.size() && value.compare(pos, 3, "---") != 0 &&
+          value.compare(pos, 3, "...") != 0) {
+        // Not a document marker: the parser gave up on the value here.
+        errors.push_back(at + "value is not valid YAML (unexpected '" + value.substr(pos, 1) +
+                         "' after the value) " + quote_hint(path, value));
+      } else {
+        errors.push_back(at +
+                         "the value holds a second YAML document ('---' starts another, which "
+                         "would be ignored) give one value, or " +
+                         quote_hint(path, value));
+      }
+      return false;
+    }
+    out = YAML::Load(value);
+    return true;
+  } catch (const YAML::Exception& e) {
+    std::string why = e.msg;
+    if (!value.empty() && value[0] == '*') why += ": '*' starts a YAML alias";
+    if (!value.empty() && value[0] == '&') why += ": '&' starts a YAML anchor";
+    errors.push_back(at + "value is not valid YAML (" + why + ") " + quote_hint(path, value));
+    return false;
+  }
+}
+
+}  // namespace
+
 void apply_overrides(YAML::Node& root, const std::vector<std::string>& overrides,
                      std::map<std::string, std::string>& canonical,
                      std::vector<std::string>& errors) {
   for (const auto& full_text : overrides) {
-    const std::string text = shortened(full_text);  // as messages quote it
+    const std::string text = shown(full_text);  // as messages quote it
     auto eq = full_text.find('=');
     if (eq == std::string::npos || eq == 0) {
       errors.push_back("--set " + text + ": expected key.path=value");
@@ -30,12 +97,7 @@ void apply_overrides(YAML::Node& root, const std::vector<std::string>& overrides
       continue;
     }
     YAML::Node parsed;
-    try {
-      parsed = YAML::Load(value);
-    } catch (const YAML::Exception& e) {
-      errors.push_back("--set " + text + ": value is not valid YAML (" + e.msg + ")");
-      continue;
-    }
+    if (!parse_value(text, path, value, parsed, errors)) continue;
     std::string canon;
     YAML::Node cur = root;
     bool ok = true;

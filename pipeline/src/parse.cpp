@@ -285,6 +285,8 @@ PipelineConfig parse(const YAML::Node& root_in, const std::string& file, const R
 
 }  // namespace detail
 
+namespace detail {
+
 namespace {
 
 // Records where each YAML document starts; ignores everything else.
@@ -306,21 +308,25 @@ struct DocumentStarts final : YAML::EventHandler {
 
 }  // namespace
 
+std::vector<YAML::Mark> document_starts(const std::string& yaml, std::size_t at_most) {
+  std::istringstream in(yaml);
+  YAML::Parser parser(in);
+  DocumentStarts starts;
+  while (starts.marks.size() < at_most && parser.HandleNextDocument(starts)) {
+  }
+  return starts.marks;
+}
+
+}  // namespace detail
+
 PipelineConfig load_config_string(const std::string& yaml, const Registry& registry,
                                   const std::vector<std::string>& overrides,
                                   const std::string& name) {
   YAML::Node root;
   try {
-    // Not YAML::LoadAll: on some malformed input yaml-cpp 0.7's parser reports a document
-    // without consuming a token, and LoadAll then loops forever, allocating. Only the first two
-    // document starts are needed.
-    std::istringstream in(yaml);
-    YAML::Parser parser(in);
-    DocumentStarts starts;
-    while (starts.marks.size() < 2 && parser.HandleNextDocument(starts)) {
-    }
-    if (starts.marks.size() > 1) {
-      const YAML::Mark at = starts.marks[1];
+    const std::vector<YAML::Mark> starts = detail::document_starts(yaml, 2);
+    if (starts.size() > 1) {
+      const YAML::Mark at = starts[1];
       const std::string where = SourceLoc{name, at.line + 1, at.column + 1}.str();
       const auto pos = static_cast<std::size_t>(at.pos);
       if (pos < yaml.size() && yaml.compare(pos, 3, "---") != 0 &&
@@ -336,7 +342,7 @@ PipelineConfig load_config_string(const std::string& yaml, const Registry& regis
                                  "another, which would be ignored) remove it, or merge it into the "
                                  "first"});
     }
-    if (!starts.marks.empty()) root = YAML::Load(yaml);
+    if (!starts.empty()) root = YAML::Load(yaml);
   } catch (const YAML::ParserException& e) {
     throw ConfigError({SourceLoc{name, e.mark.line + 1, e.mark.column + 1}.str() +
                        ": invalid YAML (" + e.msg + ")"});

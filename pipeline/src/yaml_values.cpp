@@ -222,7 +222,7 @@ void validate_map(const YAML::Node& map, const Schema& schema, const std::string
       written.push_back(key);
       ParamValue v = convert(it->second, *spec, key_path, in);
       if (!std::holds_alternative<std::monostate>(v)) {
-        out.set(key, std::move(v), in.loc(it->second.Mark()));
+        out.set(key, std::move(v), in.value_loc(key_path, it->second.Mark()));
       }
     }
   }

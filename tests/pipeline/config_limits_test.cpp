@@ -157,6 +157,37 @@ TEST(ConfigLimits, AKeyOnlyASetWroteIsBlamedOnThatSet) {
             "--set foo.bar=1: foo: unknown key (the top level has pipeline, sampler, nodes)");
 }
 
+TEST(ConfigLimits, ANodeParamASetWroteKeepsTheSetAsItsPlace) {
+  // A node's own checks at build blame params.loc(key): it was `f.yaml:1:1` for a --set value.
+  const Registry r = builtins();
+  const PipelineConfig c = load_config_string("pipeline: { epochs: 1 }\n" + kChain, r,
+                                              {"nodes.load.params.batches=3"}, "f.yaml");
+  EXPECT_EQ(c.nodes[0].params.loc("batches").str(), "--set nodes.load.params.batches=3");
+  const PipelineConfig written =
+      load_config_string("pipeline: { epochs: 1 }\n" + kChain, r, {}, "f.yaml");
+  EXPECT_EQ(written.nodes[0].params.loc("batches").str(), "f.yaml:3:55");
+}
+
+TEST(ConfigLimits, ASetValueIsOneYamlValueAndItsProblemsSayHowToQuoteIt) {
+  const std::string yaml = "pipeline: { epochs: 1 }\n" + kChain;
+  EXPECT_EQ(config_error(yaml, {"nodes.load.params.name=*.bin"}),
+            "--set nodes.load.params.name=*.bin: value is not valid YAML (the referenced anchor is "
+            "not defined: '*' starts a YAML alias) quote a string value: --set "
+            "'nodes.load.params.name=\"*.bin\"'");
+  // A second document was dropped: epochs stayed 1.
+  EXPECT_EQ(config_error(yaml, {"pipeline.epochs=1\n---\n2"}),
+            "--set pipeline.epochs=1\\n---\\n2: the value holds a second YAML document ('---' "
+            "starts another, which would be ignored) give one value, or quote a string value: "
+            "--set 'pipeline.epochs=\"1\\n---\\n2\"'");
+  // A stray token after the value: an error, not a hang (yaml-cpp's LoadAll loops on it).
+  EXPECT_EQ(config_error(yaml, {"pipeline.epochs=[1],"}),
+            "--set pipeline.epochs=[1],: value is not valid YAML (unexpected ',' after the value) "
+            "quote a string value: --set 'pipeline.epochs=\"[1],\"'");
+  EXPECT_EQ(config_error(yaml, {"pipeline.epochs={"}),
+            "--set pipeline.epochs={: value is not valid YAML (end of map flow not found) quote a "
+            "string value: --set 'pipeline.epochs=\"{\"'");
+}
+
 TEST(ConfigLimits, TheMemoryLoaderRejectsAShuffledOrShardedSamplerAtValidation) {
   EXPECT_EQ(config_error("sampler: { shuffle: true, seed: 3, world: 2, rank: 1 }\n"
                          "nodes:\n"

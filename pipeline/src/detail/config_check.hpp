@@ -32,6 +32,8 @@ class Problems {
   void add_at(const std::string& where, const std::string& path, const std::string& what);
   /// Where the value at `path` came from: "--set key=value" when an override wrote it, else `loc`.
   std::string where(const std::string& path, const SourceLoc& loc) const;
+  /// "--set key=value" when an override wrote the value at `path` (or a map above it), else "".
+  std::string override_at(const std::string& path) const;
   void throw_if_any() const;
   const std::string& file() const { return file_; }
 

@@ -21,6 +21,13 @@ class Reader {
     if (mark.is_null()) return SourceLoc{problems_.file(), 0, 0};
     return SourceLoc{problems_.file(), mark.line + 1, mark.column + 1};
   }
+  /// Where the value at `path` was written, kept with it for later checks (a node's own checks
+  /// of its params): the `--set` override that wrote it (as the file, with no line), else `mark`.
+  SourceLoc value_loc(const std::string& path, const YAML::Mark& mark) const {
+    std::string by_override = problems_.override_at(path);
+    if (!by_override.empty()) return SourceLoc{std::move(by_override), 0, 0};
+    return loc(mark);
+  }
   std::string where(const std::string& path, const YAML::Mark& mark) const {
     return problems_.where(path, loc(mark));
   }
