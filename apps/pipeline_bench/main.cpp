@@ -29,10 +29,14 @@
 #include <vector>
 
 #include "bench.hpp"
+#include "common/cli_checks.hpp"
 #include "flowfeed/output.hpp"
 
 namespace {
 
+using flowfeed::apps::int_range;
+using flowfeed::apps::non_empty_path;
+using flowfeed::apps::positive_integer;
 using flowfeed::bench::Bench;
 
 constexpr int kNeedsCuda = 3;
@@ -51,15 +55,18 @@ int main(int argc, char** argv) {
   std::string json_path;
 
   auto* bw = app.add_subcommand("bandwidth", "32 MiB batches: graph vs raw pinned copies (GPU)");
-  bw->add_option("--config", o.bandwidth_config, "the bandwidth config");
+  bw->add_option("--config", o.bandwidth_config, "the bandwidth config")->check(non_empty_path());
   bw->add_option("--pageable-config", o.pageable_config,
-                 "the pageable-source config (no staging node: cuda_upload bounces)");
-  bw->add_option("--pageable-epochs", o.pageable_epochs, "epochs of the pageable-source run");
+                 "the pageable-source config (no staging node: cuda_upload bounces)")
+      ->check(non_empty_path());
+  bw->add_option("--pageable-epochs", o.pageable_epochs, "epochs of the pageable-source run")
+      ->check(positive_integer<int>());
   auto* small =
       app.add_subcommand("small_batches", "200 KB batches uploaded and checksummed (GPU)");
-  small->add_option("--depth", o.depth, "prefetch_depth");
-  small->add_option("--streams", o.streams, "cuda_upload streams");
-  small->add_option("--epochs", o.epochs, "epochs over the 1024-batch data set");
+  small->add_option("--depth", o.depth, "prefetch_depth")->check(int_range(1, 4096));
+  small->add_option("--streams", o.streams, "cuda_upload streams")->check(positive_integer<int>());
+  small->add_option("--epochs", o.epochs, "epochs over the 1024-batch data set")
+      ->check(positive_integer<int>());
   small->add_option("--sink", o.sink, "train node: device_checksum or device_discard");
   small->add_option("--set", o.overrides,
                     "override a config value, e.g. nodes.upload.concurrency=2");
@@ -67,91 +74,104 @@ int main(int argc, char** argv) {
       "naive",
       "the founding report's per-batch cudaMalloc/cudaMemcpy/cudaFree loop vs flowfeed (GPU)");
   naive->add_option("--batches", o.naive_batches, "batches in the data set (64x1000 float32)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_integer<int>());
   naive->add_option("--naive-epochs", o.naive_epochs, "epochs of the naive loop")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_integer<int>());
   naive->add_option("--epochs", o.naive_pipeline_epochs, "epochs of the flowfeed run")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_integer<int>());
   naive->add_option("--depth", o.naive_depth, "prefetch_depth of the flowfeed runs")
-      ->check(CLI::Range(1, 1024));
+      ->check(int_range(1, 1024));
   auto* training = app.add_subcommand(
       "resident_vs_streamed", "configs/mnist_like.yaml streamed, then resident, in one process");
   training->add_option("--epochs", o.training_epochs, "epochs of each run (at least 2)")
-      ->check(CLI::Range(2, 1000));
+      ->check(int_range(2, 1000));
   auto* overhead =
       app.add_subcommand("overhead", "zero-work batches: the graph vs a bare oneTBB chain");
   overhead->add_option("--batches", o.overhead_batches, "batches per run")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_integer<long long>());
   overhead->add_option("--repeats", o.overhead_repeats, "runs of each (the median is reported)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_integer<int>());
   auto* seed = app.add_subcommand("seed", "configs/seed_prefetch.yaml against its ideal time");
-  seed->add_option("--config", o.seed_config, "the seed config");
+  seed->add_option("--config", o.seed_config, "the seed config")->check(non_empty_path());
   app.add_subcommand("scaling",
                      "batches/s vs prefetch_depth and load concurrency, load- and train-bound");
   auto* autotune = app.add_subcommand(
       "autotune",
       "concurrency: auto and prefetch_depth: auto against the best of a sweep (scaling's shapes, "
       "a small memory budget, and --config files)");
-  autotune->add_option("--config", o.autotune_configs,
-                       "also sweep and tune these configs (e.g. configs/images.yaml)");
+  autotune
+      ->add_option("--config", o.autotune_configs,
+                   "also sweep and tune these configs (e.g. configs/images.yaml)")
+      ->check(non_empty_path());
   autotune->add_flag("--storage", o.autotune_storage,
                      "also the storage scenario's npy config (--size, --dir as storage's)");
   autotune->add_option("--size", o.storage_bytes, "with --storage: bytes of the data set")
       ->transform(CLI::AsSizeValue(false));
-  autotune->add_option("--dir", o.storage_dir, "with --storage: where the data set is (or goes)");
+  autotune->add_option("--dir", o.storage_dir, "with --storage: where the data set is (or goes)")
+      ->check(non_empty_path());
   autotune->add_option("--epochs", o.autotune_epochs, "epochs of each auto run")
-      ->check(CLI::Range(1, 1000));
+      ->check(int_range(1, 1000));
   autotune->add_option("--set", o.overrides,
                        "override a value of the --config files, e.g. nodes.load.params.shards=...");
   auto* storage = app.add_subcommand(
       "storage", "a .npy data set on disk, cold and warm, pread and io_uring (host or GPU)");
   storage->add_option("--size", o.storage_bytes, "bytes of the data set it writes (16GiB, 4GB)")
       ->transform(CLI::AsSizeValue(false));
-  storage->add_option("--dir", o.storage_dir, "where to write it (a disk, not tmpfs)");
-  storage->add_option("--loaders", o.storage_loaders, "npy concurrency")->check(CLI::Range(1, 256));
+  storage->add_option("--dir", o.storage_dir, "where to write it (a disk, not tmpfs)")
+      ->check(non_empty_path());
+  storage->add_option("--loaders", o.storage_loaders, "npy concurrency")->check(int_range(1, 256));
   storage
       ->add_option("--warm-loaders", o.storage_warm_loaders,
                    "npy concurrency of the warm runs; several sweep, e.g. 8 12 16 (--loaders)")
-      ->check(CLI::Range(1, 256));
+      ->check(int_range(1, 256));
   storage->add_option("--batch", o.storage_batch, "rows of 512 KiB per batch")
-      ->check(CLI::Range(1, 4096));
+      ->check(int_range(1, 4096));
   storage->add_option("--warm-epochs", o.storage_warm_epochs, "epochs of the warm runs")
-      ->check(CLI::Range(1, 1000));
+      ->check(int_range(1, 1000));
   storage->add_flag("--keep", o.storage_keep, "keep the data set (a later run reuses it)");
   auto* tokens = app.add_subcommand(
       "tokens", "language-model windows from a warm token file vs the same bytes from memory");
   tokens->add_option("--file-mib", o.tokens_file_mib, "size of the uint16 token file written")
-      ->check(CLI::Range(1, 1 << 20));
+      ->check(int_range(1, 1 << 20));
   tokens->add_option("--windows", o.tokens_windows, "windows per run (whole epochs)")
-      ->check(CLI::PositiveNumber);
-  tokens->add_option("--batch", o.tokens_batch, "windows per batch")->check(CLI::Range(1, 65536));
+      ->check(positive_integer<std::size_t>());
+  tokens->add_option("--batch", o.tokens_batch, "windows per batch")->check(int_range(1, 65536));
   tokens->add_option("--loaders", o.tokens_loaders, "tokens loader concurrency")
-      ->check(CLI::Range(1, 256));
+      ->check(int_range(1, 256));
   tokens->add_option("--stage-concurrency", o.tokens_stage_concurrency, "staging concurrency")
-      ->check(CLI::Range(1, 256));
-  tokens->add_option("--depth", o.tokens_depth, "prefetch_depth")->check(CLI::Range(1, 4096));
+      ->check(int_range(1, 256));
+  tokens->add_option("--depth", o.tokens_depth, "prefetch_depth")->check(int_range(1, 4096));
   auto* images = app.add_subcommand(
       "images", "JPEG shards decoded, cropped, uploaded and normalized vs the decode ceiling");
-  images->add_option("--shards", o.image_shards,
-                     "WebDataset shards: a glob or list (scripts/make_image_shards.py)");
-  images->add_option("--config", o.images_config, "the images config");
+  images
+      ->add_option("--shards", o.image_shards,
+                   "WebDataset shards: a glob or list (scripts/make_image_shards.py)")
+      ->check(non_empty_path());
+  images->add_option("--config", o.images_config, "the images config")->check(non_empty_path());
   images->add_option("--threads", o.image_threads, "pipeline.threads of each run (1 4 16)")
-      ->check(CLI::PositiveNumber);
-  images->add_option("--epochs", o.image_epochs, "epochs of each run")->check(CLI::PositiveNumber);
+      ->check(positive_integer<int>());
+  images->add_option("--epochs", o.image_epochs, "epochs of each run")
+      ->check(positive_integer<int>());
   images
       ->add_option("--decode-images", o.decode_images,
                    "JPEGs decoded on one thread for the baseline")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_integer<int>());
   images->add_option("--set", o.overrides, "override a config value, e.g. pipeline.batch_size=128");
   auto* all = app.add_subcommand("all", "every scenario in turn");
 
   app.add_option("--raw-seconds", o.raw_seconds, "length of each raw copy loop");
-  app.add_option("--json", json_path, "write every RESULT row and the scenarios' details here");
+  app.add_option("--json", json_path, "write every RESULT row and the scenarios' details here")
+      ->check(non_empty_path());
   app.add_flag("--quick", o.quick, "short runs of overhead, seed, scaling, resident_vs_streamed");
-  app.add_option("--svg", o.svg, "where scaling writes its plot");
+  app.add_option("--svg", o.svg, "where scaling writes its plot")->check(non_empty_path());
   app.add_option("--data-dir", o.data_dir,
-                 "Fashion-MNIST IDX files for resident_vs_streamed (synthetic data if missing)");
-  CLI11_PARSE(app, argc, argv);
+                 "Fashion-MNIST IDX files for resident_vs_streamed (synthetic data if missing)")
+      ->check(non_empty_path());
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;  // --help is not a failure; bad arguments are exit 2
+  }
 
   o.all = all->parsed();
   Bench bench(o);

@@ -3,13 +3,15 @@
 //                 [--resident | --compare-resident] [--enable-fault-nodes] [--quiet]
 //                 [--checkpoint DIR [--checkpoint-every N]] [--resume DIR] [--stop-after N]
 // Exit codes: 0 done, 1 run-time failure (a write error included), 2 config error (a bad
-// checkpoint too), 130/143 stopped by SIGINT/SIGTERM (after the drain and, with --checkpoint, the
-// checkpoint).
-// A SIGINT/SIGTERM while the config is read or the pipeline built ends the process at once, with a
-// line saying what was interrupted. During a run the first one stops the source and drains the
-// batches in flight, then prints the summary so far; a second one cancels the graph; if the run
+// checkpoint, colliding outputs and empty paths too), 129/130/143 stopped by SIGHUP/SIGINT/SIGTERM
+// (after the drain and, with --checkpoint, the checkpoint).
+// A SIGHUP/SIGINT/SIGTERM while the config is read or the pipeline built ends the process at once,
+// with a line saying what was interrupted. During a run the first one stops the source and drains
+// the batches in flight, then prints the summary so far; a second one cancels the graph; if the run
 // still has not ended kAbortGraceSeconds later (a node stuck in a call that never returns), the
-// process exits anyway.
+// process exits anyway. One that comes while the outputs are written gives up the outputs not yet
+// complete (each is whole or absent). SIGPIPE is ignored: a closed stdout or stderr loses what was
+// printed there, not the run or its files.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -18,11 +20,14 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <memory>
 #include <optional>
 
+#include "common/cli_checks.hpp"
 #include "common/training_figures.hpp"
 #include "flowfeed/flowfeed.hpp"
 #include "flowfeed/nodes/builtin.hpp"
@@ -33,14 +38,21 @@
 namespace {
 
 using flowfeed::apps::epoch_figure;
+using flowfeed::apps::int_range;
+using flowfeed::apps::non_empty_path;
+using flowfeed::apps::positive_integer;
 using flowfeed::apps::steady_steps_per_second;
 
 constexpr unsigned kAbortGraceSeconds = 2;
 
 /// What the process is doing, for the signal handler.
-enum Phase : int { kLoading, kBuilding, kRunning, kFinishing };
+enum Phase : int { kLoading, kBuilding, kRunning, kWriting };
 
 std::atomic<flowfeed::Pipeline*> g_pipeline{nullptr};
+// Set by a signal while the outputs are written (or by a second signal): every output write in
+// progress or to come gives up (flowfeed::OutputFile).
+std::atomic<bool> g_stop_outputs{false};
+static_assert(std::atomic<bool>::is_always_lock_free, "set from a signal handler");
 volatile std::sig_atomic_t g_phase = kLoading;
 volatile std::sig_atomic_t g_first_signal = 0;
 volatile std::sig_atomic_t g_signals = 0;
@@ -50,19 +62,34 @@ void say(const char* message) {
   (void)ignored;
 }
 
-// Only async-signal-safe calls here: atomic stores (request_stop/abort), alarm, write, _exit.
+const char* signal_name(int sig) {
+  switch (sig) {
+    case SIGHUP: return "SIGHUP";
+    case SIGTERM: return "SIGTERM";
+    default: return "SIGINT";
+  }
+}
+
+/// The exit code of a run a signal ended: 128 + the first signal's number.
+int signal_exit_code() {
+  return 128 + (g_first_signal ? static_cast<int>(g_first_signal) : SIGINT);
+}
+
+// Only async-signal-safe calls here: atomic stores (request_stop/abort, the output stop), alarm,
+// write, _exit.
 void on_signal(int sig) {
   if (g_signals == 0) g_first_signal = sig;
   g_signals = g_signals + 1;
   const int phase = g_phase;
   if (phase == kLoading || phase == kBuilding) {
     // Nothing has run and nothing is written yet: there is nothing to drain or save.
-    const bool term = sig == SIGTERM;
-    say(term ? "pipeline_runner: SIGTERM" : "pipeline_runner: SIGINT");
+    say("pipeline_runner: ");
+    say(signal_name(sig));
     say(phase == kLoading ? " while reading the config: stopped before the pipeline was built\n"
                           : " while building the pipeline: stopped before the run started\n");
     _exit(128 + sig);
   }
+  if (phase == kWriting || g_signals > 1) g_stop_outputs.store(true);
   flowfeed::Pipeline* pipeline = g_pipeline.load();
   if (g_signals == 1) {
     if (pipeline) pipeline->request_stop();
@@ -88,29 +115,16 @@ void install_signal_handlers() {
   action.sa_handler = on_signal;
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
+  // A closed terminal (or an ssh session that went away) ends the run like SIGTERM: drained and
+  // saved.
+  sigaction(SIGHUP, &action, nullptr);
   action.sa_handler = on_alarm;
   sigaction(SIGALRM, &action, nullptr);
-}
-
-/// A CLI11 check that an integer option lies in [min, max], with a message that shows the
-/// bounds as written and says what was wrong with a value that is not a number at all.
-CLI::Validator int_range(long long min, long long max) {
-  return CLI::Validator(
-      [min, max](std::string& text) -> std::string {
-        long long v = 0;
-        const char* b = text.data();
-        const char* e = b + text.size();
-        auto [p, ec] = std::from_chars(b, e, v);
-        if (ec == std::errc::invalid_argument || p != e || b == e) {
-          return "'" + text + "' is not a whole number";
-        }
-        if (ec == std::errc::result_out_of_range || v < min || v > max) {
-          return "'" + text + "' is out of range (must be between " + std::to_string(min) +
-                 " and " + std::to_string(max) + ")";
-        }
-        return "";
-      },
-      "INT in [" + std::to_string(min) + " - " + std::to_string(max) + "]", "int_range");
+  // A closed stdout or stderr (`pipeline_runner ... | head`) must not kill the run before its
+  // checkpoint and report are written: writes there fail with EPIPE instead, which only loses the
+  // printed text.
+  action.sa_handler = SIG_IGN;
+  sigaction(SIGPIPE, &action, nullptr);
 }
 
 /// One line per epoch, then the final figures, for a run whose train node reports them.
@@ -157,14 +171,17 @@ int main(int argc, char** argv) {
   std::uint64_t checkpoint_every = 0;
   std::string resume_dir;
   std::uint64_t stop_after = 0;
-  app.add_option("config", config_path, "pipeline YAML file");
+  app.add_option("config", config_path, "pipeline YAML file")->check(non_empty_path());
   app.add_option("--set", overrides, "override a config value: key.path=value (nodes by name)");
   app.add_option("--epochs", epochs, "override pipeline.epochs")->check(int_range(1, 1000000));
-  app.add_option("--report", report_path, "write the run report as JSON to this file");
+  app.add_option("--report", report_path, "write the run report as JSON to this file")
+      ->check(non_empty_path());
   app.add_option("--timeline", timeline_path,
-                 "write an SVG timeline of the run (a lane per node and stream, a bar per batch)");
+                 "write an SVG timeline of the run (a lane per node and stream, a bar per batch)")
+      ->check(non_empty_path());
   app.add_option("--trace", trace_path,
-                 "write a Chrome trace-event JSON file (open in Perfetto or chrome://tracing)");
+                 "write a Chrome trace-event JSON file (open in Perfetto or chrome://tracing)")
+      ->check(non_empty_path());
   app.add_option("--trace-limit", trace_limit,
                  "batches kept for --timeline/--trace; longer runs keep an even sample")
       ->check(int_range(1, 1000000000));
@@ -185,17 +202,19 @@ int main(int argc, char** argv) {
       app.add_option("--checkpoint", checkpoint_dir,
                      "write a checkpoint (cursor + node state) to this directory when the run "
                      "ends, also after SIGINT/SIGTERM's drain; {rank} becomes the rank")
+          ->check(non_empty_path())
           ->excludes(compare_flag);
   app.add_option("--checkpoint-every", checkpoint_every,
                  "with --checkpoint: also write it every N batches the train step finished")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_integer<std::uint64_t>())
       ->needs(checkpoint_flag);
   app.add_option("--resume", resume_dir,
                  "continue from this checkpoint directory (sets pipeline.resume_from); {rank} "
-                 "becomes the rank");
+                 "becomes the rank")
+      ->check(non_empty_path());
   app.add_option("--stop-after", stop_after,
                  "end the run normally after N batches (then write --checkpoint; exit 0)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_integer<std::uint64_t>());
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -226,10 +245,40 @@ int main(int argc, char** argv) {
     std::cerr << "pipeline_runner: " << e.what() << "\n";
     return 1;
   }
+  // An output that could not be written is said at once; the other outputs are still written.
+  bool output_failed = false;
+  auto write_output = [&](const std::function<void()>& write) {
+    try {
+      write();
+    } catch (const std::exception& e) {
+      output_failed = true;
+      if (g_stop_outputs.load()) {
+        std::cerr << "pipeline_runner: " << signal_name(g_first_signal) << ": " << e.what() << "\n";
+      } else {
+        std::cerr << "error: " << e.what() << "\n";
+      }
+    }
+  };
   try {
     flowfeed::PipelineConfig config = flowfeed::load_config_file(config_path, registry, overrides);
     if (!resume_dir.empty()) config.pipeline.resume_from = resume_dir;
     const std::string checkpoint = flowfeed::expand_rank(checkpoint_dir, config.sampler.rank);
+    // No output may replace another one, the config, or a checkpoint's files (--resume may name
+    // the checkpoint's manifest instead of its directory).
+    std::string resume = flowfeed::expand_rank(resume_dir, config.sampler.rank);
+    if (!resume.empty() && std::filesystem::is_regular_file(resume)) {
+      resume = std::filesystem::path(resume).parent_path().string();
+      if (resume.empty()) resume = ".";
+    }
+    using Use = flowfeed::NamedPath::Use;
+    flowfeed::check_paths_apart({
+        {"config", config_path, Use::input},
+        {"--checkpoint", checkpoint, Use::directory},
+        {"--resume", resume, Use::directory},
+        {"--report", report_path, Use::output},
+        {"--trace", trace_path, Use::output},
+        {"--timeline", timeline_path, Use::output},
+    });
     if (resident) config = flowfeed::resident_config(config, registry);
     std::optional<flowfeed::PipelineConfig> resident_run;
     if (compare_resident) resident_run = flowfeed::resident_config(config, registry);
@@ -248,8 +297,12 @@ int main(int argc, char** argv) {
     // The pictures (of the first run) are written even when it fails: they show where it stopped.
     auto write_pictures = [&] {
       if (!trace) return;
-      if (!timeline_path.empty()) trace->save(timeline_path, true);
-      if (!trace_path.empty()) trace->save(trace_path, false);
+      if (!timeline_path.empty()) {
+        write_output([&] { trace->save(timeline_path, true, &g_stop_outputs); });
+      }
+      if (!trace_path.empty()) {
+        write_output([&] { trace->save(trace_path, false, &g_stop_outputs); });
+      }
     };
     auto run = [&](flowfeed::PipelineConfig c, const char* label) {
       g_phase = kBuilding;
@@ -257,7 +310,7 @@ int main(int argc, char** argv) {
       struct Unpublish {
         ~Unpublish() {
           g_pipeline = nullptr;
-          g_phase = kFinishing;
+          g_phase = kWriting;
         }
       } unpublish;  // destroyed before the pipeline, on every path
       g_pipeline = &pipeline;
@@ -268,13 +321,12 @@ int main(int argc, char** argv) {
         alarm(0);  // the run ended: an abort's deadline no longer applies
       } catch (...) {
         alarm(0);
-        try {
-          write_pictures();
-        } catch (const std::exception& e) {
-          std::cerr << "pipeline_runner: " << e.what() << "\n";
-        }
+        g_phase = kWriting;
+        write_pictures();
         throw;
       }
+      // From here a signal gives up the outputs still being written, and nothing else.
+      g_phase = kWriting;
       write_pictures();
       if (!checkpoint.empty()) {
         // After the drain: every batch admitted has finished, so the cursor is where the next
@@ -294,7 +346,7 @@ int main(int argc, char** argv) {
       return r;
     };
     flowfeed::RunReport report = run(std::move(config), compare_resident ? "streamed: " : "");
-    if (resident_run && !report.interrupted) {
+    if (resident_run && !report.interrupted && g_signals == 0) {
       trace.reset();
       options.trace = nullptr;
       flowfeed::RunReport base = run(std::move(*resident_run), "resident: ");
@@ -310,7 +362,10 @@ int main(int argc, char** argv) {
       report.interrupted = base.interrupted;
     }
     if (!report_path.empty()) {
-      flowfeed::write_output_file(report_path, report.to_json() + "\n", "report");
+      write_output([&] {
+        flowfeed::write_output_file(report_path, report.to_json() + "\n", "report",
+                                    &g_stop_outputs);
+      });
     }
     if (report.skipped_batches > 0) {
       // On stderr, so that --quiet does not hide that data was left out.
@@ -322,10 +377,8 @@ int main(int argc, char** argv) {
                         : "the first 20 errors are under \"warnings\" in " + report_path)
                 << "\n";
     }
-    if (report.interrupted) {
-      return 128 + (g_first_signal ? static_cast<int>(g_first_signal) : SIGINT);
-    }
-    return 0;
+    if (report.interrupted || g_signals > 0) return signal_exit_code();
+    return output_failed ? 1 : 0;
   } catch (const flowfeed::ConfigError& e) {
     std::cerr << e.what() << "\n";
     return 2;

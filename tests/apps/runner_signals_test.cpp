@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "tests/apps/runner_process.hpp"
+#include "tests/temp_fifo.hpp"
 
 namespace flowfeed::test {
 namespace {
@@ -176,6 +178,77 @@ TEST(RunnerSignal, SecondSigintExitsEvenWhenANodeNeverReturns) {
                          "stuck in a call that does not return); exiting\n"),
             std::string::npos)
       << r.err();
+}
+
+TEST(RunnerSignal, SighupDrainsCheckpointsReportsAndExits129LikeSigterm) {
+  const std::string path =
+      write_config("sighup", long_run("{ name: train, type: sleep, params: { ms: 2 } }"));
+  const std::string report = runner_temp_path("sighup.json");
+  const std::string checkpoint = runner_temp_path("sighup_ck");
+  std::remove(report.c_str());
+  std::filesystem::remove_all(checkpoint);
+  Runner r({path, "--report", report, "--checkpoint", checkpoint});
+  ASSERT_TRUE(r.wait_for_stderr(kProgress, kExitBound)) << r.err();
+  // Before, SIGHUP's default action killed the process: no drain, checkpoint or report.
+  r.signal(SIGHUP);
+  EXPECT_EQ(r.wait(kExitBound), 129) << r.err();
+  EXPECT_NE(r.out().find(kInterrupted), std::string::npos) << r.out();
+  EXPECT_NE(r.err().find("pipeline_runner: checkpoint " + checkpoint + ": epoch 0, "),
+            std::string::npos)
+      << r.err();
+  EXPECT_NE(read_file(checkpoint + "/pipeline.json").find("\"format\": \"flowfeed checkpoint\""),
+            std::string::npos);
+  EXPECT_NE(read_file(report).find("\"interrupted\": true"), std::string::npos);
+  std::filesystem::remove_all(checkpoint);
+}
+
+TEST(RunnerSignal, SigtermWhileTheReportWaitsForAFifoNobodyReadsEndsTheRunPromptly) {
+  const test::TempFifo fifo(runner_temp_path("report.fifo"));
+  ASSERT_TRUE(fifo.made());
+  const std::string trace = runner_temp_path("fifo_trace.json");
+  std::remove(trace.c_str());
+  const std::string path = write_config(
+      "report_fifo",
+      "pipeline: { epochs: 1, batch_size: 4, device: host }\n"
+      "nodes:\n"
+      "  - { name: load, type: synthetic, params: { batches: 3, sample_shape: [2] } }\n"
+      "  - { name: train, type: checksum }\n");
+  Runner r({path, "--report", fifo.path(), "--trace", trace});
+  // The summary is printed before the report is written: from then on the runner waits for a
+  // reader of the FIFO that never comes.
+  const auto end = Clock::now() + std::chrono::duration<double>(kExitBound);
+  while (r.out().find("verdict") == std::string::npos && Clock::now() < end) {
+    r.wait_for_stderr("<never printed>", 0.05);
+  }
+  ASSERT_NE(r.out().find("verdict"), std::string::npos) << r.out();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  r.signal(SIGTERM);
+  // Before, the first SIGTERM did nothing: the runner waited on the FIFO for ever.
+  EXPECT_EQ(r.wait(10), 143) << r.err();
+  EXPECT_EQ(r.err(),
+            "pipeline_runner: SIGTERM: cannot write report " + fifo.path() + " (interrupted)\n");
+  // The trace, written before, is whole.
+  EXPECT_NE(read_file(trace).find("traceEvents"), std::string::npos);
+}
+
+TEST(RunnerSignal, AClosedStdoutDoesNotKillTheRunBeforeItsReportAndCheckpoint) {
+  const std::string path =
+      write_config("closed_stdout", long_run("{ name: train, type: checksum }"));
+  const std::string report = runner_temp_path("closed_stdout.json");
+  const std::string checkpoint = runner_temp_path("closed_stdout_ck");
+  std::remove(report.c_str());
+  std::filesystem::remove_all(checkpoint);
+  // `true` has exited before the summary is printed: writing it meets a pipe with no reader.
+  // Before, SIGPIPE killed the runner there (exit 141 through pipefail) and no report was
+  // written.
+  const int code =
+      run_shell("bash -c 'set -o pipefail; " + std::string(FLOWFEED_RUNNER) + " " + path +
+                " --report " + report + " --checkpoint " + checkpoint + " 2>/dev/null | true'");
+  EXPECT_EQ(code, 0);
+  EXPECT_NE(read_file(report).find("\"batches\": 1000,"), std::string::npos);
+  EXPECT_NE(read_file(checkpoint + "/pipeline.json").find("\"format\": \"flowfeed checkpoint\""),
+            std::string::npos);
+  std::filesystem::remove_all(checkpoint);
 }
 
 }  // namespace
