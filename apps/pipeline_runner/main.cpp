@@ -49,8 +49,8 @@ constexpr unsigned kAbortGraceSeconds = 2;
 enum Phase : int { kLoading, kBuilding, kRunning, kWriting };
 
 std::atomic<flowfeed::Pipeline*> g_pipeline{nullptr};
-// Set by a signal while the outputs are written (or by a second signal): every output write in
-// progress or to come gives up (flowfeed::OutputFile).
+// Set by a signal while the outputs are written: every output write in progress or to come gives
+// up (flowfeed::OutputFile).
 std::atomic<bool> g_stop_outputs{false};
 static_assert(std::atomic<bool>::is_always_lock_free, "set from a signal handler");
 volatile std::sig_atomic_t g_phase = kLoading;
@@ -89,7 +89,9 @@ void on_signal(int sig) {
                           : " while building the pipeline: stopped before the run started\n");
     _exit(128 + sig);
   }
-  if (phase == kWriting || g_signals > 1) g_stop_outputs.store(true);
+  // The run is over (or drained): what is left to do is writing, and a signal now means "stop
+  // that too". A signal during the run still gets its outputs written after the drain.
+  if (phase == kWriting) g_stop_outputs.store(true);
   flowfeed::Pipeline* pipeline = g_pipeline.load();
   if (g_signals == 1) {
     if (pipeline) pipeline->request_stop();
