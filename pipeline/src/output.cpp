@@ -121,7 +121,11 @@ void check_paths_apart(const std::vector<NamedPath>& paths) {
       if (j == i || other.path.empty()) continue;
       const std::string named = other.option + " " + other.path;
       if (other.use == Use::directory) {
-        if (is_inside(normal[i], normal[j])) {
+        if (normal[i] == normal[j]) {
+          problems.push_back(
+              fmt::format("{} {}: the same path as the {} directory {} choose another path",
+                          out.option, out.path, other.option, other.path));
+        } else if (is_inside(normal[i], normal[j])) {
           problems.push_back(fmt::format(
               "{} {}: inside the {} directory {} (the files there are the checkpoint's) choose "
               "another path",

@@ -174,6 +174,10 @@ TEST(OutputPaths, AnOutputInsideTheCheckpointDirectoryIsRefusedThroughDotDotAndL
                 "--timeline " +
                 dir + "/link/t.svg: inside the --checkpoint directory " + dir +
                 "/ck/ (the files there are the checkpoint's) choose another path");
+  EXPECT_EQ(paths_error({{"--checkpoint", dir + "/ck", Use::directory},
+                         {"--report", dir + "/link", Use::output}}),
+            "--report " + dir + "/link: the same path as the --checkpoint directory " + dir +
+                "/ck choose another path");
   // A directory beside it whose name starts the same is not inside it.
   EXPECT_EQ(paths_error({{"--checkpoint", dir + "/ck", Use::directory},
                          {"--report", dir + "/ck2/r.json", Use::output}}),
