@@ -37,17 +37,31 @@ class Record final : public Node {
   }
   void begin_run() override {
     file_.reset();  // a failed run's file is dropped, never renamed into place
-    file_.emplace(path_, "record file", cancelled_);
+    given_up_ = false;
   }
   void process(Batch& batch) override {
+    if (given_up_) return;
     line_.clear();
     fmt::format_to(std::back_inserter(line_), "{} {}", batch.epoch, batch.seq);
     for (auto s : batch.samples) fmt::format_to(std::back_inserter(line_), " {}", s);
     line_ += '\n';
-    file_->write(line_);
+    try {
+      // Opened with the first batch, inside the graph, where a cancelled run can end a wait for
+      // a FIFO's reader (begin_run runs before anything could cancel it).
+      if (!file_) file_.emplace(path_, "record file", cancelled_);
+      file_->write(line_);
+    } catch (const Error&) {
+      // A write given up because the run is being cancelled is no failure of its own: the file
+      // is dropped (OutputFile removed it) and the run ends as cancelled.
+      if (!cancelled_->load()) throw;
+      file_.reset();
+      given_up_ = true;
+    }
   }
   void finish(RunReport&) override {
-    if (file_) file_->commit();
+    if (given_up_) return;
+    if (!file_) file_.emplace(path_, "record file", cancelled_);  // a run of no batches
+    file_->commit();
     file_.reset();
   }
 
@@ -55,6 +69,7 @@ class Record final : public Node {
   std::string path_;
   std::optional<OutputFile> file_;
   const std::atomic<bool>* cancelled_ = nullptr;
+  bool given_up_ = false;  ///< this run's file was given up because the run was cancelled
   std::string line_;
 };
 

@@ -231,6 +231,25 @@ TEST(RunnerSignal, SigtermWhileTheReportWaitsForAFifoNobodyReadsEndsTheRunPrompt
   EXPECT_NE(read_file(trace).find("traceEvents"), std::string::npos);
 }
 
+TEST(RunnerSignal, ARecordFileWaitingForAFifoReaderEndsWithTheAbort) {
+  const test::TempFifo fifo(runner_temp_path("record.fifo"));
+  ASSERT_TRUE(fifo.made());
+  const std::string path =
+      write_config("record_fifo",
+                   "pipeline: { epochs: 1, batch_size: 4, device: host }\n"
+                   "nodes:\n"
+                   "  - { name: load, type: synthetic, params: { batches: 1000, sample_shape: "
+                   "[2] } }\n"
+                   "  - { name: train, type: record, params: { path: " +
+                       fifo.path() + " } }\n");
+  Runner r({path});
+  ASSERT_NO_FATAL_FAILURE(interrupt_twice(r));
+  // Before, the open() of the FIFO could not be cancelled: the runner gave up on it 2 s later.
+  EXPECT_EQ(r.wait(kExitBound), 130) << r.err();
+  EXPECT_EQ(r.err().find("did not end"), std::string::npos) << r.err();
+  EXPECT_EQ(r.err().find("error"), std::string::npos) << r.err();
+}
+
 TEST(RunnerSignal, AClosedStdoutDoesNotKillTheRunBeforeItsReportAndCheckpoint) {
   const std::string path =
       write_config("closed_stdout", long_run("{ name: train, type: checksum }"));
