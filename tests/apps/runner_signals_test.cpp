@@ -202,33 +202,36 @@ TEST(RunnerSignal, SighupDrainsCheckpointsReportsAndExits129LikeSigterm) {
   std::filesystem::remove_all(checkpoint);
 }
 
-TEST(RunnerSignal, SigtermWhileTheReportWaitsForAFifoNobodyReadsEndsTheRunPromptly) {
+TEST(RunnerSignal, ASignalWhileTheReportWaitsForAFifoNobodyReadsEndsTheRunPromptly) {
   const test::TempFifo fifo(runner_temp_path("report.fifo"));
   ASSERT_TRUE(fifo.made());
   const std::string trace = runner_temp_path("fifo_trace.json");
-  std::remove(trace.c_str());
   const std::string path = write_config(
       "report_fifo",
       "pipeline: { epochs: 1, batch_size: 4, device: host }\n"
       "nodes:\n"
       "  - { name: load, type: synthetic, params: { batches: 3, sample_shape: [2] } }\n"
       "  - { name: train, type: checksum }\n");
-  Runner r({path, "--report", fifo.path(), "--trace", trace});
-  // The summary is printed before the report is written: from then on the runner waits for a
-  // reader of the FIFO that never comes.
-  const auto end = Clock::now() + std::chrono::duration<double>(kExitBound);
-  while (r.out().find("verdict") == std::string::npos && Clock::now() < end) {
-    r.wait_for_stderr("<never printed>", 0.05);
+  for (const auto& [sig, name] :
+       {std::pair{SIGTERM, "SIGTERM"}, std::pair{SIGINT, "SIGINT"}, std::pair{SIGHUP, "SIGHUP"}}) {
+    std::remove(trace.c_str());
+    Runner r({path, "--report", fifo.path(), "--trace", trace});
+    // The summary is printed before the report is written: from then on the runner waits for a
+    // reader of the FIFO that never comes.
+    const auto end = Clock::now() + std::chrono::duration<double>(kExitBound);
+    while (r.out().find("verdict") == std::string::npos && Clock::now() < end) {
+      r.wait_for_stderr("<never printed>", 0.05);
+    }
+    ASSERT_NE(r.out().find("verdict"), std::string::npos) << r.out();
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    r.signal(sig);
+    // Before, the first signal did nothing: the runner waited on the FIFO for ever.
+    EXPECT_EQ(r.wait(10), 128 + sig) << name << ": " << r.err();
+    EXPECT_EQ(r.err(), std::string("pipeline_runner: ") + name + ": cannot write report " +
+                           fifo.path() + " (interrupted)\n");
+    // The trace, written before, is whole.
+    EXPECT_NE(read_file(trace).find("traceEvents"), std::string::npos);
   }
-  ASSERT_NE(r.out().find("verdict"), std::string::npos) << r.out();
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  r.signal(SIGTERM);
-  // Before, the first SIGTERM did nothing: the runner waited on the FIFO for ever.
-  EXPECT_EQ(r.wait(10), 143) << r.err();
-  EXPECT_EQ(r.err(),
-            "pipeline_runner: SIGTERM: cannot write report " + fifo.path() + " (interrupted)\n");
-  // The trace, written before, is whole.
-  EXPECT_NE(read_file(trace).find("traceEvents"), std::string::npos);
 }
 
 TEST(RunnerSignal, ARecordFileWaitingForAFifoReaderEndsWithTheAbort) {
