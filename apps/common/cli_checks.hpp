@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 #include <charconv>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -62,6 +63,26 @@ inline CLI::Validator int_range(long long min, unsigned long long max) {
 template <typename T>
 CLI::Validator positive_integer() {
   return int_range(1, static_cast<unsigned long long>(std::numeric_limits<T>::max()));
+}
+
+/// A check that a floating-point option is a finite number above 0: `'abc' is not a number`,
+/// `'-1' is out of range (must be above 0)`.
+inline CLI::Validator positive_number() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        double v = 0;
+        const char* b = text.data();
+        const char* e = b + text.size();
+        auto [p, ec] = std::from_chars(b, e, v);
+        if (ec == std::errc::invalid_argument || p != e || b == e) {
+          return "'" + text + "' is not a number";
+        }
+        if (ec == std::errc::result_out_of_range || !(v > 0) || !std::isfinite(v)) {
+          return "'" + text + "' is out of range (must be above 0)";
+        }
+        return "";
+      },
+      "NUMBER > 0", "positive_number");
 }
 
 /// A check that a path option is not empty (`--report ''` would otherwise silently do nothing).

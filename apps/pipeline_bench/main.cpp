@@ -37,6 +37,7 @@ namespace {
 using flowfeed::apps::int_range;
 using flowfeed::apps::non_empty_path;
 using flowfeed::apps::positive_integer;
+using flowfeed::apps::positive_number;
 using flowfeed::bench::Bench;
 
 constexpr int kNeedsCuda = 3;
@@ -159,7 +160,8 @@ int main(int argc, char** argv) {
   images->add_option("--set", o.overrides, "override a config value, e.g. pipeline.batch_size=128");
   auto* all = app.add_subcommand("all", "every scenario in turn");
 
-  app.add_option("--raw-seconds", o.raw_seconds, "length of each raw copy loop");
+  app.add_option("--raw-seconds", o.raw_seconds, "length of each raw copy loop")
+      ->check(positive_number());
   app.add_option("--json", json_path, "write every RESULT row and the scenarios' details here")
       ->check(non_empty_path());
   app.add_flag("--quick", o.quick, "short runs of overhead, seed, scaling, resident_vs_streamed");

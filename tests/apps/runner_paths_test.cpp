@@ -137,6 +137,9 @@ TEST(RunnerArguments, CountsSayAPositiveIntegerNotA309DigitRange) {
                         kHelpLine);
   EXPECT_EQ(run_shell_bounded(bench + " tokens --windows x", &output), 2);
   EXPECT_EQ(output, std::string("--windows: 'x' is not a whole number\n") + kHelpLine);
+  EXPECT_EQ(run_shell_bounded(bench + " overhead --raw-seconds -1", &output), 2);
+  EXPECT_EQ(output,
+            std::string("--raw-seconds: '-1' is out of range (must be above 0)\n") + kHelpLine);
   EXPECT_EQ(run_shell_bounded(bench + " naive --depth 0", &output), 2);
   EXPECT_EQ(output,
             std::string("--depth: '0' is out of range (must be between 1 and 1024)\n") + kHelpLine);
