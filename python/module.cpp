@@ -55,6 +55,15 @@ bool same_handler(const struct sigaction& a, const struct sigaction& b) {
 
 void on_sigint(int sig, siginfo_t* info, void* context) {
   if (g_running.exchange(true)) return;
+  // Python hears of the Ctrl-C first: a run cancelled at once wakes next() at once, and next()
+  // must then find KeyboardInterrupt pending (else the loop ends quietly and the interrupt is
+  // raised later, anywhere).
+  call_handler(g_previous, sig, info, context);
+  // A native library loaded since (a CUDA or array library, say) may have put its own handler in
+  // front of Python's without chaining to it: Python would then never hear of the Ctrl-C, and the
+  // loop would end quietly instead of with KeyboardInterrupt. Python's handler only sets a flag,
+  // so a second call is harmless.
+  if (!same_handler(g_previous, g_python)) call_handler(g_python, sig, info, context);
   g_in_handler.fetch_add(1);
   if (PipelineHolder* h = g_waiting.load()) {
     // Python bodies may take long per batch and the loop raises KeyboardInterrupt anyway: their
@@ -66,12 +75,6 @@ void on_sigint(int sig, siginfo_t* info, void* context) {
     }
   }
   g_in_handler.fetch_sub(1);
-  call_handler(g_previous, sig, info, context);
-  // A native library loaded since (a CUDA or array library, say) may have put its own handler in
-  // front of Python's without chaining to it: Python would then never hear of the Ctrl-C, and the
-  // loop would end quietly instead of with KeyboardInterrupt. Python's handler only sets a flag,
-  // so a second call is harmless.
-  if (!same_handler(g_previous, g_python)) call_handler(g_python, sig, info, context);
   g_running.store(false);
 }
 
@@ -255,6 +258,8 @@ BatchHandle PipelineHolder::next() {
     // The run failed: end it now (every buffer back, its TBB worker free); the next epoch()
     // starts a new one.
     end_session();
+    // A Ctrl-C cancelled it (bodies stopped mid-batch fail it): KeyboardInterrupt, not that.
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
     throw;
   }
   if (PyErr_CheckSignals() != 0) {

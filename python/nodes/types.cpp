@@ -73,8 +73,9 @@ std::vector<ConfigProblem> check_python(const NodeSpec& spec, const PipelineConf
     try {
       map_callable(*c, batched);
       if (spec.params.get_int("samples") == 0 && !dataset_like(c->object)) {
-        out.push_back({at + "samples",
-                       "is required for " + c->display +
+        // Not written, so it has no position: the message sits at the node's params.
+        out.push_back({node_path(spec, config) + ".params",
+                       "samples is required for " + c->display +
                            " (a function has no size; a Dataset-like object gives __len__) set "
                            "the data set's size"});
       }
@@ -96,11 +97,17 @@ std::vector<ConfigProblem> check_python(const NodeSpec& spec, const PipelineConf
       out.push_back(
           {node_path(spec, config) + ".concurrency", "must be 1" + why + " leave it out"});
     }
-    if (c && py::iter(c->object).is(c->object) && !PyCallable_Check(c->object.ptr())) {
-      out.push_back({at + "callable", c->display +
-                                          " is an iterator, which can be read once (each epoch "
-                                          "reads the samples anew) pass the generator function "
-                                          "or a re-iterable object"});
+    if (c && !PyCallable_Check(c->object.ptr())) {
+      if (!py::hasattr(c->object, "__iter__")) {
+        out.push_back({at + "callable", c->display +
+                                            " is neither callable nor iterable pass a generator "
+                                            "function or an iterable"});
+      } else if (py::iter(c->object).is(c->object)) {
+        out.push_back({at + "callable", c->display +
+                                            " is an iterator, which can be read once (each epoch "
+                                            "reads the samples anew) pass the generator function "
+                                            "or a re-iterable object"});
+      }
     }
   }
   if (role == Role::transform && config.backend == Backend::cuda) {
