@@ -361,3 +361,50 @@ def test_config_md_documents_the_python_types():
     for key in ("`python`", "`python_transform`", "`python_iterable`", "`callable`", "`samples`",
                 "`batched`", "`layout`"):
         assert key in text
+
+
+def slow_load(i):
+    time.sleep(0.002)  # sleeps release the GIL: the bodies overlap
+    return {"x": sample_x(i), "y": i}
+
+
+def test_dropping_a_running_pipeline_drains_it_without_deadlock():
+    # The last reference goes while Python bodies run: the drain waits for them with the GIL
+    # released (holding it, the bodies could never finish).
+    p = flowfeed.Pipeline(config(slow_load, samples=N, pipeline={"prefetch_depth": 8}))
+    it = iter(p)
+    next(it).release()
+    del it, p
+    gc.collect()
+
+
+def test_the_interpreter_exits_with_a_run_going(tmp_path):
+    # Left running at exit, the run is stopped by the atexit hook before the interpreter goes.
+    script = tmp_path / "exit_running.py"
+    script.write_text(textwrap.dedent(f"""\
+        import sys, time
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        import flowfeed
+        from test_python_nodes import config, slow_load
+        p = flowfeed.Pipeline(config(slow_load, samples=100000))
+        it = iter(p)
+        next(it).release()
+        KEEP = (p, it)
+        print("exiting", flush=True)
+        """))
+    import subprocess
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    assert (done.returncode, done.stdout, done.stderr) == (0, "exiting\n", "")
+
+
+def test_auto_concurrency_and_the_verdict_name_the_python_loader():
+    cfg = config(slow_load, samples=N, pipeline={"prefetch_depth": 8, "epochs": 2})
+    cfg["nodes"][0]["concurrency"] = "auto"
+    p = flowfeed.Pipeline(cfg)
+    got = take_all(p)
+    check_bytes(got, reference_order(epochs=2))
+    report = p.report()
+    first = report["tuning"]["decisions"][0]
+    assert (first["knob"], first["from"]) == ("nodes.load.concurrency", 1) and first["to"] > 1
+    assert re.search(r"\bload\b", report["verdict"]), report["verdict"]
