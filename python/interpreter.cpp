@@ -66,6 +66,10 @@ bool interpreter_alive() noexcept {
   return !g_ending.load(std::memory_order_relaxed) && Py_IsInitialized() && !finalizing();
 }
 
+void mark_interpreter_ending() noexcept {
+  g_ending.store(true);
+}
+
 BodyGil::BodyGil() {
   if (!interpreter_alive()) {
     throw Error(

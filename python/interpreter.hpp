@@ -16,6 +16,10 @@ namespace py = pybind11;
 /// its batch instead of taking the GIL, and references are left to the interpreter.
 bool interpreter_alive() noexcept;
 
+/// Marks the interpreter as ending (interpreter_alive() false from now on); an embedding program
+/// calls it, with the GIL held and every run over, just before it finalizes the interpreter.
+void mark_interpreter_ending() noexcept;
+
 /// Holds the GIL for the scope, on any thread: a Python thread (which may hold it already) or a
 /// TBB worker, which is given one thread state the first time and keeps it until it exits
 /// (making one per call costs microseconds). Throws flowfeed::Error once the interpreter is

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <flowfeed/batch.hpp>
 #include <flowfeed/registry.hpp>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,8 +19,11 @@
 namespace flowfeed::python {
 
 /// Registers python, python_transform and python_iterable in `registry`; their `callable` params
-/// are resolved against `table` (a dict config's objects) first. The types keep `table`.
-void register_python_nodes(Registry& registry, std::shared_ptr<CallableTable> table);
+/// are resolved against `table` (a dict config's objects; may be null) first. The types keep
+/// `table`. `before_use`, when given, runs before each check or factory touches Python (an
+/// embedding program starts its interpreter there).
+void register_python_nodes(Registry& registry, std::shared_ptr<CallableTable> table,
+                           std::function<void()> before_use = {});
 
 /// The tensors of a `layout` param: entries "x: uint8 [224, 224, 3]" ("y: int64 []" or "y:
 /// int64" for a scalar). Throws std::runtime_error naming the entry that is wrong.

@@ -2,6 +2,7 @@
 #include <flowfeed/config.hpp>
 #include <flowfeed/error.hpp>
 #include <flowfeed/extend.hpp>
+#include <flowfeed/nodes/python_types.hpp>
 
 #include "loaders.hpp"
 #include "transform.hpp"
@@ -125,20 +126,6 @@ std::vector<ConfigProblem> check_python(const NodeSpec& spec, const PipelineConf
   return out;
 }
 
-void add_callable(Schema& s) {
-  s.add_string("callable",
-               "the Python callable: a name given to flowfeed.register(), "
-               "'package.module:function', or (from a dict config) the object itself")
-      .make_required();
-}
-
-void add_layout(Schema& s) {
-  s.add_string_list("layout",
-                    "the tensors of a sample, e.g. ['x: uint8 [224, 224, 3]', 'y: int64'] (from a "
-                    "dict config also {'x': {'dtype': 'uint8', 'shape': [224, 224, 3]}}); default: "
-                    "those of the first sample");
-}
-
 LoaderOptions loader_options(const NodeSpec& spec) {
   LoaderOptions o;
   if (spec.params.has("layout")) o.tensors = parse_layout(spec.params.get_string_list("layout"));
@@ -217,52 +204,54 @@ std::unique_ptr<Node> make_transform(const NodeSpec& spec, const CallableTable* 
 
 }  // namespace
 
-void register_python_nodes(Registry& registry, std::shared_ptr<CallableTable> table) {
+void register_python_nodes(Registry& registry, std::shared_ptr<CallableTable> table,
+                           std::function<void()> before_use) {
+  // Every entry point that touches Python (the checks, the factories) starts the interpreter
+  // first when it is embedded (pipeline_runner); the module's is running already.
+  auto ready = [before_use] {
+    if (before_use) before_use();
+  };
   {
-    Schema s;
-    add_callable(s);
-    s.add_int("samples", "the data set's size (0: the __len__ of a Dataset-like callable)", 0)
-        .range(0, 4e9);
-    s.add_bool("batched",
-               "true: the callable takes a list of indices and returns a dict of batch arrays",
-               false);
-    add_layout(s);
     NodeType t = factory_type(
-        "python", Role::load, std::move(s),
-        [table](const NodeSpec& spec) { return make_map_loader(spec, table.get()); },
+        "python", Role::load, python_loader_schema(),
+        [table, ready](const NodeSpec& spec) {
+          ready();
+          return make_map_loader(spec, table.get());
+        },
         "a map-style loader in Python: fn(index) -> {'x': array, ...} (or a Dataset's "
         "__getitem__), or fn(indices) -> a batch; rows are written straight into the batch");
-    t.check = [table](const NodeSpec& spec, const PipelineConfig& config) {
+    t.check = [table, ready](const NodeSpec& spec, const PipelineConfig& config) {
+      ready();
       return check_python(spec, config, table.get(), Role::load);
     };
     registry.set(std::move(t));
   }
   {
-    Schema s;
-    add_callable(s);
-    s.add_int("samples", "samples per epoch, read in order from the iterator")
-        .range(1, 4e9)
-        .make_required();
-    add_layout(s);
     NodeType t = factory_type(
-        "python_iterable", Role::load, std::move(s),
-        [table](const NodeSpec& spec) { return make_iterable_loader(spec, table.get()); },
+        "python_iterable", Role::load, python_iterable_schema(),
+        [table, ready](const NodeSpec& spec) {
+          ready();
+          return make_iterable_loader(spec, table.get());
+        },
         "samples read in order from a Python iterator (a generator function or an iterable), "
         "made anew each epoch");
-    t.check = [table](const NodeSpec& spec, const PipelineConfig& config) {
+    t.check = [table, ready](const NodeSpec& spec, const PipelineConfig& config) {
+      ready();
       return check_python(spec, config, table.get(), Role::load);
     };
     registry.set(std::move(t));
   }
   {
-    Schema s;
-    add_callable(s);
     NodeType t = factory_type(
-        "python_transform", Role::transform, std::move(s),
-        [table](const NodeSpec& spec) { return make_transform(spec, table.get()); },
+        "python_transform", Role::transform, python_transform_schema(),
+        [table, ready](const NodeSpec& spec) {
+          ready();
+          return make_transform(spec, table.get());
+        },
         "fn(batch) on the host batch: a dict of writable numpy views of its tensors, changed in "
         "place, or a dict of new arrays of the same layout returned");
-    t.check = [table](const NodeSpec& spec, const PipelineConfig& config) {
+    t.check = [table, ready](const NodeSpec& spec, const PipelineConfig& config) {
+      ready();
       return check_python(spec, config, table.get(), Role::transform);
     };
     registry.set(std::move(t));
