@@ -6,12 +6,14 @@ namespace flowfeed::python {
 
 namespace {
 
-std::optional<DType> dtype_of(const py::dtype& dt) {
-  const char kind = dt.kind();
-  const auto size = static_cast<std::size_t>(dt.itemsize());
+std::optional<DType> dtype_of(const py::array& array) {
+  // Read from numpy's descriptor directly: a lookup per array per sample would cost more than
+  // the copy of a small one.
+  const auto* d = py::detail::array_descriptor_proxy(py::detail::array_proxy(array.ptr())->descr);
+  const char kind = d->kind;
+  const auto size = static_cast<std::size_t>(d->elsize);
   // Only the machine's byte order: a swapped array would be copied as raw bytes.
-  const char order = dt.attr("byteorder").cast<std::string>().front();
-  if (order == '>') return std::nullopt;
+  if (d->byteorder == '>') return std::nullopt;
   if (kind == 'f' && size == 4) return DType::float32;
   if (kind == 'f' && size == 2) return DType::float16;
   if (kind == 'u' && size == 1) return DType::uint8;
@@ -107,10 +109,13 @@ ArrayIn array_in(const py::handle& value, std::optional<DType> scalar) {
     }
     in.array = py::reinterpret_borrow<py::array>(viewed);
   }
-  in.dtype = dtype_of(in.array.dtype());
-  in.dtype_text = py::str(in.array.dtype()).cast<std::string>();
+  in.dtype = dtype_of(in.array);
   in.shape.assign(in.array.shape(), in.array.shape() + in.array.ndim());
   return in;
+}
+
+std::string dtype_text(const ArrayIn& in) {
+  return py::str(in.array.dtype()).cast<std::string>();
 }
 
 std::string shape_text(const std::vector<std::int64_t>& shape) {

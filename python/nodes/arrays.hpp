@@ -22,8 +22,10 @@ struct ArrayIn {
   py::array array;                  ///< keeps the bytes alive
   std::optional<DType> dtype;       ///< nullopt: a dtype flowfeed does not carry
   std::vector<std::int64_t> shape;  ///< as returned
-  std::string dtype_text;           ///< numpy's name of its dtype ("float64")
 };
+
+/// numpy's name of the array's dtype ("float64"), for messages.
+std::string dtype_text(const ArrayIn& in);
 
 /// Views `value` as an array. A Python scalar (int, float, bool) becomes a 0-d array of `scalar`
 /// (nullopt: int64 for an int, float32 for a float). Throws py::error_already_set when numpy

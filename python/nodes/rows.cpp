@@ -99,7 +99,7 @@ std::vector<TensorSpec> infer_tensors(const py::handle& out, bool batched) {
   for (const auto& [name, value] : values) {
     const ArrayIn in = array_in(value, std::nullopt);
     if (!in.dtype) {
-      throw std::runtime_error("key '" + name + "' has dtype " + in.dtype_text +
+      throw std::runtime_error("key '" + name + "' has dtype " + dtype_text(in) +
                                ", which flowfeed does not carry (" + kDtypes +
                                ") convert it (e.g. .astype(numpy.float32)) or declare "
                                "params.layout");
@@ -141,7 +141,7 @@ void RowWriter::write(const ArrayIn& in, std::size_t i, std::byte* dst,
   if (lead) want.insert(want.begin(), static_cast<std::int64_t>(*lead));
   if (in.shape != want || in.dtype != t.dtype) {
     throw std::runtime_error("key '" + t.name + "' has shape " +
-                             described(in.shape, in.dtype_text) + ", the layout says " +
+                             described(in.shape, dtype_text(in)) + ", the layout says " +
                              described(want, dtype_name(t.dtype)));
   }
   copy_packed(in, dst, t.sample_bytes() * (lead ? *lead : 1), release_gil);
