@@ -458,3 +458,27 @@ def test_the_runner_embeds_python_for_a_module_function(tmp_path):
     assert done.returncode == 1
     assert "error: node 'load' (python, " in done.stderr
     assert "sample 0: KeyError: 0 (at " in done.stderr and "ff_runner_data.py:5 in bad)" in done.stderr
+
+
+def test_a_failing_batch_callable_or_transform_skips_its_batch_under_on_error_skip():
+    def load(indices):
+        if 40 in indices:
+            raise RuntimeError("no batch with 40")
+        return {"x": np.stack([sample_x(i) for i in indices]),
+                "y": np.array(indices, dtype=np.int64)}
+
+    def aug(batch):
+        if 100 in batch["y"]:
+            raise RuntimeError("no batch with 100")
+
+    p = flowfeed.Pipeline(config(load, samples=N, batched=True, sampler={"shuffle": False},
+                                 layout=["x: float32 [3, 4]", "y: int64"],
+                                 extra=[{"name": "aug", "type": "python_transform",
+                                         "params": {"callable": aug}}],
+                                 pipeline={"on_error": "skip", "max_skipped": 2}))
+    got = take_all(p)
+    order = [s for s in reference_order(shuffle=False) if 40 not in s and 100 not in s]
+    check_bytes(got, order)
+    report = p.report()
+    assert report["skipped_batches"] == 2 and report["skipped_samples"] == 32
+    assert any("RuntimeError: no batch with 100" in w for w in report["warnings"])
