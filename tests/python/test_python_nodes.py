@@ -482,3 +482,12 @@ def test_a_failing_batch_callable_or_transform_skips_its_batch_under_on_error_sk
     report = p.report()
     assert report["skipped_batches"] == 2 and report["skipped_samples"] == 32
     assert any("RuntimeError: no batch with 100" in w for w in report["warnings"])
+
+
+def test_the_python_md_example_runs():
+    text = open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "PYTHON.md")).read()
+    section = text[text.index("## Python in the graph"):]
+    code = section[section.index("```python\n") + 10:section.index("```\n", section.index("```python"))]
+    scope = {}
+    exec(compile(code, "PYTHON.md", "exec"), scope)
+    assert scope["p"].report()["samples"] == 1000
