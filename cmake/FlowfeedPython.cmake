@@ -7,7 +7,9 @@ if(FLOWFEED_PYTHON STREQUAL "ON" OR (FLOWFEED_PYTHON STREQUAL "AUTO" AND NOT FLO
   if(NOT DEFINED Python3_EXECUTABLE AND EXISTS /usr/bin/python3)
     set(Python3_EXECUTABLE /usr/bin/python3 CACHE FILEPATH "Python for the flowfeed module and its tests")
   endif()
-  find_package(Python3 COMPONENTS Interpreter Development.Module)
+  # Development.Embed (libpython): pipeline_runner embeds the interpreter for `type: python`.
+  find_package(Python3 COMPONENTS Interpreter Development.Module
+    OPTIONAL_COMPONENTS Development.Embed)
   if(Python3_FOUND)
     find_package(pybind11 CONFIG QUIET)
   endif()

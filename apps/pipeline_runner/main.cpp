@@ -30,8 +30,12 @@
 #include "common/training_figures.hpp"
 #include "flowfeed/flowfeed.hpp"
 #include "flowfeed/nodes/builtin.hpp"
+#include "flowfeed/nodes/python_types.hpp"
 #include "flowfeed/nodes/resident.hpp"
 #include "flowfeed/output.hpp"
+#if FLOWFEED_RUNNER_PYTHON
+#include "embedded.hpp"
+#endif
 #include "testing/fault_nodes.hpp"
 
 namespace {
@@ -222,9 +226,18 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
 
+#if FLOWFEED_RUNNER_PYTHON
+  // Started only when a config uses a Python type; finalized after every pipeline is gone.
+  flowfeed::python::EmbeddedPython python;
+#endif
   flowfeed::Registry registry;
   flowfeed::register_builtin_nodes(registry);
   if (fault_nodes) flowfeed::register_fault_nodes(registry);
+#if FLOWFEED_RUNNER_PYTHON
+  flowfeed::python::register_embedded_python_nodes(registry, python);
+#else
+  flowfeed::register_python_placeholders(registry);
+#endif
   if (list_types) {
     std::cout << flowfeed::describe_schema(registry);
     return 0;

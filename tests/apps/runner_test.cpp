@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "flowfeed/nodes/builtin.hpp"
+#include "flowfeed/nodes/python_types.hpp"
 
 namespace {
 
@@ -36,6 +37,8 @@ std::string write_temp(const std::string& name, const std::string& text) {
 std::string known_types() {
   flowfeed::Registry registry;
   flowfeed::register_builtin_nodes(registry);
+  // The runner has the Python types too (real or placeholders: the same names).
+  flowfeed::register_python_placeholders(registry);
   std::string out;
   for (const auto& n : registry.names()) out += (out.empty() ? "" : ", ") + n;
   return out;
