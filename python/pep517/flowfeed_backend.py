@@ -159,7 +159,11 @@ def _ext_suffix_of(python):
 
 def _run(command, log):
     print("flowfeed build backend: " + " ".join(shlex.quote(c) for c in command), file=log, flush=True)
-    result = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        result = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT)
+    except OSError as e:
+        raise BuildError(f"flowfeed build backend: cannot run {command[0]}: {e.strerror} "
+                         "(CMake 3.25 or later is needed; Debian: cmake)") from e
     if result.returncode != 0:
         raise BuildError(f"flowfeed build backend: `{' '.join(command)}` exited with "
                          f"{result.returncode} (its output is above)")

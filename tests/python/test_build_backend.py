@@ -99,3 +99,13 @@ def test_the_source_archive_holds_the_tracked_files_and_pkg_info(in_repo, tmp_pa
     assert f"{base}/pyproject.toml" in names and f"{base}/python/pep517/flowfeed_backend.py" in names
     assert not any(n.startswith(f"{base}/build/") for n in names)
     assert pkg_info == flowfeed_backend.metadata_text(ROOT)
+
+
+def test_without_cmake_the_build_says_so(in_repo, tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no cmake, no ccache, no ninja
+    monkeypatch.setenv("FLOWFEED_BUILD_DIR", str(tmp_path / "b"))
+    with pytest.raises(flowfeed_backend.BuildError) as error:
+        flowfeed_backend.build_wheel(str(tmp_path / "wheels"))
+    assert str(error.value) == ("flowfeed build backend: cannot run cmake: No such file or "
+                                "directory (CMake 3.25 or later is needed; Debian: cmake)")
+    assert not (tmp_path / "wheels").exists()
