@@ -26,8 +26,10 @@ def python_nodes_available():
                         {"name": "upload", "type": "host_upload"}]}
     try:
         flowfeed.Pipeline(config)
-    except TypeError:  # Pipeline(config) takes a path or YAML text only
-        return False
+    except TypeError as e:  # Pipeline(config) takes a path or YAML text only
+        if "incompatible constructor arguments" in str(e):
+            return False
+        raise
     except flowfeed.ConfigError as e:
         if "unknown node type 'python'" in str(e) or 'unknown node type "python"' in str(e):
             return False
