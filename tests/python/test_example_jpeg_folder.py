@@ -27,7 +27,7 @@ def python_nodes_available():
     try:
         flowfeed.Pipeline(config)
     except TypeError as e:  # Pipeline(config) takes a path or YAML text only
-        if "incompatible constructor arguments" in str(e):
+        if "not dict" in str(e) or "incompatible constructor arguments" in str(e):
             return False
         raise
     except flowfeed.ConfigError as e:
