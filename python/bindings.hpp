@@ -24,6 +24,8 @@ struct PipelineHolder : std::enable_shared_from_this<PipelineHolder> {
   BatchHandle peeked;                      // the first batch of the next epoch, already taken
   std::optional<RunReport> last_report;    // of the last run that ended
   bool waiting = false;                    // a thread waits in next() (the GIL released)
+  bool python_nodes = false;               // a node runs Python: Ctrl-C cancels at once
+  int exit_key = -1;                       // its entry in the atexit hook's list (interpreter.hpp)
 
   ~PipelineHolder();
   /// The pipeline, or RuntimeError once closed.

@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "bindings.hpp"
+#include "interpreter.hpp"
+#include "nodes/python_nodes.hpp"
 #include "testing/fault_nodes.hpp"
 #include "testing/late_write.hpp"
 
@@ -53,21 +55,26 @@ bool same_handler(const struct sigaction& a, const struct sigaction& b) {
 
 void on_sigint(int sig, siginfo_t* info, void* context) {
   if (g_running.exchange(true)) return;
-  g_in_handler.fetch_add(1);
-  if (PipelineHolder* h = g_waiting.load()) {
-    if (g_interrupts.fetch_add(1) == 0) {
-      h->session->request_stop();
-    } else {
-      h->pipeline->request_abort();
-    }
-  }
-  g_in_handler.fetch_sub(1);
+  // Python hears of the Ctrl-C first: a run cancelled at once wakes next() at once, and next()
+  // must then find KeyboardInterrupt pending (else the loop ends quietly and the interrupt is
+  // raised later, anywhere).
   call_handler(g_previous, sig, info, context);
   // A native library loaded since (a CUDA or array library, say) may have put its own handler in
   // front of Python's without chaining to it: Python would then never hear of the Ctrl-C, and the
   // loop would end quietly instead of with KeyboardInterrupt. Python's handler only sets a flag,
   // so a second call is harmless.
   if (!same_handler(g_previous, g_python)) call_handler(g_python, sig, info, context);
+  g_in_handler.fetch_add(1);
+  if (PipelineHolder* h = g_waiting.load()) {
+    // Python bodies may take long per batch and the loop raises KeyboardInterrupt anyway: their
+    // runs are cancelled at once (a body stops between two Python calls).
+    if (g_interrupts.fetch_add(1) == 0 && !h->python_nodes) {
+      h->session->request_stop();
+    } else {
+      h->pipeline->request_abort();
+    }
+  }
+  g_in_handler.fetch_sub(1);
   g_running.store(false);
 }
 
@@ -168,23 +175,44 @@ std::shared_ptr<PipelineHolder> make_pipeline(const py::object& config, const py
     register_fault_nodes(h->registry);
     register_late_write(h->registry);
   }
+  auto callables = std::make_shared<CallableTable>();
+  register_python_nodes(h->registry, callables);
   const std::vector<std::string> sets = to_overrides(overrides);
   PipelineConfig parsed;
-  if (py::isinstance<py::str>(config) &&
-      config.cast<std::string>().find('\n') != std::string::npos) {
+  if (py::isinstance<py::dict>(config)) {
+    parsed = load_config_string(dict_config_text(config.cast<py::dict>(), *callables), h->registry,
+                                sets, "<dict>");
+  } else if (py::isinstance<py::str>(config) &&
+             config.cast<std::string>().find('\n') != std::string::npos) {
     parsed = load_config_string(config.cast<std::string>(), h->registry, sets);
   } else {
     const std::string path = py::str(py::module_::import("os").attr("fspath")(config));
     parsed = load_config_file(path, h->registry, sets);
   }
+  for (const NodeSpec& node : parsed.nodes) {
+    h->python_nodes = h->python_nodes || node.type.rfind("python", 0) == 0;
+  }
   h->pipeline.emplace(std::move(parsed), h->registry);
+  // The run ends before the interpreter does: no TBB worker may call into it afterwards.
+  h->exit_key = stop_at_exit([weak = std::weak_ptr<PipelineHolder>(h)] {
+    std::shared_ptr<PipelineHolder> holder = weak.lock();
+    if (!holder || !holder->pipeline) return;
+    holder->pipeline->request_abort();
+    if (!holder->waiting) holder->end_session();
+  });
   return h;
 }
 
 }  // namespace
 
 PipelineHolder::~PipelineHolder() {
+  if (exit_key >= 0) forget_at_exit(exit_key);
   peeked.release();
+  if (session && PyGILState_Check()) {
+    // The run drains: Python bodies still running need the GIL to finish.
+    py::gil_scoped_release nogil;
+    session.reset();
+  }
   session.reset();
 }
 
@@ -230,6 +258,8 @@ BatchHandle PipelineHolder::next() {
     // The run failed: end it now (every buffer back, its TBB worker free); the next epoch()
     // starts a new one.
     end_session();
+    // A Ctrl-C cancelled it (bodies stopped mid-batch fail it): KeyboardInterrupt, not that.
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
     throw;
   }
   if (PyErr_CheckSignals() != 0) {
@@ -289,6 +319,11 @@ PYBIND11_MODULE(flowfeed, m) {
 
   bind_batch(m);
   bind_views(m);
+  install_exit_hook(m);
+  stop_at_exit([] { clear_registered_callables(); });
+  m.def("register", &register_callable, py::arg("name"), py::arg("fn"),
+        "Makes fn (a function, or a Dataset-like object with __getitem__ and __len__) available "
+        "to configs as params.callable: name (replacing an earlier one of that name).");
 
   py::class_<BatchIterator>(m, "BatchIterator")
       .def("__iter__", [](py::object self) { return self; })
@@ -301,7 +336,9 @@ PYBIND11_MODULE(flowfeed, m) {
       "pipeline itself.")
       .def(py::init(&make_pipeline), py::arg("config"), py::arg("overrides") = py::none(),
            py::arg("test_nodes") = false,
-           "config: a path (str or os.PathLike) or YAML text (a str with a newline); overrides: "
+           "config: a path (str or os.PathLike), YAML text (a str with a newline), or a dict with "
+           "the YAML's structure (a python node's params.callable may be the object itself); "
+           "overrides: "
            "{'key.path': value} or ['key.path=value'] (nodes by name: 'nodes.load.concurrency'); "
            "test_nodes: also register the test-only node types (fault_*, and late_write on CUDA "
            "builds).")

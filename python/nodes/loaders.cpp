@@ -1,0 +1,202 @@
+// The Python loaders: `python` (map-style: fn(index) -> sample, or fn(indices) -> batch) and
+// `python_iterable` (samples in order from an iterator). Both write rows straight into the pool
+// lease and take the GIL once per Python call.
+#include "loaders.hpp"
+
+#include <fmt/format.h>
+
+#include <flowfeed/config.hpp>
+#include <flowfeed/error.hpp>
+#include <flowfeed/pool.hpp>
+#include <flowfeed/stats.hpp>
+
+namespace flowfeed::python {
+
+namespace {
+constexpr std::size_t kMaxWarnings = 20;
+}  // namespace
+
+PythonLoaderBase::PythonLoaderBase(LoaderOptions options)
+    : options_(std::move(options)), writer_(options_.tensors) {}
+
+void PythonLoaderBase::setup(BuildContext& context) {
+  const PipelineOptions& pipeline = context.pipeline_options();
+  skip_ = pipeline.on_error == OnError::skip;
+  max_skipped_ = pipeline.max_skipped;
+  cancelled_ = &context.cancelled();
+  tier_ = context.fill_tier();
+  pool_ = &context.make_fill_pool(tier_ == Tier::staging ? "staging" : "host");
+}
+
+void PythonLoaderBase::begin_run() {
+  dropped_ = 0;
+  std::lock_guard<std::mutex> lock(warn_mutex_);
+  warnings_.clear();
+}
+
+std::vector<std::byte*> PythonLoaderBase::bases(Batch& batch) const {
+  std::vector<std::byte*> out;
+  for (std::size_t i = 0; i < options_.tensors.size(); ++i) out.push_back(batch.tensor(tier_, i));
+  return out;
+}
+
+void PythonLoaderBase::check_cancelled() const {
+  if (cancelled_ && cancelled_->load(std::memory_order_relaxed)) {
+    throw Error("the run is being cancelled");
+  }
+}
+
+void PythonLoaderBase::settle(Batch& batch, std::vector<RowFailure>& failures) {
+  if (failures.empty()) return;
+  if (!skip_) throw DataError(failures.front().message);
+  if (failures.size() == batch.rows()) {
+    // Nothing left to deliver: the batch is skipped as a whole (and counted as such).
+    throw DataError("every sample of the batch failed; the first: " + failures.front().message);
+  }
+  const std::uint64_t dropped = dropped_.fetch_add(failures.size()) + failures.size();
+  {
+    std::lock_guard<std::mutex> lock(warn_mutex_);
+    for (const RowFailure& f : failures) {
+      if (warnings_.size() >= kMaxWarnings) break;
+      warnings_.push_back(
+          fmt::format("dropped from batch {} (epoch {}): {}", batch.seq, batch.epoch, f.message));
+    }
+  }
+  if (dropped > static_cast<std::uint64_t>(max_skipped_)) {
+    throw std::runtime_error(fmt::format("{} ({} {} dropped, more than pipeline.max_skipped = {})",
+                                         failures.front().message, dropped,
+                                         dropped == 1 ? "sample" : "samples", max_skipped_));
+  }
+  drop_rows(batch, tier_, failures);
+}
+
+void PythonLoaderBase::finish(RunReport& report) {
+  report.skipped_samples += dropped_.load();
+  std::lock_guard<std::mutex> lock(warn_mutex_);
+  for (const std::string& w : warnings_) {
+    if (report.warnings.size() >= kMaxWarnings) break;
+    report.warnings.push_back("skipped: " + w);
+  }
+}
+
+std::string sample_failure(std::uint64_t index, const std::string& what) {
+  return "sample " + std::to_string(index) + ": " + what;
+}
+
+// ---- python: map-style
+
+PythonMapLoader::PythonMapLoader(LoaderOptions options, PyRef fn)
+    : PythonLoaderBase(std::move(options)), fn_(std::move(fn)) {}
+
+void PythonMapLoader::process(Batch& batch) {
+  batch.lease(tier_) = pool_->acquire();
+  const std::vector<std::byte*> at = bases(batch);
+  if (options_.batched) {
+    check_cancelled();
+    BodyGil gil;
+    try {
+      py::list indices(batch.rows());
+      for (std::size_t r = 0; r < batch.rows(); ++r) {
+        PyList_SET_ITEM(indices.ptr(), static_cast<py::ssize_t>(r),
+                        PyLong_FromUnsignedLong(batch.samples[r]));
+      }
+      py::object out = fn_.get()(indices);
+      writer_.write_batch(out, at, batch.rows());
+    } catch (const py::error_already_set& e) {
+      throw DataError(fmt::format("samples {}..: {}", batch.samples.front(), python_failure(e)));
+    } catch (const std::exception& e) {
+      throw DataError(fmt::format("samples {}..: {}", batch.samples.front(), e.what()));
+    }
+    return;
+  }
+  std::vector<RowFailure> failures;
+  for (std::size_t r = 0; r < batch.rows(); ++r) {
+    check_cancelled();
+    const std::uint32_t index = batch.samples[r];
+    BodyGil gil;
+    try {
+      py::object out = py::reinterpret_steal<py::object>(
+          PyObject_CallOneArg(fn_.get().ptr(), py::int_(index).ptr()));
+      if (!out) throw py::error_already_set();
+      writer_.write_sample(out, at, r);
+    } catch (const py::error_already_set& e) {
+      failures.push_back({r, sample_failure(index, python_failure(e))});
+    } catch (const std::exception& e) {
+      failures.push_back({r, sample_failure(index, e.what())});
+    }
+  }
+  settle(batch, failures);
+}
+
+// ---- python_iterable
+
+PythonIterableLoader::PythonIterableLoader(LoaderOptions options, PyRef source)
+    : PythonLoaderBase(std::move(options)), source_(std::move(source)) {}
+
+void PythonIterableLoader::begin_run() {
+  PythonLoaderBase::begin_run();
+  // A run starts a new pass (a resumed run skips to its cursor below).
+  BodyGil gil;
+  iterator_ = PyRef();
+  position_ = 0;
+}
+
+py::object make_iterator(const py::object& source) {
+  if (PyCallable_Check(source.ptr()) && !py::hasattr(source, "__iter__")) {
+    return py::iter(source());
+  }
+  return py::iter(source);
+}
+
+void PythonIterableLoader::process(Batch& batch) {
+  batch.lease(tier_) = pool_->acquire();
+  const std::vector<std::byte*> at = bases(batch);
+  const std::uint64_t first = batch.samples.front();
+  std::vector<RowFailure> failures;
+  BodyGil gil;
+  try {
+    if (!iterator_ || batch.epoch != epoch_ || first < position_) {
+      // A new epoch (or a rerun) reads the iterable from its start.
+      iterator_ = PyRef(make_iterator(source_.get()));
+      position_ = 0;
+      epoch_ = batch.epoch;
+    }
+    const auto take = [&]() -> py::object {
+      PyObject* item = PyIter_Next(iterator_.get().ptr());
+      if (item) return py::reinterpret_steal<py::object>(item);
+      if (PyErr_Occurred()) throw py::error_already_set();
+      throw DataError(
+          fmt::format("the iterable ended after {} samples; each epoch takes {} "
+                      "(params.samples)",
+                      position_, options_.samples));
+    };
+    // Samples before the batch (a resumed run's cursor) are read and left.
+    while (position_ < first) {
+      check_cancelled();
+      take();
+      ++position_;
+    }
+    for (std::size_t r = 0; r < batch.rows(); ++r) {
+      check_cancelled();
+      py::object item = take();
+      ++position_;
+      try {
+        writer_.write_sample(item, at, r);
+      } catch (const py::error_already_set& e) {
+        failures.push_back({r, sample_failure(batch.samples[r], python_failure(e))});
+      } catch (const std::exception& e) {
+        failures.push_back({r, sample_failure(batch.samples[r], e.what())});
+      }
+    }
+  } catch (const py::error_already_set& e) {
+    // The iterator raised: a generator is over after that, so the next batch starts a new one.
+    iterator_ = PyRef();
+    throw DataError(sample_failure(position_, python_failure(e)));
+  } catch (const DataError&) {
+    iterator_ = PyRef();
+    throw;
+  }
+  settle(batch, failures);
+}
+
+}  // namespace flowfeed::python

@@ -1,0 +1,84 @@
+#pragma once
+/// \file
+/// The Python loader nodes (see python_nodes.hpp for the types).
+
+#include <atomic>
+#include <flowfeed/node.hpp>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "python_nodes.hpp"
+
+namespace flowfeed::python {
+
+/// A Python loader's options, from its params and its callable.
+struct LoaderOptions {
+  std::vector<TensorSpec> tensors;  ///< declared by params.layout, or from the first sample
+  std::size_t samples = 0;          ///< the data set's size
+  bool batched = false;             ///< fn(indices) -> a batch
+};
+
+/// What both loaders share: the lease, the rows a sample failure drops, and the report.
+class PythonLoaderBase : public LoaderNode {
+ public:
+  explicit PythonLoaderBase(LoaderOptions options);
+  std::size_t size() const override { return options_.samples; }
+  std::vector<TensorSpec> sample_tensors() const override { return options_.tensors; }
+  void setup(BuildContext& context) override;
+  void begin_run() override;
+  void finish(RunReport& report) override;
+
+ protected:
+  /// Where each tensor of `batch` starts in its lease.
+  std::vector<std::byte*> bases(Batch& batch) const;
+  /// Throws once the run is being cancelled: a body stops between two Python calls.
+  void check_cancelled() const;
+  /// Under on_error: skip, drops the failed rows (and counts them); else throws the first.
+  void settle(Batch& batch, std::vector<RowFailure>& failures);
+
+  LoaderOptions options_;
+  RowWriter writer_;
+  Tier tier_ = Tier::host;
+  BufferPool* pool_ = nullptr;
+
+ private:
+  bool skip_ = false;
+  int max_skipped_ = 0;
+  const std::atomic<bool>* cancelled_ = nullptr;
+  std::atomic<std::uint64_t> dropped_{0};
+  std::mutex warn_mutex_;
+  std::vector<std::string> warnings_;
+};
+
+/// `python`: fn(index) -> sample per row, or fn(indices) -> batch.
+class PythonMapLoader final : public PythonLoaderBase {
+ public:
+  PythonMapLoader(LoaderOptions options, PyRef fn);
+  void process(Batch& batch) override;
+
+ private:
+  PyRef fn_;
+};
+
+/// `python_iterable`: rows taken in order from an iterator made anew each epoch.
+class PythonIterableLoader final : public PythonLoaderBase {
+ public:
+  PythonIterableLoader(LoaderOptions options, PyRef source);
+  void begin_run() override;
+  void process(Batch& batch) override;
+
+ private:
+  PyRef source_;
+  PyRef iterator_;  // this epoch's; serial (concurrency 1), so no lock
+  std::uint64_t position_ = 0;
+  std::uint32_t epoch_ = 0;
+};
+
+/// "sample 17: <what>".
+std::string sample_failure(std::uint64_t index, const std::string& what);
+/// The iterator of a python_iterable's source: source() when it is a function (a generator
+/// function), else iter(source).
+py::object make_iterator(const py::object& source);
+
+}  // namespace flowfeed::python
