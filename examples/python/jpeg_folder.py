@@ -113,8 +113,8 @@ def flowfeed_epochs(dataset, args):
 
     cuda = args.device.startswith("cuda")
     pipeline = flowfeed.Pipeline({
-        "pipeline": {"batch_size": args.batch_size, "epochs": args.epochs, "prefetch_depth": 8,
-                     "device": "cuda" if cuda else "host"},
+        "pipeline": {"mode": "pull", "batch_size": args.batch_size, "epochs": args.epochs,
+                     "prefetch_depth": 8, "device": "cuda" if cuda else "host"},
         "sampler": {"shuffle": True, "seed": 0},
         "nodes": [
             {"name": "load", "type": "python", "concurrency": args.workers,
