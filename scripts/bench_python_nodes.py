@@ -15,7 +15,8 @@ the same callable on both sides, samples delivered into tensors on the GPU (--de
 flowfeed: a `python` loader node (concurrency --concurrency), pinned_staging, cuda_upload, batches
 taken through Pipeline.views. DataLoader: --workers settings (0, 8, 16), pin_memory on CUDA,
 persistent workers, each batch copied with .to(device, non_blocking=True). Every rate is measured
-over --epochs epochs after one warm-up epoch, both sides alike, best of --repeat. One JSON record
+over --epochs epochs from the start of iteration (DataLoader's workers started by an untimed epoch
+before; flowfeed's run starts on the first iteration, so neither has prefetched), best of --repeat. One JSON record
 per scenario on stdout (figure, baseline = the best DataLoader setting, ratio, command, date,
 machine); progress on stderr.
 
@@ -130,6 +131,10 @@ class MappedBatches(Dataset):
         indices = np.asarray(indices)
         return {"x": self.rows.x[indices], "y": self.rows.y[indices]}
 
+    # flowfeed's batched loader calls __getitems__ (torch's name for it); DataLoader, through a
+    # BatchSampler with batch_size=None, calls __getitem__ with the list: the same function.
+    __getitems__ = __getitem__
+
 
 ROW_LAYOUT = {"x": {"dtype": "float32", "shape": [784]}, "y": {"dtype": "int64", "shape": []}}
 
@@ -174,18 +179,17 @@ def python_load(callable_, layout, concurrency, batched=False):
 
 
 def flowfeed_rate(load, batch, epochs, device):
-    """Samples/s through a pipeline with `load` into torch on `device`: one warm-up epoch, then
-    `epochs` timed. Returns (rate, the pipeline's report)."""
-    pipeline = flowfeed_pipeline(load, batch, epochs + 1, device)
+    """Samples/s through a pipeline with `load` into torch on `device` over `epochs` epochs, timed
+    from the start of the run (the pipeline is built before the clock; nothing is prefetched
+    before it, as DataLoader's workers start on iter()). Returns (rate, the pipeline's report)."""
+    pipeline = flowfeed_pipeline(load, batch, epochs, device)
     stream = torch.cuda.current_stream() if device == "cuda" else None
     views = pipeline.views(["x", "y"], torch.from_dlpack, stream=stream)
-    for _ in views:  # warm-up epoch
-        pass
     sync(device)
     t0 = time.perf_counter()
     samples = 0
     for _ in range(epochs):
-        for x, _y in views:
+        for x, _y in views:  # the first iteration starts the run
             samples += x.shape[0]
     sync(device)
     rate = samples / (time.perf_counter() - t0)
@@ -214,7 +218,7 @@ def dataloader_rate(dataset, batch, epochs, workers, device, batched=False):
             n += x.shape[0]
         return n
 
-    epoch()  # warm-up (and the workers' start)
+    epoch()  # the workers' start (persistent), untimed; they prefetch again only on iter()
     sync(device)
     t0 = time.perf_counter()
     samples = sum(epoch() for _ in range(epochs))
@@ -270,14 +274,16 @@ def noop_memory(args):
                                  args.device)
     warm = min(1000, args.calls_batches // 2)
     batches, start = 0, None
-    for _ in pipeline.views("x", torch.from_dlpack):
+    views = pipeline.views("x", torch.from_dlpack)
+    for x in views:
         batches += 1
         if batches == warm:
             gc.collect()
             start = (rss_bytes(), len(gc.get_objects()))
+    del x  # a view keeps its pipeline (and so the callable) alive
     gc.collect()
     end = (rss_bytes(), len(gc.get_objects()))
-    del pipeline
+    del views, pipeline
     after = refcounts(noop)
     return {"batches": batches, "measured_from_batch": warm,
             "rss_growth_bytes": end[0] - start[0], "gc_objects_growth": end[1] - start[1],
@@ -352,7 +358,7 @@ def main():
     parser.add_argument("--batch", type=int, default=256, help="(a), (c): samples per batch")
     parser.add_argument("--concurrency", type=int, default=16, help="flowfeed's loader bodies")
     parser.add_argument("--workers", default="0,8,16", help="DataLoader num_workers settings")
-    parser.add_argument("--epochs", type=int, default=3, help="timed epochs, after one warm-up")
+    parser.add_argument("--epochs", type=int, default=3, help="timed epochs")
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--quick", action="store_true",
                         help="small sizes (a run-through: 512 images, 8192 rows, 64 and 2,000 batches)")
