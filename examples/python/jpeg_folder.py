@@ -108,7 +108,8 @@ def train_epoch(model, optimizer, batches, classes, device):
 
 
 def flowfeed_epochs(dataset, args):
-    """The data set through flowfeed: its __getitem__ on `workers` pipeline threads."""
+    """The data set through flowfeed: its __getitem__ on `workers` pipeline threads (at least
+    one: the pipeline's threads are not the caller's)."""
     import flowfeed
 
     cuda = args.device.startswith("cuda")
@@ -117,7 +118,7 @@ def flowfeed_epochs(dataset, args):
                      "prefetch_depth": 8, "device": "cuda" if cuda else "host"},
         "sampler": {"shuffle": True, "seed": 0},
         "nodes": [
-            {"name": "load", "type": "python", "concurrency": args.workers,
+            {"name": "load", "type": "python", "concurrency": max(1, args.workers),
              "params": {"callable": dataset, "batched": False,
                         "layout": {"x": {"dtype": "uint8", "shape": [224, 224, 3]},
                                    "y": {"dtype": "int64", "shape": []}}}},
@@ -154,7 +155,7 @@ def run(name, epochs, dataset, args):
         if args.device.startswith("cuda"):
             torch.cuda.synchronize()
         seconds = time.perf_counter() - t0
-        print(f"{name} ({args.workers} workers) epoch {epoch}: {images} images, "
+        print(f"{name} epoch {epoch}: {images} images, "
               f"{images / seconds:,.1f} images/s, mean loss {loss:.4f}, "
               f"images per label {labels}", flush=True)
 
@@ -165,7 +166,7 @@ def main():
     parser.add_argument("--make-demo", metavar="DIR", help="write a small JPEG folder and exit")
     parser.add_argument("--loader", choices=["both", "flowfeed", "dataloader"], default="both")
     parser.add_argument("--workers", type=int, default=8,
-                        help="flowfeed: the loader's concurrency; DataLoader: num_workers")
+                        help="flowfeed: the loader's concurrency (0 counts as 1); DataLoader: num_workers")
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -178,9 +179,9 @@ def main():
     dataset = JpegFolder(args.root)
     print(f"{len(dataset)} images, {len(dataset.classes)} classes, {TRANSFORMS}, {args.device}")
     if args.loader in ("both", "flowfeed"):
-        run("flowfeed", flowfeed_epochs, dataset, args)
+        run(f"flowfeed (concurrency {max(1, args.workers)})", flowfeed_epochs, dataset, args)
     if args.loader in ("both", "dataloader"):
-        run("DataLoader", dataloader_epochs, dataset, args)
+        run(f"DataLoader ({args.workers} workers)", dataloader_epochs, dataset, args)
 
 
 if __name__ == "__main__":

@@ -63,10 +63,10 @@ def test_an_empty_folder_is_refused_by_name(tmp_path):
         jpeg_folder.JpegFolder(str(tmp_path))
 
 
-def run_example(folder, loader, epochs=2):
+def run_example(folder, loader, epochs=2, workers=2):
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     result = subprocess.run(
-        [sys.executable, EXAMPLE, "--root", folder, "--loader", loader, "--workers", "2",
+        [sys.executable, EXAMPLE, "--root", folder, "--loader", loader, "--workers", str(workers),
          "--batch-size", "8", "--epochs", str(epochs), "--device", "cpu"],
         capture_output=True, text=True, env=env, timeout=240)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -74,7 +74,7 @@ def run_example(folder, loader, epochs=2):
 
 
 def epochs_of(output, name):
-    pattern = (rf"^{name} \(2 workers\) epoch (\d+): (\d+) images, [\d,.]+ images/s, "
+    pattern = (rf"^{re.escape(name)} epoch (\d+): (\d+) images, [\d,.]+ images/s, "
                r"mean loss ([\d.]+), images per label \[(.*)\]$")
     return [(int(e), int(n), float(loss), [int(v) for v in labels.split(", ")])
             for e, n, loss, labels in re.findall(pattern, output, re.M)]
@@ -83,16 +83,24 @@ def epochs_of(output, name):
 def test_dataloader_side_sees_every_image_once_per_epoch(folder):
     output = run_example(folder, "dataloader")
     assert output.startswith("30 images, 3 classes, torchvision.transforms")
-    assert [(e, n, labels) for e, n, _, labels in epochs_of(output, "DataLoader")] == [
+    assert [(e, n, labels) for e, n, _, labels in epochs_of(output, "DataLoader (2 workers)")] == [
         (0, 30, [10, 10, 10]), (1, 30, [10, 10, 10])]
 
 
 @needs_python_nodes
 def test_both_sides_see_every_image_once_per_epoch(folder):
     output = run_example(folder, "both")
-    for name in ("flowfeed", "DataLoader"):
+    for name in ("flowfeed (concurrency 2)", "DataLoader (2 workers)"):
         epochs = epochs_of(output, name)
         assert [(e, n, labels) for e, n, _, labels in epochs] == [
             (0, 30, [10, 10, 10]), (1, 30, [10, 10, 10])], output
         assert all(np.isfinite(loss) for _, _, loss, _ in epochs)
-    assert output.index("flowfeed (2 workers)") < output.index("DataLoader (2 workers)")
+    assert output.index("flowfeed (concurrency 2)") < output.index("DataLoader (2 workers)")
+
+
+@needs_python_nodes
+def test_zero_workers_is_one_flowfeed_body_and_dataloader_in_process(folder):
+    output = run_example(folder, "both", epochs=1, workers=0)
+    for name in ("flowfeed (concurrency 1)", "DataLoader (0 workers)"):
+        assert [(e, n, labels) for e, n, _, labels in epochs_of(output, name)] == [
+            (0, 30, [10, 10, 10])], output
