@@ -189,7 +189,8 @@ def _configure_needed(folder, chosen):
     cache = os.path.join(folder, "CMakeCache.txt")
     if not os.path.isfile(cache):
         return True
-    python = _cache_value(cache, "Python3_EXECUTABLE")
+    # Given (-D, or FlowfeedPython.cmake's /usr/bin/python3), else what FindPython3 chose.
+    python = _cache_value(cache, "Python3_EXECUTABLE") or _cache_value(cache, "_Python3_EXECUTABLE")
     module_on = (_cache_value(cache, "FLOWFEED_PYTHON") or "AUTO").upper() != "OFF"
     same_abi = _ext_suffix_of(python) == sysconfig.get_config_var("EXT_SUFFIX")
     if module_on and same_abi:

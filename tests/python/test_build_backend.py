@@ -44,11 +44,11 @@ def test_every_hook_needs_nothing_from_an_index():
         assert getattr(flowfeed_backend, f"get_requires_for_build_{hook}")({}) == []
 
 
-def fake_build(folder, python, module="ON"):
+def fake_build(folder, python, module="ON", key="Python3_EXECUTABLE"):
     folder.mkdir(exist_ok=True)
     (folder / "CMakeCache.txt").write_text(textwrap.dedent(f"""\
         FLOWFEED_PYTHON:STRING={module}
-        Python3_EXECUTABLE:FILEPATH={python}
+        {key}:FILEPATH={python}
         """))
     return folder
 
@@ -68,11 +68,12 @@ def test_a_named_build_without_the_module_is_refused_and_left_alone(in_repo, tmp
     assert not (tmp_path / "wheels").exists()
 
 
-def test_a_named_build_for_another_interpreter_is_refused(in_repo, tmp_path):
+@pytest.mark.parametrize("key", ["Python3_EXECUTABLE", "_Python3_EXECUTABLE"])
+def test_a_named_build_for_another_interpreter_is_refused(in_repo, tmp_path, key):
     other = tmp_path / "python9"
     other.write_text("#!/bin/sh\necho .cpython-99-x86_64-linux-gnu.so\n")
     other.chmod(0o755)
-    folder = fake_build(tmp_path / "b", other)
+    folder = fake_build(tmp_path / "b", other, key=key)
     with pytest.raises(flowfeed_backend.BuildError) as error:
         flowfeed_backend.build_wheel(str(tmp_path / "wheels"), {"build-dir": str(folder)})
     import sysconfig
