@@ -7,6 +7,8 @@ packages=(cmake ninja-build g++ pkg-config libtbb-dev libyaml-cpp-dev libgtest-d
   libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev python3-pil python3-numpy  # images; PIL writes test shards
   python3-skimage  # scripts/make_image_shards.py (benchmark JPEGs from its photos)
   libdlpack-dev pybind11-dev python3-dev python3-pytest python3-torch  # interop: the Python module
+  python3-torchvision  # examples/python/jpeg_folder.py's transforms (and its test)
+  python3-pip python3-venv  # pip install . in a fresh venv (tests/python/pip_install_test.sh)
   openmpi-bin libopenmpi-dev  # mpirun for the multi-process tests; headers for FLOWFEED_MPI
   clang-16 libclang-rt-16-dev xz-utils)  # the last three: scripts/sanitize.sh (libFuzzer, TBB source)
 missing=()

@@ -5,11 +5,12 @@
 #   here:  scripts/gpu_python_build.sh prepare [DIR]   (DIR defaults to .pybuild, an ignored folder)
 #          builds flowfeed's static libraries for sm_90 (in $FLOWFEED_GPU_BUILD_DIR, default
 #          build-gpu/; a Release build with CUDA, such as scripts/build.sh's build/, does) and copies
-#          into DIR what the binding needs: the libraries, libcudart_static, the DLPack headers and
+#          into DIR what the binding needs: the libraries, libcudart_static, the DLPack and fmt headers and
 #          the shared libraries that machine lacks (libtbb, libyaml-cpp, zlib). About 8 MiB; carry
 #          DIR.
 #   there: scripts/gpu_python_build.sh build [DIR]
-#          compiles python/*.cpp against that machine's Python and pybind11 and links DIR's
+#          compiles the module's sources (python/CMakeLists.txt's list) against that machine's
+#          Python and pybind11 and links DIR's
 #          libraries: DIR/python/flowfeed.cpython-312-x86_64-linux-gnu.so. Then
 #          export PYTHONPATH=$PWD/DIR/python LD_LIBRARY_PATH=$PWD/DIR/_libs:$LD_LIBRARY_PATH
 set -euo pipefail
@@ -31,7 +32,7 @@ case $step in
     mkdir -p "$dir/lib" "$dir/include" "$dir/_libs"
     for l in "${libs[@]}"; do cp "$build/$l" "$dir/lib/"; done
     cp /usr/local/cuda/lib64/libcudart_static.a "$dir/lib/"
-    cp -r /usr/include/dlpack "$dir/include/"
+    cp -r /usr/include/dlpack /usr/include/fmt "$dir/include/"  # fmt: header-only in the binding
     for so in libtbb.so.12 libyaml-cpp.so.0.7 libz.so.1 libturbojpeg.so.0 libjpeg.so.62 libpng16.so.16 liburing.so.2; do
       cp -L "/usr/lib/x86_64-linux-gnu/$so" "$dir/_libs/"
     done
@@ -43,12 +44,16 @@ case $step in
     includes=$("$python" -m pybind11 --includes 2>/dev/null ||
       "$python" -c 'import sysconfig; print("-I" + sysconfig.get_paths()["include"])')
     mkdir -p "$dir/python"
+    # The module's sources, as python/CMakeLists.txt lists them for pybind11_add_module.
+    mapfile -t sources < <(sed -n '/pybind11_add_module(flowfeed_python/,/)/p' "$root/python/CMakeLists.txt" |
+      tr ' ()' '\n\n\n' | grep '\.cpp$' | sed "s|^|$root/python/|")
+    ((${#sources[@]})) || { echo "gpu_python_build.sh: no sources in python/CMakeLists.txt" >&2; exit 1; }
     out="$dir/python/flowfeed$("$python" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')"
     # shellcheck disable=SC2046
-    g++ -std=c++20 -O2 -DNDEBUG -fPIC -shared -fvisibility=hidden \
+    g++ -std=c++20 -O2 -DNDEBUG -DFMT_HEADER_ONLY -fPIC -shared -fvisibility=hidden \
       $includes -I"$dir/include" -I"$root/pipeline/include" \
       -I"$root/nodes/include" -I"$root/interop/include" -I"$root/nodes" \
-      "$root/python/module.cpp" "$root/python/tensor.cpp" "$root/python/views.cpp" -o "$out" \
+      "${sources[@]}" -o "$out" \
       -Wl,--start-group "$dir"/lib/libflowfeed_*.a -Wl,--end-group "$dir/lib/libcudart_static.a" \
       "$dir/_libs/libtbb.so.12" "$dir/_libs/libyaml-cpp.so.0.7" "$dir/_libs/libz.so.1" \
       "$dir/_libs/libturbojpeg.so.0" "$dir/_libs/libjpeg.so.62" "$dir/_libs/libpng16.so.16" \
