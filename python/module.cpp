@@ -302,8 +302,8 @@ PYBIND11_MODULE(flowfeed, m) {
 
   py::class_<PipelineHolder, std::shared_ptr<PipelineHolder>>(
       m, "Pipeline",
-      "A pipeline in pull mode built from a YAML file or YAML text (config must say "
-      "pipeline.mode: pull and end before the train role). Iterate over epoch() or over the "
+      "A pipeline in pull mode built from a YAML file or YAML text (the chain ends before the "
+      "train role; without pipeline.mode it runs in pull mode). Iterate over epoch() or over the "
       "pipeline itself.")
       .def(py::init(&make_pipeline), py::arg("config"), py::arg("overrides") = py::none(),
            py::arg("test_nodes") = false,

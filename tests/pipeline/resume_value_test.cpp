@@ -101,7 +101,7 @@ TEST(LoadDefaults, ImplicitPullOnlyForAChainWithoutATrainNodeAndNoModeWritten) {
   EXPECT_EQ(load_config_string(chain(true), registry, {}, "<string>", implicit).pipeline.mode,
             RunMode::run);
   const std::string last =
-      "<string>:6:45: nodes[1].type: the last node must be a train node, 'upload' is a upload "
+      "<string>:5:27: nodes[1].type: the last node must be a train node, 'upload' is a upload "
       "node (add a train-role node such as checksum, sleep or mlp)";
   // The runner's rule is unchanged, and an explicit run mode (file or override) is kept.
   EXPECT_EQ(test::problems_of([&] { load_config_string(chain(false), registry); }),
