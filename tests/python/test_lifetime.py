@@ -6,7 +6,10 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
+
+import flowfeed
 
 SCRIPT = textwrap.dedent("""\
     import gc, sys
@@ -86,9 +89,6 @@ def test_arrays_from_a_batch_stay_readable_after_the_pipeline_goes(tmp_path, how
 
 
 def test_a_closed_pipeline_hands_out_nothing_more_while_an_array_holds_it(data):
-    import numpy as np
-
-    import flowfeed
     pipeline = flowfeed.Pipeline(data.config(epochs=2))
     iterator = iter(pipeline)
     batch = next(iterator)
