@@ -26,9 +26,10 @@ struct PipelineHolder : std::enable_shared_from_this<PipelineHolder> {
   bool waiting = false;                    // a thread waits in next() (the GIL released)
   bool python_nodes = false;               // a node runs Python: Ctrl-C cancels at once
   int exit_key = -1;                       // its entry in the atexit hook's list (interpreter.hpp)
+  bool closed = false;                     // close() was called: `pipeline` goes with the last hold
 
   ~PipelineHolder();
-  /// The pipeline, or RuntimeError once closed.
+  /// The pipeline, or ValueError once closed.
   Pipeline& get();
   /// Starts a run unless one is going (a finished run is ended first).
   void ensure_session();
@@ -41,6 +42,13 @@ struct PipelineHolder : std::enable_shared_from_this<PipelineHolder> {
   /// thread at a time.
   void check_idle() const;
 };
+
+/// Pipeline.state_dict(): the resume cursor and the nodes' states as plain Python values
+/// (state.cpp).
+py::dict state_dict(PipelineHolder& holder);
+/// Pipeline.load_state_dict(state): checks `state` as a checkpoint file is checked, then every
+/// later run starts there (Pipeline::resume). Between runs only.
+void load_state_dict(PipelineHolder& holder, const py::handle& state);
 
 /// Takes the batches of one epoch of a holder's run (or, with `whole_run`, every batch left in
 /// it). At the end of the epoch the next epoch's first batch stays in the holder for the next

@@ -138,6 +138,8 @@ std::string override_value(const py::handle& value) {
 std::vector<std::string> to_overrides(const py::object& overrides) {
   std::vector<std::string> out;
   if (overrides.is_none()) return out;
+  // One "key=value" string is one override (iterating it would give its characters).
+  if (py::isinstance<py::str>(overrides)) return {overrides.cast<std::string>()};
   if (py::isinstance<py::dict>(overrides)) {
     for (const auto& [key, value] : overrides.cast<py::dict>()) {
       out.push_back(py::str(key).cast<std::string>() + "=" + override_value(value));
@@ -178,16 +180,20 @@ std::shared_ptr<PipelineHolder> make_pipeline(const py::object& config, const py
   auto callables = std::make_shared<CallableTable>();
   register_python_nodes(h->registry, callables);
   const std::vector<std::string> sets = to_overrides(overrides);
+  // The Python loop is the train step: a chain without a train node needs no `mode: pull`.
+  LoadDefaults defaults;
+  defaults.implicit_pull = true;
   PipelineConfig parsed;
   if (py::isinstance<py::dict>(config)) {
     parsed = load_config_string(dict_config_text(config.cast<py::dict>(), *callables), h->registry,
-                                sets, "<dict>");
+                                sets, "<dict>", defaults);
   } else if (py::isinstance<py::str>(config) &&
              config.cast<std::string>().find('\n') != std::string::npos) {
-    parsed = load_config_string(config.cast<std::string>(), h->registry, sets);
+    parsed =
+        load_config_string(config.cast<std::string>(), h->registry, sets, "<string>", defaults);
   } else {
     const std::string path = py::str(py::module_::import("os").attr("fspath")(config));
-    parsed = load_config_file(path, h->registry, sets);
+    parsed = load_config_file(path, h->registry, sets, defaults);
   }
   for (const NodeSpec& node : parsed.nodes) {
     h->python_nodes = h->python_nodes || node.type.rfind("python", 0) == 0;
@@ -217,7 +223,7 @@ PipelineHolder::~PipelineHolder() {
 }
 
 Pipeline& PipelineHolder::get() {
-  if (!pipeline) throw py::value_error("the pipeline was closed");
+  if (!pipeline || closed) throw py::value_error("the pipeline was closed");
   return *pipeline;
 }
 
@@ -241,7 +247,7 @@ void PipelineHolder::check_idle() const {
 BatchHandle PipelineHolder::next() {
   check_idle();
   if (peeked) return std::move(peeked);
-  if (!session) return {};
+  if (!session || closed) return {};
   BatchHandle handle;
   try {
     SigintScope sigint(this);
@@ -331,15 +337,16 @@ PYBIND11_MODULE(flowfeed, m) {
 
   py::class_<PipelineHolder, std::shared_ptr<PipelineHolder>>(
       m, "Pipeline",
-      "A pipeline in pull mode built from a YAML file or YAML text (config must say "
-      "pipeline.mode: pull and end before the train role). Iterate over epoch() or over the "
+      "A pipeline in pull mode built from a YAML file or YAML text (the chain ends before the "
+      "train role; without pipeline.mode it runs in pull mode). Iterate over epoch() or over the "
       "pipeline itself.")
       .def(py::init(&make_pipeline), py::arg("config"), py::arg("overrides") = py::none(),
            py::arg("test_nodes") = false,
            "config: a path (str or os.PathLike), YAML text (a str with a newline), or a dict with "
            "the YAML's structure (a python node's params.callable may be the object itself); "
-           "overrides: "
-           "{'key.path': value} or ['key.path=value'] (nodes by name: 'nodes.load.concurrency'); "
+           "overrides: {'key.path': value}, ['key.path=value', ...] or one 'key.path=value' (nodes "
+           "by name: 'nodes.load.concurrency'); without pipeline.mode, a chain with no train node "
+           "runs in pull mode; "
            "test_nodes: also register the test-only node types (fault_*, and late_write on CUDA "
            "builds).")
       .def(
@@ -391,12 +398,36 @@ PYBIND11_MODULE(flowfeed, m) {
           },
           "Ends the current run: held batches go back (their tensors must not be read any more), "
           "in-flight ones drain.")
-      .def("close",
-           [](PipelineHolder& h) {
-             h.check_idle();
-             h.end_session();
-             h.pipeline.reset();
-           })
+      .def(
+          "close",
+          [](PipelineHolder& h) {
+            h.check_idle();
+            h.closed = true;
+            h.peeked.release();
+            // The pools hold the bytes every batch, exported tensor (and the arrays that imported
+            // one) and view points into, and each of them holds this object. Free them now only
+            // when nothing but the Python Pipeline does. Else the run only stops admitting
+            // batches: the ones still held keep their bytes, and the run ends and the pools go
+            // with the last hold (the holder's destructor).
+            if (h.weak_from_this().use_count() <= 1) {
+              h.end_session();
+              h.pipeline.reset();
+            } else if (h.session) {
+              h.session->request_stop();
+            }
+          },
+          "Ends the run and frees the pipeline: its nodes and pools now, or, while a batch, a "
+          "tensor (or an array imported from one) or a Views object taken from it is alive, once "
+          "the last of them is freed (the batches they hold keep their bytes until then). The "
+          "pipeline can no longer be used.")
+      .def("state_dict", &state_dict,
+           "The run's position and the state of the nodes that keep some, as a dict of plain "
+           "values (picklable; torch.save it beside the model). Released batches count: the "
+           "batches held or not taken yet come again after load_state_dict (docs/RESUME.md).")
+      .def("load_state_dict", &load_state_dict, py::arg("state"),
+           "Continues from a state_dict(): checked like a checkpoint (the same data set, shuffle, "
+           "seed, drop_last and global batch; flowfeed.ConfigError naming the field otherwise), "
+           "then every later run starts there. Before iterating, or between runs.")
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__",
            [](PipelineHolder& h, const py::object&, const py::object&, const py::object&) {

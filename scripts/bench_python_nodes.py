@@ -166,7 +166,7 @@ def sync(device):
 def flowfeed_pipeline(load, batch, epochs, device, depth=16):
     cuda = device == "cuda"
     return flowfeed.Pipeline({
-        "pipeline": {"mode": "pull", "batch_size": batch, "epochs": epochs, "prefetch_depth": depth,
+        "pipeline": {"batch_size": batch, "epochs": epochs, "prefetch_depth": depth,
                      "device": "cuda" if cuda else "host"},
         "sampler": {"shuffle": True, "seed": 0},
         "nodes": [load, {"name": "stage", "type": "pinned_staging"},

@@ -114,7 +114,7 @@ def flowfeed_epochs(dataset, args):
 
     cuda = args.device.startswith("cuda")
     pipeline = flowfeed.Pipeline({
-        "pipeline": {"mode": "pull", "batch_size": args.batch_size, "epochs": args.epochs,
+        "pipeline": {"batch_size": args.batch_size, "epochs": args.epochs,
                      "prefetch_depth": 8, "device": "cuda" if cuda else "host"},
         "sampler": {"shuffle": True, "seed": 0},
         "nodes": [

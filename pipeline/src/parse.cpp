@@ -108,7 +108,7 @@ void parse_memory_budget(const YAML::Node& value, MemoryBudgetOptions& out, Read
 }
 
 PipelineConfig parse(const YAML::Node& root_in, const std::string& file, const Registry& registry,
-                     const std::vector<std::string>& overrides) {
+                     const std::vector<std::string>& overrides, const LoadDefaults& defaults) {
   YAML::Node root = root_in;
   std::map<std::string, std::string> canonical;
   std::vector<std::string> override_errors;
@@ -242,6 +242,14 @@ PipelineConfig parse(const YAML::Node& root_in, const std::string& file, const R
       config.nodes.push_back(std::move(spec));
     }
   }
+  if (defaults.implicit_pull && !(pipeline.IsMap() && pipeline["mode"].IsDefined())) {
+    // No mode written: a chain without a train node is stepped by the caller's loop.
+    const bool train = std::any_of(config.nodes.begin(), config.nodes.end(), [&](const auto& n) {
+      const NodeType* type = n.type.empty() ? nullptr : registry.find(n.type);
+      return type && type->role == Role::train;
+    });
+    if (!train) config.pipeline.mode = RunMode::pull;
+  }
   if (nodes_ok) {
     if (sampler.IsMap() && sampler["rank"].IsDefined()) {
       at.rank = problems.where("sampler.rank", sampler["rank"].Mark());
@@ -321,7 +329,7 @@ std::vector<YAML::Mark> document_starts(const std::string& yaml, std::size_t at_
 
 PipelineConfig load_config_string(const std::string& yaml, const Registry& registry,
                                   const std::vector<std::string>& overrides,
-                                  const std::string& name) {
+                                  const std::string& name, const LoadDefaults& defaults) {
   YAML::Node root;
   try {
     const std::vector<YAML::Mark> starts = detail::document_starts(yaml, 2);
@@ -347,12 +355,13 @@ PipelineConfig load_config_string(const std::string& yaml, const Registry& regis
     throw ConfigError({SourceLoc{name, e.mark.line + 1, e.mark.column + 1}.str() +
                        ": invalid YAML (" + e.msg + ")"});
   }
-  return detail::parse(root, name, registry, overrides);
+  return detail::parse(root, name, registry, overrides, defaults);
 }
 
 PipelineConfig load_config_file(const std::string& path, const Registry& registry,
-                                const std::vector<std::string>& overrides) {
-  return load_config_string(detail::read_config_file(path), registry, overrides, path);
+                                const std::vector<std::string>& overrides,
+                                const LoadDefaults& defaults) {
+  return load_config_string(detail::read_config_file(path), registry, overrides, path, defaults);
 }
 
 }  // namespace flowfeed

@@ -18,7 +18,7 @@ import jpeg_folder  # noqa: E402
 
 def python_nodes_available():
     """Whether flowfeed.Pipeline takes a dict with a `python` node (the Python node types)."""
-    config = {"pipeline": {"mode": "pull", "batch_size": 2, "epochs": 1, "prefetch_depth": 2,
+    config = {"pipeline": {"batch_size": 2, "epochs": 1, "prefetch_depth": 2,
                            "device": "host"},
               "nodes": [{"name": "load", "type": "python",
                          "params": {"callable": lambda i: {"x": np.zeros(2, np.uint8)},

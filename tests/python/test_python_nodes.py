@@ -29,7 +29,7 @@ def config(load, extra=(), pipeline=None, sampler=None, layout=None, **params):
     if layout is not None:
         load_params["layout"] = layout
     return {
-        "pipeline": {"mode": "pull", "batch_size": 16, "epochs": 1, "prefetch_depth": 4,
+        "pipeline": {"batch_size": 16, "epochs": 1, "prefetch_depth": 4,
                      "device": "host", **(pipeline or {})},
         "sampler": {"shuffle": True, "seed": 5, **(sampler or {})},
         "nodes": [{"name": "load", "type": "python", "concurrency": 3, "params": load_params},
@@ -42,7 +42,7 @@ def reference_order(batch_size=16, shuffle=True, seed=5, epochs=1):
     """The samples of each batch as the sampler orders them, taken from the built-in synthetic
     loader over a data set of the same size."""
     p = flowfeed.Pipeline({
-        "pipeline": {"mode": "pull", "batch_size": batch_size, "epochs": epochs,
+        "pipeline": {"batch_size": batch_size, "epochs": epochs,
                      "device": "host"},
         "sampler": {"shuffle": shuffle, "seed": seed},
         "nodes": [{"name": "load", "type": "synthetic", "params": {"samples": N}},

@@ -101,15 +101,26 @@ struct PipelineConfig {
   std::map<std::string, SourceLoc> option_locs;
 };
 
+/// What load_config_file() and load_config_string() fill in where a config is silent.
+struct LoadDefaults {
+  /// A config that does not set `pipeline.mode` (neither in the file nor by an override) and whose
+  /// chain has no train node gets `mode: pull` (the Python module's Pipeline(...), whose loop is
+  /// the train step). Off (the runner): such a config has mode: run, and its chain must end in a
+  /// train node. An explicit `mode: run` is never changed.
+  bool implicit_pull = false;
+};
+
 /// Loads and validates a YAML file. `overrides` are `key.path=value` strings (`--set`), applied
 /// before validation; nodes are addressed by name (`nodes.load.concurrency=8`). Throws ConfigError
 /// listing every problem found.
 PipelineConfig load_config_file(const std::string& path, const Registry& registry,
-                                const std::vector<std::string>& overrides = {});
+                                const std::vector<std::string>& overrides = {},
+                                const LoadDefaults& defaults = {});
 /// The same for YAML text; `name` is used in messages.
 PipelineConfig load_config_string(const std::string& yaml, const Registry& registry,
                                   const std::vector<std::string>& overrides = {},
-                                  const std::string& name = "<string>");
+                                  const std::string& name = "<string>",
+                                  const LoadDefaults& defaults = {});
 
 /// Validates a config built in C++ (no YAML): fills parameter defaults, checks every parameter and
 /// the chain, resolves the device. Throws ConfigError.

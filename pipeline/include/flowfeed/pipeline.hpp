@@ -3,8 +3,10 @@
 /// A built pipeline: nodes, pools and the oneTBB flow graph that runs them.
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "flowfeed/checkpoint.hpp"
 #include "flowfeed/config.hpp"
@@ -18,6 +20,10 @@ namespace flowfeed {
 namespace detail {
 class PipelineImpl;  ///< pipeline/src/detail/pipeline_impl.hpp (private)
 }  // namespace detail
+
+/// The saved state of the nodes that keep some (Node::has_state): node name -> (its type, the
+/// bytes Node::save_state wrote). What a checkpoint directory holds in its node files, as values.
+using NodeStates = std::map<std::string, std::pair<std::string, std::string>>;
 
 /// Options for one run.
 struct RunOptions {
@@ -96,6 +102,19 @@ class Pipeline {
   /// runs, or let run() call it (RunOptions::checkpoint_every); while a pull session runs, between
   /// next() and release() calls. Throws Error when a write fails.
   void save_checkpoint(const std::string& dir) const;
+  /// What save_checkpoint() writes, as values instead of files (Python's `state_dict()`):
+  /// checkpoint(), and the state of every node that has one into `states` (cleared first). The
+  /// same times as save_checkpoint(). pipeline/src/resume_value.cpp.
+  Checkpoint checkpoint(NodeStates& states) const;
+  /// Continues from a checkpoint held as values, as `pipeline.resume_from` does from a directory
+  /// (Python's `load_state_dict()`): checks that `checkpoint` continues this pipeline's sample
+  /// order (resume_point(): the same messages, `where` first) and lies inside this run
+  /// (`cursor.epoch` not past pipeline.epochs, `cursor.finished_ahead` inside the run), loads each
+  /// stateful node's state from `states`, and makes every later run start there. Between runs
+  /// only (std::logic_error while a run or session is active). Throws ConfigError naming the
+  /// field; every check is made before anything changes (a node whose load_state() throws may
+  /// keep part of its state, as at build).
+  void resume(const Checkpoint& checkpoint, const NodeStates& states, const std::string& where);
 
   /// The validated config the pipeline was built from (batch size resolved).
   const PipelineConfig& config() const noexcept;

@@ -1,0 +1,104 @@
+// Exact resume from values rather than a directory (Python's state_dict / load_state_dict): the
+// cursor and the nodes' states as Pipeline::checkpoint(NodeStates&) gives them, and
+// Pipeline::resume() taking them back with the checks pipeline.resume_from makes.
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "detail/pipeline_impl.hpp"
+#include "flowfeed/checkpoint.hpp"
+#include "flowfeed/pipeline.hpp"
+
+namespace flowfeed {
+
+Checkpoint Pipeline::checkpoint(NodeStates& states) const {
+  const detail::PipelineImpl& p = *impl_;
+  // One writer at a time, as save_checkpoint(): the cursor and the states are taken together.
+  std::lock_guard<std::mutex> lock(p.checkpoint_mutex_);
+  states.clear();
+  const Checkpoint c = p.checkpoint();
+  for (const auto& s : p.stages_) {
+    if (!s->node->has_state()) continue;
+    std::string bytes;
+    s->node->save_state(bytes);
+    states[s->spec.name] = {s->spec.type, std::move(bytes)};
+  }
+  return c;
+}
+
+void Pipeline::resume(const Checkpoint& checkpoint, const NodeStates& states,
+                      const std::string& where) {
+  detail::PipelineImpl& p = *impl_;
+  if (p.running_) {
+    throw std::logic_error(
+        "Pipeline::resume: the pipeline is running (resume between runs: end the run or session "
+        "first)");
+  }
+  auto fail = [&](const std::string& key, const std::string& problem) {
+    throw ConfigError({fmt::format("{}: {}: {}", where, key, problem)});
+  };
+  const ResumePoint start = resume_point(checkpoint, *p.sampler_, where);
+  // Inside this run: a cursor past the last epoch would run nothing, and a skipped batch past the
+  // run's end cannot have finished in a run of this pipeline.
+  const std::uint64_t end = p.sequence_end();
+  const auto epochs = static_cast<std::uint64_t>(p.config_.pipeline.epochs);
+  if (checkpoint.epoch > epochs || start.first > end) {
+    fail("cursor.epoch",
+         fmt::format("the state is at epoch {} (sample {}), past this run's last epoch "
+                     "(pipeline.epochs: {}; a resume there would run nothing) set "
+                     "pipeline.epochs: {}",
+                     checkpoint.epoch, checkpoint.samples, epochs,
+                     static_cast<std::uint64_t>(checkpoint.epoch) + 1));
+  }
+  if (!start.skip.empty() && start.skip.back() >= end) {
+    fail("cursor.finished_ahead",
+         fmt::format("batch {} after the cursor lies past this run's last batch ({} batches in "
+                     "{} epochs; the state is corrupt or from a longer run) resume from a state "
+                     "of this run",
+                     checkpoint.finished_ahead.back(), end, epochs));
+  }
+  // Every node that keeps state finds its own, of its type, before any loads it.
+  for (const auto& s : p.stages_) {
+    if (!s->node->has_state()) continue;
+    auto it = states.find(s->spec.name);
+    if (it == states.end()) {
+      fail("nodes." + s->spec.name,
+           fmt::format("missing (the state has none for node '{}', which keeps some) resume "
+                       "from a state of this pipeline",
+                       s->spec.name));
+    }
+    if (it->second.first != s->spec.type) {
+      fail("nodes." + s->spec.name + ".type",
+           fmt::format("the state is that of a '{}' node, this node is a '{}' (a resume continues "
+                       "the same pipeline) resume with the same node types",
+                       it->second.first, s->spec.type));
+    }
+  }
+  for (const auto& [name, state] : states) {
+    bool known = false;
+    for (const auto& s : p.stages_) known = known || (s->spec.name == name && s->node->has_state());
+    if (!known) {
+      fail("nodes." + name,
+           fmt::format("this pipeline has no node '{}' that keeps state (the state is from "
+                       "another pipeline) resume from a state of this pipeline",
+                       name));
+    }
+  }
+  for (const auto& s : p.stages_) {
+    if (!s->node->has_state()) continue;
+    try {
+      s->node->load_state(states.at(s->spec.name).second);
+    } catch (const std::exception& e) {
+      fail("nodes." + s->spec.name, e.what());
+    }
+  }
+  p.start_ = start;
+  p.resumed_steps_ = checkpoint.steps;
+  p.cursor_.reset(p.start_.first, p.start_.skip,
+                  static_cast<std::size_t>(p.config_.pipeline.prefetch_depth));
+}
+
+}  // namespace flowfeed
