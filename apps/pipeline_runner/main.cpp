@@ -3,8 +3,8 @@
 //                 [--resident | --compare-resident] [--enable-fault-nodes] [--quiet]
 //                 [--checkpoint DIR [--checkpoint-every N]] [--resume DIR] [--stop-after N]
 // Exit codes: 0 done, 1 run-time failure (a write error included), 2 config error (a bad
-// checkpoint too), 130/143 stopped by SIGINT/SIGTERM (after the drain and, with --checkpoint, the
-// checkpoint).
+// checkpoint, or a --checkpoint directory refused, too), 130/143 stopped by SIGINT/SIGTERM (after
+// the drain and, with --checkpoint, the checkpoint).
 // A SIGINT/SIGTERM while the config is read or the pipeline built ends the process at once, with a
 // line saying what was interrupted. During a run the first one stops the source and drains the
 // batches in flight, then prints the summary so far; a second one cancels the graph; if the run
@@ -230,6 +230,14 @@ int main(int argc, char** argv) {
     flowfeed::PipelineConfig config = flowfeed::load_config_file(config_path, registry, overrides);
     if (!resume_dir.empty()) config.pipeline.resume_from = resume_dir;
     const std::string checkpoint = flowfeed::expand_rank(checkpoint_dir, config.sampler.rank);
+    // Opened (and locked) before the build, held to the end: a directory that is not the
+    // checkpoint's own, one that cannot be written and one another run holds are refused before
+    // any work is done.
+    std::unique_ptr<flowfeed::CheckpointDir> checkpoint_out;
+    if (!checkpoint_dir.empty()) {
+      g_phase = kBuilding;
+      checkpoint_out = std::make_unique<flowfeed::CheckpointDir>(checkpoint);
+    }
     if (resident) config = flowfeed::resident_config(config, registry);
     std::optional<flowfeed::PipelineConfig> resident_run;
     if (compare_resident) resident_run = flowfeed::resident_config(config, registry);
@@ -237,7 +245,7 @@ int main(int argc, char** argv) {
     options.progress = !quiet;
     options.progress_bar = isatty(STDERR_FILENO) != 0;
     options.stats = !no_stats;
-    options.checkpoint_dir = checkpoint;
+    options.checkpoint = checkpoint_out.get();
     options.checkpoint_every = checkpoint_every;
     options.stop_after = stop_after;
     std::unique_ptr<flowfeed::Trace> trace;
@@ -276,10 +284,10 @@ int main(int argc, char** argv) {
         throw;
       }
       write_pictures();
-      if (!checkpoint.empty()) {
+      if (checkpoint_out) {
         // After the drain: every batch admitted has finished, so the cursor is where the next
         // run starts.
-        pipeline.save_checkpoint(checkpoint);
+        pipeline.save_checkpoint(*checkpoint_out);
         if (!quiet) {
           const flowfeed::Checkpoint c = pipeline.checkpoint();
           std::cerr << "pipeline_runner: checkpoint " << checkpoint << ": epoch " << c.epoch << ", "

@@ -36,10 +36,16 @@ struct RunOptions {
   Trace* trace = nullptr;
   /// Called after each epoch with the report so far (from the supervising thread).
   std::function<void(const RunReport&, std::uint32_t epoch)> on_epoch;
-  /// With checkpoint_every: the checkpoint directory (Pipeline::save_checkpoint).
+  /// With checkpoint_every: the checkpoint directory (Pipeline::save_checkpoint). run() opens it
+  /// (a CheckpointDir: refused when it holds files that are not the checkpoint's own, or another
+  /// writer holds it) before the run starts and holds it until the next run or the pipeline's end.
   std::string checkpoint_dir;
-  /// Write a checkpoint to checkpoint_dir after every this many batches of the run finished the
-  /// train step (on its thread, between two batches); 0: never.
+  /// With checkpoint_every: a checkpoint directory the caller holds open, used instead of
+  /// checkpoint_dir (the runner opens it before the build, and writes the last checkpoint there
+  /// after the run). Not owned; it must outlive the run.
+  CheckpointDir* checkpoint = nullptr;
+  /// Write a checkpoint to the checkpoint directory after every this many batches of the run
+  /// finished the train step (on its thread, between two batches); 0: never.
   std::uint64_t checkpoint_every = 0;
   /// Admit only this many batches, then end the run normally once they finished (a run of a
   /// fixed number of steps, e.g. before a planned restart); 0: every batch of every epoch.
@@ -96,6 +102,8 @@ class Pipeline {
   /// runs, or let run() call it (RunOptions::checkpoint_every); while a pull session runs, between
   /// next() and release() calls. Throws Error when a write fails.
   void save_checkpoint(const std::string& dir) const;
+  /// save_checkpoint() into a directory the caller holds open (CheckpointDir::write).
+  void save_checkpoint(CheckpointDir& dir) const;
 
   /// The validated config the pipeline was built from (batch size resolved).
   const PipelineConfig& config() const noexcept;
