@@ -393,6 +393,15 @@ ResumePoint resume_point(const Checkpoint& c, const Sampler& sampler, std::uint3
                      "checkpoint written after a drain (SIGTERM) or with pipeline.ordered: true",
                      c.rank, c.world, c.finished_ahead.size(), o.world, c.world));
   }
+  if (!c.finished_ahead.empty() && c.rank != o.rank) {
+    // The offsets are of that rank's own sequence: on another rank they would skip batches of
+    // this rank's shard that were never trained.
+    fail("cursor.rank",
+         fmt::format("the checkpoint was written by rank {} with {} batches finished after the "
+                     "cursor out of order, this run is rank {} (those batches are of rank {}'s "
+                     "shard) resume rank {} from rank {}'s checkpoint (--resume DIR with {{rank}})",
+                     c.rank, c.finished_ahead.size(), o.rank, c.rank, o.rank, o.rank));
+  }
   const std::uint64_t per_epoch = sampler.batches_per_epoch();
   const std::uint64_t index = c.samples / global;
   // Every figure below is checked against the run's end before it is added to or multiplied.

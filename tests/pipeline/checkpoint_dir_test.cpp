@@ -316,5 +316,19 @@ TEST(CheckpointRead, PositionsOutsideTheRunAreErrorsNamingTheAllowedRange) {
             "M: nodes.train.file: '..' is not a file name inside the checkpoint");
 }
 
+TEST(CheckpointRead, FinishedAheadOfOneRankIsNotResumedOnAnother) {
+  // Rank 0 of 2 finished its batch 5 ahead of the cursor at 3: rank 1 must not skip its own 5.
+  const Checkpoint c =
+      make_checkpoint(Sampler(SamplerOptions{true, 9, false, 0, 2}, 1000, 5), 3, {5}, 4);
+  EXPECT_EQ(test::error_of<ConfigError>([&] {
+              resume_point(c, Sampler(SamplerOptions{true, 9, false, 1, 2}, 1000, 5), 2, "ck");
+            }),
+            "ck: cursor.rank: the checkpoint was written by rank 0 with 1 batches finished after "
+            "the cursor out of order, this run is rank 1 (those batches are of rank 0's shard) "
+            "resume rank 1 from rank 1's checkpoint (--resume DIR with {rank})");
+  EXPECT_EQ(resume_point(c, Sampler(SamplerOptions{true, 9, false, 0, 2}, 1000, 5), 2, "ck").skip,
+            (std::vector<std::uint64_t>{5}));
+}
+
 }  // namespace
 }  // namespace flowfeed
