@@ -97,10 +97,10 @@ class Pipeline {
   /// Before the first run: where it starts (pipeline.resume_from, else the beginning). Safe from
   /// any thread, also while a run is in progress. See checkpoint.hpp.
   Checkpoint checkpoint() const;
-  /// Writes checkpoint() and the state of every node that has one (Node::has_state) into the
-  /// directory `dir` (created if missing), atomically as a set (write_checkpoint). Call it between
-  /// runs, or let run() call it (RunOptions::checkpoint_every); while a pull session runs, between
-  /// next() and release() calls. Throws Error when a write fails.
+  /// Writes checkpoint() and every node's state (Node::has_state) into `dir` atomically as a set,
+  /// through the CheckpointDir the last run() holds for `dir`, else one opened for the write (a
+  /// ConfigError when `dir` is not the checkpoint's own, or another writer holds it). Call it
+  /// between runs, or in a pull session between next() and release(). Error: a write failed.
   void save_checkpoint(const std::string& dir) const;
   /// save_checkpoint() into a directory the caller holds open (CheckpointDir::write).
   void save_checkpoint(CheckpointDir& dir) const;
