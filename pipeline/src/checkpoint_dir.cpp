@@ -102,16 +102,23 @@ json read_own_json(const std::string& dir, const std::string& name, const char* 
   return j;
 }
 
-/// The node file names in `list` (a JSON array), each a plain file name; others make `dir` not
-/// ours.
+/// The node file names in `list` (a JSON array): NAME.GENERATION.bin or its temporary file, never
+/// a name flowfeed gives another file here. Anything else makes `dir` not ours.
 void add_names(const std::string& dir, const json& list, const std::string& from,
                std::set<std::string>& out) {
-  if (!list.is_array()) refuse(dir, fmt::format("{}: its list of files is not a list", from));
+  const auto corrupt = [&](const std::string& what) {
+    refuse(dir, fmt::format("{}: {} (node files are NAME.GENERATION.bin; the file is corrupt) {}",
+                            from, what, kOwnDirectory));
+  };
+  if (!list.is_array()) corrupt("the list of node files is not a list");
   for (const json& f : list) {
-    if (!f.is_string()) refuse(dir, fmt::format("{}: {} is not a file name", from, f.dump()));
+    if (!f.is_string()) corrupt(fmt::format("an entry is a {}, not a file name", f.type_name()));
     const std::string name = f.get<std::string>();
-    if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos) {
-      refuse(dir, fmt::format("{}: '{}' is not a file name inside the directory", from, name));
+    const bool node_file = name.ends_with(".bin") || name.ends_with(".bin.tmp");
+    if (!node_file || name.size() > 255 || name.find('/') != std::string::npos ||
+        name.rfind(kCheckpointManifest, 0) == 0 || name.rfind(kCheckpointFiles, 0) == 0 ||
+        name.rfind(kCheckpointLock, 0) == 0) {
+      corrupt(fmt::format("'{}' is not a node file", name.substr(0, 60)));
     }
     out.insert(name);
   }

@@ -110,6 +110,21 @@ TEST(CheckpointDir, AnExistingCheckpointIsContinuedAndWhatACrashLeftIsRemoved) {
                                                "pipeline.json", "train.3.bin"}));
 }
 
+TEST(CheckpointDir, AListThatNamesAFileOtherThanANodeFileIsRefused) {
+  // Otherwise the next write would remove what it names: here the manifest itself.
+  const fs::path dir = temp_dir("bad_list");
+  write_checkpoint(dir, at(3), kState);
+  std::ofstream(dir / "flowfeed-files.json", std::ios::trunc)
+      << "{\"format\": \"flowfeed checkpoint files\", \"files\": [\"train.1.bin\", "
+         "\"pipeline.json\"]}";
+  EXPECT_EQ(test::error_of<ConfigError>([&] { write_checkpoint(dir, at(4), kState); }),
+            dir.string() +
+                ": flowfeed-files.json: 'pipeline.json' is not a node file (node files are "
+                "NAME.GENERATION.bin; the file is corrupt) give --checkpoint an empty or new "
+                "directory");
+  EXPECT_EQ(read_checkpoint(dir).samples, 30u);
+}
+
 TEST(CheckpointDir, ASecondWriterIsRefusedNamingTheHolder) {
   const fs::path dir = temp_dir("locked");
   {
