@@ -345,5 +345,37 @@ TEST(CheckpointRead, FinishedAheadOfOneRankIsNotResumedOnAnother) {
             (std::vector<std::uint64_t>{5}));
 }
 
+// Every seed of the checkpoint fuzzer's corpus is read or refused with a ConfigError, as the fuzzer
+// (tests/fuzz/checkpoint_fuzz.cpp) runs it, nothing else.
+TEST(CheckpointRead, FuzzSeedCorpusReadsOrIsRefused) {
+  const fs::path dir = temp_dir("corpus");
+  fs::create_directories(dir);
+  Sampler s(SamplerOptions{true, 9, false, 0, 1}, 1000, 10);
+  int seeds = 0, accepted = 0;
+  for (const auto& seed :
+       fs::directory_iterator(fs::path(FLOWFEED_SOURCE_DIR) / "tests/fuzz/checkpoint_corpus")) {
+    const std::string input = slurp(seed.path());
+    const std::size_t nul = input.find('\0');
+    std::ofstream(dir / "pipeline.json", std::ios::trunc) << input.substr(0, nul);
+    fs::remove(dir / "flowfeed-files.json");
+    if (nul != std::string::npos) {
+      std::ofstream(dir / "flowfeed-files.json") << input.substr(nul + 1);
+    }
+    std::ofstream(dir / "train.1.bin", std::ios::trunc) << "weights";
+    ++seeds;
+    try {
+      resume_point(read_checkpoint(dir), s, 2, "seed");
+      ++accepted;
+    } catch (const ConfigError&) {
+    }
+    try {
+      CheckpointDir held(dir.string());
+    } catch (const ConfigError&) {
+    }
+  }
+  EXPECT_GE(seeds, 6);
+  EXPECT_GE(accepted, 2) << "the corpus holds checkpoints this run resumes from";
+}
+
 }  // namespace
 }  // namespace flowfeed
