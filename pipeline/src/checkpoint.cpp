@@ -11,37 +11,9 @@
 #include <nlohmann/json.hpp>
 
 #include "detail/checkpoint_files.hpp"
-#include "detail/config_file.hpp"
 #include "flowfeed/sampler.hpp"
 
 namespace flowfeed {
-
-namespace detail {
-
-std::uint64_t fnv1a64(const std::string& bytes) noexcept {
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : bytes) {
-    h ^= c;
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
-
-std::string hex64(std::uint64_t v) {
-  return fmt::format("{:016x}", v);
-}
-
-std::string read_checkpoint_file(const std::string& path, std::size_t limit, const char* noun) {
-  const BoundedFileKind kind{noun,
-                             "point pipeline.resume_from (--resume) at a directory "
-                             "--checkpoint wrote",
-                             "a checkpoint's files are regular files of the sizes its manifest "
-                             "gives",
-                             false};
-  return read_bounded_file(path, limit, kind);
-}
-
-}  // namespace detail
 
 namespace {
 
@@ -63,23 +35,29 @@ std::string read_node_file(const std::string& path, std::size_t limit, const std
   }
 }
 
-/// `value` as JSON for a message, cut to a readable length (a corrupt file may hold megabytes).
-std::string shown(const json& value) {
+/// `text` cut to a readable length for a message, on a UTF-8 character boundary.
+std::string cut(const std::string& text) {
   constexpr std::size_t kShown = 60;
-  std::string text = value.dump();
   if (text.size() <= kShown) return text;
-  std::size_t cut = kShown;
-  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xc0) == 0x80) --cut;  // UTF-8
-  return fmt::format("{}… ({} bytes)", text.substr(0, cut), text.size());
+  std::size_t at = kShown;
+  while (at > 0 && (static_cast<unsigned char>(text[at]) & 0xc0) == 0x80) --at;
+  return fmt::format("{}… ({} bytes)", text.substr(0, at), text.size());
 }
 
-/// Reads fields of a parsed manifest; every problem names the file and the field.
+/// `value` as JSON for a message, cut to a readable length (a corrupt file may hold megabytes).
+std::string shown(const json& value) {
+  return cut(value.dump());
+}
+
+/// Reads fields of a parsed manifest (or of one object in it, whose keys `prefix` leads in
+/// messages); every problem names the file and the field.
 class Fields {
  public:
-  Fields(const json& root, std::string file) : root_(root), file_(std::move(file)) {}
+  Fields(const json& root, std::string file, std::string prefix = "")
+      : root_(root), file_(std::move(file)), prefix_(std::move(prefix)) {}
 
   [[noreturn]] void fail(const std::string& key, const std::string& problem) const {
-    throw ConfigError({fmt::format("{}: {}: {}", file_, key, problem)});
+    throw ConfigError({fmt::format("{}: {}{}: {}", file_, prefix_, key, problem)});
   }
   const json& at(const std::string& key) const {
     const json* node = &root_;
@@ -121,6 +99,7 @@ class Fields {
 
   const json& root_;
   std::string file_;
+  std::string prefix_;
 };
 
 std::string manifest_path(const std::string& path) {
@@ -168,6 +147,13 @@ Checkpoint read_checkpoint(const std::string& path) {
   const std::string file = manifest_path(path);
   const std::string text =
       detail::read_checkpoint_file(file, kMaxManifestBytes, "checkpoint manifest");
+  if (const std::size_t nesting = detail::json_nesting(text);
+      nesting > detail::kMaxCheckpointNesting) {
+    throw ConfigError(
+        {fmt::format("{}: not a checkpoint: nested {} levels deep (a manifest nests "
+                     "3; the file is corrupt) resume from a complete checkpoint",
+                     file, nesting)});
+  }
   json root;
   try {
     root = json::parse(text);
@@ -279,22 +265,23 @@ Checkpoint read_checkpoint(const std::string& path) {
   }
   c.dir = fs::path(file).parent_path().string();
   for (const auto& [name, entry] : nodes.items()) {
-    const std::string key = "nodes." + name;
+    // The entry's own fields, so that a name with dots or of any length is found.
+    const Fields n(entry, file, "nodes." + cut(name) + ".");
     NodeStateFile s;
-    s.type = f.text(key + ".type");
-    s.file = f.text(key + ".file");
-    s.bytes = f.count(key + ".bytes");
-    const std::string hash = f.text(key + ".fnv1a64");
+    s.type = n.text("type");
+    s.file = n.text("file");
+    s.bytes = n.count("bytes");
+    const std::string hash = n.text("fnv1a64");
     if (s.file.empty() || s.file == "." || s.file == ".." ||
         s.file.find('/') != std::string::npos) {
-      f.fail(key + ".file", fmt::format("'{}' is not a file name inside the checkpoint", s.file));
+      n.fail("file", fmt::format("'{}' is not a file name inside the checkpoint", cut(s.file)));
     }
     try {
       std::size_t used = 0;
       s.fnv1a64 = std::stoull(hash, &used, 16);
       if (used != hash.size()) throw std::invalid_argument(hash);
     } catch (const std::exception&) {
-      f.fail(key + ".fnv1a64", fmt::format("'{}' is not a hexadecimal hash", hash));
+      n.fail("fnv1a64", fmt::format("'{}' is not a hexadecimal hash", cut(hash)));
     }
     c.nodes[name] = s;
   }
@@ -314,7 +301,7 @@ std::string read_node_state(const Checkpoint& c, const std::string& name) {
                      manifest, name, name)});
   }
   const NodeStateFile& s = it->second;
-  const std::string key = "nodes." + name;
+  const std::string key = "nodes." + cut(name);
   const std::string path = (fs::path(c.dir) / s.file).string();
   struct stat st;
   // A file of another size is named as such, unread; one that grows while read stops at the size.

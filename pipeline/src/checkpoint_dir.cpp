@@ -91,8 +91,10 @@ struct Contents {
 json read_own_json(const std::string& dir, const std::string& name, const char* format,
                    const char* noun) {
   const std::string path = (fs::path(dir) / name).string();
-  const json j =
-      json::parse(detail::read_checkpoint_file(path, kMaxManifestBytes, noun), nullptr, false);
+  const std::string text = detail::read_checkpoint_file(path, kMaxManifestBytes, noun);
+  const json j = detail::json_nesting(text) > detail::kMaxCheckpointNesting
+                     ? json(json::value_t::discarded)
+                     : json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object() || !j.contains("format") || j["format"] != format) {
     refuse(dir, fmt::format("holds {}, which is not a {} flowfeed wrote (--checkpoint removes "
                             "the files of its older checkpoints, so it takes only a directory of "

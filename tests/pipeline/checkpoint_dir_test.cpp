@@ -331,6 +331,20 @@ TEST(CheckpointRead, PositionsOutsideTheRunAreErrorsNamingTheAllowedRange) {
             "M: nodes.train.file: '..' is not a file name inside the checkpoint");
 }
 
+TEST(CheckpointRead, DeepNestingIsRefusedBeforeParsingAndAnyNodeNameIsFound) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  EXPECT_EQ(resume_message("deep", [&](const std::string&) { return deep; }),
+            "M: not a checkpoint: nested 100000 levels deep (a manifest nests 3; the file is "
+            "corrupt) resume from a complete checkpoint");
+  // Node names are keys of their own, whatever they hold.
+  const fs::path dir = temp_dir("names");
+  const std::string long_name(100, 'n');
+  write_checkpoint(dir, at(3), {{"a.b", {"mlp", "one"}}, {long_name, {"mlp", "two"}}});
+  const Checkpoint c = read_checkpoint(dir);
+  EXPECT_EQ(read_node_state(c, "a.b"), "one");
+  EXPECT_EQ(read_node_state(c, long_name), "two");
+}
+
 TEST(CheckpointRead, FinishedAheadOfOneRankIsNotResumedOnAnother) {
   // Rank 0 of 2 finished its batch 5 ahead of the cursor at 3: rank 1 must not skip its own 5.
   const Checkpoint c =

@@ -14,6 +14,12 @@ std::uint64_t fnv1a64(const std::string& bytes) noexcept;
 /// `v` as 16 hexadecimal digits.
 std::string hex64(std::uint64_t v);
 
+/// The deepest nesting of arrays and objects in JSON `text` (brackets inside strings not counted).
+/// A checkpoint's files nest 3 deep; a parse of a file nested millions deep takes ~60 bytes of
+/// memory per level, so the readers refuse one deeper than kMaxCheckpointNesting before parsing.
+std::size_t json_nesting(const std::string& text) noexcept;
+inline constexpr std::size_t kMaxCheckpointNesting = 16;
+
 /// Reads a file of a checkpoint whole, with read_bounded_file's bounds: at most `limit` bytes, a
 /// regular file only (never a device, FIFO or directory). `noun` names it in messages
 /// ("checkpoint manifest"). Throws ConfigError "`path`: problem (why) fix".
