@@ -18,6 +18,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -111,6 +112,26 @@ CLI::Validator int_range(long long min, long long max) {
         return "";
       },
       "INT in [" + std::to_string(min) + " - " + std::to_string(max) + "]", "int_range");
+}
+
+/// Refuses an output file inside the checkpoint directory: it would replace a checkpoint file (the
+/// manifest), and the next run would refuse the directory for holding it.
+void check_outside_checkpoint(const std::vector<std::pair<const char*, std::string>>& outputs,
+                              const std::string& checkpoint) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path dir = fs::weakly_canonical(checkpoint, ec);
+  for (const auto& [flag, path] : outputs) {
+    if (path.empty() || ec) continue;
+    std::error_code path_ec;
+    const fs::path parent = fs::weakly_canonical(fs::absolute(path).parent_path(), path_ec);
+    if (path_ec || parent != dir) continue;
+    throw flowfeed::ConfigError({std::string(flag) + " " + path +
+                                 ": is inside the checkpoint directory " + checkpoint +
+                                 " (a checkpoint directory holds only the checkpoint's files, "
+                                 "which it replaces) write it outside " +
+                                 checkpoint});
+  }
 }
 
 /// One line per epoch, then the final figures, for a run whose train node reports them.
@@ -236,6 +257,9 @@ int main(int argc, char** argv) {
     std::unique_ptr<flowfeed::CheckpointDir> checkpoint_out;
     if (!checkpoint_dir.empty()) {
       g_phase = kBuilding;
+      check_outside_checkpoint(
+          {{"--report", report_path}, {"--timeline", timeline_path}, {"--trace", trace_path}},
+          checkpoint);
       checkpoint_out = std::make_unique<flowfeed::CheckpointDir>(checkpoint);
     }
     if (resident) config = flowfeed::resident_config(config, registry);

@@ -88,6 +88,24 @@ TEST(RunnerCheckpoint, AnUnwritablePathIsFoundBeforeTraining) {
   EXPECT_FALSE(fs::exists(record)) << "the run trained before the refusal";
 }
 
+TEST(RunnerCheckpoint, AReportInsideTheCheckpointDirectoryIsRefusedBeforeTraining) {
+  // It would have replaced the manifest the run had just written.
+  const fs::path ck = temp_path("report_ck");
+  fs::remove_all(ck);
+  fs::create_directories(ck);
+  const std::string report = (ck / "pipeline.json").string();
+  std::string output;
+  EXPECT_EQ(run({config("report", 40, 0), "-q", "--set", "nodes.train.params.path=/dev/null",
+                 "--report", report, "--checkpoint", ck.string()},
+                &output),
+            2);
+  EXPECT_EQ(output, "--report " + report + ": is inside the checkpoint directory " + ck.string() +
+                        " (a checkpoint directory holds only the checkpoint's files, which it "
+                        "replaces) write it outside " +
+                        ck.string() + "\n");
+  EXPECT_TRUE(fs::is_empty(ck));
+}
+
 TEST(RunnerCheckpoint, ASecondRunWithTheSameDirectoryIsRefusedWhileTheFirstWrites) {
   const fs::path ck = temp_path("shared_ck");
   fs::remove_all(ck);
