@@ -91,7 +91,13 @@ struct Contents {
 json read_own_json(const std::string& dir, const std::string& name, const char* format,
                    const char* noun) {
   const std::string path = (fs::path(dir) / name).string();
-  const std::string text = detail::read_checkpoint_file(path, kMaxManifestBytes, noun);
+  // A device, FIFO, directory or oversized file of that name is not one flowfeed wrote either.
+  std::string text;
+  try {
+    text = detail::read_checkpoint_file(path, kMaxManifestBytes, noun);
+  } catch (const ConfigError&) {
+    text.clear();
+  }
   const json j = detail::json_nesting(text) > detail::kMaxCheckpointNesting
                      ? json(json::value_t::discarded)
                      : json::parse(text, nullptr, false);

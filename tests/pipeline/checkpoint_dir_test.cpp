@@ -85,6 +85,15 @@ TEST(CheckpointDir, AFileAddedToACheckpointIsRefusedAndNotRemoved) {
                 "(--checkpoint removes the files of its older checkpoints, so it takes only a "
                 "directory of its own) give --checkpoint an empty or new directory");
   EXPECT_EQ(names(other), (std::set<std::string>{"pipeline.json"}));
+  // Nor is a device of that name, which is not read.
+  const fs::path device = temp_dir("device");
+  fs::create_directories(device);
+  fs::create_symlink("/dev/zero", device / "pipeline.json");
+  EXPECT_EQ(test::error_of<ConfigError>([&] { CheckpointDir d(device.string()); }),
+            device.string() +
+                ": holds pipeline.json, which is not a checkpoint manifest flowfeed wrote "
+                "(--checkpoint removes the files of its older checkpoints, so it takes only a "
+                "directory of its own) give --checkpoint an empty or new directory");
 }
 
 TEST(CheckpointDir, AnExistingCheckpointIsContinuedAndWhatACrashLeftIsRemoved) {
