@@ -8,9 +8,11 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "detail/checkpoint_files.hpp"
+#include "flowfeed/memory_budget.hpp"
 #include "flowfeed/sampler.hpp"
 
 namespace flowfeed {
@@ -220,15 +222,15 @@ Checkpoint read_checkpoint(const std::string& path) {
   c.world = static_cast<int>(world);
   c.rank = static_cast<int>(rank);
   if (c.batch_size < 1) f.fail("cursor.batch_size", "0 is out of range (at least 1)");
-  std::uint64_t product = 0;
-  if (__builtin_mul_overflow(c.batch_size, world, &product)) {
+  const std::optional<std::uint64_t> product = checked_mul(c.batch_size, world);
+  if (!product) {
     f.fail("cursor.batch_size",
            fmt::format("{} x cursor.world {} overflows 64 bits (allowed: a batch_size whose "
                        "product with cursor.world is below 2^64; the checkpoint is corrupt) "
                        "resume from a complete one",
                        c.batch_size, world));
   }
-  if (c.global_batch != product) {
+  if (c.global_batch != *product) {
     f.fail("cursor.global_batch",
            fmt::format("{} is not cursor.world {} x cursor.batch_size {} (the checkpoint is "
                        "corrupt) resume from a complete one",
@@ -306,6 +308,19 @@ std::string read_node_state(const Checkpoint& c, const std::string& name) {
   struct stat st;
   // A file of another size is named as such, unread; one that grows while read stops at the size.
   const bool sized = ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  if (sized && static_cast<std::uint64_t>(st.st_size) == s.bytes) {
+    // A state is read whole: one larger than the memory there is ends in bad_alloc or the OOM
+    // killer, not in a message.
+    const MemoryAvailable available = available_memory();
+    if (available.host && s.bytes > *available.host) {
+      throw ConfigError(
+          {fmt::format("{}: {}.bytes: {} holds {}, more than the {} of memory available ({}) "
+                       "resume on a machine with more memory, or from a checkpoint of this "
+                       "pipeline",
+                       manifest, key, s.file, format_bytes(s.bytes), format_bytes(*available.host),
+                       available.host_source)});
+    }
+  }
   const std::string bytes =
       sized && static_cast<std::uint64_t>(st.st_size) != s.bytes
           ? std::string()
@@ -392,8 +407,7 @@ ResumePoint resume_point(const Checkpoint& c, const Sampler& sampler, std::uint3
   const std::uint64_t per_epoch = sampler.batches_per_epoch();
   const std::uint64_t index = c.samples / global;
   // Every figure below is checked against the run's end before it is added to or multiplied.
-  std::uint64_t end = 0;
-  if (__builtin_mul_overflow(std::uint64_t{epochs}, per_epoch, &end)) end = ~0ull;
+  const std::uint64_t end = checked_mul(epochs, per_epoch).value_or(~0ull);
   ResumePoint p;
   // A rank with no batch left in the cursor's epoch starts the next one.
   const std::uint64_t epoch = index < per_epoch ? c.epoch : c.epoch + 1ull;

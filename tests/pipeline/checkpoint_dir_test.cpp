@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -352,6 +353,19 @@ TEST(CheckpointRead, DeepNestingIsRefusedBeforeParsingAndAnyNodeNameIsFound) {
   const Checkpoint c = read_checkpoint(dir);
   EXPECT_EQ(read_node_state(c, "a.b"), "one");
   EXPECT_EQ(read_node_state(c, long_name), "two");
+}
+
+TEST(CheckpointRead, ANodeStateLargerThanTheMemoryThereIsIsRefusedUnread) {
+  const fs::path dir = temp_dir("memory");
+  write_checkpoint(dir, at(3), {{"train", {"mlp", std::string(5000, 'w')}}});
+  setenv("FLOWFEED_AVAILABLE_MEMORY", "4K", 1);
+  const std::string m = read_message(dir.string(), (dir / "pipeline.json").string());
+  unsetenv("FLOWFEED_AVAILABLE_MEMORY");
+  EXPECT_EQ(m,
+            "M: nodes.train.bytes: train.1.bin holds 4.9 KiB, more than the 4.0 KiB of memory "
+            "available (FLOWFEED_AVAILABLE_MEMORY) resume on a machine with more memory, or from "
+            "a checkpoint of this pipeline");
+  EXPECT_EQ(read_node_state(read_checkpoint(dir), "train"), std::string(5000, 'w'));
 }
 
 TEST(CheckpointRead, FinishedAheadOfOneRankIsNotResumedOnAnother) {
