@@ -148,6 +148,14 @@ Contents scan(const std::string& dir) {
       json files = json::array();
       for (const auto& [name, node] : m["nodes"].items()) {
         if (node.is_object() && node.contains("file")) files.push_back(node["file"]);
+        // The next generation's files, which a write that crashed before its manifest leaves
+        // (before the file list existed, nothing else named them).
+        if (name.size() < 200 && name.find('/') == std::string::npos && c.generation < ~0ull) {
+          const std::string next = fmt::format("{}.{}.bin", name, c.generation + 1);
+          for (const std::string& f : {next, next + ".tmp"}) {
+            if (fs::exists(root / f, ec)) files.push_back(f);
+          }
+        }
       }
       add_names(dir, files, kCheckpointManifest, c.listed);
     }

@@ -112,9 +112,11 @@ TEST(CheckpointDir, AnExistingCheckpointIsContinuedAndWhatACrashLeftIsRemoved) {
   EXPECT_EQ(names(dir), (std::set<std::string>{"flowfeed-files.json", "flowfeed.lock",
                                                "pipeline.json", "train.2.bin"}));
   EXPECT_EQ(read_checkpoint(dir).samples, 50u);
-  // A checkpoint written before the file list existed is ours by its manifest.
+  // A checkpoint written before the file list existed is ours by its manifest, with what a crash
+  // of its next write left.
   fs::remove(dir / "flowfeed-files.json");
   fs::remove(dir / "flowfeed.lock");
+  std::ofstream(dir / "train.3.bin.tmp") << "wei";
   write_checkpoint(dir, at(6), kState);
   EXPECT_EQ(names(dir), (std::set<std::string>{"flowfeed-files.json", "flowfeed.lock",
                                                "pipeline.json", "train.3.bin"}));
