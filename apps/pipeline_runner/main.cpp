@@ -293,6 +293,14 @@ int main(int argc, char** argv) {
         {"--trace", trace_path, Use::output},
         {"--timeline", timeline_path, Use::output},
     });
+    // Opened (and locked) before the build, held to the end: a directory that is not the
+    // checkpoint's own, one that cannot be written and one another run holds are refused before
+    // any work is done.
+    std::unique_ptr<flowfeed::CheckpointDir> checkpoint_out;
+    if (!checkpoint_dir.empty()) {
+      g_phase = kBuilding;
+      checkpoint_out = std::make_unique<flowfeed::CheckpointDir>(checkpoint);
+    }
     if (resident) config = flowfeed::resident_config(config, registry);
     std::optional<flowfeed::PipelineConfig> resident_run;
     if (compare_resident) resident_run = flowfeed::resident_config(config, registry);
@@ -300,7 +308,7 @@ int main(int argc, char** argv) {
     options.progress = !quiet;
     options.progress_bar = isatty(STDERR_FILENO) != 0;
     options.stats = !no_stats;
-    options.checkpoint_dir = checkpoint;
+    options.checkpoint = checkpoint_out.get();
     options.checkpoint_every = checkpoint_every;
     options.stop_after = stop_after;
     std::unique_ptr<flowfeed::Trace> trace;
@@ -342,10 +350,10 @@ int main(int argc, char** argv) {
       // From here a signal gives up the outputs still being written, and nothing else.
       g_phase = kWriting;
       write_pictures();
-      if (!checkpoint.empty()) {
+      if (checkpoint_out) {
         // After the drain: every batch admitted has finished, so the cursor is where the next
         // run starts.
-        pipeline.save_checkpoint(checkpoint);
+        pipeline.save_checkpoint(*checkpoint_out);
         if (!quiet) {
           const flowfeed::Checkpoint c = pipeline.checkpoint();
           std::cerr << "pipeline_runner: checkpoint " << checkpoint << ": epoch " << c.epoch << ", "

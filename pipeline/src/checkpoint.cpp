@@ -1,19 +1,18 @@
 #include "flowfeed/checkpoint.hpp"
 
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
+#include <optional>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
+#include "detail/checkpoint_files.hpp"
+#include "flowfeed/memory_budget.hpp"
 #include "flowfeed/sampler.hpp"
 
 namespace flowfeed {
@@ -21,54 +20,46 @@ namespace flowfeed {
 namespace {
 
 namespace fs = std::filesystem;
+using detail::fnv1a64;
+using detail::hex64;
 using json = nlohmann::ordered_json;
 
 constexpr const char* kFormat = "flowfeed checkpoint";
 
-std::uint64_t fnv1a64(const std::string& bytes) noexcept {
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : bytes) {
-    h ^= c;
-    h *= 0x100000001b3ull;
+/// The node file at `path`, which the manifest's `field` names, read with the bounds of every
+/// checkpoint file; a problem is a ConfigError naming the manifest and the field.
+std::string read_node_file(const std::string& path, std::size_t limit, const std::string& manifest,
+                           const std::string& field) {
+  try {
+    return detail::read_checkpoint_file(path, limit, "checkpoint node state");
+  } catch (const ConfigError& e) {
+    throw ConfigError({fmt::format("{}: {}: {}", manifest, field, e.what())});
   }
-  return h;
 }
 
-std::string hex64(std::uint64_t v) {
-  return fmt::format("{:016x}", v);
+/// `text` cut to a readable length for a message, on a UTF-8 character boundary.
+std::string cut(const std::string& text) {
+  constexpr std::size_t kShown = 60;
+  if (text.size() <= kShown) return text;
+  std::size_t at = kShown;
+  while (at > 0 && (static_cast<unsigned char>(text[at]) & 0xc0) == 0x80) --at;
+  return fmt::format("{}… ({} bytes)", text.substr(0, at), text.size());
 }
 
-[[noreturn]] void write_failed(const std::string& path, const char* what, int error) {
-  throw Error(fmt::format("checkpoint: cannot {} {} ({})", what, path, std::strerror(error)));
+/// `value` as JSON for a message, cut to a readable length (a corrupt file may hold megabytes).
+std::string shown(const json& value) {
+  return cut(value.dump());
 }
 
-void fsync_directory(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) write_failed(dir, "open the directory", errno);
-  const int rc = ::fsync(fd);
-  const int error = errno;
-  ::close(fd);
-  if (rc != 0) write_failed(dir, "flush the directory", error);
-}
-
-std::string read_whole(const std::string& path, const std::string& manifest, const char* field) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw ConfigError({fmt::format("{}: {}: cannot read {} ({}) resume from a complete checkpoint",
-                                   manifest, field, path, std::strerror(errno))});
-  }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-/// Reads fields of a parsed manifest; every problem names the file and the field.
+/// Reads fields of a parsed manifest (or of one object in it, whose keys `prefix` leads in
+/// messages); every problem names the file and the field.
 class Fields {
  public:
-  Fields(const json& root, std::string file) : root_(root), file_(std::move(file)) {}
+  Fields(const json& root, std::string file, std::string prefix = "")
+      : root_(root), file_(std::move(file)), prefix_(std::move(prefix)) {}
 
   [[noreturn]] void fail(const std::string& key, const std::string& problem) const {
-    throw ConfigError({fmt::format("{}: {}: {}", file_, key, problem)});
+    throw ConfigError({fmt::format("{}: {}{}: {}", file_, prefix_, key, problem)});
   }
   const json& at(const std::string& key) const {
     const json* node = &root_;
@@ -103,13 +94,14 @@ class Fields {
     if (!(v.*holds)()) {
       fail(key, fmt::format("expected {}, found {} (the checkpoint is corrupt) resume from a "
                             "complete one",
-                            what, v.dump()));
+                            what, shown(v)));
     }
     return v.get<T>();
   }
 
   const json& root_;
   std::string file_;
+  std::string prefix_;
 };
 
 std::string manifest_path(const std::string& path) {
@@ -153,73 +145,17 @@ std::string checkpoint_json(const Checkpoint& c) {
   return j.dump(2) + "\n";
 }
 
-void write_file_atomically(const std::string& path, const std::string& text) {
-  const std::string temp = path + ".tmp";
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) write_failed(temp, "create", errno);
-  std::size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int error = errno;
-      ::close(fd);
-      write_failed(temp, "write", error);
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  if (::fsync(fd) != 0) {
-    const int error = errno;
-    ::close(fd);
-    write_failed(temp, "flush", error);
-  }
-  if (::close(fd) != 0) write_failed(temp, "close", errno);
-  if (std::rename(temp.c_str(), path.c_str()) != 0) write_failed(path, "rename onto", errno);
-  const fs::path parent = fs::path(path).parent_path();
-  fsync_directory(parent.empty() ? "." : parent.string());
-}
-
-void write_checkpoint(const std::string& dir, Checkpoint checkpoint,
-                      const std::map<std::string, std::pair<std::string, std::string>>& states) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw Error(fmt::format("checkpoint: cannot create {} ({})", dir, ec.message()));
-  const std::string manifest = (fs::path(dir) / kCheckpointManifest).string();
-  // A new generation for the node files, so that the manifest in place keeps naming whole files
-  // until the new one replaces it.
-  std::uint64_t generation = 1;
-  {
-    std::ifstream in(manifest);
-    const json old = json::parse(in, nullptr, false);
-    if (!old.is_discarded() && old.contains("generation") && old["generation"].is_number_unsigned())
-      generation = old["generation"].get<std::uint64_t>() + 1;
-  }
-  checkpoint.nodes.clear();
-  for (const auto& [name, state] : states) {
-    NodeStateFile f;
-    f.type = state.first;
-    f.file = fmt::format("{}.{}.bin", name, generation);
-    f.bytes = state.second.size();
-    f.fnv1a64 = fnv1a64(state.second);
-    write_file_atomically((fs::path(dir) / f.file).string(), state.second);
-    checkpoint.nodes[name] = f;
-  }
-  json j = json::parse(checkpoint_json(checkpoint));
-  j["generation"] = generation;
-  write_file_atomically(manifest, j.dump(2) + "\n");
-  // Older generations' files (and a crashed write's temporary files) go now.
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    const bool ours = name.ends_with(".bin") || name.ends_with(".tmp");
-    bool current = name == kCheckpointManifest;
-    for (const auto& [node, f] : checkpoint.nodes) current = current || name == f.file;
-    if (ours && !current) fs::remove(entry.path(), ec);
-  }
-}
-
 Checkpoint read_checkpoint(const std::string& path) {
   const std::string file = manifest_path(path);
-  const std::string text = read_whole(file, file, "pipeline.resume_from");
+  const std::string text =
+      detail::read_checkpoint_file(file, kMaxManifestBytes, "checkpoint manifest");
+  if (const std::size_t nesting = detail::json_nesting(text);
+      nesting > detail::kMaxCheckpointNesting) {
+    throw ConfigError(
+        {fmt::format("{}: not a checkpoint: nested {} levels deep (a manifest nests "
+                     "3; the file is corrupt) resume from a complete checkpoint",
+                     file, nesting)});
+  }
   json root;
   try {
     root = json::parse(text);
@@ -246,7 +182,7 @@ Checkpoint read_checkpoint(const std::string& path) {
            fmt::format("expected \"{}\", found {} (not a flowfeed checkpoint) point "
                        "pipeline.resume_from at a directory --checkpoint wrote",
                        kFormat,
-                       root.is_object() && root.contains("format") ? root["format"].dump()
+                       root.is_object() && root.contains("format") ? shown(root["format"])
                                                                    : std::string("nothing")));
   }
   Checkpoint c;
@@ -265,7 +201,11 @@ Checkpoint read_checkpoint(const std::string& path) {
   c.drop_last = f.flag("sampler.drop_last");
   c.dataset_size = f.count("sampler.dataset_size");
   const std::uint64_t epoch = f.count("cursor.epoch");
-  if (epoch > 0xffffffffull) f.fail("cursor.epoch", fmt::format("{} is out of range", epoch));
+  if (epoch > 0xffffffffull) {
+    f.fail("cursor.epoch", fmt::format("{} is out of range (0 to 4294967295; the checkpoint is "
+                                       "corrupt) resume from a complete one",
+                                       epoch));
+  }
   c.epoch = static_cast<std::uint32_t>(epoch);
   c.samples = f.count("cursor.samples");
   const std::uint64_t world = f.count("cursor.world");
@@ -282,7 +222,15 @@ Checkpoint read_checkpoint(const std::string& path) {
   c.world = static_cast<int>(world);
   c.rank = static_cast<int>(rank);
   if (c.batch_size < 1) f.fail("cursor.batch_size", "0 is out of range (at least 1)");
-  if (c.global_batch != c.batch_size * world) {
+  const std::optional<std::uint64_t> product = checked_mul(c.batch_size, world);
+  if (!product) {
+    f.fail("cursor.batch_size",
+           fmt::format("{} x cursor.world {} overflows 64 bits (allowed: a batch_size whose "
+                       "product with cursor.world is below 2^64; the checkpoint is corrupt) "
+                       "resume from a complete one",
+                       c.batch_size, world));
+  }
+  if (c.global_batch != *product) {
     f.fail("cursor.global_batch",
            fmt::format("{} is not cursor.world {} x cursor.batch_size {} (the checkpoint is "
                        "corrupt) resume from a complete one",
@@ -295,36 +243,47 @@ Checkpoint read_checkpoint(const std::string& path) {
                        c.samples, c.global_batch, c.dataset_size));
   }
   const json& ahead = f.at("cursor.finished_ahead");
-  if (!ahead.is_array()) f.fail("cursor.finished_ahead", "expected a list of integers");
+  if (!ahead.is_array()) {
+    f.fail("cursor.finished_ahead",
+           fmt::format("expected a list of integers, found {} (the checkpoint is corrupt) resume "
+                       "from a complete one",
+                       shown(ahead)));
+  }
   for (const json& a : ahead) {
     if (!a.is_number_unsigned() || a.get<std::uint64_t>() == 0 ||
         (!c.finished_ahead.empty() && a.get<std::uint64_t>() <= c.finished_ahead.back())) {
       f.fail("cursor.finished_ahead",
              fmt::format("{} is not a list of ascending positive integers (the checkpoint is "
                          "corrupt) resume from a complete one",
-                         ahead.dump()));
+                         shown(ahead)));
     }
     c.finished_ahead.push_back(a.get<std::uint64_t>());
   }
   const json& nodes = f.at("nodes");
-  if (!nodes.is_object()) f.fail("nodes", "expected an object");
+  if (!nodes.is_object()) {
+    f.fail("nodes", fmt::format("expected an object, found {} (the checkpoint is corrupt) resume "
+                                "from a complete one",
+                                shown(nodes)));
+  }
   c.dir = fs::path(file).parent_path().string();
   for (const auto& [name, entry] : nodes.items()) {
-    const std::string key = "nodes." + name;
+    // The entry's own fields, so that a name with dots or of any length is found.
+    const Fields n(entry, file, "nodes." + cut(name) + ".");
     NodeStateFile s;
-    s.type = f.text(key + ".type");
-    s.file = f.text(key + ".file");
-    s.bytes = f.count(key + ".bytes");
-    const std::string hash = f.text(key + ".fnv1a64");
-    if (s.file.empty() || s.file.find('/') != std::string::npos) {
-      f.fail(key + ".file", fmt::format("'{}' is not a file name inside the checkpoint", s.file));
+    s.type = n.text("type");
+    s.file = n.text("file");
+    s.bytes = n.count("bytes");
+    const std::string hash = n.text("fnv1a64");
+    if (s.file.empty() || s.file == "." || s.file == ".." ||
+        s.file.find('/') != std::string::npos) {
+      n.fail("file", fmt::format("'{}' is not a file name inside the checkpoint", cut(s.file)));
     }
     try {
       std::size_t used = 0;
       s.fnv1a64 = std::stoull(hash, &used, 16);
       if (used != hash.size()) throw std::invalid_argument(hash);
     } catch (const std::exception&) {
-      f.fail(key + ".fnv1a64", fmt::format("'{}' is not a hexadecimal hash", hash));
+      n.fail("fnv1a64", fmt::format("'{}' is not a hexadecimal hash", cut(hash)));
     }
     c.nodes[name] = s;
   }
@@ -344,9 +303,34 @@ std::string read_node_state(const Checkpoint& c, const std::string& name) {
                      manifest, name, name)});
   }
   const NodeStateFile& s = it->second;
-  const std::string key = "nodes." + name;
+  const std::string key = "nodes." + cut(name);
+  const std::string path = (fs::path(c.dir) / s.file).string();
+  struct stat st;
+  // A file of another size is named as such, unread; one that grows while read stops at the size.
+  const bool sized = ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  if (sized && static_cast<std::uint64_t>(st.st_size) == s.bytes) {
+    // A state is read whole: one larger than the memory there is ends in bad_alloc or the OOM
+    // killer, not in a message.
+    const MemoryAvailable available = available_memory();
+    if (available.host && s.bytes > *available.host) {
+      throw ConfigError(
+          {fmt::format("{}: {}.bytes: {} holds {}, more than the {} of memory available ({}) "
+                       "resume on a machine with more memory, or from a checkpoint of this "
+                       "pipeline",
+                       manifest, key, s.file, format_bytes(s.bytes), format_bytes(*available.host),
+                       available.host_source)});
+    }
+  }
   const std::string bytes =
-      read_whole((fs::path(c.dir) / s.file).string(), manifest, (key + ".file").c_str());
+      sized && static_cast<std::uint64_t>(st.st_size) != s.bytes
+          ? std::string()
+          : read_node_file(path, static_cast<std::size_t>(s.bytes), manifest, key + ".file");
+  if (sized && static_cast<std::uint64_t>(st.st_size) != s.bytes) {
+    throw ConfigError(
+        {fmt::format("{}: {}.bytes: {} has {} bytes, the checkpoint says {} (the "
+                     "file is truncated or corrupt) resume from a complete checkpoint",
+                     manifest, key, s.file, static_cast<std::uint64_t>(st.st_size), s.bytes)});
+  }
   if (bytes.size() != s.bytes) {
     throw ConfigError(
         {fmt::format("{}: {}.bytes: {} has {} bytes, the checkpoint says {} (the "
@@ -362,7 +346,8 @@ std::string read_node_state(const Checkpoint& c, const std::string& name) {
   return bytes;
 }
 
-ResumePoint resume_point(const Checkpoint& c, const Sampler& sampler, const std::string& where) {
+ResumePoint resume_point(const Checkpoint& c, const Sampler& sampler, std::uint32_t epochs,
+                         const std::string& where) {
   const SamplerOptions& o = sampler.options();
   auto fail = [&](const std::string& key, const std::string& problem) {
     throw ConfigError({fmt::format("{}: {}: {}", where, key, problem)});
@@ -410,11 +395,45 @@ ResumePoint resume_point(const Checkpoint& c, const Sampler& sampler, const std:
                      "checkpoint written after a drain (SIGTERM) or with pipeline.ordered: true",
                      c.rank, c.world, c.finished_ahead.size(), o.world, c.world));
   }
+  if (!c.finished_ahead.empty() && c.rank != o.rank) {
+    // The offsets are of that rank's own sequence: on another rank they would skip batches of
+    // this rank's shard that were never trained.
+    fail("cursor.rank",
+         fmt::format("the checkpoint was written by rank {} with {} batches finished after the "
+                     "cursor out of order, this run is rank {} (those batches are of rank {}'s "
+                     "shard) resume rank {} from rank {}'s checkpoint (--resume DIR with {{rank}})",
+                     c.rank, c.finished_ahead.size(), o.rank, c.rank, o.rank, o.rank));
+  }
   const std::uint64_t per_epoch = sampler.batches_per_epoch();
   const std::uint64_t index = c.samples / global;
+  // Every figure below is checked against the run's end before it is added to or multiplied.
+  const std::uint64_t end = checked_mul(epochs, per_epoch).value_or(~0ull);
   ResumePoint p;
   // A rank with no batch left in the cursor's epoch starts the next one.
-  p.first = index < per_epoch ? c.epoch * per_epoch + index : (c.epoch + 1ull) * per_epoch;
+  const std::uint64_t epoch = index < per_epoch ? c.epoch : c.epoch + 1ull;
+  if (epoch >= epochs) {
+    fail("cursor.epoch",
+         fmt::format("the checkpoint is at epoch {}, sample {} of its order: nothing of this "
+                     "run's {} epochs is left after it (allowed: an epoch below pipeline.epochs "
+                     "with a batch of this rank left in it) raise pipeline.epochs to train "
+                     "further, or start without pipeline.resume_from",
+                     c.epoch, c.samples, epochs));
+  }
+  p.first = epoch * per_epoch + (index < per_epoch ? index : 0);
+  const std::uint64_t after = end - p.first - 1;  // batches of the run after the first
+  if (!c.finished_ahead.empty() && c.finished_ahead.back() > after) {
+    fail("cursor.finished_ahead",
+         fmt::format("{} is past the end of the run: {} batches of this rank follow the cursor's "
+                     "in {} epochs (allowed: ascending offsets 1 to {}; the checkpoint is corrupt "
+                     "or from a longer run) resume from a complete checkpoint of this run",
+                     c.finished_ahead.back(), after, epochs, after));
+  }
+  if (c.steps > ~0ull - end) {
+    fail("cursor.steps",
+         fmt::format("{} is out of range (allowed: 0 to {}, so that the count of a run of {} "
+                     "batches fits 64 bits; the checkpoint is corrupt) resume from a complete one",
+                     c.steps, ~0ull - end, end));
+  }
   for (std::uint64_t a : c.finished_ahead) p.skip.push_back(p.first + a);
   return p;
 }

@@ -419,7 +419,7 @@ void PipelineImpl::wire_branch(tbb::flow::graph& g, tbb::flow::sender<Batch*>* t
         const std::uint64_t finished = finish_batch(b);
         end_finished_epochs(*train, branch, epoch);
         if (checkpoint_every_ > 0 && finished % checkpoint_every_ == 0) {
-          save_checkpoint(checkpoint_dir_);
+          save_checkpoint(*checkpoint_dir_);
         }
         return depth_release();
       });

@@ -438,6 +438,9 @@ Checkpoint Pipeline::checkpoint() const {
 void Pipeline::save_checkpoint(const std::string& dir) const {
   impl_->save_checkpoint(dir);
 }
+void Pipeline::save_checkpoint(CheckpointDir& dir) const {
+  impl_->save_checkpoint(dir);
+}
 std::size_t Pipeline::free_buffers() const {
   std::size_t n = 0;
   for (const auto& p : impl_->pools_) n += p->available();

@@ -20,8 +20,8 @@ std::uint64_t PipelineImpl::run_batches_before(std::uint64_t x) const {
 }
 
 void PipelineImpl::begin_sequence(const RunOptions& options) {
-  if (options.checkpoint_every > 0 && options.checkpoint_dir.empty()) {
-    throw std::invalid_argument("RunOptions::checkpoint_every needs a checkpoint_dir");
+  if (options.checkpoint_every > 0 && options.checkpoint_dir.empty() && !options.checkpoint) {
+    throw std::invalid_argument("RunOptions::checkpoint_every needs a checkpoint directory");
   }
   source_seq_ = 0;
   source_pos_ = start_.first;
@@ -29,7 +29,16 @@ void PipelineImpl::begin_sequence(const RunOptions& options) {
   order_epoch_ = ~0u;
   stop_after_ = options.stop_after;
   checkpoint_every_ = options.checkpoint_every;
-  checkpoint_dir_ = options.checkpoint_dir;
+  checkpoint_dir_ = options.checkpoint;
+  if (!checkpoint_dir_ && !options.checkpoint_dir.empty()) {
+    // Held from before the first batch, so that a directory that is not ours, or one another run
+    // writes, is refused before any work is done.
+    if (!own_checkpoint_ || own_checkpoint_->path() != options.checkpoint_dir) {
+      own_checkpoint_.reset();
+      own_checkpoint_ = std::make_unique<CheckpointDir>(options.checkpoint_dir);
+    }
+    checkpoint_dir_ = own_checkpoint_.get();
+  }
   cursor_.reset(start_.first, start_.skip,
                 static_cast<std::size_t>(config_.pipeline.prefetch_depth));
 }
@@ -38,7 +47,8 @@ void PipelineImpl::resume_from_checkpoint() {
   const Checkpoint c =
       read_checkpoint(expand_rank(config_.pipeline.resume_from, config_.sampler.rank));
   const std::string manifest = c.dir + "/" + kCheckpointManifest;
-  start_ = resume_point(c, *sampler_, manifest);
+  start_ =
+      resume_point(c, *sampler_, static_cast<std::uint32_t>(config_.pipeline.epochs), manifest);
   resumed_steps_ = c.steps;
   for (const auto& s : stages_) {
     if (!s->node->has_state()) continue;
@@ -67,6 +77,13 @@ Checkpoint PipelineImpl::checkpoint() const {
 }
 
 void PipelineImpl::save_checkpoint(const std::string& dir) const {
+  // The directory a run opened is held still: a second CheckpointDir on it would be refused.
+  if (own_checkpoint_ && own_checkpoint_->path() == dir) return save_checkpoint(*own_checkpoint_);
+  CheckpointDir held(dir);
+  save_checkpoint(held);
+}
+
+void PipelineImpl::save_checkpoint(CheckpointDir& dir) const {
   // One writer at a time: branches finish batches concurrently.
   std::lock_guard<std::mutex> lock(checkpoint_mutex_);
   const Checkpoint c = checkpoint();
@@ -77,7 +94,7 @@ void PipelineImpl::save_checkpoint(const std::string& dir) const {
     s->node->save_state(bytes);
     states[s->spec.name] = {s->spec.type, std::move(bytes)};
   }
-  write_checkpoint(dir, c, states);
+  dir.write(c, states);
 }
 
 }  // namespace flowfeed::detail

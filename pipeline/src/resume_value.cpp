@@ -40,26 +40,9 @@ void Pipeline::resume(const Checkpoint& checkpoint, const NodeStates& states,
   auto fail = [&](const std::string& key, const std::string& problem) {
     throw ConfigError({fmt::format("{}: {}: {}", where, key, problem)});
   };
-  const ResumePoint start = resume_point(checkpoint, *p.sampler_, where);
-  // Inside this run: a cursor past the last epoch would run nothing, and a skipped batch past the
-  // run's end cannot have finished in a run of this pipeline.
-  const std::uint64_t end = p.sequence_end();
-  const auto epochs = static_cast<std::uint64_t>(p.config_.pipeline.epochs);
-  if (checkpoint.epoch > epochs || start.first > end) {
-    fail("cursor.epoch",
-         fmt::format("the state is at epoch {} (sample {}), past this run's last epoch "
-                     "(pipeline.epochs: {}; a resume there would run nothing) set "
-                     "pipeline.epochs: {}",
-                     checkpoint.epoch, checkpoint.samples, epochs,
-                     static_cast<std::uint64_t>(checkpoint.epoch) + 1));
-  }
-  if (!start.skip.empty() && start.skip.back() >= end) {
-    fail("cursor.finished_ahead",
-         fmt::format("batch {} after the cursor lies past this run's last batch ({} batches in "
-                     "{} epochs; the state is corrupt or from a longer run) resume from a state "
-                     "of this run",
-                     checkpoint.finished_ahead.back(), end, epochs));
-  }
+  // The same checks as a checkpoint file: the sample order, and a cursor inside this run.
+  const ResumePoint start = resume_point(
+      checkpoint, *p.sampler_, static_cast<std::uint32_t>(p.config_.pipeline.epochs), where);
   // Every node that keeps state finds its own, of its type, before any loads it.
   for (const auto& s : p.stages_) {
     if (!s->node->has_state()) continue;

@@ -9,13 +9,28 @@ void RunCursor::reset(std::uint64_t first, const std::vector<std::uint64_t>& ski
                       std::size_t in_flight) {
   std::lock_guard<std::mutex> lock(mutex_);
   // Batches finish at most in_flight + 1 past the first unfinished one (the source holds one
-  // more), and a resumed run's skipped ones lie as far as the earlier run's bound allowed.
-  const std::uint64_t far = skip.empty() ? 0 : skip.back() - first;
-  done_.assign(static_cast<std::size_t>(std::max<std::uint64_t>(far, in_flight) + in_flight + 2),
-               0);
+  // more). A resumed run's skipped ones may lie anywhere in the run (a checkpoint gives them), so
+  // they stay a list: memory follows their number, not their distance.
+  done_.assign(in_flight * 2 + 2, 0);
+  skip_ = skip;
+  skip_pos_ = 0;
   next_ = first;
   finished_ = 0;
-  for (std::uint64_t s : skip) done_[s % done_.size()] = 1;
+  advance();
+}
+
+void RunCursor::advance() {
+  for (;;) {
+    while (skip_pos_ < skip_.size() && skip_[skip_pos_] < next_) ++skip_pos_;
+    if (skip_pos_ < skip_.size() && skip_[skip_pos_] == next_) {
+      ++next_;
+    } else if (done_[next_ % done_.size()]) {
+      done_[next_ % done_.size()] = 0;
+      ++next_;
+    } else {
+      return;
+    }
+  }
 }
 
 void RunCursor::finish(std::uint64_t index) {
@@ -34,18 +49,22 @@ void RunCursor::finish(std::uint64_t index) {
     done_ = std::move(wider);
   }
   done_[index % done_.size()] = 1;
-  while (done_[next_ % done_.size()]) {
-    done_[next_ % done_.size()] = 0;
-    ++next_;
-  }
+  advance();
 }
 
 std::uint64_t RunCursor::next(std::vector<std::uint64_t>* ahead) const {
   std::lock_guard<std::mutex> lock(mutex_);
   if (ahead) {
     ahead->clear();
+    std::size_t s = skip_pos_;
     for (std::uint64_t i = next_ + 1; i < next_ + done_.size(); ++i) {
+      for (; s < skip_.size() && skip_[s] < i; ++s) {
+        if (skip_[s] > next_) ahead->push_back(skip_[s]);
+      }
       if (done_[i % done_.size()]) ahead->push_back(i);
+    }
+    for (; s < skip_.size(); ++s) {
+      if (skip_[s] > next_) ahead->push_back(skip_[s]);
     }
   }
   return next_;

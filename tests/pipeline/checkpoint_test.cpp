@@ -74,23 +74,23 @@ TEST(GlobalCursor, ACheckpointAtStepKResumesEveryRankOfAnyWorldAtItsBatchK) {
   EXPECT_EQ(c.samples, 30u * 12);
   EXPECT_EQ(c.global_batch, 12u);
   // The same world: the next batch of the rank. World 1 (batch 12) and 3 (batch 4): step 30.
-  EXPECT_EQ(resume_point(c, two, "ck").first, 84u + 30);
+  EXPECT_EQ(resume_point(c, two, 2, "ck").first, 84u + 30);
   Sampler one(SamplerOptions{true, 9, false, 0, 1}, 1000, 12);
-  EXPECT_EQ(resume_point(c, one, "ck").first, 84u + 30);
+  EXPECT_EQ(resume_point(c, one, 2, "ck").first, 84u + 30);
   Sampler three(SamplerOptions{true, 9, false, 2, 3}, 1000, 4);
-  EXPECT_EQ(resume_point(c, three, "ck").first, 84u + 30);
+  EXPECT_EQ(resume_point(c, three, 2, "ck").first, 84u + 30);
   // Past a rank's last batch of the epoch: the next epoch.
   Sampler short_rank(SamplerOptions{true, 9, false, 1, 2}, 15, 7);  // 1 batch; rank 0 has 2
   Checkpoint last = make_checkpoint(Sampler(SamplerOptions{true, 9, false, 0, 2}, 15, 7), 1, {}, 1);
   EXPECT_EQ(last.samples, 14u);
-  EXPECT_EQ(resume_point(last, short_rank, "ck").first, 1u);
+  EXPECT_EQ(resume_point(last, short_rank, 2, "ck").first, 1u);
 }
 
 TEST(GlobalCursor, ADifferentGlobalBatchIsRejectedNamingBothSizes) {
   Sampler two(SamplerOptions{true, 9, false, 0, 2}, 1000, 6);
   const Checkpoint c = make_checkpoint(two, 5, {}, 5);
   Sampler one(SamplerOptions{true, 9, false, 0, 1}, 1000, 6);
-  EXPECT_EQ(test::error_of<ConfigError>([&] { resume_point(c, one, "ck/pipeline.json"); }),
+  EXPECT_EQ(test::error_of<ConfigError>([&] { resume_point(c, one, 2, "ck/pipeline.json"); }),
             "ck/pipeline.json: cursor.global_batch: the checkpoint was written by world 2 x "
             "batch_size 6 = global batch 12, this run is world 1 x batch_size 6 = 6 (a resume "
             "keeps the global batch, so that every global step trains on the same samples) set "
@@ -99,7 +99,7 @@ TEST(GlobalCursor, ADifferentGlobalBatchIsRejectedNamingBothSizes) {
   EXPECT_THROW(
       {
         try {
-          resume_point(c, five, "ck");
+          resume_point(c, five, 2, "ck");
         } catch (const ConfigError& e) {
           EXPECT_NE(std::string(e.what()).find("use a world size that divides 12"),
                     std::string::npos)
@@ -115,7 +115,7 @@ TEST(GlobalCursor, OtherDataSeedShuffleOrDropLastAreRejectedNamingTheField) {
   const Checkpoint c = make_checkpoint(s, 3, {}, 3);
   auto message = [&](const SamplerOptions& o, std::size_t n) {
     try {
-      resume_point(c, Sampler(o, n, 10), "ck");
+      resume_point(c, Sampler(o, n, 10), 2, "ck");
     } catch (const ConfigError& e) {
       return std::string(e.what());
     }
@@ -145,7 +145,8 @@ TEST(CheckpointFiles, RoundTripAndOlderGenerationsAreRemoved) {
   write_checkpoint(dir, w, {{"train", {"mlp", std::string("sec\0nd", 6)}}});
   std::set<std::string> files;
   for (const auto& e : fs::directory_iterator(dir)) files.insert(e.path().filename().string());
-  EXPECT_EQ(files, (std::set<std::string>{"pipeline.json", "train.2.bin"}));
+  EXPECT_EQ(files, (std::set<std::string>{"flowfeed-files.json", "flowfeed.lock", "pipeline.json",
+                                          "train.2.bin"}));
   const Checkpoint r = read_checkpoint(dir);
   EXPECT_EQ(r.epoch, 0u);
   EXPECT_EQ(r.samples, 120u);
@@ -154,7 +155,7 @@ TEST(CheckpointFiles, RoundTripAndOlderGenerationsAreRemoved) {
   EXPECT_TRUE(r.shuffle && r.drop_last);
   EXPECT_EQ(r.seed, 9u);
   EXPECT_EQ(read_node_state(r, "train"), std::string("sec\0nd", 6));
-  EXPECT_EQ(resume_point(r, s, "ck").skip, (std::vector<std::uint64_t>{14, 15}));
+  EXPECT_EQ(resume_point(r, s, 2, "ck").skip, (std::vector<std::uint64_t>{14, 15}));
   // The manifest alone names the same checkpoint.
   EXPECT_EQ(read_checkpoint((dir / "pipeline.json").string()).samples, 120u);
 }

@@ -62,14 +62,16 @@ TEST(ResumeValue, ChecksTheSampleOrderTheRunAndTheNodesBeforeChangingAnything) {
   Checkpoint past = c;
   past.epoch = 3;
   EXPECT_EQ(test::error_of<ConfigError>([&] { p.resume(past, {}, "mem"); }),
-            "mem: cursor.epoch: the state is at epoch 3 (sample 48), past this run's last epoch "
-            "(pipeline.epochs: 2; a resume there would run nothing) set pipeline.epochs: 4");
+            "mem: cursor.epoch: the checkpoint is at epoch 3, sample 48 of its order: nothing of "
+            "this run's 2 epochs is left after it (allowed: an epoch below pipeline.epochs with a "
+            "batch of this rank left in it) raise pipeline.epochs to train further, or start "
+            "without pipeline.resume_from");
   Checkpoint ahead = c;
   ahead.finished_ahead = {1, 200};
   EXPECT_EQ(test::error_of<ConfigError>([&] { p.resume(ahead, {}, "mem"); }),
-            "mem: cursor.finished_ahead: batch 200 after the cursor lies past this run's last "
-            "batch (126 batches in 2 epochs; the state is corrupt or from a longer run) resume "
-            "from a state of this run");
+            "mem: cursor.finished_ahead: 200 is past the end of the run: 122 batches of this rank "
+            "follow the cursor's in 2 epochs (allowed: ascending offsets 1 to 122; the checkpoint "
+            "is corrupt or from a longer run) resume from a complete checkpoint of this run");
   const NodeStates foreign = {{"train", {"mlp", "x"}}};
   EXPECT_EQ(test::error_of<ConfigError>([&] { p.resume(c, foreign, "mem"); }),
             "mem: nodes.train: this pipeline has no node 'train' that keeps state (the state is "

@@ -58,6 +58,10 @@ def test_resume_continues_the_uninterrupted_run_exactly(data, taken):
     first.close()
 
     resumed = flowfeed.Pipeline(config)
+    if taken == len(whole):  # a finished run has nothing left to resume
+        with pytest.raises(flowfeed.ConfigError, match="nothing of this run's 2 epochs is left"):
+            resumed.load_state_dict(state)
+        return
     resumed.load_state_dict(state)
     after = take(resumed)
     assert before + after == whole
@@ -174,8 +178,10 @@ NOT_OURS = ("(the state is corrupt or not one that Pipeline.state_dict() returne
     ("cursor.epoch", "1", "cursor.epoch: expected a non-negative integer, found '1' (str) " +
      NOT_OURS),
     ("cursor.epoch", 2**32, "cursor.epoch: 4294967296 is out of range (0 to 4294967295)"),
-    ("cursor.epoch", 3, "cursor.epoch: the state is at epoch 3 (sample 192), past this run's last "
-     "epoch (pipeline.epochs: 2; a resume there would run nothing) set pipeline.epochs: 4"),
+    ("cursor.epoch", 3, "cursor.epoch: the checkpoint is at epoch 3, sample 192 of its order: "
+     "nothing of this run's 2 epochs is left after it (allowed: an epoch below pipeline.epochs "
+     "with a batch of this rank left in it) raise pipeline.epochs to train further, or start "
+     "without pipeline.resume_from"),
     ("cursor.samples", -64, "cursor.samples: -64 is out of range (0 to 18446744073709551615)"),
     ("cursor.samples", 100, "cursor.samples: 100 is not a whole number of global batches of 64 "
      "inside the data set of 1000 samples " + CORRUPT),
@@ -192,9 +198,10 @@ NOT_OURS = ("(the state is corrupt or not one that Pipeline.state_dict() returne
      "positive integers " + CORRUPT),
     ("cursor.finished_ahead", (1,), "cursor.finished_ahead: expected a list of integers, found "
      "(1,) (tuple) " + NOT_OURS),
-    ("cursor.finished_ahead", [1, 10**6], "cursor.finished_ahead: batch 1000000 after the cursor "
-     "lies past this run's last batch (32 batches in 2 epochs; the state is corrupt or from a "
-     "longer run) resume from a state of this run"),
+    ("cursor.finished_ahead", [1, 10**6], "cursor.finished_ahead: 1000000 is past the end of the "
+     "run: 28 batches of this rank follow the cursor's in 2 epochs (allowed: ascending offsets 1 to "
+     "28; the checkpoint is corrupt or from a longer run) resume from a complete checkpoint of this "
+     "run"),
     ("sampler.shuffle", 1, "sampler.shuffle: expected True or False, found 1 (int) " + NOT_OURS),
     ("sampler.seed", True, "sampler.seed: expected a non-negative integer, found True (bool) " +
      NOT_OURS),

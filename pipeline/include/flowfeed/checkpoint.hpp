@@ -69,13 +69,25 @@ struct ResumePoint {
 
 /// The file in a checkpoint directory that holds the cursor and names the node files; written last.
 inline constexpr const char* kCheckpointManifest = "pipeline.json";
+/// The file in a checkpoint directory that a writer holds an flock on (CheckpointDir); it holds the
+/// writer's pid. Never removed.
+inline constexpr const char* kCheckpointLock = "flowfeed.lock";
+/// The file in a checkpoint directory that lists every node file the writer created and has not
+/// removed yet, written before they are created: what a later writer may remove.
+inline constexpr const char* kCheckpointFiles = "flowfeed-files.json";
+/// The most bytes a manifest or a file list may hold (16 MiB; a manifest of a run's cursor takes
+/// 1 KiB, plus ~10 bytes per batch finished ahead of the cursor).
+inline constexpr std::size_t kMaxManifestBytes = std::size_t{16} << 20;
 
 /// The JSON text of `checkpoint` (the manifest).
 std::string checkpoint_json(const Checkpoint& checkpoint);
 
 /// Reads and checks a checkpoint: `path` is its directory or the manifest in it. Checks the format,
-/// the version, every field's type and range, and that every node file named is there with its
-/// size and hash. Throws ConfigError naming the file and the field:
+/// the version, every field's type and range (products such as world × batch_size included), and
+/// that every node file named is there with its size and hash. Files are read with bounds: a
+/// manifest over kMaxManifestBytes, a node file larger than the manifest says, and anything but a
+/// regular file (a device, a FIFO, a directory) are refused unread. Throws ConfigError naming the
+/// file and the field:
 /// `DIR/pipeline.json: cursor.samples: 70 is not a multiple of cursor.global_batch 64 (...)`.
 Checkpoint read_checkpoint(const std::string& path);
 
@@ -83,24 +95,60 @@ Checkpoint read_checkpoint(const std::string& path);
 /// Throws ConfigError when the checkpoint has none for it.
 std::string read_node_state(const Checkpoint& checkpoint, const std::string& name);
 
-/// Writes a checkpoint directory atomically as a set: each node's state goes to a new file
-/// (`NAME.GENERATION.bin`, written to a temporary name, flushed to disk, renamed), then the
-/// manifest naming them (the same way), then the files of older checkpoints are removed. A crash at
-/// any point leaves the previous checkpoint or the new one, whole. `states` maps node name to its
-/// type and state bytes; `checkpoint.nodes` is filled in. Creates `dir` (and its parents). Throws
-/// Error naming the file when a write fails.
+/// A checkpoint directory held for writing. A directory is this checkpoint's own when every entry
+/// in it is one flowfeed writes there: the manifest (a flowfeed manifest), the lock file, the file
+/// list, their temporary files, and the node files the manifest or the file list names. Opening
+/// one creates the directory (and its parents) when missing, refuses any other directory, then
+/// takes an exclusive flock on its lock file, held until the object is destroyed: a second writer
+/// (in this process or another) is refused. Writing a checkpoint removes only files the file list
+/// or the manifest named. docs/RESUME.md describes the directory.
+class CheckpointDir {
+ public:
+  /// Opens `path` for writing. Throws ConfigError naming the directory: for a path that cannot be
+  /// created or written (a parent that is a file, no permission), a directory holding a file that
+  /// is not this checkpoint's own (naming one), and a directory another writer holds (naming its
+  /// pid).
+  explicit CheckpointDir(std::string path);
+  /// Releases the lock.
+  ~CheckpointDir();
+  CheckpointDir(const CheckpointDir&) = delete;
+  CheckpointDir& operator=(const CheckpointDir&) = delete;
+
+  /// The directory, as given.
+  const std::string& path() const noexcept { return path_; }
+
+  /// Writes a checkpoint atomically as a set: the file list first names the new generation's node
+  /// files (`NAME.GENERATION.bin`) with the old ones; each node's state goes to its file (written
+  /// to a temporary name, flushed to disk, renamed), then the manifest naming them (the same way);
+  /// then the older generation's files are removed and the file list names only the new ones. A
+  /// crash at any point leaves the previous checkpoint or the new one, whole, and every file it
+  /// leaves listed. `states` maps node name to its type and state bytes. Throws Error naming the
+  /// file when a write fails. Not thread-safe: one writer at a time.
+  void write(Checkpoint checkpoint,
+             const std::map<std::string, std::pair<std::string, std::string>>& states);
+
+ private:
+  std::string path_;
+  int lock_fd_ = -1;
+  std::uint64_t generation_ = 0;     // of the manifest in place (0: none yet)
+  std::vector<std::string> listed_;  // node files written and not removed
+};
+
+/// Opens `dir` as a CheckpointDir for the length of one write (see there).
 void write_checkpoint(const std::string& dir, Checkpoint checkpoint,
                       const std::map<std::string, std::pair<std::string, std::string>>& states);
 
-/// Writes `text` to `path` atomically: a temporary file in the same directory, fsync, rename,
-/// fsync of the directory. Throws Error naming the file.
+/// Writes `text` to `path` atomically: a temporary file (`path` + ".tmp") in the same directory,
+/// fsync, rename, fsync of the directory. Throws Error naming the file.
 void write_file_atomically(const std::string& path, const std::string& text);
 
 /// Checks that `checkpoint` continues the sample order of `sampler`'s run (the same seed, shuffle,
-/// drop_last and data set; the same global batch world × batch_size, whatever the world), and
-/// returns where this rank starts. Throws ConfigError naming the field and both values, `where`
-/// first (the manifest's path).
-ResumePoint resume_point(const Checkpoint& checkpoint, const Sampler& sampler,
+/// drop_last and data set; the same global batch world × batch_size, whatever the world) and lies
+/// inside a run of `epochs` epochs (some batch is left to run; every finished_ahead entry is a
+/// batch of the run; steps plus the run's batches fit 64 bits), and returns where this rank
+/// starts. Throws ConfigError naming the field, both values or the allowed range, `where` first
+/// (the manifest's path).
+ResumePoint resume_point(const Checkpoint& checkpoint, const Sampler& sampler, std::uint32_t epochs,
                          const std::string& where);
 
 /// The cursor of a rank whose batches before `next` (its sequence index) all finished, and

@@ -42,10 +42,16 @@ struct RunOptions {
   Trace* trace = nullptr;
   /// Called after each epoch with the report so far (from the supervising thread).
   std::function<void(const RunReport&, std::uint32_t epoch)> on_epoch;
-  /// With checkpoint_every: the checkpoint directory (Pipeline::save_checkpoint).
+  /// With checkpoint_every: the checkpoint directory (Pipeline::save_checkpoint). run() opens it
+  /// (a CheckpointDir: refused when it holds files that are not the checkpoint's own, or another
+  /// writer holds it) before the run starts and holds it until the next run or the pipeline's end.
   std::string checkpoint_dir;
-  /// Write a checkpoint to checkpoint_dir after every this many batches of the run finished the
-  /// train step (on its thread, between two batches); 0: never.
+  /// With checkpoint_every: a checkpoint directory the caller holds open, used instead of
+  /// checkpoint_dir (the runner opens it before the build, and writes the last checkpoint there
+  /// after the run). Not owned; it must outlive the run.
+  CheckpointDir* checkpoint = nullptr;
+  /// Write a checkpoint to the checkpoint directory after every this many batches of the run
+  /// finished the train step (on its thread, between two batches); 0: never.
   std::uint64_t checkpoint_every = 0;
   /// Admit only this many batches, then end the run normally once they finished (a run of a
   /// fixed number of steps, e.g. before a planned restart); 0: every batch of every epoch.
@@ -97,10 +103,10 @@ class Pipeline {
   /// Before the first run: where it starts (pipeline.resume_from, else the beginning). Safe from
   /// any thread, also while a run is in progress. See checkpoint.hpp.
   Checkpoint checkpoint() const;
-  /// Writes checkpoint() and the state of every node that has one (Node::has_state) into the
-  /// directory `dir` (created if missing), atomically as a set (write_checkpoint). Call it between
-  /// runs, or let run() call it (RunOptions::checkpoint_every); while a pull session runs, between
-  /// next() and release() calls. Throws Error when a write fails.
+  /// Writes checkpoint() and every node's state (Node::has_state) into `dir` atomically as a set,
+  /// through the CheckpointDir the last run() holds for `dir`, else one opened for the write (a
+  /// ConfigError when `dir` is not the checkpoint's own, or another writer holds it). Call it
+  /// between runs, or in a pull session between next() and release(). Error: a write failed.
   void save_checkpoint(const std::string& dir) const;
   /// What save_checkpoint() writes, as values instead of files (Python's `state_dict()`):
   /// checkpoint(), and the state of every node that has one into `states` (cleared first). The
@@ -115,6 +121,8 @@ class Pipeline {
   /// field; every check is made before anything changes (a node whose load_state() throws may
   /// keep part of its state, as at build).
   void resume(const Checkpoint& checkpoint, const NodeStates& states, const std::string& where);
+  /// save_checkpoint() into a directory the caller holds open (CheckpointDir::write).
+  void save_checkpoint(CheckpointDir& dir) const;
 
   /// The validated config the pipeline was built from (batch size resolved).
   const PipelineConfig& config() const noexcept;

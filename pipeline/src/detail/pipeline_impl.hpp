@@ -327,6 +327,7 @@ class PipelineImpl {
   /// Pipeline::checkpoint() and save_checkpoint().
   Checkpoint checkpoint() const;
   void save_checkpoint(const std::string& dir) const;
+  void save_checkpoint(CheckpointDir& dir) const;
   ResumePoint start_;
   std::uint64_t resumed_steps_ = 0;
   RunCursor cursor_;
@@ -334,7 +335,8 @@ class PipelineImpl {
   std::size_t source_skip_ = 0;   // start_.skip entries passed
   std::uint64_t stop_after_ = 0;  // RunOptions::stop_after of the run
   std::uint64_t checkpoint_every_ = 0;
-  std::string checkpoint_dir_;
+  CheckpointDir* checkpoint_dir_ = nullptr;        // where checkpoint_every writes
+  std::unique_ptr<CheckpointDir> own_checkpoint_;  // one run() opened from checkpoint_dir
   mutable std::mutex checkpoint_mutex_;
   std::mutex warn_mutex_;
   std::vector<std::string> warnings_;

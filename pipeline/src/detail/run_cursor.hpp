@@ -27,8 +27,13 @@ class RunCursor {
   std::uint64_t finished() const;
 
  private:
+  /// Moves next_ past finished and skipped batches.
+  void advance();
+
   mutable std::mutex mutex_;
-  std::vector<std::uint8_t> done_;  // done_[i % size]: batch i finished, for i in [next_, +size)
+  std::vector<std::uint8_t> done_;   // done_[i % size]: batch i finished, for i in [next_, +size)
+  std::vector<std::uint64_t> skip_;  // finished before the run (ascending)
+  std::size_t skip_pos_ = 0;         // skip_ entries below next_
   std::uint64_t next_ = 0;
   std::uint64_t finished_ = 0;
 };

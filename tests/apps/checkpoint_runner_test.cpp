@@ -1,0 +1,192 @@
+// pipeline_runner's --checkpoint and --resume against a hostile user: a directory of data given as
+// the checkpoint directory, two runs with one directory, a path that cannot be written, a device or
+// FIFO given to --resume, and a finished run resumed. Each is refused before any work, with a
+// message naming the path, and nothing of the user's is removed.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/apps/process_util.hpp"
+#include "tests/temp_fifo.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using flowfeed::test::read_file;
+using flowfeed::test::run_shell_bounded;
+
+fs::path temp_path(const std::string& name) {
+  return fs::temp_directory_path() / ("flowfeed_ckrun_" + std::to_string(getpid()) + "_" + name);
+}
+
+/// A config of `samples` samples, 2 epochs, batches of 5, each loaded after `delay_ms`, recorded.
+std::string config(const std::string& name, int samples, int delay_ms) {
+  const fs::path path = temp_path(name + ".yaml");
+  std::ofstream(path) << "pipeline: { epochs: 2, batch_size: 5, prefetch_depth: 2, device: host }\n"
+                         "nodes:\n"
+                         "  - { name: load, type: synthetic, params: { samples: "
+                      << samples << ", sample_shape: [2], delay_ms: " << delay_ms
+                      << " } }\n"
+                         "  - { name: train, type: record, params: { path: unset } }\n";
+  return path.string();
+}
+
+/// Runs the runner (under a time limit); returns its exit code, `output` its stdout and stderr.
+int run(const std::vector<std::string>& args, std::string* output) {
+  std::string command = FLOWFEED_RUNNER;
+  for (const auto& a : args) command += " '" + a + "'";
+  return run_shell_bounded(command, output);
+}
+
+TEST(RunnerCheckpoint, ADirectoryOfDataIsRefusedAndKept) {
+  // The user's data directory given as --checkpoint: it used to lose train.bin and val.bin.
+  const fs::path data = temp_path("owt");
+  fs::remove_all(data);
+  fs::create_directories(data);
+  std::ofstream(data / "train.bin") << "train tokens";
+  std::ofstream(data / "val.bin") << "val tokens";
+  const fs::path record = temp_path("owt_record.txt");
+  fs::remove(record);
+  std::string output;
+  EXPECT_EQ(run({config("owt", 40, 0), "-q", "--set", "nodes.train.params.path=" + record.string(),
+                 "--checkpoint", data.string()},
+                &output),
+            2);
+  EXPECT_EQ(output, data.string() +
+                        ": holds train.bin, which this checkpoint did not write (--checkpoint "
+                        "removes the files of its older checkpoints, so it takes only a directory "
+                        "of its own) give --checkpoint an empty or new directory\n");
+  EXPECT_EQ(read_file((data / "train.bin").string()), "train tokens");
+  EXPECT_EQ(read_file((data / "val.bin").string()), "val tokens");
+  EXPECT_EQ(std::distance(fs::directory_iterator(data), fs::directory_iterator()), 2);
+  EXPECT_FALSE(fs::exists(record)) << "the run trained before the refusal";
+}
+
+TEST(RunnerCheckpoint, AnUnwritablePathIsFoundBeforeTraining) {
+  const fs::path file = temp_path("plain_file");
+  std::ofstream(file) << "x";
+  const std::string below = (file / "ck").string();
+  const fs::path record = temp_path("unwritable_record.txt");
+  fs::remove(record);
+  std::string output;
+  EXPECT_EQ(run({config("unwritable", 400, 0), "-q", "--set",
+                 "nodes.train.params.path=" + record.string(), "--checkpoint", below},
+                &output),
+            2);
+  EXPECT_EQ(output, below +
+                        ": cannot create the checkpoint directory (Not a directory) give "
+                        "--checkpoint a directory that can be written\n");
+  EXPECT_FALSE(fs::exists(record)) << "the run trained before the refusal";
+}
+
+TEST(RunnerCheckpoint, ASecondRunWithTheSameDirectoryIsRefusedWhileTheFirstWrites) {
+  const fs::path ck = temp_path("shared_ck");
+  fs::remove_all(ck);
+  const std::string slow = config("slow", 100000, 20);
+  std::vector<std::string> args = {FLOWFEED_RUNNER,
+                                   slow,
+                                   "-q",
+                                   "--set",
+                                   "nodes.train.params.path=/dev/null",
+                                   "--checkpoint",
+                                   ck.string(),
+                                   "--checkpoint-every",
+                                   "2"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const fs::path log = temp_path("first.log");
+  const pid_t first = fork();
+  if (first == 0) {
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, STDOUT_FILENO);
+    dup2(fd, STDERR_FILENO);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  // Until the first run has written a checkpoint (it holds the lock from before its build).
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!fs::exists(ck / "pipeline.json") && std::chrono::steady_clock::now() < end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_TRUE(fs::exists(ck / "pipeline.json")) << read_file(log.string());
+  std::string output;
+  EXPECT_EQ(
+      run({slow, "-q", "--set", "nodes.train.params.path=/dev/null", "--checkpoint", ck.string()},
+          &output),
+      2);
+  EXPECT_EQ(output, ck.string() + ": another run (pid " + std::to_string(first) +
+                        ") holds this checkpoint directory (its lock flowfeed.lock; two writers "
+                        "would remove each other's files) give this run its own --checkpoint "
+                        "directory, or wait until that run ends\n");
+  kill(first, SIGTERM);
+  int status = 0;
+  waitpid(first, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 143) << read_file(log.string());
+  // The first run's checkpoint is whole, and the directory is free again.
+  EXPECT_EQ(run({slow, "-q", "--set", "nodes.train.params.path=/dev/null", "--stop-after", "1",
+                 "--resume", ck.string(), "--checkpoint", ck.string()},
+                &output),
+            0)
+      << output;
+}
+
+TEST(RunnerCheckpoint, ResumeFromADeviceOrAFifoIsRefusedUnread) {
+  const std::string c = config("device", 40, 0);
+  std::string output;
+  EXPECT_EQ(run({c, "-q", "--set", "nodes.train.params.path=/dev/null", "--resume", "/dev/zero"},
+                &output),
+            2);
+  EXPECT_EQ(output,
+            "/dev/zero: is a character device, not a checkpoint manifest file (a device such as "
+            "/dev/zero gives bytes without end) point pipeline.resume_from (--resume) at a "
+            "directory --checkpoint wrote\n");
+  const flowfeed::test::TempFifo fifo(temp_path("resume.fifo").string());
+  ASSERT_TRUE(fifo.made());
+  // No writer: an open would wait for one for ever.
+  EXPECT_EQ(run({c, "-q", "--set", "nodes.train.params.path=/dev/null", "--resume", fifo.path()},
+                &output),
+            2);
+  EXPECT_EQ(output, fifo.path() +
+                        ": is a FIFO, not a checkpoint manifest file (a pipe waits for a writer "
+                        "and may give bytes without end) point pipeline.resume_from (--resume) at "
+                        "a directory --checkpoint wrote\n");
+}
+
+TEST(RunnerCheckpoint, ResumingAFinishedRunIsAnErrorNotAnEmptyRun) {
+  const std::string c = config("finished", 40, 0);
+  const fs::path ck = temp_path("finished_ck");
+  fs::remove_all(ck);
+  std::string output;
+  ASSERT_EQ(
+      run({c, "-q", "--set", "nodes.train.params.path=/dev/null", "--checkpoint", ck.string()},
+          &output),
+      0)
+      << output;
+  EXPECT_EQ(run({c, "-q", "--set", "nodes.train.params.path=/dev/null", "--resume", ck.string()},
+                &output),
+            2);
+  EXPECT_EQ(output, (ck / "pipeline.json").string() +
+                        ": cursor.epoch: the checkpoint is at epoch 2, sample 0 of its order: "
+                        "nothing of this run's 2 epochs is left after it (allowed: an epoch below "
+                        "pipeline.epochs with a batch of this rank left in it) raise "
+                        "pipeline.epochs to train further, or start without "
+                        "pipeline.resume_from\n");
+  // With more epochs it continues.
+  EXPECT_EQ(run({c, "-q", "--set", "nodes.train.params.path=/dev/null", "--epochs", "3", "--resume",
+                 ck.string()},
+                &output),
+            0)
+      << output;
+}
+
+}  // namespace
