@@ -1,0 +1,53 @@
+#include "flowfeed/drop_log.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+
+#include "flowfeed/stats.hpp"
+
+namespace flowfeed {
+
+void DropLog::note(const std::string& what) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++count_;
+  if (count_ <= kShown) {
+    // One write per line, so lines from several nodes do not interleave.
+    const std::string line = fmt::format("flowfeed: {}: dropped {}\n", who_, what);
+    std::fputs(line.c_str(), stderr);
+    std::fflush(stderr);
+  }
+  if (kept_.size() < kKept) kept_.push_back(what);
+}
+
+std::uint64_t DropLog::count() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return count_;
+}
+
+void DropLog::finish(RunReport& report) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  report.skipped_samples += count_;
+  for (const std::string& w : kept_) {
+    if (report.warnings.size() >= kKept) break;
+    report.warnings.push_back(fmt::format("skipped: {}: dropped {}", who_, w));
+  }
+  if (count_ > kShown) {
+    const std::string line = fmt::format(
+        "flowfeed: {}: {} samples dropped in all (pipeline.on_error: skip; the first "
+        "{} are shown above)\n",
+        who_, count_, kShown);
+    std::fputs(line.c_str(), stderr);
+    std::fflush(stderr);
+  }
+  count_ = 0;
+  kept_.clear();
+}
+
+void DropLog::reset() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  count_ = 0;
+  kept_.clear();
+}
+
+}  // namespace flowfeed
