@@ -8,6 +8,15 @@
 
 namespace flowfeed {
 
+void check_something_delivered(const RunReport& report) {
+  if (report.interrupted || report.samples > 0 || report.skipped_samples == 0) return;
+  throw DataError(fmt::format(
+      "the run delivered no sample: all {} were dropped as bad under pipeline.on_error: skip ({} "
+      "batches skipped; the errors are above, and under \"warnings\" in --report) fix or remove "
+      "the bad data",
+      report.skipped_samples, report.skipped_batches));
+}
+
 void DropLog::note(const std::string& what) {
   std::lock_guard<std::mutex> lock(mutex_);
   ++count_;

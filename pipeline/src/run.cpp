@@ -13,6 +13,7 @@
 
 #include "detail/pipeline_impl.hpp"
 #include "detail/validate.hpp"
+#include "flowfeed/drop_log.hpp"
 
 namespace flowfeed::detail {
 
@@ -223,14 +224,7 @@ RunReport PipelineImpl::run(const RunOptions& options) {
   report.train.stall_fraction = seconds > 0 ? std::max(0.0, 1.0 - train_busy / seconds) : 0;
   report.warnings = warnings_;  // before finish(): a node may add its own (a dropped sample)
   for (auto& s : stages_) s->node->finish(report);
-  if (!interrupted && report.samples == 0 && report.skipped_samples > 0) {
-    // Every sample was bad: exit 0 with nothing delivered would pass for success.
-    throw DataError(fmt::format(
-        "the run delivered no sample: all {} were dropped as bad under pipeline.on_error: skip "
-        "({} batches skipped; the errors are above, and under \"warnings\" in --report) fix or "
-        "remove the bad data",
-        report.skipped_samples, report.skipped_batches));
-  }
+  check_something_delivered(report);
   if (branches_ > 1) fill_branch_report(report, seconds);
   recorder_.fill(report);
   tune_fill(report);

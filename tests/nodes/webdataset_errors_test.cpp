@@ -154,10 +154,25 @@ TEST(WebDatasetErrors, ARunThatDeliversNoSampleFails) {
   ::testing::internal::CaptureStderr();
   const std::string message = error_of<DataError>([&] { p.run(); });
   ::testing::internal::GetCapturedStderr();
-  EXPECT_EQ(message,
-            "the run delivered no sample: all 4 were dropped as bad under pipeline.on_error: skip "
-            "(2 batches skipped; the errors are above, and under \"warnings\" in --report) fix "
-            "or remove the bad data");
+  const std::string expected =
+      "the run delivered no sample: all 4 were dropped as bad under pipeline.on_error: skip (2 "
+      "batches skipped; the errors are above, and under \"warnings\" in --report) fix or remove "
+      "the bad data";
+  EXPECT_EQ(message, expected);
+  // Pulled batches alike: the call that would have said "no more" says so instead.
+  Pipeline pull(load_config_string(
+                    fmt::format("pipeline: {{ device: host, mode: pull, batch_size: 2, on_error: "
+                                "skip, max_skipped: 100 }}\n"
+                                "nodes:\n"
+                                "  - {{ name: load, type: webdataset, params: {{ shards: '{}' }} "
+                                "}}\n",
+                                tar),
+                    r),
+                r);
+  Session session = pull.start();
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(error_of<DataError>([&] { EXPECT_EQ(session.next(), nullptr); }), expected);
+  ::testing::internal::GetCapturedStderr();
 }
 
 TEST(WebDatasetErrors, DroppedSamplesAreSaidOnStderrTheFirstFiveInFull) {

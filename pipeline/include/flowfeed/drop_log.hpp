@@ -24,6 +24,11 @@ class BatchDroppedError : public DataError {
   using DataError::DataError;
 };
 
+/// Throws DataError when `report` (of a run or session that ended, not interrupted) delivered no
+/// sample because every one was dropped as bad: exit 0 with nothing delivered would pass for
+/// success.
+void check_something_delivered(const RunReport& report);
+
 /// A node's record of dropped samples. Thread-safe.
 class DropLog {
  public:
