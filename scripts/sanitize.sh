@@ -6,8 +6,9 @@
 #         two nodes; this step builds libtbb with -fsanitize=thread from the Debian source package
 #         of the very version installed (apt-get source, with a private source list), once per
 #         build dir
-#   fuzz  libFuzzer on the config loader (clang 16) for FLOWFEED_FUZZ_SECONDS (default 60), seeded
-#         with tests/fuzz/corpus and configs/
+#   fuzz  libFuzzer on the config loader and the tar shard index (clang 16), FLOWFEED_FUZZ_SECONDS
+#         (default 60) shared between them, seeded with tests/fuzz/corpus and configs/, and
+#         tests/fuzz/tar_corpus
 # Usage: scripts/sanitize.sh [asan] [tsan] [fuzz]   (no argument: all three)
 # Build dirs live under ${FLOWFEED_SANITIZE_DIR:-build-sanitize}/.
 set -euo pipefail
@@ -89,12 +90,13 @@ run_tsan() {
 }
 
 run_fuzz() {
-  local seconds=${FLOWFEED_FUZZ_SECONDS:-60}
+  # The step's time is shared by the targets (the config loader, the tar shard index).
+  local seconds=$((${FLOWFEED_FUZZ_SECONDS:-60} / 2))
   echo "== sanitize: libFuzzer on the config loader, ${seconds} s" >&2
   # clang 16: clang 14 lacks the builtin that libstdc++ 12's std::source_location needs.
   CC=clang-16 CXX=clang++-16 configure "$out/fuzz" -DFLOWFEED_BUILD_TESTS=OFF -DFLOWFEED_BUILD_APPS=OFF \
     -DFLOWFEED_BUILD_FUZZERS=ON -DFLOWFEED_SANITIZE=address,undefined,fuzzer-no-link
-  cmake --build "$out/fuzz" -j"$jobs" --target config_fuzz
+  cmake --build "$out/fuzz" -j"$jobs" --target config_fuzz tar_fuzz
   # New inputs go to a scratch dir; the seeds in the repository are only read.
   mkdir -p "$out/fuzz/corpus" "$out/fuzz/artifacts"
   # A unit slower than 10 s or above 2 GiB fails the run like a crash; `timeout` ends the run
@@ -105,6 +107,12 @@ run_fuzz() {
     -dict="$root/tests/fuzz/config.dict" \
     -artifact_prefix="$out/fuzz/artifacts/" "$out/fuzz/corpus" "$root/tests/fuzz/corpus" \
     "$root/configs"
+  echo "== sanitize: libFuzzer on the tar shard index, ${seconds} s" >&2
+  mkdir -p "$out/fuzz/tar_corpus"
+  UBSAN_OPTIONS=$ubsan_options timeout -k 10 $((seconds + 120)) \
+    "$out/fuzz/tests/fuzz/tar_fuzz" -max_total_time="$seconds" \
+    -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+    -artifact_prefix="$out/fuzz/artifacts/" "$out/fuzz/tar_corpus" "$root/tests/fuzz/tar_corpus"
 }
 
 for step in "${steps[@]}"; do
