@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -145,6 +146,21 @@ TEST_F(TarIndex, APaxSizeOnALinkIsCheckedLikeItsOwn) {
                 ": bad tar header at offset 1024: the entry 'l' (type '2') declares "
                 "18446744073709551000 bytes, but the file ends 1024 bytes after its header (the "
                 "shard is damaged or not a tar)");
+}
+
+// The fuzzer's seeds are real tars (Python's tarfile): each lists its members.
+TEST(TarIndexSeeds, EverySeedOfTheFuzzerIsAReadableTar) {
+  const std::filesystem::path dir =
+      std::filesystem::path(FLOWFEED_SOURCE_DIR) / "tests/fuzz/tar_corpus";
+  int seeds = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    SCOPED_TRACE(entry.path().string());
+    const TarListing listing = read_tar_listing(entry.path().string());
+    EXPECT_GE(listing.members.size(), 1u);
+    for (const TarMember& m : listing.members) EXPECT_FALSE(m.cut_short);
+    ++seeds;
+  }
+  EXPECT_EQ(seeds, 5);
 }
 
 }  // namespace
