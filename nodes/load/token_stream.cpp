@@ -90,7 +90,7 @@ class SectionReader {
 
   const DataFile& file_;
   std::uint64_t offset_;
-  std::array<std::byte, 1 << 16> buffer_{};
+  std::vector<std::byte> buffer_ = std::vector<std::byte>(std::size_t{1} << 16);  // off the stack
   std::size_t pos_ = 0;
   std::size_t end_ = 0;
 };
