@@ -6,9 +6,9 @@
 #         two nodes; this step builds libtbb with -fsanitize=thread from the Debian source package
 #         of the very version installed (apt-get source, with a private source list), once per
 #         build dir
-#   fuzz  libFuzzer (clang 16) for FLOWFEED_FUZZ_SECONDS in all (default 60), half each: the config
-#         loader, seeded with tests/fuzz/corpus and configs/, and the checkpoint reader, seeded with
-#         tests/fuzz/checkpoint_corpus
+#   fuzz  libFuzzer (clang 16) for FLOWFEED_FUZZ_SECONDS in all (default 60), a third each: the
+#         config loader, seeded with tests/fuzz/corpus and configs/, the checkpoint reader, seeded
+#         with tests/fuzz/checkpoint_corpus, and the tar shard index, seeded with tests/fuzz/tar_corpus
 # Usage: scripts/sanitize.sh [asan] [tsan] [fuzz]   (no argument: all three)
 # Build dirs live under ${FLOWFEED_SANITIZE_DIR:-build-sanitize}/.
 set -euo pipefail
@@ -90,17 +90,19 @@ run_tsan() {
 }
 
 run_fuzz() {
-  # FLOWFEED_FUZZ_SECONDS is the whole step's fuzzing time, shared by the targets.
+  # FLOWFEED_FUZZ_SECONDS is the whole step's fuzzing time, shared by the three targets.
   local seconds=${FLOWFEED_FUZZ_SECONDS:-60}
-  local config_seconds=$(((seconds + 1) / 2)) checkpoint_seconds=$((seconds / 2))
-  echo "== sanitize: libFuzzer on the config loader (${config_seconds} s) and the checkpoint" \
-    "reader (${checkpoint_seconds} s)" >&2
+  local config_seconds=$(((seconds + 2) / 3)) checkpoint_seconds=$(((seconds + 1) / 3))
+  local tar_seconds=$((seconds / 3))
+  echo "== sanitize: libFuzzer on the config loader (${config_seconds} s), the checkpoint" \
+    "reader (${checkpoint_seconds} s) and the tar shard index (${tar_seconds} s)" >&2
   # clang 16: clang 14 lacks the builtin that libstdc++ 12's std::source_location needs.
   CC=clang-16 CXX=clang++-16 configure "$out/fuzz" -DFLOWFEED_BUILD_TESTS=OFF -DFLOWFEED_BUILD_APPS=OFF \
     -DFLOWFEED_BUILD_FUZZERS=ON -DFLOWFEED_SANITIZE=address,undefined,fuzzer-no-link
-  cmake --build "$out/fuzz" -j"$jobs" --target config_fuzz checkpoint_fuzz
+  cmake --build "$out/fuzz" -j"$jobs" --target config_fuzz checkpoint_fuzz tar_fuzz
   # New inputs go to scratch dirs; the seeds in the repository are only read.
-  mkdir -p "$out/fuzz/corpus" "$out/fuzz/checkpoint_corpus" "$out/fuzz/artifacts"
+  mkdir -p "$out/fuzz/corpus" "$out/fuzz/checkpoint_corpus" "$out/fuzz/tar_corpus" \
+    "$out/fuzz/artifacts"
   # A unit slower than 10 s or above 2 GiB fails the run like a crash; `timeout` ends the run
   # even if libFuzzer's own handler cannot (it reports a runaway unit from a watchdog thread).
   UBSAN_OPTIONS=$ubsan_options timeout -k 10 $((config_seconds + 120)) \
@@ -109,13 +111,19 @@ run_fuzz() {
     -dict="$root/tests/fuzz/config.dict" \
     -artifact_prefix="$out/fuzz/artifacts/" "$out/fuzz/corpus" "$root/tests/fuzz/corpus" \
     "$root/configs"
-  ((checkpoint_seconds > 0)) || return 0
-  UBSAN_OPTIONS=$ubsan_options timeout -k 10 $((checkpoint_seconds + 120)) \
-    "$out/fuzz/tests/fuzz/checkpoint_fuzz" -max_total_time="$checkpoint_seconds" \
+  if ((checkpoint_seconds > 0)); then
+    UBSAN_OPTIONS=$ubsan_options timeout -k 10 $((checkpoint_seconds + 120)) \
+      "$out/fuzz/tests/fuzz/checkpoint_fuzz" -max_total_time="$checkpoint_seconds" \
+      -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+      -dict="$root/tests/fuzz/checkpoint.dict" \
+      -artifact_prefix="$out/fuzz/artifacts/checkpoint-" "$out/fuzz/checkpoint_corpus" \
+      "$root/tests/fuzz/checkpoint_corpus"
+  fi
+  ((tar_seconds > 0)) || return 0
+  UBSAN_OPTIONS=$ubsan_options timeout -k 10 $((tar_seconds + 120)) \
+    "$out/fuzz/tests/fuzz/tar_fuzz" -max_total_time="$tar_seconds" \
     -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
-    -dict="$root/tests/fuzz/checkpoint.dict" \
-    -artifact_prefix="$out/fuzz/artifacts/checkpoint-" "$out/fuzz/checkpoint_corpus" \
-    "$root/tests/fuzz/checkpoint_corpus"
+    -artifact_prefix="$out/fuzz/artifacts/tar-" "$out/fuzz/tar_corpus" "$root/tests/fuzz/tar_corpus"
 }
 
 for step in "${steps[@]}"; do

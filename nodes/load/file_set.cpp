@@ -1,39 +1,25 @@
 #include "file_set.hpp"
 
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <glob.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <set>
 #include <string_view>
 
+#include "flowfeed/data_file.hpp"
 #include "flowfeed/error.hpp"
+#include "flowfeed/memory_budget.hpp"
 
 namespace flowfeed {
 
 namespace {
-
-/// Throws DataError `path: problem` unless `path` is a regular file this process can read.
-void check_readable(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    throw DataError(path + ": cannot open (" + std::strerror(errno) + ")");
-  }
-  struct stat st {};
-  const int rc = ::fstat(fd, &st);
-  const int error = errno;
-  ::close(fd);
-  if (rc != 0) throw DataError(path + ": cannot open (" + std::strerror(error) + ")");
-  if (S_ISDIR(st.st_mode)) throw DataError(path + ": cannot open (" + std::strerror(EISDIR) + ")");
-}
 
 /// The sorted matches of one glob pattern; DataError when there are none or glob fails.
 std::vector<std::string> glob_matches(const std::string& pattern) {
@@ -70,6 +56,15 @@ std::optional<std::int64_t> brace_number(std::string_view text) {
   return v;
 }
 
+/// The numbers in the range {lo..hi} (either way round), saturating at 2^64 - 1: computed in
+/// unsigned arithmetic, since hi - lo of two int64 bounds may not fit in an int64.
+std::uint64_t range_count(std::int64_t lo, std::int64_t hi) {
+  const auto a = static_cast<std::uint64_t>(std::min(lo, hi));
+  const auto b = static_cast<std::uint64_t>(std::max(lo, hi));
+  const std::uint64_t span = b - a;  // modulo 2^64: exact, as the true span is below 2^64
+  return span == std::numeric_limits<std::uint64_t>::max() ? span : span + 1;
+}
+
 /// The alternatives of a brace body: its comma-separated parts (commas inside nested braces do
 /// not count), or the numbers of an `a..b` range. Empty when the body is neither (kept literal).
 std::vector<std::string> brace_alternatives(const std::string& pattern, std::string_view body) {
@@ -95,7 +90,7 @@ std::vector<std::string> brace_alternatives(const std::string& pattern, std::str
   const auto lo = brace_number(lo_text);
   const auto hi = brace_number(hi_text);
   if (!lo || !hi) return parts;
-  const std::uint64_t count = static_cast<std::uint64_t>(*lo <= *hi ? *hi - *lo : *lo - *hi) + 1;
+  const std::uint64_t count = range_count(*lo, *hi);
   if (count > kMaxRange) {
     throw DataError(
         fmt::format("{}: the range {{{}}} names {} files, more than the {} a brace may "
@@ -111,11 +106,64 @@ std::vector<std::string> brace_alternatives(const std::string& pattern, std::str
       padded(lo_text) || padded(hi_text) ? std::max(lo_text.size(), hi_text.size()) : 0;
   const std::int64_t step = *lo <= *hi ? 1 : -1;
   for (std::int64_t v = *lo;; v += step) {
-    parts.push_back(v < 0 ? fmt::format("-{:0{}}", -v, width > 0 ? width - 1 : 0)
-                          : fmt::format("{:0{}}", v, width));
+    parts.push_back(
+        v < 0 ? fmt::format("-{:0{}}", 0 - static_cast<std::uint64_t>(v), width > 0 ? width - 1 : 0)
+              : fmt::format("{:0{}}", v, width));
     if (v == *hi) break;
   }
   return parts;
+}
+
+/// Where the first brace at or after `from` that matches a `}` closes; npos when none does.
+std::size_t matching_close(std::string_view pattern, std::size_t open) {
+  int depth = 0;
+  for (std::size_t close = open; close < pattern.size(); ++close) {
+    if (pattern[close] == '{') ++depth;
+    if (pattern[close] == '}' && --depth == 0) return close;
+  }
+  return std::string_view::npos;
+}
+
+/// How many names `text` expands to, counted without expanding it (saturating at `cap` + 1): the
+/// brace lists and ranges in a row multiply, so `{0..9999}{0..9999}` is refused before 10^8 names
+/// are made. Ranges are counted from their bounds.
+std::uint64_t count_names(std::string_view text, std::uint64_t cap) {
+  for (std::size_t open = text.find('{'); open != std::string_view::npos;
+       open = text.find('{', open + 1)) {
+    const std::size_t close = matching_close(text, open);
+    if (close == std::string_view::npos) break;
+    const std::string_view body = text.substr(open + 1, close - open - 1);
+    std::uint64_t alternatives = 0;
+    int depth = 0;
+    std::size_t start = 0;
+    bool list = false;
+    for (std::size_t i = 0; i <= body.size(); ++i) {
+      if (i < body.size() && body[i] == '{') ++depth;
+      if (i < body.size() && body[i] == '}') --depth;
+      if (i == body.size() || (body[i] == ',' && depth == 0)) {
+        if (i < body.size()) list = true;
+        if (!list) break;
+        const auto sum = checked_add(alternatives, count_names(body.substr(start, i - start), cap));
+        alternatives = sum ? std::min(*sum, cap + 1) : cap + 1;
+        start = i + 1;
+      }
+    }
+    if (!list) {
+      const std::size_t dots = body.find("..");
+      const auto lo =
+          dots == std::string_view::npos ? std::nullopt : brace_number(body.substr(0, dots));
+      const auto hi =
+          dots == std::string_view::npos ? std::nullopt : brace_number(body.substr(dots + 2));
+      if (!lo || !hi) continue;  // kept literal
+      alternatives = range_count(*lo, *hi);
+      // A range too long on its own is refused by the expansion, with its bounds.
+      if (alternatives > kMaxRange) alternatives = 1;
+    }
+    const std::uint64_t rest = count_names(text.substr(close + 1), cap);
+    const std::optional<std::uint64_t> product = checked_mul(alternatives, rest);
+    return product ? std::min(*product, cap + 1) : cap + 1;
+  }
+  return 1;
 }
 
 /// Appends what `pattern` expands to (its first expandable brace, then the rest recursively).
@@ -147,6 +195,14 @@ void expand_braces_into(const std::string& pattern, std::size_t from,
 }  // namespace
 
 std::vector<std::string> expand_braces(const std::string& pattern) {
+  constexpr std::uint64_t cap = std::numeric_limits<std::uint64_t>::max() - 1;
+  const std::uint64_t names = count_names(pattern, cap);
+  if (names > kMaxRange) {
+    throw DataError(fmt::format(
+        "{}: its braces name {} files together, more than the {} a pattern may (each list or "
+        "range multiplies the names of the others) check the bounds, or list fewer shards",
+        pattern, names > cap ? std::string("more than 2^64") : std::to_string(names), kMaxRange));
+  }
   std::vector<std::string> out;
   expand_braces_into(pattern, 0, out);
   return out;
@@ -175,7 +231,7 @@ std::vector<std::string> expand_file_set(const std::vector<std::string>& pattern
     if (!seen.insert(f).second) {
       throw DataError(f + ": named twice in " + what + " (each file may appear once)");
     }
-    check_readable(f);
+    check_data_file(f);
   }
   return files;
 }

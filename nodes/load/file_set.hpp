@@ -16,9 +16,10 @@ namespace flowfeed {
 /// `[...]`) sorted by byte value (name shards with zero-padded numbers: train-00009 before
 /// train-00010). A pattern without glob characters names one file as it is. Every file is checked
 /// up front: a pattern that matches nothing, a file that does not exist or cannot be opened for
-/// reading, a directory, and a file named twice throw DataError naming it, e.g. `data/train-*.npy:
-/// matches no file` or `data/train-3.npy: cannot open (Permission denied)`. `what` (e.g.
-/// "features") starts the message of an empty list. Thread-safe.
+/// reading, anything but a regular file (a directory, a FIFO, a device, a socket: DataFile), and a
+/// file named twice throw DataError naming it, e.g. `data/train-*.npy: matches no file` or
+/// `data/train-3.npy: cannot open (Permission denied)`. `what` (e.g. "features") starts the
+/// message of an empty list. Thread-safe.
 std::vector<std::string> expand_file_set(const std::vector<std::string>& patterns,
                                          const std::string& what);
 
@@ -26,8 +27,8 @@ std::vector<std::string> expand_file_set(const std::vector<std::string>& pattern
 bool is_glob_pattern(const std::string& pattern) noexcept;
 
 /// The patterns that the braces of `pattern` stand for, in order (`a{1..3}` → a1, a2, a3); the
-/// pattern itself when it has none. Throws DataError naming the pattern when a range would give
-/// more than a million names.
+/// pattern itself when it has none. Throws DataError naming the pattern when a range, or all its
+/// braces together (counted before any name is made), would give more than a million names.
 std::vector<std::string> expand_braces(const std::string& pattern);
 
 }  // namespace flowfeed

@@ -16,6 +16,7 @@
 #include <stdexcept>
 #include <string_view>
 
+#include "flowfeed/data_file.hpp"
 #include "flowfeed/error.hpp"
 
 namespace flowfeed {
@@ -28,11 +29,6 @@ constexpr const char* kRefetch = "re-download or re-extract the file";
 
 [[noreturn]] void fail(const std::string& path, const std::string& problem) {
   throw DataError(path + ": " + problem);
-}
-
-/// Throws `path: what (strerror(error))`.
-[[noreturn]] void fail_errno(const std::string& path, const char* what, int error) {
-  fail(path, std::string(what) + " (" + std::strerror(error) + ")");
 }
 
 std::string hex(unsigned value, int digits) {
@@ -241,13 +237,9 @@ class GzipSource : public Source {
 }  // namespace
 
 IdxArray read_idx(const std::string& path) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) fail_errno(path, "cannot open", errno);
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) fail_errno(path, "cannot open", errno);
-  if (S_ISDIR(st.st_mode)) fail_errno(path, "cannot open", EISDIR);
-  uint64_t file_size = S_ISREG(st.st_mode) ? static_cast<uint64_t>(st.st_size)
-                                           : std::numeric_limits<uint64_t>::max();
+  DataFile data(path);  // a regular file, or DataError naming what it is
+  const uint64_t file_size = data.size();
+  Fd fd(data.release());
 
   uint8_t magic[2] = {0, 0};
   size_t sniffed = read_fully(path, fd.get(), magic, 2, 0);

@@ -124,9 +124,15 @@ bool png_read(PngSource& src, int channels, std::vector<std::uint8_t>& out, Imag
 struct JpegErrors {
   jpeg_error_mgr pub;
   std::jmp_buf jump;
-  int warning;  // the first warning's message code, -1 none
+  bool data_lost;  // a warning said part of the image data is missing (then `message` says which)
   char message[JMSG_LENGTH_MAX];
 };
+
+/// Warnings after which libjpeg fills the rest of the scan with grey (zero coefficients): the data
+/// ended early, a marker cut a scan short, or a restart interval was lost.
+bool loses_data(int code) {
+  return code == JWRN_JPEG_EOF || code == JWRN_HIT_MARKER || code == JWRN_MUST_RESYNC;
+}
 
 void jpeg_fail(j_common_ptr c) {
   auto* e = reinterpret_cast<JpegErrors*>(c->err);
@@ -134,11 +140,13 @@ void jpeg_fail(j_common_ptr c) {
   std::longjmp(e->jump, 1);
 }
 
-/// Warnings (level -1) are noted, not printed; trace messages are dropped.
+/// Warnings (level -1) are noted, not printed; trace messages are dropped. The first warning that
+/// loses image data is kept (others, e.g. extraneous bytes before a marker, leave a whole image,
+/// as PIL accepts them too).
 void jpeg_note(j_common_ptr c, int level) {
   auto* e = reinterpret_cast<JpegErrors*>(c->err);
-  if (level < 0 && e->warning < 0) {
-    e->warning = c->err->msg_code;
+  if (level < 0 && !e->data_lost && loses_data(c->err->msg_code)) {
+    e->data_lost = true;
     (*c->err->format_message)(c, e->message);
   }
 }
@@ -170,7 +178,7 @@ struct JpegRegion {
 /// entropy decoding. Returns false with errors.message set.
 bool read_jpeg_region(JpegState& j, const std::uint8_t* data, std::size_t bytes, JpegRegion& r) {
   jpeg_decompress_struct& c = j.info;
-  j.errors.warning = -1;
+  j.errors.data_lost = false;
   if (setjmp(j.errors.jump)) {
     jpeg_abort_decompress(&c);
     return false;
@@ -299,9 +307,8 @@ void ImageDecoder::decode_jpeg(const std::uint8_t* data, std::size_t bytes, Imag
   if (!read_jpeg_region(*region_, data, bytes, r)) {
     throw DecodeError(fmt::format("corrupt JPEG data ({})", region_->errors.message));
   }
-  // A warning still leaves a whole image (e.g. extraneous bytes before a marker, which PIL accepts
-  // too), except when the data ended early: then part of the region is missing.
-  if (region_->errors.warning == JWRN_JPEG_EOF) {
+  // The data ended early, or a scan was cut short: part of the region is grey, not the image.
+  if (region_->errors.data_lost) {
     throw DecodeError(fmt::format("corrupt JPEG data ({})", region_->errors.message));
   }
   const auto c = static_cast<std::size_t>(target.channels);

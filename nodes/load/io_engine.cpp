@@ -18,6 +18,7 @@
 #include <liburing.h>
 #endif
 
+#include "flowfeed/data_file.hpp"
 #include "flowfeed/error.hpp"
 #include "flowfeed/stats.hpp"
 #include "io_pieces.hpp"
@@ -152,13 +153,9 @@ void IoEngine::report(RunReport& report, const std::string& prefix) const {
 IoFile IoEngine::open(const std::string& path) {
   IoFile file;
   file.path_ = path;
-  file.fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (file.fd_ < 0) throw DataError(path + ": cannot open (" + std::strerror(errno) + ")");
-  struct stat st {};
-  if (::fstat(file.fd_, &st) != 0) {
-    throw DataError(path + ": cannot open (" + std::strerror(errno) + ")");
-  }
-  file.size_ = static_cast<std::uint64_t>(st.st_size);
+  DataFile data(path);  // a regular file, or DataError naming what it is
+  file.size_ = data.size();
+  file.fd_ = data.release();
   if (engine_ == IoOptions::Engine::mmap && file.size_ > 0) {
     void* map = ::mmap(nullptr, file.size_, PROT_READ, MAP_SHARED, file.fd_, 0);
     if (map == MAP_FAILED) {

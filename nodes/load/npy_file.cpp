@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "flowfeed/data_file.hpp"
 #include "flowfeed/error.hpp"
 
 namespace flowfeed {
@@ -262,13 +263,11 @@ std::string_view npy_dtype_descr(NpyDtype dtype) {
 }
 
 NpyFile::NpyFile(const std::string& path) : path_(path) {
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd_ < 0) fail_errno(path, "cannot open", errno);
+  fd_ = DataFile(path).release();  // a regular file, or DataError naming what it is
   // The destructor does not run if the constructor throws: close the fd on every error.
   try {
     struct stat st {};
     if (::fstat(fd_, &st) != 0) fail_errno(path, "cannot open", errno);
-    if (S_ISDIR(st.st_mode)) fail_errno(path, "cannot open", EISDIR);
     uint64_t file_size = static_cast<uint64_t>(st.st_size);
 
     uint8_t pre[12] = {};

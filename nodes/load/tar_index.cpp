@@ -12,7 +12,9 @@
 #include <optional>
 #include <string_view>
 
+#include "flowfeed/data_file.hpp"
 #include "flowfeed/error.hpp"
+#include "flowfeed/memory_budget.hpp"
 
 namespace flowfeed {
 
@@ -23,41 +25,28 @@ using Block = std::array<unsigned char, kBlock>;
 
 class File {
  public:
-  explicit File(const std::string& path) : path_(path) {
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ < 0) {
-      throw DataError(fmt::format("{}: cannot open ({})", path, std::strerror(errno)));
-    }
-    struct stat st {};
-    if (::fstat(fd_, &st) != 0) {
-      throw DataError(fmt::format("{}: cannot stat ({})", path, std::strerror(errno)));
-    }
-    size_ = static_cast<std::uint64_t>(st.st_size);
-  }
-  ~File() { ::close(fd_); }
-  File(const File&) = delete;
-  File& operator=(const File&) = delete;
+  explicit File(const std::string& path) : file_(path) {}
 
-  std::uint64_t size() const { return size_; }
+  std::uint64_t size() const { return file_.size(); }
   /// Reads exactly `n` bytes at `offset` (the caller checked they are inside the file).
   void read(std::uint64_t offset, void* dst, std::size_t n) const {
     auto* p = static_cast<char*>(dst);
     std::size_t done = 0;
     while (done < n) {
-      const ssize_t got = ::pread(fd_, p + done, n - done, static_cast<off_t>(offset + done));
+      const ssize_t got =
+          ::pread(file_.fd(), p + done, n - done, static_cast<off_t>(offset + done));
       if (got < 0 && errno == EINTR) continue;
       if (got <= 0) {
-        throw DataError(fmt::format("{}: read of {} bytes at offset {} failed ({})", path_, n,
-                                    offset + done, got < 0 ? std::strerror(errno) : "end of file"));
+        throw DataError(fmt::format("{}: read of {} bytes at offset {} failed ({})", file_.path(),
+                                    n, offset + done,
+                                    got < 0 ? std::strerror(errno) : "end of file"));
       }
       done += static_cast<std::size_t>(got);
     }
   }
 
  private:
-  std::string path_;
-  int fd_ = -1;
-  std::uint64_t size_ = 0;
+  DataFile file_;
 };
 
 /// A NUL- (or space-) terminated header field.
@@ -72,7 +61,9 @@ std::string_view field(const Block& b, std::size_t offset, std::size_t len) {
 /// of the first byte is set.
 std::optional<std::uint64_t> number(const Block& b, std::size_t offset, std::size_t len) {
   if (b[offset] & 0x80) {
-    std::uint64_t v = b[offset] & 0x7f;
+    // GNU base-256: 0x80 then a big-endian number; 0xff starts a negative one, never a size.
+    if (b[offset] != 0x80) return std::nullopt;
+    std::uint64_t v = 0;
     for (std::size_t i = 1; i < len; ++i) {
       if (v >> 56) return std::nullopt;
       v = (v << 8) | b[offset + i];
@@ -140,8 +131,27 @@ void apply_pax(std::string_view records, std::optional<std::string>& path, bool&
   }
 }
 
-std::uint64_t padded(std::uint64_t n) {
-  return (n + kBlock - 1) / kBlock * kBlock;
+/// A type byte as a message shows it.
+std::string printable(char type) {
+  const auto c = static_cast<unsigned char>(type);
+  return c >= 0x20 && c < 0x7f ? std::string(1, type) : fmt::format("\\x{:02x}", c);
+}
+
+/// The offset of the header after an entry at `pos` whose `size` data bytes start at `data`,
+/// rounded up to whole blocks: overflow-checked, and strictly after `pos`, so that no header can
+/// send the reader back or leave it in place.
+std::uint64_t next_header(const std::string& path, std::uint64_t pos, std::uint64_t data,
+                          std::uint64_t size) {
+  const std::optional<std::uint64_t> end = checked_add(data, size);
+  const std::optional<std::uint64_t> next =
+      end ? checked_add(*end, (kBlock - *end % kBlock) % kBlock) : std::nullopt;
+  if (!next || *next <= pos) {
+    throw DataError(fmt::format(
+        "{}: bad tar header at offset {}: its size {} takes the next header past 2^64 bytes (the "
+        "shard is damaged or not a tar)",
+        path, pos, size));
+  }
+  return *next;
 }
 
 }  // namespace
@@ -193,11 +203,21 @@ TarListing read_tar_listing(const std::string& path) {
       } else {
         apply_pax(text, long_name, has_pax_size, pax_size);
       }
-      pos = data + padded(data_size);
+      pos = next_header(path, pos, data, data_size);
       continue;
     }
     if (has_pax_size) data_size = pax_size;
-    if (type == '0' || type == '\0' || type == '7') {
+    const bool regular = type == '0' || type == '\0' || type == '7';
+    if (!regular && data_size > file.size() - data) {
+      // Only a regular member may be cut short (the last one, kept for the caller to judge): any
+      // other entry's size must lie inside the file, or the next header would be read from a
+      // wrapped-around or far-off offset.
+      throw DataError(fmt::format(
+          "{}: bad tar header at offset {}: the entry '{}' (type '{}') declares {} bytes, but the "
+          "file ends {} bytes after its header (the shard is damaged or not a tar)",
+          path, pos, field(b, 0, 100), printable(type), data_size, file.size() - data));
+    }
+    if (regular) {
       TarMember m;
       if (long_name) {
         m.name = std::move(*long_name);
@@ -217,7 +237,7 @@ TarListing read_tar_listing(const std::string& path) {
     }
     long_name.reset();
     has_pax_size = false;
-    pos = data + padded(data_size);
+    pos = next_header(path, pos, data, data_size);
   }
   return listing;
 }

@@ -27,10 +27,14 @@ struct TarListing {
 
 /// Reads the headers of the tar file `path` with pread, one block per member (plus its long name
 /// or pax record), and never the members' data. Stops at the end-of-archive block or at the end
-/// of the file. Throws DataError naming the file and the offset: "truncated tar" when the file
-/// ends inside a header block, "not a tar header" when a block's checksum does not match, a bad
-/// size field. A member whose data runs past the end of the file is kept with `cut_short` set
-/// (the caller decides what a partial sample means).
+/// of the file; every header read lies strictly after the one before, so the work is linear in
+/// the file's size. Throws DataError naming the file and the offset: "truncated tar" when the
+/// file ends inside a header block, "not a tar header" when a block's checksum does not match, a
+/// bad size field (not octal, or a negative base-256 number), a directory, link or other entry
+/// whose size runs past the end of the file, a size whose next header would lie past 2^64. A
+/// regular member whose data runs past the end of the file is kept with `cut_short` set (the
+/// caller decides what a partial sample means), and ends the listing. The file must be a regular
+/// file (DataFile).
 TarListing read_tar_listing(const std::string& path);
 
 }  // namespace flowfeed

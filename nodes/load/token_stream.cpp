@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -11,7 +12,9 @@
 #include <stdexcept>
 
 #include "file_set.hpp"
+#include "flowfeed/data_file.hpp"
 #include "flowfeed/error.hpp"
+#include "flowfeed/memory_budget.hpp"
 
 namespace flowfeed {
 
@@ -46,22 +49,51 @@ unsigned megatron_code(DType dtype) {
   }
 }
 
-template <typename T>
-T load_le(const std::vector<std::byte>& data, std::uint64_t offset) {
-  T v;
-  std::memcpy(&v, data.data() + offset, sizeof v);  // little-endian hosts only (x86-64, arm64)
-  return v;
-}
+/// Little-endian values read in order from one section of an open file, through a buffer of
+/// fixed size: an index is never held in memory whole.
+class SectionReader {
+ public:
+  SectionReader(const DataFile& file, std::uint64_t offset) : file_(file), offset_(offset) {}
+  /// The next value; the caller checked that the section lies inside the file.
+  template <typename T>
+  T next() {
+    if (pos_ + sizeof(T) > end_) refill();
+    T v;
+    std::memcpy(&v, buffer_.data() + pos_, sizeof v);  // little-endian hosts (x86-64, arm64)
+    pos_ += sizeof v;
+    return v;
+  }
 
-std::vector<std::byte> read_whole(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) throw DataError(fmt::format("{}: cannot open ({})", path, std::strerror(errno)));
-  std::vector<std::byte> data(static_cast<std::size_t>(in.tellg()));
-  in.seekg(0);
-  in.read(reinterpret_cast<char*>(data.data()), static_cast<std::streamsize>(data.size()));
-  if (!in) throw DataError(fmt::format("{}: read failed ({})", path, std::strerror(errno)));
-  return data;
-}
+ private:
+  void refill() {
+    const std::size_t keep = end_ - pos_;
+    std::memmove(buffer_.data(), buffer_.data() + pos_, keep);
+    const std::uint64_t left = file_.size() > offset_ ? file_.size() - offset_ : 0;
+    const auto want =
+        static_cast<std::size_t>(std::min<std::uint64_t>(buffer_.size() - keep, left));
+    std::size_t done = 0;
+    while (done < want) {
+      const ssize_t got = ::pread(file_.fd(), buffer_.data() + keep + done, want - done,
+                                  static_cast<off_t>(offset_ + done));
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) {
+        throw DataError(fmt::format("{}: read at offset {} failed ({})", file_.path(),
+                                    offset_ + done,
+                                    got < 0 ? std::strerror(errno) : "the file shrank"));
+      }
+      done += static_cast<std::size_t>(got);
+    }
+    offset_ += want;
+    pos_ = 0;
+    end_ = keep + want;
+  }
+
+  const DataFile& file_;
+  std::uint64_t offset_;
+  std::vector<std::byte> buffer_ = std::vector<std::byte>(std::size_t{1} << 16);  // off the stack
+  std::size_t pos_ = 0;
+  std::size_t end_ = 0;
+};
 
 std::string strip_megatron_extension(const std::string& path) {
   for (const char* ext : {".bin", ".idx"}) {
@@ -88,34 +120,37 @@ std::vector<std::string> expand_token_files(const std::vector<std::string>& patt
 
 MegatronIndex read_megatron_index(const std::string& idx_path, std::uint64_t bin_bytes,
                                   const std::string& bin_path) {
-  const std::vector<std::byte> data = read_whole(idx_path);
+  const DataFile file(idx_path);  // a regular file, or DataError naming what it is
   auto fail = [&](std::uint64_t offset, const std::string& problem) {
     throw DataError(fmt::format("{}: offset {}: {}", idx_path, offset, problem));
   };
-  if (data.size() < kHeaderBytes) {
+  const std::uint64_t size = file.size();
+  if (size < kHeaderBytes) {
     fail(0, fmt::format("the file has {} bytes, less than the {}-byte header of a Megatron-LM "
                         "index (truncated, or not an .idx file)",
-                        data.size(), kHeaderBytes));
+                        size, kHeaderBytes));
   }
-  if (std::memcmp(data.data(), kMagic, kMagicBytes) != 0) {
+  SectionReader header(file, 0);
+  std::array<char, kMagicBytes> magic{};
+  for (char& c : magic) c = header.next<char>();
+  if (std::memcmp(magic.data(), kMagic, kMagicBytes) != 0) {
     fail(0, "magic is not \"MMIDIDX\\x00\\x00\" (not a Megatron-LM indexed data set index)");
   }
-  const auto version = load_le<std::uint64_t>(data, 9);
+  const auto version = header.next<std::uint64_t>();
   if (version != 1) fail(9, fmt::format("version is {}, only version 1 is known", version));
-  const auto code = static_cast<unsigned>(load_le<std::uint8_t>(data, 17));
+  const auto code = static_cast<unsigned>(header.next<std::uint8_t>());
   const std::optional<DType> dtype = megatron_token_dtype(code);
   if (!dtype) {
     fail(17, fmt::format("dtype code {} ({}) is not a token type (1 uint8, 4 int32 or 8 uint16)",
                          code, megatron_code_name(code)));
   }
-  const auto sequences = load_le<std::uint64_t>(data, 18);
-  const auto documents = load_le<std::uint64_t>(data, 26);
+  const auto sequences = header.next<std::uint64_t>();
+  const auto documents = header.next<std::uint64_t>();
   if (documents == 0) {
     fail(26,
          "document_count is 0 (the document indices start with 0 and end with the sequence "
          "count, so there are at least 1)");
   }
-  const std::uint64_t size = data.size();
   // Lengths int32, pointers int64, document indices int64, then int8 modes when multimodal.
   const bool counts_fit = sequences < size / 12 + 1 && documents < size / 8 + 1;
   const std::uint64_t expected = kHeaderBytes + sequences * 12 + documents * 8;
@@ -133,34 +168,36 @@ MegatronIndex read_megatron_index(const std::string& idx_path, std::uint64_t bin
 
   MegatronIndex index;
   index.dtype = *dtype;
-  // Token offset of each sequence's start, while checking that sequences follow each other.
-  std::vector<std::uint64_t> starts(sequences + 1);
-  for (std::uint64_t s = 0; s < sequences; ++s) {
-    const auto length = load_le<std::int32_t>(data, lengths_at + s * 4);
-    if (length < 0) fail(lengths_at + s * 4, fmt::format("sequence_lengths[{}] is {}", s, length));
-    const auto pointer = load_le<std::int64_t>(data, pointers_at + s * 8);
-    const std::uint64_t want = starts[s] * width;
-    if (pointer < 0 || static_cast<std::uint64_t>(pointer) != want) {
-      fail(pointers_at + s * 8,
-           fmt::format("sequence_pointers[{}] is {}, expected {} (sequences must follow each "
-                       "other in the .bin, as Megatron-LM writes them)",
-                       s, pointer, want));
+  // One pass over the three sections side by side: the sequences are checked to follow each other
+  // while the (rising) document indices pick their starts, so memory is one entry per document
+  // (at most the file's size / 8), never the sequence table or the file.
+  SectionReader lengths(file, lengths_at);
+  SectionReader pointers(file, pointers_at);
+  SectionReader document_indices(file, documents_at);
+  std::uint64_t sequence = 0;  // sequences checked so far
+  std::uint64_t start = 0;     // token offset of sequence `sequence`
+  auto advance_to = [&](std::uint64_t target) {
+    for (; sequence < target; ++sequence) {
+      const std::uint64_t s = sequence;
+      const auto length = lengths.next<std::int32_t>();
+      if (length < 0)
+        fail(lengths_at + s * 4, fmt::format("sequence_lengths[{}] is {}", s, length));
+      const auto pointer = pointers.next<std::int64_t>();
+      const std::uint64_t want = start * width;
+      if (pointer < 0 || static_cast<std::uint64_t>(pointer) != want) {
+        fail(pointers_at + s * 8,
+             fmt::format("sequence_pointers[{}] is {}, expected {} (sequences must follow each "
+                         "other in the .bin, as Megatron-LM writes them)",
+                         s, pointer, want));
+      }
+      start += static_cast<std::uint64_t>(length);  // < 2^31 × 2^61 sequences: no overflow
     }
-    starts[s + 1] = starts[s] + static_cast<std::uint64_t>(length);
-  }
-  index.tokens = starts[sequences];
-  if (index.tokens * width != bin_bytes) {
-    throw DataError(
-        fmt::format("{}: the file has {} bytes, but {} indexes {} tokens of {} "
-                    "bytes ({} bytes) (the .bin and .idx do not belong together, or "
-                    "one is truncated)",
-                    bin_path, bin_bytes, idx_path, index.tokens, width, index.tokens * width));
-  }
+  };
   index.document_starts.reserve(documents);
   std::uint64_t previous = 0;
   for (std::uint64_t d = 0; d < documents; ++d) {
     const std::uint64_t at = documents_at + d * 8;
-    const auto value = load_le<std::int64_t>(data, at);
+    const auto value = document_indices.next<std::int64_t>();
     const std::string field = fmt::format("document_indices[{}] is {}", d, value);
     if (d == 0 && value != 0) fail(at, field + ", expected 0 (the first document starts at 0)");
     if (value < 0 || static_cast<std::uint64_t>(value) > sequences) {
@@ -175,7 +212,19 @@ MegatronIndex read_megatron_index(const std::string& idx_path, std::uint64_t bin
                            field, sequences));
     }
     previous = static_cast<std::uint64_t>(value);
-    index.document_starts.push_back(starts[previous]);
+    advance_to(previous);
+    index.document_starts.push_back(start);
+  }
+  advance_to(sequences);
+  index.tokens = start;
+  const auto bytes = checked_mul(index.tokens, width);
+  if (!bytes || *bytes != bin_bytes) {
+    throw DataError(
+        fmt::format("{}: the file has {} bytes, but {} indexes {} tokens of {} "
+                    "bytes ({} bytes) (the .bin and .idx do not belong together, or "
+                    "one is truncated)",
+                    bin_path, bin_bytes, idx_path, index.tokens, width,
+                    bytes ? std::to_string(*bytes) : std::string("more than 2^64")));
   }
   return index;
 }

@@ -81,6 +81,11 @@ std::vector<std::string> TokensLoader::files() const {
 }
 
 void TokensLoader::setup(BuildContext& context) {
+  // The document table (read from the Megatron indexes, whose size bounds it) stays for the run.
+  const std::uint64_t documents = stream_->document_starts().size();
+  context.claim_memory(MemoryKind::pageable, documents * 24,  // 8: start, 16: window segment
+                       fmt::format("the document table ({} documents)", documents),
+                       "nodes." + options_.name + ".params.files");
   // Straight into the staging node's memory when one follows (pinned on CUDA).
   tier_ = context.fill_tier();
   pool_ = &context.make_fill_pool(tier_ == Tier::staging ? "staging" : "host");

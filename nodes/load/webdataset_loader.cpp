@@ -16,6 +16,7 @@
 #include <limits>
 
 #include "flowfeed/config.hpp"
+#include "flowfeed/data_file.hpp"
 #include "flowfeed/pool.hpp"
 #include "flowfeed/stats.hpp"
 
@@ -37,8 +38,6 @@ std::string param_where(const NodeSpec& spec, const std::string& key) {
   SourceLoc loc = spec.params.loc(key);
   return (loc.file.empty() ? spec.loc : loc).str();
 }
-
-constexpr std::size_t kMaxWarnings = 20;
 
 std::vector<std::string> field_names(const std::vector<BytesField>& fields) {
   std::vector<std::string> names;
@@ -95,12 +94,12 @@ WebDatasetLoader::WebDatasetLoader(WebDatasetOptions options)
     throw DataError(fmt::format("shards: '{}' hold no sample", fmt::join(options_.shards, ", ")));
   }
   for (const std::string& path : index_.shards()) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
+    try {
+      fds_.push_back(DataFile(path).release());
+    } catch (...) {
       for (int f : fds_) ::close(f);
-      throw DataError(fmt::format("{}: cannot open ({})", path, std::strerror(errno)));
+      throw;
     }
-    fds_.push_back(fd);
   }
   target_.width = options_.width;
   target_.height = options_.height;
@@ -136,6 +135,7 @@ WebDatasetOptions WebDatasetLoader::options_from(const NodeSpec& spec) {
   o.dct_scaling = p.get_bool("dct_scaling");
   o.num_classes = static_cast<int>(p.get_int("num_classes"));
   o.parallel = p.get_bool("parallel");
+  o.max_pixels = static_cast<std::uint64_t>(p.get_int("max_pixels"));
   std::vector<std::string> problems;
   parse_bytes_fields(spec, o, problems);
   if (o.channels != 1 && o.channels != 3) {
@@ -184,6 +184,8 @@ std::vector<TensorSpec> WebDatasetLoader::sample_tensors() const {
 void WebDatasetLoader::setup(BuildContext& context) {
   const PipelineOptions& pipeline = context.pipeline_options();
   skip_ = pipeline.on_error == OnError::skip;
+  node_name_ = context.spec().name;
+  drops_.set_who(fmt::format("node '{}' (webdataset)", node_name_));
   max_skipped_ = pipeline.max_skipped;
   if (!skip_) {
     // Without skip a sample that the headers already show to be unusable would fail its batch
@@ -201,9 +203,7 @@ void WebDatasetLoader::setup(BuildContext& context) {
 }
 
 void WebDatasetLoader::begin_run() {
-  dropped_ = 0;
-  std::lock_guard<std::mutex> lock(warn_mutex_);
-  warnings_.clear();
+  drops_.reset();
 }
 
 void WebDatasetLoader::read_exact(const ShardSample& s, std::uint64_t offset, std::size_t bytes,
@@ -284,6 +284,15 @@ void WebDatasetLoader::load_sample(std::uint32_t sample, std::uint32_t epoch,
   read_exact(s, s.image_offset, s.image_bytes, w.encoded.data());
   try {
     const ImageSize size = w.decoder.size(w.encoded.data(), s.image_bytes, s.format);
+    // From the header, before a byte is decoded: the decoder's buffers grow with the image.
+    const std::uint64_t pixels =
+        static_cast<std::uint64_t>(size.width) * static_cast<std::uint64_t>(size.height);
+    if (pixels > options_.max_pixels) {
+      throw DataError(fmt::format(
+          "{}: the image declares {}x{} = {} pixels, more than max_pixels = {} (a decompression "
+          "bomb, or a larger image than expected: raise nodes.{}.params.max_pixels to accept it)",
+          index_.where(s), size.width, size.height, pixels, options_.max_pixels, node_name_));
+    }
     CropBox box;
     if (options_.crop == ImageCrop::random_resized) {
       SampleRng rng(options_.seed, epoch, sample, kCropSalt);
@@ -346,24 +355,21 @@ void WebDatasetLoader::process(Batch& batch) {
 
 void WebDatasetLoader::drop_rows(Batch& batch, std::vector<Failure>& failures) {
   const std::size_t rows = batch.rows();
-  if (failures.size() == rows) {
-    // Nothing left to deliver: the batch is skipped as a whole (and counted as such).
-    throw DataError(
-        fmt::format("every sample of the batch is bad; the first: {}", failures.front().message));
+  // Every dropped sample counts, one by one, against max_skipped, and is said once.
+  for (const Failure& f : failures) {
+    drops_.note(fmt::format("sample {} of batch {} (epoch {}): {}", batch.samples[f.row], batch.seq,
+                            batch.epoch, f.message));
   }
-  const std::uint64_t dropped = dropped_.fetch_add(failures.size()) + failures.size();
-  {
-    std::lock_guard<std::mutex> lock(warn_mutex_);
-    for (const Failure& f : failures) {
-      if (warnings_.size() >= kMaxWarnings) break;
-      warnings_.push_back(fmt::format("dropped sample {} from batch {} (epoch {}): {}",
-                                      batch.samples[f.row], batch.seq, batch.epoch, f.message));
-    }
-  }
+  const std::uint64_t dropped = drops_.count();
   if (dropped > static_cast<std::uint64_t>(max_skipped_)) {
     throw std::runtime_error(fmt::format("{} ({} {} dropped, more than pipeline.max_skipped = {})",
                                          failures.front().message, dropped,
                                          dropped == 1 ? "sample" : "samples", max_skipped_));
+  }
+  if (failures.size() == rows) {
+    // Nothing left to deliver: the batch is skipped as a whole, its samples counted above.
+    throw BatchDroppedError(
+        fmt::format("every sample of the batch is bad; the first: {}", failures.front().message));
   }
   // Move the good rows down over the dropped ones, tensor by tensor, to where a batch of the new
   // row count keeps them (BatchLayout packs a shorter batch just as tightly). A tensor's new place
@@ -395,13 +401,7 @@ void WebDatasetLoader::drop_rows(Batch& batch, std::vector<Failure>& failures) {
 }
 
 void WebDatasetLoader::finish(RunReport& report) {
-  const std::uint64_t dropped = dropped_.load();
-  report.skipped_samples += dropped;
-  std::lock_guard<std::mutex> lock(warn_mutex_);
-  for (const std::string& w : warnings_) {
-    if (report.warnings.size() >= kMaxWarnings) break;
-    report.warnings.push_back("skipped: " + w);
-  }
+  drops_.finish(report);
 }
 
 }  // namespace flowfeed

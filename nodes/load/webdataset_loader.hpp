@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "flowfeed/drop_log.hpp"
 #include "flowfeed/nodes/webdataset.hpp"
 #include "image_decode.hpp"
 #include "webdataset_index.hpp"
@@ -22,8 +23,9 @@ struct DecodeWorkers;  // per-thread decoders and scratch
 /// Reads each sample's image and label with pread, decodes the image straight into its crop
 /// (ImageDecoder) and stores it as `x` uint8 [H, W, C] or [C, H, W] with `y` int32 []. A batch's
 /// samples decode in parallel on the pipeline's workers. Under `on_error: skip` a bad sample is
-/// dropped from its batch (which goes on shorter); otherwise it fails the batch with a DataError
-/// naming shard, member, offset and reason.
+/// dropped from its batch (which goes on shorter), counted against max_skipped and said on stderr
+/// (DropLog); a batch left with no sample is skipped (BatchDroppedError). Otherwise a bad sample
+/// fails the batch with a DataError naming shard, member, offset and reason.
 class WebDatasetLoader final : public LoaderNode {
  public:
   /// Expands the shards and reads their headers into the sample index (DataError on a damaged
@@ -73,10 +75,9 @@ class WebDatasetLoader final : public LoaderNode {
   BufferPool* pool_ = nullptr;
   bool skip_ = false;
   int max_skipped_ = 0;
+  std::string node_name_;  ///< for messages that name a param
   std::unique_ptr<DecodeWorkers> workers_;
-  std::atomic<std::uint64_t> dropped_{0};
-  std::mutex warn_mutex_;
-  std::vector<std::string> warnings_;
+  DropLog drops_;
 };
 
 }  // namespace flowfeed

@@ -105,6 +105,11 @@ void register_webdataset(Registry& registry) {
   s.add_int("num_classes", "when > 0, labels must be in [0, num_classes)", 0)
       .range(0, 2147483647.0);
   s.add_bool("parallel", "decode a batch's samples in parallel on the pipeline's threads", true);
+  s.add_int("max_pixels",
+            "an image whose header declares more pixels (width x height) is a bad sample, refused "
+            "before it is decoded (Pillow's MAX_IMAGE_PIXELS)",
+            89478485)
+      .range(1, 4294967296.0);
   s.add_string("bytes_fields",
                "members delivered as bytes, 'json:4096, txt:256': tensors json uint8 [4096] "
                "(zero-padded) and json_len int32 each",

@@ -1,5 +1,8 @@
 #include "testing/fault_nodes.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstring>
 #include <mutex>
@@ -96,9 +99,17 @@ namespace {
 /// verify them.
 class FaultLoader final : public LoaderNode, public SyntheticContent {
  public:
-  FaultLoader(SyntheticOptions synthetic, FaultOptions fault)
-      : inner_(std::move(synthetic)), fault_(std::move(fault), "fault_load") {}
+  FaultLoader(SyntheticOptions synthetic, FaultOptions fault, std::string open_in_setup)
+      : inner_(std::move(synthetic)),
+        fault_(std::move(fault), "fault_load"),
+        open_in_setup_(std::move(open_in_setup)) {}
   void setup(BuildContext& context) override {
+    if (!open_in_setup_.empty()) {
+      // A blocking open, as of a file on a hung network mount: a FIFO nobody writes to holds the
+      // build here (the runner's signal tests interrupt it).
+      const int fd = ::open(open_in_setup_.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd >= 0) ::close(fd);
+    }
     inner_.setup(context);
     fault_.bind(context);
   }
@@ -130,6 +141,7 @@ class FaultLoader final : public LoaderNode, public SyntheticContent {
  private:
   SyntheticLoader inner_;
   FaultInjector fault_;
+  std::string open_in_setup_;
 };
 
 /// fault_transform and fault_train: passes batches through unchanged (or, as a sink, does
@@ -244,9 +256,14 @@ void register_fault_nodes(Registry& registry) {
     NodeType t = fault_type("fault_load", Role::load,
                             "the synthetic loader (same params, same data) with a fault");
     add_synthetic_content_params(t.schema, /*delay=*/true);
+    t.schema.add_string("open_in_setup",
+                        "a file opened for reading (blocking) in setup: a FIFO nobody writes to "
+                        "holds the build",
+                        std::string());
     t.create = [](const NodeSpec& spec) {
       return std::make_unique<FaultLoader>(SyntheticLoader::options_from(spec.params),
-                                           fault_options_from(spec.params));
+                                           fault_options_from(spec.params),
+                                           spec.params.get_string("open_in_setup"));
     };
     registry.set(std::move(t));
   }

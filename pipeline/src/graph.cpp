@@ -4,10 +4,21 @@
 #include <algorithm>
 
 #include "detail/pipeline_impl.hpp"
+#include "flowfeed/drop_log.hpp"
 
 namespace flowfeed::detail {
 
 namespace {
+
+bool is_dropped_batch(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const BatchDroppedError&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
 
 bool is_data_error(const std::exception_ptr& e) {
   try {
@@ -35,6 +46,13 @@ void PipelineImpl::on_failure(Stage& stage, Batch& batch, std::exception_ptr err
   stage.failures.fetch_add(1, std::memory_order_relaxed);
   std::string message = stage.label + " batch " + std::to_string(batch.seq) + " (epoch " +
                         std::to_string(batch.epoch) + "): " + what_of(error);
+  if (config_.pipeline.on_error == OnError::skip && is_dropped_batch(error)) {
+    // The node dropped, counted and reported each of the batch's samples already.
+    skipped_.fetch_add(1);
+    batch.skipped = true;
+    batch.error = nullptr;
+    return;
+  }
   if (config_.pipeline.on_error == OnError::skip && is_data_error(error)) {
     std::uint64_t n = skipped_.fetch_add(1) + 1;
     if (n > static_cast<std::uint64_t>(config_.pipeline.max_skipped)) {

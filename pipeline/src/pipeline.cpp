@@ -4,9 +4,11 @@
 
 #include "flowfeed/pipeline.hpp"
 
+#include <fmt/format.h>
 #include <oneapi/tbb/info.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "detail/pipeline_impl.hpp"
 #include "flowfeed/memory_budget.hpp"
@@ -133,6 +135,31 @@ class Context final : public BuildContext {
   Stage& stage_;
 };
 
+/// The bytes of an epoch's sampling order, 4 a sample: the permutation of the whole data set (and
+/// this rank's strided copy of it when world > 1) beside the order the source holds (reserved at
+/// build), so 2^32 windows take 32 GiB when an epoch starts, even in a run stopped after a few
+/// batches. UINT64_MAX past 2^64.
+std::uint64_t sampling_order_bytes(const Sampler& sampler) {
+  const std::uint64_t copies = sampler.options().world == 1 ? 1 : 2;
+  const std::optional<std::uint64_t> entries =
+      checked_add(sampler.dataset_size(), sampler.shard_size() * copies);
+  const std::optional<std::uint64_t> bytes =
+      entries ? checked_mul(*entries, sizeof(std::uint32_t)) : std::nullopt;
+  return bytes ? *bytes : std::numeric_limits<std::uint64_t>::max();
+}
+
+/// The claim of `sampling_order_bytes` for the loader `loader`.
+MemoryClaim sampling_order_claim(const NodeSpec& loader, const Sampler& sampler) {
+  const std::string keys = "nodes." + loader.name + ".params (the data set's size)";
+  const std::string held = sampler.options().world == 1
+                               ? std::string("twice while an epoch's order replaces the last")
+                               : fmt::format("and this rank's {} twice", sampler.shard_size());
+  return {MemoryKind::pageable, sampling_order_bytes(sampler),
+          fmt::format("the sampling order of node '{}' ({}: {} samples x 4 bytes, {})", loader.name,
+                      loader.type, sampler.dataset_size(), held),
+          loader.loc.str(), keys};
+}
+
 std::string where_declared(const NodeSpec& spec) {
   return spec.type +
          (spec.loc.file.empty() ? "" : ", " + SourceLoc{spec.loc.file, spec.loc.line, 0}.str());
@@ -243,6 +270,14 @@ PipelineImpl::PipelineImpl(PipelineConfig config, const Registry& registry, int 
   // The loader is set up first: it may learn the data set's size only then.
   setup(*stages_.front());
   sampler_ = std::make_unique<Sampler>(config_.sampler, loader_->size(), batch_size);
+  // Claimed before the first order is made (ConfigError when it does not fit; with
+  // prefetch_depth: auto the pools shrink to make room, as for any claim).
+  try {
+    budget_->claim(sampling_order_claim(config_.nodes.front(), *sampler_));
+  } catch (const ConfigError&) {
+    retry_smaller_depth(MemoryKind::pageable, sampling_order_bytes(*sampler_), 0);
+    throw;
+  }
   if (sampler_->batches_per_epoch() == 0) {
     throw ConfigError({config_.file + ": pipeline.batch_size: the data set gives no batch (" +
                        std::to_string(sampler_->shard_size()) + " samples in this shard, batch " +

@@ -13,6 +13,7 @@
 
 #include "detail/pipeline_impl.hpp"
 #include "detail/validate.hpp"
+#include "flowfeed/drop_log.hpp"
 
 namespace flowfeed::detail {
 
@@ -223,6 +224,7 @@ RunReport PipelineImpl::run(const RunOptions& options) {
   report.train.stall_fraction = seconds > 0 ? std::max(0.0, 1.0 - train_busy / seconds) : 0;
   report.warnings = warnings_;  // before finish(): a node may add its own (a dropped sample)
   for (auto& s : stages_) s->node->finish(report);
+  check_something_delivered(report);
   if (branches_ > 1) fill_branch_report(report, seconds);
   recorder_.fill(report);
   tune_fill(report);

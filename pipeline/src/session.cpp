@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "detail/pipeline_impl.hpp"
+#include "flowfeed/drop_log.hpp"
 
 namespace flowfeed {
 
@@ -222,6 +223,7 @@ void SessionState::close() noexcept {
     final_report = make_report(seconds, !error && !interrupted, interrupted);
     // Once the monitor has stopped: the sampled figures are final.
     p.recorder_.fill(final_report, true);
+    if (!error && !interrupted) check_something_delivered(final_report);
   } catch (...) {
     if (!error) error = std::current_exception();
   }

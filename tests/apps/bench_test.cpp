@@ -245,7 +245,8 @@ TEST(PipelineBench, AutotuneQuickComparesAutoWithTheSweepAndKeepsTheBudget) {
   const nlohmann::json& small = r.json.at("scenarios").at("autotune").at("load_bound_small_budget");
   EXPECT_EQ(small.at("max_prefetch_depth"), 6);
   EXPECT_EQ(small.at("depth_capped_by_memory"), true);
-  EXPECT_EQ(small.at("host_budget_bytes"), 6 * 3 * 16640);
+  // Six batches in flight and the sampling order of 40 batches of 64 samples (8 bytes each).
+  EXPECT_EQ(small.at("host_budget_bytes"), 6 * 3 * 16640 + 40 * 64 * 8);
   EXPECT_NE(r.output.find("| load_bound | load concurrency 2 | prefetch_depth 32 |"),
             std::string::npos)
       << r.output;

@@ -178,18 +178,21 @@ TEST(RunnerSignal, SigtermWhileTheConfigIsReadExits143SayingWhatWasInterrupted) 
 }
 
 TEST(RunnerSignal, SigtermWhileThePipelineIsBuiltExits143SayingWhatWasInterrupted) {
-  // The config is valid; building it opens the data file, a FIFO nobody writes to.
-  const TempFifo pipe(temp_path("features.fifo"));
+  // The config is valid; building it blocks in the loader's setup, which opens a FIFO nobody
+  // writes to (data files that are FIFOs are refused: a test-only loader stands in for a hung
+  // network mount).
+  const TempFifo pipe(temp_path("setup.fifo"));
   ASSERT_TRUE(pipe.made());
   const std::string& fifo = pipe.path();
   Runner r({write_config("slow_build",
                          "pipeline: { epochs: 1, batch_size: 4, device: host }\n"
                          "nodes:\n"
-                         "  - { name: load, type: npy, params: { features: " +
-                             fifo + ", labels: " + fifo +
+                         "  - { name: load, type: fault_load, params: { mode: stall, at_batch: "
+                         "1000000, open_in_setup: " +
+                             fifo +
                              " } }\n"
                              "  - { name: train, type: discard }\n"),
-            "--quiet"});
+            "--quiet", "--enable-fault-nodes"});
   EXPECT_EQ(terminate_while_blocked(r), 143);
   EXPECT_EQ(r.err(),
             "pipeline_runner: SIGTERM while building the pipeline: stopped before the run "

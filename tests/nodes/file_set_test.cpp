@@ -65,7 +65,10 @@ TEST(FileSet, NamesTheBadEntry) {
             dir.file("b.npy") + ": cannot open (No such file or directory)");
   EXPECT_EQ(error({dir.file("train-*.npy")}),
             dir.file("train-*.npy") + ": matches no file (check the directory and the pattern)");
-  EXPECT_EQ(error({dir.file("sub.npy")}), dir.file("sub.npy") + ": cannot open (Is a directory)");
+  EXPECT_EQ(error({dir.file("sub.npy")}),
+            dir.file("sub.npy") +
+                ": is a directory, not a regular file (a data file must be a regular file) give "
+                "the path of the data file itself");
   EXPECT_EQ(error({dir.file("a.npy"), dir.file("?.npy")}),
             dir.file("a.npy") + ": named twice in features (each file may appear once)");
   EXPECT_EQ(error({}), "features: names no file");

@@ -182,7 +182,8 @@ TEST_F(IdxFileTest, MissingFile) {
 TEST_F(IdxFileTest, DirectoryInsteadOfFile) {
   std::string p = dir_.file("sub");
   std::filesystem::create_directory(p);
-  EXPECT_EQ(read_error(p), p + ": cannot open (Is a directory)");
+  EXPECT_EQ(read_error(p), p + ": is a directory, not a regular file (a data file must be a "
+                               "regular file) give the path of the data file itself");
 }
 
 TEST_F(IdxFileTest, BadMagic) {

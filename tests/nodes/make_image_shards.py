@@ -13,8 +13,10 @@ and data) of its members, so the tests can check messages that name them.
 import io
 import json
 import os
+import struct
 import sys
 import tarfile
+import zlib
 
 import numpy as np
 from PIL import Image
@@ -142,6 +144,36 @@ def good(i):
     return (f"s{i:03d}", [("cls", str(i).encode()), ("jpg", data)], {"label": i})
 
 
+def png_chunk(kind, data):
+    return (struct.pack(">I", len(data)) + kind + data +
+            struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF))
+
+
+def cut_png():
+    data = encode(Image.fromarray(picture(32, 24, 502)), "PNG")
+    # Chunks: signature, IHDR, IDAT..., IEND. Keep half of the first IDAT's data (CRC fixed).
+    pos, out = 8, data[:8]
+    while pos < len(data):
+        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        body = data[pos + 8:pos + 8 + length]
+        if kind == b"IDAT":
+            return out + png_chunk(b"IDAT", body[:len(body) // 2]) + png_chunk(b"IEND", b"")
+        out += data[pos:pos + 12 + length]
+        pos += 12 + length
+    raise RuntimeError("no IDAT")
+
+
+def png_bomb():
+    ihdr = struct.pack(">IIBBBBB", 60000, 60000, 8, 2, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", ihdr) +
+            png_chunk(b"IDAT", zlib.compress(b"\0" * 64)) + png_chunk(b"IEND", b""))
+
+
+def cut_progressive():
+    data = encode(Image.fromarray(picture(32, 24, 502)), "JPEG", quality=90, progressive=True)
+    return data[:len(data) * 2 // 3]
+
+
 def corrupt(out):
     manifest = {}
     # A sample whose .jpg holds text; one whose .jpg is empty; one without its .cls.
@@ -150,10 +182,24 @@ def corrupt(out):
            "no_label": (["s002", [("jpg", good(2)[1][1][1])], {"label": None}]),
            "bad_label": (["s002", [("cls", b"two"), ("jpg", good(2)[1][1][1])], {"label": None}]),
            # A JPEG whose entropy-coded data stops halfway (no EOI): its lower rows are missing.
-           "cut_jpeg": (["s002", [("cls", b"2"), ("jpg", good(2)[1][1][1][:740])], {"label": 2}])}
+           "cut_jpeg": (["s002", [("cls", b"2"), ("jpg", good(2)[1][1][1][:740])], {"label": 2}]),
+           # The same cut, closed with an EOI marker as a repairing tool leaves it: libjpeg only
+           # warns (premature end of data segment) and fills the rest with grey.
+           "cut_jpeg_eoi": (["s002", [("cls", b"2"), ("jpg", good(2)[1][1][1][:740] + b"\xff\xd9")],
+                             {"label": 2}]),
+           # A progressive JPEG cut in its later scans: every row is read before any is output.
+           "cut_progressive": (["s002", [("cls", b"2"), ("jpg", cut_progressive())], {"label": 2}]),
+           # A PNG whose compressed rows stop halfway, closed with an IEND chunk.
+           "cut_png": (["s002", [("cls", b"2"), ("png", cut_png())], {"label": 2}]),
+           # A PNG header that declares 60000x60000 pixels over a few bytes of data.
+           "bomb": (["s002", [("cls", b"2"), ("png", png_bomb())], {"label": 2}])}
     for name, sample in bad.items():
         samples = [good(0), good(1), tuple(sample), good(3)]
         manifest[name] = write_shard(os.path.join(out, name + ".tar"), samples)
+    # all_bad.tar: four samples whose .jpg is text, so that a batch of them has no good sample.
+    manifest["all_bad"] = write_shard(
+        os.path.join(out, "all_bad.tar"),
+        [(f"b{i}", [("cls", b"0"), ("jpg", b"hello")], {"label": 0}) for i in range(4)])
     # mixed.tar: 10 good samples and the three bad ones among them.
     samples = [good(i) for i in range(10)]
     samples.insert(3, ("bad_text", [("cls", b"0"), ("jpg", b"hello")], {"label": 0}))

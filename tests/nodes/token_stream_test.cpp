@@ -80,6 +80,33 @@ TEST_F(MegatronIndexTest, ReadsDocumentsAndAcceptsEitherFileName) {
   }
 }
 
+// An index far larger than the reader's 64 KiB buffer, with several sequences per document: every
+// document start comes out right across the buffer's refills (the .idx is read in pieces).
+TEST(MegatronIndexPieces, ALargeIndexIsReadInPiecesExactly) {
+  TempDir dir;
+  std::vector<std::vector<std::uint32_t>> documents;
+  std::vector<std::uint64_t> starts = {0};
+  for (std::uint32_t d = 0; d < 30000; ++d) {
+    documents.push_back(std::vector<std::uint32_t>(1 + d % 7, d % 65536));
+    starts.push_back(starts.back() + documents.back().size());
+  }
+  write_megatron(dir.file("big"), DType::uint16, documents);
+  // Merge every three sequences into one document: document_indices 0, 3, 6, ..., 30000.
+  const std::string idx = dir.file("big.idx");
+  const std::uint64_t sequences = documents.size();
+  const std::uint64_t at = 34 + sequences * 12;
+  std::vector<std::uint64_t> want;
+  for (std::uint64_t d = 0; d * 3 <= sequences; ++d) {
+    patch(idx, at + d * 8, static_cast<std::int64_t>(d * 3));
+    want.push_back(starts[d * 3]);
+  }
+  std::filesystem::resize_file(idx, at + want.size() * 8);
+  patch(idx, 26, static_cast<std::uint64_t>(want.size()));
+  TokenStream s({dir.file("big")}, TokenFormat::megatron, std::nullopt);
+  EXPECT_EQ(s.tokens(), starts.back());
+  EXPECT_EQ(s.document_starts(), want);
+}
+
 TEST_F(MegatronIndexTest, BadMagic) {
   patch(idx_, 0, 'X');
   EXPECT_EQ(error(), kPrefix + idx_ +

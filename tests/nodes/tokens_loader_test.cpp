@@ -352,6 +352,28 @@ TEST_F(TokensLoaderTest, DirectReadsTakeTheAlignedXRows) {
   }
 }
 
+// 2^32 - 1 random windows need a sampling order of 32 GiB: the build checks it against the memory
+// the pipeline may use (here 1 GiB) before any of it is taken, even for a run of five batches.
+TEST_F(TokensLoaderTest, TheSamplingOrderOfAllWindowsIsCheckedAgainstTheBudget) {
+  const std::string path = dir_.file("train.bin");
+  write_raw(path, licenses().tokens, 2);
+  Registry r;
+  register_builtin_nodes(r);
+  register_window_sink(r, std::make_shared<Seen>());
+  const PipelineConfig config = load_config_string(
+      yaml("files: " + path + ", context: 8, positions: random, windows: 4294967295"), r);
+  setenv("FLOWFEED_AVAILABLE_MEMORY", "1G", 1);
+  const std::string message = test::error_of<ConfigError>([&] { Pipeline p(config, r); });
+  unsetenv("FLOWFEED_AVAILABLE_MEMORY");
+  EXPECT_EQ(message,
+            "<string>:4:5: nodes.load.params (the data set's size): the sampling order of node "
+            "'load' (tokens: 4294967295 samples x 4 bytes, twice while an epoch's order replaces "
+            "the last) needs 32.0 GiB of host memory, and 1.0 GiB is available "
+            "(FLOWFEED_AVAILABLE_MEMORY, 1.5 KiB of it already claimed by the pools and data sets "
+            "before it; the process would be killed for want of memory mid-run) lower "
+            "nodes.load.params (the data set's size)");
+}
+
 // configs/tokens.yaml runs over the licence corpus written as nanoGPT's train.bin.
 TEST_F(TokensLoaderTest, ShippedConfigRuns) {
   const std::string path = dir_.file("train.bin");

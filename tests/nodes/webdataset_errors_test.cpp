@@ -77,6 +77,127 @@ TEST(WebDatasetErrors, AJpegCutShortFailsWhenItsCropNeedsTheMissingRows) {
   EXPECT_EQ(r.report.skipped_samples, 1u);
 }
 
+TEST(WebDatasetErrors, AJpegClosedEarlyIsABadSampleNotAGreyCrop) {
+  // The entropy-coded data stops halfway and an EOI marker follows: libjpeg only warns (and PIL
+  // loads it) but the lower rows would be grey.
+  const std::string tar = corrupt_tar("cut_jpeg_eoi");
+  const std::string params = ", height: 24, width: 32, crop: center, resize: 24";
+  EXPECT_EQ(run_error(chain(tar, params)),
+            fmt::format("{} batch 0 (epoch 0): {}: sample 's002' (member 's002.jpg' at offset "
+                        "{}): corrupt JPEG data (Corrupt JPEG data: premature end of data "
+                        "segment)",
+                        kLoad, tar, header_of("cut_jpeg_eoi", 2)));
+  Outcome r = run(chain(tar, params, ", on_error: skip, max_skipped: 1"));
+  EXPECT_EQ(r.report.samples, 3u);
+  EXPECT_EQ(r.report.skipped_samples, 1u);
+}
+
+TEST(WebDatasetErrors, ACutProgressiveJpegFailsWhateverItsCrop) {
+  // Every scan is read before the first row comes out: even a crop of the top rows lacks data.
+  const std::string tar = corrupt_tar("cut_progressive");
+  EXPECT_EQ(run_error(chain(tar, ", height: 4, width: 4, scale_min: 0.05, scale_max: 0.1")),
+            fmt::format("{} batch 0 (epoch 0): {}: sample 's002' (member 's002.jpg' at offset "
+                        "{}): corrupt JPEG data (Premature end of JPEG file)",
+                        kLoad, tar, header_of("cut_progressive", 2)));
+}
+
+TEST(WebDatasetErrors, ACutPngIsABadSample) {
+  const std::string tar = corrupt_tar("cut_png");
+  EXPECT_EQ(run_error(chain(tar, ", height: 24, width: 32, crop: center, resize: 24")),
+            fmt::format("{} batch 0 (epoch 0): {}: sample 's002' (member 's002.png' at offset "
+                        "{}): not a decodable PNG (Not enough image data)",
+                        kLoad, tar, header_of("cut_png", 2, "png")));
+  Outcome r = run(chain(tar, ", height: 8, width: 8", ", on_error: skip, max_skipped: 1"));
+  EXPECT_EQ(r.report.samples, 3u);
+  EXPECT_EQ(r.report.skipped_samples, 1u);
+}
+
+TEST(WebDatasetErrors, ADecompressionBombIsRefusedFromItsHeader) {
+  // 60000x60000 declared over a few bytes: 10 GiB of pixels, never allocated.
+  const std::string tar = corrupt_tar("bomb");
+  const std::string bad = fmt::format(
+      "{}: sample 's002' (member 's002.png' at offset {}): the image declares 60000x60000 = "
+      "3600000000 pixels, more than max_pixels = 89478485 (a decompression bomb, or a larger "
+      "image than expected: raise nodes.load.params.max_pixels to accept it)",
+      tar, header_of("bomb", 2, "png"));
+  EXPECT_EQ(run_error(chain(tar, "")), fmt::format("{} batch 0 (epoch 0): {}", kLoad, bad));
+  Outcome r = run(chain(tar, ", height: 8, width: 8", ", on_error: skip, max_skipped: 1"));
+  EXPECT_EQ(r.report.samples, 3u);
+  EXPECT_EQ(r.report.skipped_samples, 1u);
+  // The limit is a param: a lower one refuses the 32x24 pictures too.
+  EXPECT_EQ(run_error(chain(corrupt_tar("whole"), ", height: 8, width: 8, max_pixels: 767")),
+            fmt::format("{} batch 0 (epoch 0): {}: sample 's000' (member 's000.jpg' at offset "
+                        "{}): the image declares 32x24 = 768 pixels, more than max_pixels = 767 "
+                        "(a decompression bomb, or a larger image than expected: raise "
+                        "nodes.load.params.max_pixels to accept it)",
+                        kLoad, corrupt_tar("whole"), header_of("whole", 0)));
+}
+
+TEST(WebDatasetErrors, EachSampleOfAWhollyBadBatchCountsAgainstMaxSkipped) {
+  const std::string tar = corrupt_tar("all_bad");
+  // One batch of four bad samples is four dropped samples, not one skipped batch.
+  EXPECT_EQ(run_error(chain(tar, "", ", batch_size: 4, on_error: skip, max_skipped: 3")),
+            fmt::format("{} batch 0 (epoch 0): {}: sample 'b0' (member 'b0.jpg' at offset {}): "
+                        "not a decodable JPEG (Not a JPEG file: starts with 0x68 0x65) (4 samples "
+                        "dropped, more than pipeline.max_skipped = 3)",
+                        kLoad, tar, header_of("all_bad", 0)));
+}
+
+TEST(WebDatasetErrors, ARunThatDeliversNoSampleFails) {
+  const std::string tar = corrupt_tar("all_bad");
+  Registry r;
+  register_builtin_nodes(r);
+  register_capture(r, std::make_shared<Captured>());
+  Pipeline p(
+      load_config_string(chain(tar, "", ", batch_size: 2, on_error: skip, max_skipped: 100"), r),
+      r);
+  ::testing::internal::CaptureStderr();
+  const std::string message = error_of<DataError>([&] { p.run(); });
+  ::testing::internal::GetCapturedStderr();
+  const std::string expected =
+      "the run delivered no sample: all 4 were dropped as bad under pipeline.on_error: skip (2 "
+      "batches skipped; the errors are above, and under \"warnings\" in --report) fix or remove "
+      "the bad data";
+  EXPECT_EQ(message, expected);
+  // Pulled batches alike: the call that would have said "no more" says so instead.
+  Pipeline pull(load_config_string(
+                    fmt::format("pipeline: {{ device: host, mode: pull, batch_size: 2, on_error: "
+                                "skip, max_skipped: 100 }}\n"
+                                "nodes:\n"
+                                "  - {{ name: load, type: webdataset, params: {{ shards: '{}' }} "
+                                "}}\n",
+                                tar),
+                    r),
+                r);
+  Session session = pull.start();
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(error_of<DataError>([&] { EXPECT_EQ(session.next(), nullptr); }), expected);
+  ::testing::internal::GetCapturedStderr();
+}
+
+TEST(WebDatasetErrors, DroppedSamplesAreSaidOnStderrTheFirstFiveInFull) {
+  const std::string tar = corrupt_tar("mixed");
+  ::testing::internal::CaptureStderr();
+  Outcome r = run(chain(tar, "", ", epochs: 2, batch_size: 5, on_error: skip, max_skipped: 6"), 2);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(r.report.skipped_samples, 6u);
+  const auto line = [&](std::uint32_t sample, int batch, int epoch, const std::string& key,
+                        const std::string& why) {
+    return fmt::format(
+        "flowfeed: node 'load' (webdataset): dropped sample {} of batch {} (epoch {}): {}: "
+        "sample '{}' (member '{}.jpg' at offset {}): {}\n",
+        sample, batch, epoch, tar, key, key, header_of("mixed", static_cast<int>(sample)), why);
+  };
+  const std::string text = "not a decodable JPEG (Not a JPEG file: starts with 0x68 0x65)";
+  const std::string empty = "empty image (0 bytes)";
+  const std::string label = "no label member (.cls)";
+  EXPECT_EQ(err, line(3, 0, 0, "bad_text", text) + line(7, 1, 0, "bad_empty", empty) +
+                     line(11, 2, 0, "bad_nolabel", label) + line(3, 3, 1, "bad_text", text) +
+                     line(7, 4, 1, "bad_empty", empty) +
+                     "flowfeed: node 'load' (webdataset): 6 samples dropped in all "
+                     "(pipeline.on_error: skip; the first 5 are shown above)\n");
+}
+
 TEST(WebDatasetErrors, SkipDropsExactlyTheBadSamplesAndNamesThem) {
   const std::string tar = corrupt_tar("mixed");
   Outcome r = run(chain(tar, "", ", epochs: 2, batch_size: 5, on_error: skip, max_skipped: 6"), 2);
@@ -96,9 +217,9 @@ TEST(WebDatasetErrors, SkipDropsExactlyTheBadSamplesAndNamesThem) {
   EXPECT_EQ(r.seen->y[0], (std::vector<std::int32_t>{0, 1, 2, 3}));
   ASSERT_EQ(r.report.warnings.size(), 6u);
   EXPECT_EQ(r.report.warnings[0],
-            fmt::format("skipped: dropped sample 3 from batch 0 (epoch 0): {}: sample 'bad_text' "
-                        "(member 'bad_text.jpg' at offset {}): not a decodable JPEG (Not a JPEG "
-                        "file: starts with 0x68 0x65)",
+            fmt::format("skipped: node 'load' (webdataset): dropped sample 3 of batch 0 (epoch 0): "
+                        "{}: sample 'bad_text' (member 'bad_text.jpg' at offset {}): not a "
+                        "decodable JPEG (Not a JPEG file: starts with 0x68 0x65)",
                         tar, header_of("mixed", 3)));
 
   // One more than max_skipped ends the run.
@@ -156,9 +277,9 @@ TEST(WebDatasetErrors, BytesFieldsArriveZeroPaddedWithTheirLengths) {
   EXPECT_EQ(report.skipped_samples, 2u);
   ASSERT_EQ(report.warnings.size(), 2u);
   EXPECT_EQ(report.warnings[0],
-            fmt::format("skipped: dropped sample 1 from batch 0 (epoch 0): {}: sample 's001' "
-                        "(member 's001.jpg' at offset {}): its .txt member holds 40 bytes, more "
-                        "than the 16 of bytes_fields",
+            fmt::format("skipped: node 'load' (webdataset): dropped sample 1 of batch 0 (epoch 0): "
+                        "{}: sample 's001' (member 's001.jpg' at offset {}): its .txt member holds "
+                        "40 bytes, more than the 16 of bytes_fields",
                         tar, header_of("fields", 1)));
 }
 

@@ -186,18 +186,19 @@ TEST(Autotune, ASlowTrainNodeLeavesTheLoaderAloneAndTheDepthGateHoldsBelowThePoo
 }
 
 TEST(Autotune, AMemoryBudgetTooSmallForTheWantedDepthSizesThePoolsForTheMostItAllows) {
-  // Three pools of 16640-byte buffers: 49920 bytes per batch in flight, so 300 KiB holds 6.
+  // Three pools of 16640-byte buffers: 49920 bytes per batch in flight. The sampling order takes
+  // 60 KiB (7680 samples x 4 bytes, twice), so the 240 KiB left of 300 KiB hold 4.
   const RunReport r = run_yaml(chain(120, 4, "", 1, ", memory_budget: { host: 300K, device: 1G }"));
   EXPECT_EQ(r.batches, 120u);
   expect_within_budget(r);
-  EXPECT_EQ(r.tuning.max_prefetch_depth, 6);
+  EXPECT_EQ(r.tuning.max_prefetch_depth, 4);
   EXPECT_TRUE(r.tuning.depth_capped_by_memory);
   EXPECT_EQ(r.tuning.host_budget_bytes, 300u * 1024);
-  EXPECT_EQ(r.tuning.host_pool_bytes, 6u * 3 * 16640);
-  EXPECT_LE(settled(r, "pipeline.prefetch_depth"), 6);
+  EXPECT_EQ(r.tuning.host_pool_bytes, 4u * 3 * 16640 + 7680 * 4 * 2);
+  EXPECT_LE(settled(r, "pipeline.prefetch_depth"), 4);
   ASSERT_FALSE(r.tuning.decisions.empty());
   EXPECT_EQ(r.tuning.decisions.front().why,
-            "limit: pools sized for prefetch_depth 6, the most pipeline.memory_budget allows (32 "
+            "limit: pools sized for prefetch_depth 4, the most pipeline.memory_budget allows (32 "
             "wanted; host budget 300.0 KiB, device budget 1.0 GiB)");
 }
 

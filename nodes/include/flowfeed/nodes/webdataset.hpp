@@ -50,6 +50,9 @@ struct WebDatasetOptions {
   bool dct_scaling = true;  ///< decode JPEGs at a reduced size when the crop allows
   int num_classes = 0;      ///< when > 0, labels must be in [0, num_classes)
   bool parallel = true;     ///< decode a batch's samples in parallel (tbb::parallel_for)
+  /// An image whose header declares more pixels (width × height) is a bad sample, refused before
+  /// it is decoded (a decompression bomb); Pillow's MAX_IMAGE_PIXELS by default.
+  std::uint64_t max_pixels = 89478485;
   std::vector<BytesField> bytes_fields;  ///< tensors after x and y, in this order (at most 8)
 };
 

@@ -1,0 +1,62 @@
+#include "flowfeed/drop_log.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+
+#include "flowfeed/stats.hpp"
+
+namespace flowfeed {
+
+void check_something_delivered(const RunReport& report) {
+  if (report.interrupted || report.samples > 0 || report.skipped_samples == 0) return;
+  throw DataError(fmt::format(
+      "the run delivered no sample: all {} were dropped as bad under pipeline.on_error: skip ({} "
+      "batches skipped; the errors are above, and under \"warnings\" in --report) fix or remove "
+      "the bad data",
+      report.skipped_samples, report.skipped_batches));
+}
+
+void DropLog::note(const std::string& what) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++count_;
+  if (count_ <= kShown) {
+    // One write per line, so lines from several nodes do not interleave.
+    const std::string line = fmt::format("flowfeed: {}: dropped {}\n", who_, what);
+    std::fputs(line.c_str(), stderr);
+    std::fflush(stderr);
+  }
+  if (kept_.size() < kKept) kept_.push_back(what);
+}
+
+std::uint64_t DropLog::count() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return count_;
+}
+
+void DropLog::finish(RunReport& report) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  report.skipped_samples += count_;
+  for (const std::string& w : kept_) {
+    if (report.warnings.size() >= kKept) break;
+    report.warnings.push_back(fmt::format("skipped: {}: dropped {}", who_, w));
+  }
+  if (count_ > kShown) {
+    const std::string line = fmt::format(
+        "flowfeed: {}: {} samples dropped in all (pipeline.on_error: skip; the first "
+        "{} are shown above)\n",
+        who_, count_, kShown);
+    std::fputs(line.c_str(), stderr);
+    std::fflush(stderr);
+  }
+  count_ = 0;
+  kept_.clear();
+}
+
+void DropLog::reset() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  count_ = 0;
+  kept_.clear();
+}
+
+}  // namespace flowfeed
