@@ -315,5 +315,76 @@ TEST_F(TokenPackingLoaderTest, ResumeMidEpochEqualsTheUninterruptedRun) {
     ASSERT_TRUE(parts->batches[i] == whole->batches[i]) << "batch " << i;
 }
 
+// Params that do not fit packing, or do nothing, are config errors at their keys; values that do
+// not fit the files' token type are data errors at build naming the file.
+TEST_F(TokenPackingLoaderTest, ParamsThatDoNotFitAreErrorsNamingTheKey) {
+  const std::string path = dir_.file("train.bin");
+  write_raw(path, concat_documents(paragraphs(true)), 2);
+  const auto seen = std::make_shared<PackedSeen>();
+  Registry r = registry_with(seen);
+  auto problems = [&](const std::string& params) {
+    return test::problems_of(
+        [&] { load_config_string(yaml("files: " + path + ", " + params), r); });
+  };
+  // "<string>:7:<column of the value of `key:` in the params line>: "
+  auto at = [&](const std::string& params, const std::string& key) {
+    const std::string line = "    params: { files: " + path + ", " + params;
+    return "<string>:7:" + std::to_string(line.find(key + ": ") + key.size() + 3) + ": ";
+  };
+  const std::string random = "context: 64, packing: best_fit, positions: random, windows: 10";
+  const std::string why =
+      "does not fit packing (packing: best_fit fixes each window's documents at build; the "
+      "sampler shuffles the windows) ";
+  EXPECT_EQ(problems(random),
+            (std::vector<std::string>{
+                at(random, "positions") + "nodes[0].params.positions: random " + why +
+                    "set positions: sequential",
+                at(random, "windows") + "nodes[0].params.windows: 10 " + why +
+                    "remove windows: packed windows per epoch follow from the documents"}));
+  const std::string unused = "context: 64, pad: 3, eos: 256";
+  EXPECT_EQ(problems(unused),
+            (std::vector<std::string>{
+                at(unused, "pad") +
+                    "nodes[0].params.pad: applies to packed windows only (packing: none) set "
+                    "packing: best_fit, or remove pad",
+                at(unused, "eos") +
+                    "nodes[0].params.eos: ends documents, which neither packing: none nor "
+                    "cross_documents: true looks at (windows cross documents) set packing: "
+                    "best_fit, or cross_documents: false"}));
+  auto build_error = [&](const std::string& params) {
+    return testing_files::data_error(
+        [&] { Pipeline p(load_config_string(yaml("files: " + path + ", " + params), r), r); });
+  };
+  EXPECT_EQ(build_error("context: 64, packing: first_fit, pad: 65536"),
+            "node 'load' (tokens, <string>:4): " + path +
+                ": pad 65536 does not fit a uint16 token (it is stored in the token's 2 bytes) "
+                "choose a value from -32768 to 65535");
+  EXPECT_EQ(build_error("context: 64, packing: first_fit, eos: 70000"),
+            "node 'load' (tokens, <string>:4): " + path +
+                ": eos 70000 is not a uint16 token (at most 65535), so no document would end "
+                "set eos to the tokenizer's end-of-text id");
+}
+
+// eos bounds the windows of cross_documents: false as well: no window spans a paragraph's end.
+TEST_F(TokenPackingLoaderTest, EosBoundsWindowsInsideDocuments) {
+  const auto documents = paragraphs(true);
+  const std::string path = dir_.file("train.bin");
+  write_raw(path, concat_documents(documents), 2);
+  std::vector<std::uint64_t> bounds = {0};
+  for (const auto& d : documents) bounds.push_back(bounds.back() + d.size());
+  TokensOptions o;
+  o.files = {path};
+  o.context = 200;
+  o.cross_documents = false;
+  o.eos = kEos;
+  const TokensLoader loader(o);
+  const std::vector<std::uint64_t> starts = all_starts(bounds, 200, false);
+  ASSERT_EQ(loader.size(), starts.size());
+  for (std::size_t w = 0; w < starts.size(); ++w) ASSERT_EQ(loader.window_start(0, w), starts[w]);
+  // Without eos the file is one document: many more windows.
+  o.eos.reset();
+  EXPECT_EQ(TokensLoader(o).size(), (bounds.back() - 1) / 200);
+}
+
 }  // namespace
 }  // namespace flowfeed
