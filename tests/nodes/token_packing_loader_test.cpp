@@ -106,9 +106,10 @@ void register_packed_sink(Registry& registry, std::shared_ptr<PackedSeen> out) {
 }
 
 std::string yaml(const std::string& params, const std::string& sampler = "shuffle: true, seed: 3",
-                 int epochs = 2) {
+                 int epochs = 2, int batch_size = 8) {
   return "pipeline: { epochs: " + std::to_string(epochs) +
-         ", batch_size: 8, prefetch_depth: 4, device: host, threads: 4 }\n"
+         ", batch_size: " + std::to_string(batch_size) +
+         ", prefetch_depth: 4, device: host, threads: 4 }\n"
          "sampler: { " +
          sampler +
          " }\n"
@@ -313,6 +314,63 @@ TEST_F(TokenPackingLoaderTest, ResumeMidEpochEqualsTheUninterruptedRun) {
   ASSERT_EQ(parts->batches.size(), whole->batches.size());
   for (std::size_t i = 0; i < whole->batches.size(); ++i)
     ASSERT_TRUE(parts->batches[i] == whole->batches[i]) << "batch " << i;
+}
+
+/// Row `row` of a batch: its x, y, position_ids and doc_ids, one after the other.
+std::vector<std::int64_t> row_of(const PackedBatch& b, std::size_t row, std::size_t context) {
+  std::vector<std::int64_t> out;
+  for (std::size_t t = row * context; t < (row + 1) * context; ++t) {
+    out.insert(out.end(), {b.x[t], b.y[t], b.positions[t], b.documents[t]});
+  }
+  return out;
+}
+
+// A checkpoint of one rank with batches of 8 resumes as two ranks with batches of 4 (the same
+// global batch): together they deliver the rest of the uninterrupted run's windows, each once and
+// with the same contents.
+TEST_F(TokenPackingLoaderTest, ResumeOnTwoRanksDeliversTheRestOfTheRun) {
+  const std::string path = dir_.file("train.bin");
+  write_raw(path, concat_documents(paragraphs(true)), 2);
+  const std::string params =
+      "files: " + path + ", context: 256, eos: 256, packing: first_fit, lookahead: 40";
+  const auto whole = std::make_shared<PackedSeen>();
+  Registry r = registry_with(whole);
+  const RunReport all = Pipeline(load_config_string(yaml(params), r), r).run();
+  const std::uint64_t stop = all.batches / 2 / 2 + 5;
+  {
+    Pipeline p(load_config_string(yaml(params), r), r);
+    RunOptions options;
+    options.stop_after = stop;
+    p.run(options);
+    p.save_checkpoint(dir_.file("ckpt"));
+  }
+  // Each (epoch, window) of the uninterrupted run, and the contents it had there.
+  std::map<std::pair<std::uint32_t, std::uint32_t>, std::vector<std::int64_t>> contents;
+  std::multiset<std::pair<std::uint32_t, std::uint32_t>> rest;
+  for (std::size_t i = 0; i < all.batches; ++i) {
+    const PackedBatch& b = whole->batches[i];
+    for (std::size_t row = 0; row < b.samples.size(); ++row) {
+      contents[{b.epoch, b.samples[row]}] = row_of(b, row, 256);
+      if (i >= stop) rest.insert({b.epoch, b.samples[row]});
+    }
+  }
+  std::multiset<std::pair<std::uint32_t, std::uint32_t>> resumed;
+  for (int rank : {0, 1}) {
+    const auto seen = std::make_shared<PackedSeen>();
+    Registry rr = registry_with(seen);
+    PipelineConfig config = load_config_string(
+        yaml(params, "shuffle: true, seed: 3, world: 2, rank: " + std::to_string(rank), 2, 4), rr);
+    config.pipeline.resume_from = dir_.file("ckpt");
+    Pipeline(config, rr).run();
+    for (const PackedBatch& b : seen->batches) {
+      for (std::size_t row = 0; row < b.samples.size(); ++row) {
+        resumed.insert({b.epoch, b.samples[row]});
+        ASSERT_EQ(row_of(b, row, 256), contents.at({b.epoch, b.samples[row]}))
+            << "rank " << rank << " epoch " << b.epoch << " window " << b.samples[row];
+      }
+    }
+  }
+  EXPECT_EQ(resumed, rest);
 }
 
 // Params that do not fit packing, or do nothing, are config errors at their keys; values that do
