@@ -373,6 +373,25 @@ TEST_F(TokenPackingLoaderTest, ResumeOnTwoRanksDeliversTheRestOfTheRun) {
   EXPECT_EQ(resumed, rest);
 }
 
+// configs/tokens_packed.yaml runs over the licence paragraphs written as a train.bin whose
+// documents end with GPT-2's end-of-text id.
+TEST_F(TokenPackingLoaderTest, ShippedConfigRuns) {
+  auto documents = paragraphs(false);
+  for (auto& d : documents) d.push_back(50256);
+  const std::string path = dir_.file("train.bin");
+  write_raw(path, concat_documents(documents), 2);
+  Registry r;
+  register_builtin_nodes(r);
+  Pipeline p(load_config_file(std::string(FLOWFEED_SOURCE_DIR) + "/configs/tokens_packed.yaml", r,
+                              {"nodes.load.params.files=" + path}),
+             r);
+  const RunReport report = p.run();
+  EXPECT_EQ(extra(report, "load.packed_documents"), static_cast<double>(documents.size()));
+  EXPECT_EQ(static_cast<double>(report.samples), extra(report, "load.packed_windows"));
+  EXPECT_LT(extra(report, "load.padding_fraction"), 0.05);
+  EXPECT_EQ(report.allocations_after_build, 0u);
+}
+
 // Params that do not fit packing, or do nothing, are config errors at their keys; values that do
 // not fit the files' token type are data errors at build naming the file.
 TEST_F(TokenPackingLoaderTest, ParamsThatDoNotFitAreErrorsNamingTheKey) {
