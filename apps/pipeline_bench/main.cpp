@@ -139,7 +139,7 @@ int main(int argc, char** argv) {
   packing->add_option("--sigma", o.packing_sigma, "log-normal shape of the lengths (median 400)")
       ->check(CLI::Range(0.0, 4.0));
   packing->add_option("--lookahead", o.packing_lookahead, "documents packed together")
-      ->check(CLI::Range(1, 1 << 24));
+      ->check(CLI::Range(1, 1 << 20));
   packing->add_option("--epochs", o.packing_epochs, "epochs of each run")
       ->check(CLI::Range(1, 1000));
   packing->add_option("--io", o.packing_io, "the loader's io")

@@ -37,7 +37,7 @@ void add_packing_params(Schema& schema) {
                "packing: documents packed together (a block, in stream order; each block is "
                "packed on its own)",
                1024)
-      .range(1, 1 << 24);
+      .range(1, 1 << 20);
   schema
       .add_int("eos",
                "a document ends after each token of this id (raw files or Megatron data sets); "

@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <stdexcept>
 
 #include "flowfeed/error.hpp"
 #include "flowfeed/extend.hpp"
