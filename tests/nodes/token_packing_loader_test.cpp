@@ -445,12 +445,18 @@ TEST_F(TokenPackingLoaderTest, ParamsThatDoNotFitAreErrorsNamingTheKey) {
 // eos bounds the windows of cross_documents: false as well: no window spans a paragraph's end.
 TEST_F(TokenPackingLoaderTest, EosBoundsWindowsInsideDocuments) {
   const auto documents = paragraphs(true);
-  const std::string path = dir_.file("train.bin");
-  write_raw(path, concat_documents(documents), 2);
+  const std::vector<std::uint32_t> tokens = concat_documents(documents);
   std::vector<std::uint64_t> bounds = {0};
   for (const auto& d : documents) bounds.push_back(bounds.back() + d.size());
+  // Two files: the first ends inside a paragraph (a file is a document of its own, so that is a
+  // boundary too), the second's own end is the stream's.
+  const std::uint64_t cut = bounds[bounds.size() / 2] + 77;
+  write_raw(dir_.file("a.bin"), tokens.data(), static_cast<std::size_t>(cut), 2);
+  write_raw(dir_.file("b.bin"), tokens.data() + cut, tokens.size() - static_cast<std::size_t>(cut),
+            2);
+  bounds.insert(std::upper_bound(bounds.begin(), bounds.end(), cut), cut);
   TokensOptions o;
-  o.files = {path};
+  o.files = {dir_.file("a.bin"), dir_.file("b.bin")};
   o.context = 200;
   o.cross_documents = false;
   o.eos = kEos;
@@ -458,9 +464,9 @@ TEST_F(TokenPackingLoaderTest, EosBoundsWindowsInsideDocuments) {
   const std::vector<std::uint64_t> starts = all_starts(bounds, 200, false);
   ASSERT_EQ(loader.size(), starts.size());
   for (std::size_t w = 0; w < starts.size(); ++w) ASSERT_EQ(loader.window_start(0, w), starts[w]);
-  // Without eos the file is one document: many more windows.
+  // Without eos each file is one document: many more windows.
   o.eos.reset();
-  EXPECT_EQ(TokensLoader(o).size(), (bounds.back() - 1) / 200);
+  EXPECT_EQ(TokensLoader(o).size(), (cut - 1) / 200 + (tokens.size() - cut - 1) / 200);
 }
 
 }  // namespace
