@@ -89,6 +89,12 @@ struct Options {
   int tokens_loaders = 8;                ///< tokens loader concurrency
   int tokens_stage_concurrency = 4;      ///< staging concurrency
   int tokens_depth = 32;                 ///< prefetch_depth
+  // packing (and the tokens options for its graph)
+  std::size_t packing_documents = 500000;  ///< documents generated
+  double packing_sigma = 1.44;             ///< log-normal shape of their lengths (median 400)
+  int packing_lookahead = 1024;            ///< documents packed together
+  int packing_epochs = 2;                  ///< epochs of each run
+  std::string packing_io = "mmap";         ///< the loader's io
   // images
   std::string image_shards;        ///< WebDataset shards (a glob or list); empty: skipped
   std::string images_config;       ///< configs/images.yaml
@@ -157,6 +163,7 @@ std::string scaling_yaml(double load_ms, double train_ms, int batches, int epoch
 std::string storage_config(const Options& o, int epochs);
 void storage(Bench& bench);
 void tokens(Bench& bench);
+void packing(Bench& bench);
 void images(Bench& bench);
 
 }  // namespace flowfeed::bench

@@ -14,6 +14,8 @@
 //                         O_DIRECT reads, warm vs the memory loader, for pread and io_uring
 //   tokens                windows/s of 1,024 uint16 tokens from a warm token file to the device vs
 //                         the memory loader serving the same bytes through the same graph
+//   packing               documents of OpenWebText-like lengths packed into windows of 1,024:
+//                         padding with best-fit and first-fit, packed windows/s
 //   images                JPEG shards to float32 on the device (configs/images.yaml) at 1, 4 and
 //                         all cores vs TurboJPEG's one-thread full decode rate x threads
 //   all                   every scenario; those needing a GPU are skipped, with the reason, without
@@ -142,6 +144,22 @@ int main(int argc, char** argv) {
   tokens->add_option("--stage-concurrency", o.tokens_stage_concurrency, "staging concurrency")
       ->check(int_range(1, 256));
   tokens->add_option("--depth", o.tokens_depth, "prefetch_depth")->check(int_range(1, 4096));
+  auto* packing = app.add_subcommand(
+      "packing", "documents packed into windows of 1,024: padding and packed windows/s");
+  packing->add_option("--documents", o.packing_documents, "documents generated (log-normal)")
+      ->check(int_range(1, 1 << 30));
+  packing->add_option("--sigma", o.packing_sigma, "log-normal shape of the lengths (median 400)")
+      ->check(CLI::Range(0.0, 4.0));
+  packing->add_option("--lookahead", o.packing_lookahead, "documents packed together")
+      ->check(int_range(1, 1 << 20));
+  packing->add_option("--epochs", o.packing_epochs, "epochs of each run")
+      ->check(int_range(1, 1000));
+  packing->add_option("--io", o.packing_io, "the loader's io")
+      ->check(CLI::IsMember({"pread", "io_uring", "mmap"}));
+  packing->add_option("--batch", o.tokens_batch, "windows per batch")->check(int_range(1, 65536));
+  packing->add_option("--loaders", o.tokens_loaders, "tokens loader concurrency")
+      ->check(int_range(1, 256));
+  packing->add_option("--depth", o.tokens_depth, "prefetch_depth")->check(int_range(1, 4096));
   auto* images = app.add_subcommand(
       "images", "JPEG shards decoded, cropped, uploaded and normalized vs the decode ceiling");
   images
@@ -184,6 +202,7 @@ int main(int argc, char** argv) {
       {"scaling", flowfeed::bench::scaling},
       {"autotune", flowfeed::bench::autotune},
       {"tokens", flowfeed::bench::tokens},
+      {"packing", flowfeed::bench::packing},
       {"naive", flowfeed::bench::naive},
       {"small_batches", flowfeed::bench::small_batches},
       {"bandwidth", flowfeed::bench::bandwidth},

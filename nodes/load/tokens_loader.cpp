@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <stdexcept>
 
 #include "flowfeed/error.hpp"
 #include "flowfeed/extend.hpp"
@@ -8,6 +9,8 @@
 #include "flowfeed/pool.hpp"
 #include "flowfeed/registry.hpp"
 #include "io_engine.hpp"
+#include "token_packed_reads.hpp"
+#include "token_packing.hpp"
 #include "token_stream.hpp"
 #include "token_windows.hpp"
 
@@ -29,7 +32,14 @@ TokensLoader::TokensLoader(TokensOptions options) : options_(std::move(options))
   stream_ = std::make_unique<TokenStream>(files_, options_.format, options_.dtype, options_.mmap,
                                           options_.io, options_.concurrency,
                                           "node '" + options_.name + "'");
-  windows_ = std::make_unique<TokenWindows>(stream_->document_starts(), options_, describe(files_));
+  std::vector<std::uint64_t> documents = stream_->document_starts();
+  if (options_.eos) documents = split_at_eos(*stream_, *options_.eos, documents, describe(files_));
+  if (options_.packing != Packing::none) {
+    packed_ =
+        make_packed_windows(std::move(documents), options_, stream_->dtype(), describe(files_));
+  } else {
+    windows_ = std::make_unique<TokenWindows>(documents, options_, describe(files_));
+  }
 }
 
 TokensLoader::~TokensLoader() = default;
@@ -46,6 +56,7 @@ TokensOptions TokensLoader::options_from(const Params& params) {
   o.cross_documents = params.get_bool("cross_documents");
   o.seed = static_cast<std::uint64_t>(params.get_int("seed"));
   o.windows = static_cast<std::uint64_t>(params.get_int("windows"));
+  read_packing_options(params, o);
   o.io = io_options_from(params);
   // The token stream maps its pieces itself (windows are copied from the mapping); its engine,
   // for the reads that do not come from a mapping, reads with pread.
@@ -55,6 +66,7 @@ TokensOptions TokensLoader::options_from(const Params& params) {
 }
 
 std::size_t TokensLoader::size() const {
+  if (packed_) return static_cast<std::size_t>(packed_->size());
   return static_cast<std::size_t>(windows_->size());
 }
 
@@ -67,13 +79,19 @@ std::uint64_t TokensLoader::tokens() const noexcept {
 }
 
 std::uint64_t TokensLoader::window_start(std::uint32_t epoch, std::uint64_t index) const {
+  if (!windows_) throw std::logic_error("tokens: packed windows have no single start");
   return windows_->start(epoch, index);
 }
 
 std::vector<TensorSpec> TokensLoader::sample_tensors() const {
   const auto context = static_cast<std::int64_t>(options_.context);
-  return {TensorSpec{"x", stream_->dtype(), {context}},
-          TensorSpec{"y", stream_->dtype(), {context}}};
+  std::vector<TensorSpec> tensors = {TensorSpec{"x", stream_->dtype(), {context}},
+                                     TensorSpec{"y", stream_->dtype(), {context}}};
+  if (packed_) {
+    tensors.push_back(TensorSpec{"position_ids", DType::int32, {context}});
+    tensors.push_back(TensorSpec{"doc_ids", DType::int32, {context}});
+  }
+  return tensors;
 }
 
 std::vector<std::string> TokensLoader::files() const {
@@ -93,6 +111,11 @@ void TokensLoader::setup(BuildContext& context) {
 
 void TokensLoader::process(Batch& batch) {
   batch.lease(tier_) = pool_->acquire();
+  if (packed_) {
+    fill_packed_rows(*stream_, *packed_, options_.context, packed_fill(options_, stream_->width()),
+                     batch, tier_);
+    return;
+  }
   std::byte* xs = batch.tensor(tier_, 0);
   std::byte* ys = batch.tensor(tier_, 1);
   const std::uint64_t context = options_.context;
@@ -127,6 +150,7 @@ void TokensLoader::process(Batch& batch) {
 
 void TokensLoader::finish(RunReport& report) {
   stream_->engine().report(report, options_.name);
+  if (packed_) report_packing(*packed_, options_.name, report);
 }
 
 void register_tokens(Registry& registry) {
@@ -159,8 +183,9 @@ void register_tokens(Registry& registry) {
   schema
       .add_int("windows", "random positions: windows per epoch (0: as many as sequential ones)", 0)
       .range(0, 4294967295.0);
+  add_packing_params(schema);
   add_io_params(schema);
-  registry.set(factory_type(
+  NodeType t = factory_type(
       "tokens", Role::load, std::move(schema),
       [](const NodeSpec& spec) {
         TokensOptions o = TokensLoader::options_from(spec.params);
@@ -170,7 +195,10 @@ void register_tokens(Registry& registry) {
       },
       "language-model windows from token files (raw uint16/uint32 like nanoGPT's train.bin, or "
       "Megatron-LM .bin + .idx): x = `context` tokens, y = the same shifted by one, at the "
-      "file's width"));
+      "file's width; packing: whole documents packed into windows, with position_ids and "
+      "doc_ids");
+  t.check = check_packing;
+  registry.set(std::move(t));
 }
 
 }  // namespace flowfeed

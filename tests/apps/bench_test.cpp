@@ -160,6 +160,38 @@ TEST(PipelineBench, TokensQuick) {
   EXPECT_EQ(d.at("random").at("extra").at("load.io_bytes"), 4.0 * 4095 * 4096);
 }
 
+TEST(PipelineBench, PackingQuick) {
+  const BenchRun r = run_bench("packing --quick", "packing");
+  ASSERT_EQ(r.code, 0) << r.output;
+  expect_rows(r, {{"packing_padding_best_fit", "fraction"},
+                  {"packing_padding_first_fit", "fraction"},
+                  {"packing_windows_best_fit", "windows/s"},
+                  {"packing_windows_first_fit", "windows/s"}});
+  const nlohmann::json* best = find_row(r.json, "packing_padding_best_fit");
+  EXPECT_EQ(best->at("target").at("value"), 0.05);
+  EXPECT_EQ(best->at("target").at("bound"), "at_most");
+  // 20,000 documents of OpenWebText-like lengths in windows of 1,024: best-fit pads under 5%, and
+  // no more than first-fit.
+  const double best_padding = best->at("figure").get<double>();
+  EXPECT_LT(best_padding, 0.05);
+  EXPECT_LE(best_padding,
+            find_row(r.json, "packing_padding_first_fit")->at("figure").get<double>());
+  const nlohmann::json& d = r.json.at("scenarios").at("packing");
+  EXPECT_EQ(d.at("documents"), 20000);
+  for (const char* run : {"best_fit", "first_fit"}) {
+    SCOPED_TRACE(run);
+    const nlohmann::json& extra = d.at(run).at("extra");
+    EXPECT_EQ(extra.at("load.packed_documents"), 20000.0);
+    EXPECT_EQ(d.at(run).at("samples"), extra.at("load.packed_windows"));
+    EXPECT_EQ(d.at(run).at("allocations_after_build"), 0);
+    // Every window's tokens and padding: tokens + padding = windows x 1,024.
+    EXPECT_NEAR(extra.at("load.padding_fraction").get<double>() *
+                    extra.at("load.packed_windows").get<double>() * 1024,
+                extra.at("load.packed_windows").get<double>() * 1024 - d.at("tokens").get<double>(),
+                1e-3);
+  }
+}
+
 /// Element names and attributes of an XML file, parsed with expat; false when it is not
 /// well-formed.
 struct Xml {
@@ -319,7 +351,8 @@ TEST(PipelineBench, AllWithoutAGpuRunsTheHostScenariosAndSaysWhatItSkipped) {
                   {"scaling_load_bound", "batches/s"},
                   {"scaling_train_bound", "batches/s"},
                   {"storage_warm_io_uring", "GB/s"},
-                  {"tokens_random_windows", "windows/s"}});
+                  {"tokens_random_windows", "windows/s"},
+                  {"packing_padding_best_fit", "fraction"}});
   EXPECT_TRUE(fs::exists(svg));
   std::vector<std::string> skipped;
   for (const auto& s : r.json.at("skipped")) {

@@ -3,7 +3,8 @@
 /// The `tokens` loader: windows of `context` token ids from flat token files (nanoGPT's train.bin:
 /// raw little-endian uint16 or uint32) or Megatron-LM indexed data sets (`.bin` + `.idx`), for
 /// language-model training. Sample `i` is a window: `x` its `context` tokens, `y` the same window
-/// shifted by one token. Tokens keep their on-disk width (uint16 tokens travel as 2 bytes).
+/// shifted by one token. Tokens keep their on-disk width (uint16 tokens travel as 2 bytes). With
+/// packing, a sample is a window of whole documents, with `position_ids` and `doc_ids` beside.
 
 #include <cstddef>
 #include <cstdint>
@@ -20,6 +21,7 @@ namespace flowfeed {
 class Registry;
 class TokenStream;
 class TokenWindows;
+class PackedWindows;
 
 /// How token files are stored.
 enum class TokenFormat {
@@ -31,6 +33,13 @@ enum class TokenFormat {
 enum class WindowPositions {
   sequential,  ///< window i starts at token i * context: non-overlapping, the same every epoch
   random,      ///< window i of epoch e starts at a position drawn from (seed, e, i) alone
+};
+
+/// Whether and how whole documents are packed into windows (`packing`).
+enum class Packing {
+  none,       ///< windows of the stream at `positions`, cutting documents anywhere
+  first_fit,  ///< each document into the first window of its block with room
+  best_fit,   ///< each document into the window of its block with the least room that fits
 };
 
 /// Options of the `tokens` loader (the params of its schema).
@@ -51,6 +60,21 @@ struct TokensOptions {
   std::uint64_t seed = 0;  ///< random positions: the seed of the draw
   /// Random positions: windows per epoch; 0 = as many as sequential positions give.
   std::uint64_t windows = 0;
+  /// Packing: whole documents (Megatron's, each raw file, or ended by `eos`) packed into windows
+  /// of `context` tokens, a document cut into window-sized pieces only when longer than a window;
+  /// adds `position_ids` and `doc_ids` to x and y. `positions` must be sequential and `windows` 0.
+  Packing packing = Packing::none;
+  /// Packing: documents packed together, in stream order (each block packed on its own).
+  std::uint64_t lookahead = 1024;
+  /// A document ends after each token of this id (raw files or Megatron data sets); for packing
+  /// and for `cross_documents: false`.
+  std::optional<std::uint32_t> eos;
+  /// Packing: the id of `x` in the positions no document fills. Stored in the token's width: it
+  /// must fit it (negative values as two's complement).
+  std::int64_t pad = 0;
+  /// Packing: the target `y` at a document's last token and in padding (-1: all bits set, 65535
+  /// for uint16 tokens). Stored in the token's width like `pad`.
+  std::int64_t ignore = -1;
   IoOptions io;         ///< how windows are read (pread or io_uring; O_DIRECT; read sizes)
   bool mmap = false;    ///< copy windows from the files mapped read-only instead (`io: mmap`): no
                         ///< system call per window; a file truncated while mapped kills the process
@@ -87,15 +111,17 @@ class TokensLoader final : public LoaderNode {
   DType dtype() const noexcept;
   /// Tokens in the whole stream.
   std::uint64_t tokens() const noexcept;
-  /// First token of window `index` in `epoch` (its x; y starts one later).
+  /// First token of window `index` in `epoch` (its x; y starts one later). Packed windows have
+  /// none: std::logic_error.
   std::uint64_t window_start(std::uint32_t epoch, std::uint64_t index) const;
 
  private:
   TokensOptions options_;
   std::vector<std::string> files_;  // expanded
   std::unique_ptr<TokenStream> stream_;
-  std::unique_ptr<TokenWindows> windows_;
-  Tier tier_ = Tier::host;  // where reads land: the fill pool's tier
+  std::unique_ptr<TokenWindows> windows_;  // unless packed
+  std::unique_ptr<PackedWindows> packed_;  // packing
+  Tier tier_ = Tier::host;                 // where reads land: the fill pool's tier
   BufferPool* pool_ = nullptr;
 };
 
