@@ -491,3 +491,13 @@ def test_the_python_md_example_runs():
     scope = {}
     exec(compile(code, "PYTHON.md", "exec"), scope)
     assert scope["p"].report()["samples"] == 1000
+
+
+def test_the_readme_example_runs():
+    text = open(os.path.join(os.path.dirname(__file__), "..", "..", "README.md")).read()
+    start = text.index("```python\n") + 10
+    code = text[start:text.index("```\n", start)]
+    scope = {}
+    exec(compile(code, "README.md", "exec"), scope)
+    report = scope["p"].report()
+    assert report["samples"] == 1024 and report["batches"] == 4
