@@ -181,6 +181,24 @@ TEST(ImageFolder, RootErrorsSayWhatIsMissing) {
       << message;
 }
 
+TEST(ImageFolder, LinkedClassesCountAndALinkLoopIsWalkedOnce) {
+  const Tree& t = shared_tree();
+  TempDir d;
+  std::filesystem::create_directories(d.file("cls"));
+  std::filesystem::copy_file(t.file("tree/zebra/y.png"), d.file("cls/a.png"));
+  std::filesystem::create_directory_symlink(".", d.file("cls/loop"));  // cls/loop/loop/...
+  std::filesystem::create_directory_symlink("cls", d.file("alias"));   // a class as torchvision's
+  Outcome r = run(folder(", root: '" + d.file("") + "'", ", batch_size: 4"));
+  const Seen s = seen_of(r, 1);
+  ASSERT_EQ(s.rows.size(), 2u);
+  const Json& y = t.files()[9];
+  ASSERT_EQ(y["path"], "zebra/y.png");
+  expect_file(s.rows.at({0, 0u}), y, 0);  // alias/a.png
+  expect_file(s.rows.at({0, 1u}), y, 1);  // cls/a.png
+  EXPECT_EQ(r.report.extra.at("load.class.alias"), 0.0);
+  EXPECT_EQ(r.report.extra.at("load.class.cls"), 1.0);
+}
+
 TEST(ImageFolder, CorruptImageIsSkippedOrNamed) {
   const Tree& t = shared_tree();
   const std::string root = ", root: '" + t.file("corrupt") + "'";
