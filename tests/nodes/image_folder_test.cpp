@@ -170,6 +170,9 @@ TEST(ImageFolder, RootErrorsSayWhatIsMissing) {
   EXPECT_EQ(build_error(folder(", root: '" + d.file("") + "'")),
             kFolder + "root '" + d.file("") +
                 "' holds no image (.jpg, .jpeg or .png below a class directory)");
+  const std::string tree = shared_tree().file("tree");
+  EXPECT_EQ(build_error(folder(", num_classes: 4, root: '" + tree + "'")),
+            kFolder + "root '" + tree + "' has 5 class directories, more than num_classes = 4");
   Registry r;
   register_builtin_nodes(r);
   register_capture(r, std::make_shared<Captured>());
@@ -224,16 +227,18 @@ TEST(ImageFolder, FilesThatVanishOrBecomeFifosAfterTheWalkAreBadSamples) {
     return std::make_unique<Pipeline>(
         load_config_string(folder(", root: '" + root + "'", pipeline), reg), reg);
   };
-  auto skipping = build(", batch_size: 4, on_error: skip, max_skipped: 2");
+  auto skipping = build(", batch_size: 4, on_error: skip, max_skipped: 3");
   auto failing = build(", batch_size: 4");
   const std::string gone = root + "/" + t.files()[2]["path"].get<std::string>();
   const std::string fifo = root + "/" + t.files()[7]["path"].get<std::string>();
   ASSERT_EQ(std::remove(gone.c_str()), 0);
   ASSERT_EQ(std::remove(fifo.c_str()), 0);
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  const std::string cut = root + "/" + t.files()[4]["path"].get<std::string>();
+  std::filesystem::resize_file(cut, 40);  // changed after the walk: cut short
   const RunReport report = skipping->run();
-  EXPECT_EQ(report.samples, 8u);
-  EXPECT_EQ(report.skipped_samples, 2u);
+  EXPECT_EQ(report.samples, 7u);
+  EXPECT_EQ(report.skipped_samples, 3u);
   std::string warnings;
   for (const std::string& w : report.warnings) warnings += w + "\n";
   EXPECT_NE(warnings.find(gone + ": cannot open: No such file or directory"), std::string::npos)
