@@ -140,6 +140,15 @@ TEST(ImageFolder, FileListGivesItsOwnLabelsAndPaths) {
     expect_file(row, t.files()[key.second], 100 + static_cast<int>(key.second));
   }
   EXPECT_EQ(r.report.extra.count("load.classes"), 0u);
+  // With root, relative paths start there; an absolute path stays as it is.
+  TempDir d;
+  std::ofstream(d.file("l.txt")) << "zebra/y.png 4\n" << t.file("tree/cat/a.jpg") << "\t5\n";
+  Outcome rooted = run(folder(
+      ", root: '" + t.file("tree") + "', file_list: '" + d.file("l.txt") + "'", ", batch_size: 2"));
+  const Seen two = seen_of(rooted, 1);
+  ASSERT_EQ(two.rows.size(), 2u);
+  expect_file(two.rows.at({0, 0u}), t.files()[9], 4);
+  expect_file(two.rows.at({0, 1u}), t.files()[2], 5);
 }
 
 TEST(ImageFolder, FileListRowsWithoutALabelAreNamedByLine) {
