@@ -34,23 +34,19 @@ bool has_image_extension(std::string_view name) {
   return ext == "jpg" || ext == "jpeg" || ext == "png";
 }
 
-/// A file found below a class directory: its path relative to the root, and where its file name
-/// starts in it (so files sort by directory, then name, as sorted(os.walk()) yields them).
+/// A file found below a class directory: its path relative to the root (in ClassWalk::names), and
+/// where its file name starts in it (so files sort by directory, then name, as sorted(os.walk())
+/// yields them).
 struct Found {
-  std::string path;
+  std::uint64_t at = 0;
+  std::uint32_t len = 0;
   std::uint32_t name_at = 0;
 };
-
-bool walk_order(const Found& a, const Found& b) {
-  const std::string_view ad(a.path.data(), a.name_at - 1);
-  const std::string_view bd(b.path.data(), b.name_at - 1);
-  if (ad != bd) return ad < bd;
-  return std::string_view(a.path).substr(a.name_at) < std::string_view(b.path).substr(b.name_at);
-}
 
 /// What the walk of one class directory found.
 struct ClassWalk {
   std::vector<Found> files;
+  std::string names;  ///< the files' paths, one after another
   std::size_t special = 0;
   std::string error;
 };
@@ -70,8 +66,7 @@ class FdCloser {
 };
 
 std::string list_error(const std::string& root, const std::string& rel, int err) {
-  return fmt::format("cannot list directory '{}/{}': {}", root, rel,
-                     std::strerror(err));
+  return fmt::format("cannot list directory '{}/{}': {}", root, rel, std::strerror(err));
 }
 
 /// Walks the class directory `cls` below `root_fd` (named `root` in messages), one directory
@@ -125,10 +120,11 @@ void walk_class(int root_fd, const std::string& root, const std::string& cls, Cl
       if (type == DT_REG) {
         if (has_image_extension(name)) {
           Found f;
-          f.path.reserve(rel.size() + 1 + name.size());
-          f.path.append(rel).append(1, '/').append(name);
+          f.at = w.names.size();
+          f.len = static_cast<std::uint32_t>(rel.size() + 1 + name.size());
           f.name_at = static_cast<std::uint32_t>(rel.size() + 1);
-          w.files.push_back(std::move(f));
+          w.names.append(rel).append(1, '/').append(name);
+          w.files.push_back(f);
         }
       } else if (type == DT_DIR) {
         todo.push_back(rel + "/" + std::string(name));
@@ -139,7 +135,14 @@ void walk_class(int root_fd, const std::string& root, const std::string& cls, Cl
     ::closedir(dir);
     if (!w.error.empty()) return;
   }
-  std::sort(w.files.begin(), w.files.end(), walk_order);
+  const std::string_view names(w.names);
+  std::sort(w.files.begin(), w.files.end(), [names](const Found& a, const Found& b) {
+    const std::string_view ad = names.substr(a.at, a.name_at - 1);
+    const std::string_view bd = names.substr(b.at, b.name_at - 1);
+    if (ad != bd) return ad < bd;
+    return names.substr(a.at + a.name_at, a.len - a.name_at) <
+           names.substr(b.at + b.name_at, b.len - b.name_at);
+  });
 }
 
 std::string_view trim(std::string_view s) {
@@ -154,15 +157,13 @@ ImageFolderIndex ImageFolderIndex::walk(const std::string& root) {
   ImageFolderIndex index;
   const int root_fd = ::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NONBLOCK);
   if (root_fd < 0) {
-    throw DataError(
-        fmt::format("root '{}' cannot be listed: {}", root, std::strerror(errno)));
+    throw DataError(fmt::format("root '{}' cannot be listed: {}", root, std::strerror(errno)));
   }
   FdCloser root_closer(root_fd);
   {
     DIR* dir = ::fdopendir(::dup(root_fd));
     if (dir == nullptr) {
-      throw DataError(
-          fmt::format("root '{}' cannot be listed: {}", root, std::strerror(errno)));
+      throw DataError(fmt::format("root '{}' cannot be listed: {}", root, std::strerror(errno)));
     }
     for (;;) {
       errno = 0;
@@ -185,8 +186,8 @@ ImageFolderIndex ImageFolderIndex::walk(const std::string& root) {
   }
   std::sort(index.classes_.begin(), index.classes_.end());
   if (index.classes_.empty()) {
-    throw DataError(fmt::format(
-        "root '{}' holds no class directory (images go in root/<class>/)", root));
+    throw DataError(
+        fmt::format("root '{}' holds no class directory (images go in root/<class>/)", root));
   }
   std::vector<ClassWalk> walks(index.classes_.size());
   tbb::parallel_for(tbb::blocked_range<std::size_t>(0, walks.size(), 1),
@@ -201,31 +202,31 @@ ImageFolderIndex ImageFolderIndex::walk(const std::string& root) {
     if (!w.error.empty()) throw DataError(w.error);
     files += w.files.size();
     index.special_files_ += w.special;
-    for (const Found& f : w.files) bytes += f.path.size();
+    bytes += w.names.size();
   }
   if (files == 0) {
     throw DataError(fmt::format(
-        "root '{}' holds no image (.jpg, .jpeg or .png below a class directory)",
-        root));
+        "root '{}' holds no image (.jpg, .jpeg or .png below a class directory)", root));
   }
   if (files > static_cast<std::size_t>(std::numeric_limits<std::uint32_t>::max())) {
-    throw DataError(
-        fmt::format("root '{}' holds {} images, more than 2^32 - 1", root, files));
+    throw DataError(fmt::format("root '{}' holds {} images, more than 2^32 - 1", root, files));
   }
   index.base_ = root.empty() || root.back() == '/' ? root : root + "/";
   index.files_.reserve(files);
   index.names_.reserve(bytes);
   for (std::size_t c = 0; c < walks.size(); ++c) {
-    for (Found& f : walks[c].files) {
+    const std::string& names = walks[c].names;
+    for (const Found& f : walks[c].files) {
       FolderFile file;
       file.name_at = index.names_.size();
-      file.name_len = static_cast<std::uint32_t>(f.path.size());
+      file.name_len = f.len;
       file.label = static_cast<std::int32_t>(c);
-      index.names_.insert(index.names_.end(), f.path.begin(), f.path.end());
+      index.names_.insert(index.names_.end(), names.begin() + static_cast<std::ptrdiff_t>(f.at),
+                          names.begin() + static_cast<std::ptrdiff_t>(f.at + f.len));
       index.files_.push_back(file);
-      std::string().swap(f.path);
     }
     std::vector<Found>().swap(walks[c].files);
+    std::string().swap(walks[c].names);
   }
   return index;
 }
@@ -234,8 +235,7 @@ ImageFolderIndex ImageFolderIndex::read_list(const std::string& list, const std:
                                              int num_classes) {
   std::ifstream in(list, std::ios::binary);
   if (!in) {
-    throw DataError(
-        fmt::format("file_list '{}' cannot be read: {}", list, std::strerror(errno)));
+    throw DataError(fmt::format("file_list '{}' cannot be read: {}", list, std::strerror(errno)));
   }
   ImageFolderIndex index;
   if (!base.empty()) {
