@@ -8,6 +8,7 @@ void register_memory(Registry& registry);
 void register_npy(Registry& registry);
 void register_tokens(Registry& registry);
 void register_webdataset(Registry& registry);
+void register_image_folder(Registry& registry);
 void register_host_staging(Registry& registry);
 void register_host_upload(Registry& registry);
 void register_checksum(Registry& registry);
@@ -25,6 +26,7 @@ void register_load_nodes(Registry& registry) {
   register_npy(registry);
   register_tokens(registry);
   register_webdataset(registry);
+  register_image_folder(registry);
 }
 void register_staging_nodes(Registry& registry) {
   register_host_staging(registry);

@@ -3,8 +3,6 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <oneapi/tbb/enumerable_thread_specific.h>
-#include <oneapi/tbb/parallel_for.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,22 +20,7 @@
 
 namespace flowfeed {
 
-/// What one thread decodes with: its decoder and the encoded bytes of its current sample. Each
-/// grows to the largest sample it has met, then is reused.
-struct DecodeWorker {
-  ImageDecoder decoder;
-  std::vector<std::uint8_t> encoded;
-};
-struct DecodeWorkers {
-  tbb::enumerable_thread_specific<DecodeWorker> per_thread;
-};
-
 namespace {
-
-std::string param_where(const NodeSpec& spec, const std::string& key) {
-  SourceLoc loc = spec.params.loc(key);
-  return (loc.file.empty() ? spec.loc : loc).str();
-}
 
 std::vector<std::string> field_names(const std::vector<BytesField>& fields) {
   std::vector<std::string> names;
@@ -101,14 +84,8 @@ WebDatasetLoader::WebDatasetLoader(WebDatasetOptions options)
       throw;
     }
   }
-  target_.width = options_.width;
-  target_.height = options_.height;
-  target_.channels = options_.channels;
-  target_.chw = options_.chw;
-  target_.dct_scaling = options_.dct_scaling;
-  sample_bytes_ = static_cast<std::size_t>(options_.width) *
-                  static_cast<std::size_t>(options_.height) *
-                  static_cast<std::size_t>(options_.channels);
+  target_ = decode_target(options_);
+  sample_bytes_ = image_bytes(options_);
 }
 
 WebDatasetLoader::~WebDatasetLoader() {
@@ -116,64 +93,17 @@ WebDatasetLoader::~WebDatasetLoader() {
 }
 
 WebDatasetOptions WebDatasetLoader::options_from(const NodeSpec& spec) {
-  const Params& p = spec.params;
   WebDatasetOptions o;
-  o.shards = p.get_string_list("shards");
-  o.height = static_cast<int>(p.get_int("height"));
-  o.width = static_cast<int>(p.get_int("width"));
-  o.channels = static_cast<int>(p.get_int("channels"));
-  o.chw = p.get_string("layout") == "chw";
-  o.crop = p.get_string("crop") == "center" ? ImageCrop::center : ImageCrop::random_resized;
-  o.scale_min = p.get_number("scale_min");
-  o.scale_max = p.get_number("scale_max");
-  o.ratio_min = p.get_number("ratio_min");
-  o.ratio_max = p.get_number("ratio_max");
-  o.resize = static_cast<int>(p.get_int("resize"));
-  if (o.resize == 0) o.resize = static_cast<int>(std::lround(std::max(o.height, o.width) / 0.875));
-  o.flip = p.get_number("flip");
-  o.seed = static_cast<std::uint64_t>(p.get_int("seed"));
-  o.dct_scaling = p.get_bool("dct_scaling");
-  o.num_classes = static_cast<int>(p.get_int("num_classes"));
-  o.parallel = p.get_bool("parallel");
-  o.max_pixels = static_cast<std::uint64_t>(p.get_int("max_pixels"));
+  o.shards = spec.params.get_string_list("shards");
   std::vector<std::string> problems;
+  image_options_from(spec, o, problems);
   parse_bytes_fields(spec, o, problems);
-  if (o.channels != 1 && o.channels != 3) {
-    problems.push_back(
-        fmt::format("{}: nodes.{}.params.channels: {} is not supported (1: gray, "
-                    "3: RGB)",
-                    param_where(spec, "channels"), spec.name, o.channels));
-  }
-  if (o.scale_min > o.scale_max) {
-    problems.push_back(
-        fmt::format("{}: nodes.{}.params.scale_min: {} is above scale_max {} (the "
-                    "area fraction range must not be empty)",
-                    param_where(spec, "scale_min"), spec.name, o.scale_min, o.scale_max));
-  }
-  if (o.ratio_min > o.ratio_max) {
-    problems.push_back(
-        fmt::format("{}: nodes.{}.params.ratio_min: {} is above ratio_max {} (the "
-                    "aspect ratio range must not be empty)",
-                    param_where(spec, "ratio_min"), spec.name, o.ratio_min, o.ratio_max));
-  }
-  if (o.crop == ImageCrop::center && o.resize < std::min(o.height, o.width)) {
-    problems.push_back(
-        fmt::format("{}: nodes.{}.params.resize: {} is smaller than the crop {}x{} "
-                    "(the center crop must fit in the resized image)",
-                    param_where(spec, "resize"), spec.name, o.resize, o.height, o.width));
-  }
   if (!problems.empty()) throw ConfigError(std::move(problems));
   return o;
 }
 
 std::vector<TensorSpec> WebDatasetLoader::sample_tensors() const {
-  const std::int64_t h = options_.height;
-  const std::int64_t w = options_.width;
-  const std::int64_t c = options_.channels;
-  std::vector<std::int64_t> shape =
-      options_.chw ? std::vector<std::int64_t>{c, h, w} : std::vector<std::int64_t>{h, w, c};
-  std::vector<TensorSpec> tensors = {TensorSpec{"x", DType::uint8, std::move(shape)},
-                                     TensorSpec{"y", DType::int32, {}}};
+  std::vector<TensorSpec> tensors = image_tensors(options_);
   for (const BytesField& f : options_.bytes_fields) {
     tensors.push_back({f.field, DType::uint8, {static_cast<std::int64_t>(f.max_bytes)}});
     tensors.push_back({f.field + "_len", DType::int32, {}});
@@ -183,11 +113,12 @@ std::vector<TensorSpec> WebDatasetLoader::sample_tensors() const {
 
 void WebDatasetLoader::setup(BuildContext& context) {
   const PipelineOptions& pipeline = context.pipeline_options();
-  skip_ = pipeline.on_error == OnError::skip;
+  policy_.parallel = options_.parallel;
+  policy_.skip = pipeline.on_error == OnError::skip;
+  policy_.max_skipped = pipeline.max_skipped;
   node_name_ = context.spec().name;
   drops_.set_who(fmt::format("node '{}' (webdataset)", node_name_));
-  max_skipped_ = pipeline.max_skipped;
-  if (!skip_) {
+  if (!policy_.skip) {
     // Without skip a sample that the headers already show to be unusable would fail its batch
     // later: say so now, before the run starts.
     for (const ShardSample& s : index_.samples()) {
@@ -282,36 +213,12 @@ void WebDatasetLoader::load_sample(std::uint32_t sample, std::uint32_t epoch,
   read_fields(sample, row);
   if (w.encoded.size() < s.image_bytes) w.encoded.resize(s.image_bytes);
   read_exact(s, s.image_offset, s.image_bytes, w.encoded.data());
-  try {
-    const ImageSize size = w.decoder.size(w.encoded.data(), s.image_bytes, s.format);
-    // From the header, before a byte is decoded: the decoder's buffers grow with the image.
-    const std::uint64_t pixels =
-        static_cast<std::uint64_t>(size.width) * static_cast<std::uint64_t>(size.height);
-    if (pixels > options_.max_pixels) {
-      throw DataError(fmt::format(
-          "{}: the image declares {}x{} = {} pixels, more than max_pixels = {} (a decompression "
-          "bomb, or a larger image than expected: raise nodes.{}.params.max_pixels to accept it)",
-          index_.where(s), size.width, size.height, pixels, options_.max_pixels, node_name_));
-    }
-    CropBox box;
-    if (options_.crop == ImageCrop::random_resized) {
-      SampleRng rng(options_.seed, epoch, sample, kCropSalt);
-      box = random_resized_crop(size.width, size.height, options_.scale_min, options_.scale_max,
-                                options_.ratio_min, options_.ratio_max, rng);
-    } else {
-      box = center_crop(size.width, size.height, options_.resize, options_.width, options_.height);
-    }
-    // The crop, resize, flip and layout happen in one pass that writes the batch's row.
-    const bool flip = flip_choice(options_.seed, epoch, sample, options_.flip);
-    w.decoder.decode(w.encoded.data(), s.image_bytes, s.format, size, box, target_, flip, row.x);
-  } catch (const DecodeError& e) {
-    throw DataError(index_.where(s) + ": " + e.what());
-  }
+  decode_image_sample(w.decoder, w.encoded.data(), s.image_bytes, s.format, options_, target_,
+                      epoch, sample, index_.where(s), node_name_, row.x);
 }
 
 void WebDatasetLoader::process(Batch& batch) {
   batch.host = pool_->acquire();
-  const std::size_t rows = batch.rows();
   const std::size_t fields = options_.bytes_fields.size();
   auto targets = [&batch, fields, this](std::size_t row) {
     RowTargets t{};
@@ -324,80 +231,8 @@ void WebDatasetLoader::process(Batch& batch) {
     }
     return t;
   };
-  std::mutex failures_mutex;
-  std::vector<Failure> failures;  // allocates only when a sample fails
-  auto one = [&](std::size_t row) {
-    try {
-      load_sample(batch.samples[row], batch.epoch, targets(row));
-    } catch (const DataError& e) {
-      std::lock_guard<std::mutex> lock(failures_mutex);
-      failures.push_back({row, e.what(), true});
-    } catch (const std::exception& e) {
-      std::lock_guard<std::mutex> lock(failures_mutex);
-      failures.push_back({row, e.what(), false});
-    }
-  };
-  if (options_.parallel && rows > 1) {
-    tbb::parallel_for(std::size_t{0}, rows, one);
-  } else {
-    for (std::size_t row = 0; row < rows; ++row) one(row);
-  }
-  if (failures.empty()) return;
-  // The first failing row decides, whatever the threads' timing.
-  std::sort(failures.begin(), failures.end(),
-            [](const Failure& a, const Failure& b) { return a.row < b.row; });
-  for (const Failure& f : failures) {
-    if (!f.data_error) throw std::runtime_error(f.message);
-  }
-  if (!skip_) throw DataError(failures.front().message);
-  drop_rows(batch, failures);
-}
-
-void WebDatasetLoader::drop_rows(Batch& batch, std::vector<Failure>& failures) {
-  const std::size_t rows = batch.rows();
-  // Every dropped sample counts, one by one, against max_skipped, and is said once.
-  for (const Failure& f : failures) {
-    drops_.note(fmt::format("sample {} of batch {} (epoch {}): {}", batch.samples[f.row], batch.seq,
-                            batch.epoch, f.message));
-  }
-  const std::uint64_t dropped = drops_.count();
-  if (dropped > static_cast<std::uint64_t>(max_skipped_)) {
-    throw std::runtime_error(fmt::format("{} ({} {} dropped, more than pipeline.max_skipped = {})",
-                                         failures.front().message, dropped,
-                                         dropped == 1 ? "sample" : "samples", max_skipped_));
-  }
-  if (failures.size() == rows) {
-    // Nothing left to deliver: the batch is skipped as a whole, its samples counted above.
-    throw BatchDroppedError(
-        fmt::format("every sample of the batch is bad; the first: {}", failures.front().message));
-  }
-  // Move the good rows down over the dropped ones, tensor by tensor, to where a batch of the new
-  // row count keeps them (BatchLayout packs a shorter batch just as tightly). A tensor's new place
-  // starts no later than its old one and ends before the next tensor's old place, so copying the
-  // tensors in order, each row forward, never overwrites a byte still to be read.
-  auto* base = reinterpret_cast<std::uint8_t*>(batch.data(Tier::host));
-  const BatchLayout& layout = *batch.layout;
-  const std::size_t kept_rows = rows - failures.size();
-  for (std::size_t t = 0; t < layout.tensors().size(); ++t) {
-    const std::size_t bytes = layout.tensors()[t].sample_bytes();
-    const std::uint8_t* from = base + layout.offset(t, rows);
-    std::uint8_t* to = base + layout.offset(t, kept_rows);
-    std::size_t kept = 0;
-    std::size_t next_failure = 0;
-    for (std::size_t row = 0; row < rows; ++row) {
-      if (next_failure < failures.size() && failures[next_failure].row == row) {
-        ++next_failure;
-        continue;
-      }
-      if (to + kept * bytes != from + row * bytes) {
-        std::memmove(to + kept * bytes, from + row * bytes, bytes);
-      }
-      if (t == 0) batch.samples[kept] = batch.samples[row];
-      ++kept;
-    }
-  }
-  const std::size_t kept = kept_rows;
-  batch.samples.resize(kept);
+  load_rows(batch, policy_, drops_,
+            [&](std::size_t row) { load_sample(batch.samples[row], batch.epoch, targets(row)); });
 }
 
 void WebDatasetLoader::finish(RunReport& report) {

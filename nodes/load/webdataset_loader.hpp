@@ -6,13 +6,13 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "flowfeed/drop_log.hpp"
 #include "flowfeed/nodes/webdataset.hpp"
 #include "image_decode.hpp"
+#include "image_samples.hpp"
 #include "webdataset_index.hpp"
 
 namespace flowfeed {
@@ -45,11 +45,6 @@ class WebDatasetLoader final : public LoaderNode {
   const WebDatasetIndex& index() const noexcept { return index_; }
 
  private:
-  struct Failure {
-    std::size_t row;
-    std::string message;
-    bool data_error;
-  };
   /// Where one row of a batch goes: x, y, and each bytes field's bytes and length.
   struct RowTargets {
     std::uint8_t* x;
@@ -62,8 +57,6 @@ class WebDatasetLoader final : public LoaderNode {
   void load_sample(std::uint32_t sample, std::uint32_t epoch, const RowTargets& row);
   void read_fields(std::uint32_t sample, const RowTargets& row) const;
   std::int32_t parse_label(const ShardSample& s, const std::uint8_t* bytes) const;
-  /// Drops the failed rows from the batch (under skip), moving later rows down.
-  void drop_rows(Batch& batch, std::vector<Failure>& failures);
   void read_exact(const ShardSample& s, std::uint64_t offset, std::size_t bytes,
                   std::uint8_t* dst) const;
 
@@ -73,8 +66,7 @@ class WebDatasetLoader final : public LoaderNode {
   DecodeTarget target_;
   std::size_t sample_bytes_ = 0;
   BufferPool* pool_ = nullptr;
-  bool skip_ = false;
-  int max_skipped_ = 0;
+  RowPolicy policy_;
   std::string node_name_;  ///< for messages that name a param
   std::unique_ptr<DecodeWorkers> workers_;
   DropLog drops_;

@@ -4,6 +4,7 @@
 #include "flowfeed/extend.hpp"
 #include "flowfeed/registry.hpp"
 #include "image_augment.hpp"
+#include "image_samples.hpp"
 #include "webdataset_loader.hpp"
 
 namespace flowfeed {
@@ -81,35 +82,7 @@ void register_webdataset(Registry& registry) {
                     "tar shards: paths, globs and braces ({000..009}, {a,b}), a list or one "
                     "string separated by commas or spaces; one data set in that order")
       .make_required();
-  s.add_int("height", "output rows", 224).range(1, 16384);
-  s.add_int("width", "output columns", 224).range(1, 16384);
-  s.add_int("channels", "3: RGB, 1: gray", 3).range(1, 3);
-  s.add_string("layout", "x as [H, W, C] (hwc) or [C, H, W] (chw)", std::string("hwc"))
-      .one_of({"hwc", "chw"});
-  s.add_string("crop", "random_resized (training) or center (Resize + CenterCrop)",
-               std::string("random_resized"))
-      .one_of({"random_resized", "center"});
-  s.add_number("scale_min", "random_resized: smallest area fraction of the crop", 0.08)
-      .range(1e-6, 1);
-  s.add_number("scale_max", "random_resized: largest area fraction of the crop", 1.0)
-      .range(1e-6, 1);
-  s.add_number("ratio_min", "random_resized: smallest aspect ratio (width / height)", 3.0 / 4.0)
-      .range(1e-3, 1e3);
-  s.add_number("ratio_max", "random_resized: largest aspect ratio (width / height)", 4.0 / 3.0)
-      .range(1e-3, 1e3);
-  s.add_int("resize", "center: the shorter side before the crop (0: max(height, width) / 0.875)", 0)
-      .range(0, 65536);
-  s.add_number("flip", "probability of a left-right flip", 0.0).range(0, 1);
-  s.add_int("seed", "seeds crops and flips together with (epoch, sample index)", 0).at_least(0);
-  s.add_bool("dct_scaling", "decode a JPEG at 1/2, 1/4 or 1/8 size when its crop allows", true);
-  s.add_int("num_classes", "when > 0, labels must be in [0, num_classes)", 0)
-      .range(0, 2147483647.0);
-  s.add_bool("parallel", "decode a batch's samples in parallel on the pipeline's threads", true);
-  s.add_int("max_pixels",
-            "an image whose header declares more pixels (width x height) is a bad sample, refused "
-            "before it is decoded (Pillow's MAX_IMAGE_PIXELS)",
-            89478485)
-      .range(1, 4294967296.0);
+  add_image_params(s);
   s.add_string("bytes_fields",
                "members delivered as bytes, 'json:4096, txt:256': tensors json uint8 [4096] "
                "(zero-padded) and json_len int32 each",

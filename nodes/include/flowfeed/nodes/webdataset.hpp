@@ -29,12 +29,8 @@ struct BytesField {
   std::size_t max_bytes = 0;  ///< the tensor's size per sample
 };
 
-/// Options of the `webdataset` loader (the params of its schema).
-struct WebDatasetOptions {
-  /// Shard paths, globs and brace patterns (`{000..009}` and `{a,b}` expand as in WebDataset
-  /// URLs); one string may list several, separated by commas or spaces. Together they are one
-  /// data set, in the order listed (each glob sorted), expanded by expand_shards().
-  std::vector<std::string> shards;
+/// The decode and augmentation options the image loaders (`webdataset`, `image_folder`) share.
+struct ImageOptions {
   int height = 224;  ///< output rows
   int width = 224;   ///< output columns
   int channels = 3;  ///< 3: RGB, 1: gray (BT.601 luma)
@@ -53,6 +49,14 @@ struct WebDatasetOptions {
   /// An image whose header declares more pixels (width × height) is a bad sample, refused before
   /// it is decoded (a decompression bomb); Pillow's MAX_IMAGE_PIXELS by default.
   std::uint64_t max_pixels = 89478485;
+};
+
+/// Options of the `webdataset` loader (the params of its schema).
+struct WebDatasetOptions : ImageOptions {
+  /// Shard paths, globs and brace patterns (`{000..009}` and `{a,b}` expand as in WebDataset
+  /// URLs); one string may list several, separated by commas or spaces. Together they are one
+  /// data set, in the order listed (each glob sorted), expanded by expand_shards().
+  std::vector<std::string> shards;
   std::vector<BytesField> bytes_fields;  ///< tensors after x and y, in this order (at most 8)
 };
 
