@@ -236,6 +236,18 @@ ImageDecoder::~ImageDecoder() {
   tjDestroy(jpeg_);
 }
 
+void ImageDecoder::fail_header() {
+  const std::string message = "not a decodable JPEG (" + jpeg_error(jpeg_) + ")";
+  // TurboJPEG 2.1 leaves a handle whose header read failed part-way through the header: the next
+  // image's header read on it continues from there and fails with this image's error. A new handle
+  // starts clean (only failed images pay for it).
+  if (tjhandle fresh = tjInitDecompress()) {
+    tjDestroy(jpeg_);
+    jpeg_ = fresh;
+  }
+  throw DecodeError(message);
+}
+
 ImageSize ImageDecoder::size(const std::uint8_t* data, std::size_t bytes, ImageFormat format) {
   if (bytes == 0) throw DecodeError("empty image (0 bytes)");
   ImageSize s;
@@ -243,7 +255,7 @@ ImageSize ImageDecoder::size(const std::uint8_t* data, std::size_t bytes, ImageF
     int subsamp = 0;
     int colorspace = 0;
     if (tjDecompressHeader3(jpeg_, data, bytes, &s.width, &s.height, &subsamp, &colorspace) != 0) {
-      throw DecodeError("not a decodable JPEG (" + jpeg_error(jpeg_) + ")");
+      fail_header();
     }
   } else {
     PngSource src{data, bytes, 0, {}};
@@ -263,7 +275,7 @@ void ImageDecoder::decode_jpeg(const std::uint8_t* data, std::size_t bytes, Imag
   int w = 0;
   int h = 0;
   if (tjDecompressHeader3(jpeg_, data, bytes, &w, &h, &subsamp, &colorspace) != 0) {
-    throw DecodeError("not a decodable JPEG (" + jpeg_error(jpeg_) + ")");
+    fail_header();
   }
   // The smallest IDCT scale at which the crop still covers the target in both directions: then
   // the resize only shrinks, and a 1000 px photo cropped to 224 decodes at 1/2 (4x fewer pixels).

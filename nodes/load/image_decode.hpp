@@ -75,6 +75,9 @@ class ImageDecoder {
                    const DecodeTarget& target, bool flip, std::uint8_t* out);
   ImageSize decode_png(const std::uint8_t* data, std::size_t bytes, int channels);
 
+  /// Throws the header's DecodeError and replaces the handle it failed on.
+  [[noreturn]] void fail_header();
+
   void* jpeg_ = nullptr;               // tjhandle: headers
   std::unique_ptr<JpegState> region_;  // libjpeg: the decode of a region
   std::vector<std::uint8_t> pixels_;   // the decoded region (possibly reduced) or PNG, HWC
