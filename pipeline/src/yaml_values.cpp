@@ -134,8 +134,8 @@ ParamValue convert(const YAML::Node& value, const ParamSpec& spec, const std::st
         if (!item.IsScalar() || !parse_int_text(item.Scalar(), &x, &why)) {
           expected(item_path, "an int", item, why);
           ok = false;
-        } else if (check_range(static_cast<double>(x), spec, item_path,
-                               in.where(item_path, item.Mark()), in.problems())) {
+        } else if (check_range(x, spec, item_path, in.where(item_path, item.Mark()),
+                               in.problems())) {
           out.push_back(x);
         } else {
           ok = false;
