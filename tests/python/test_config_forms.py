@@ -1,5 +1,12 @@
 """How Pipeline(...) reads its arguments: overrides as a dict, a list or one "key=value" string;
 a chain without a train node runs in pull mode without `mode: pull` being written."""
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
 import pytest
 
 import flowfeed
@@ -57,3 +64,36 @@ def test_a_chain_with_a_train_node_keeps_run_mode(data):
                        r"Pipeline::start\(\) hands batches to the caller's loop, and this "
                        r"pipeline has mode: run"):
         pipeline.epoch()
+
+
+FIFO_SCRIPT = r"""
+import signal, sys, flowfeed
+print("waiting", flush=True)
+try:
+    flowfeed.Pipeline(sys.argv[1])
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+"""
+
+
+def test_a_config_fifo_is_read_and_ctrl_c_ends_the_wait_for_its_writer(data, tmp_path):
+    fifo = tmp_path / "config.fifo"
+    os.mkfifo(fifo)
+    # A writer that comes after the reader, writes and closes: the config is read whole.
+    text = data.config(epochs=1, shuffle=False)
+    writer = threading.Thread(target=lambda: (time.sleep(0.3), fifo.write_text(text)))
+    writer.start()
+    pipeline = flowfeed.Pipeline(str(fifo))
+    writer.join()
+    assert len(batches(pipeline)) == 16
+    # No writer: before, open() blocked through Ctrl-C (only SIGKILL ended the process).
+    child = subprocess.Popen([sys.executable, "-c", FIFO_SCRIPT, str(fifo)],
+                             stdout=subprocess.PIPE, text=True, env=os.environ)
+    assert child.stdout.readline() == "waiting\n"
+    time.sleep(0.5)
+    child.send_signal(signal.SIGINT)
+    try:
+        out, _ = child.communicate(timeout=60)
+    finally:
+        child.kill()
+    assert (out, child.returncode) == ("interrupted\n", 0)
