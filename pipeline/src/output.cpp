@@ -4,15 +4,19 @@
 #include <fmt/format.h>
 #include <poll.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <system_error>
 
 #include "flowfeed/error.hpp"
@@ -54,6 +58,34 @@ Error cannot_write(const std::string& what, const std::string& path, const std::
 }
 
 }  // namespace
+
+bool read_by_this_process(const std::string& path) {
+  struct stat target;
+  if (stat(path.c_str(), &target) != 0 || !S_ISREG(target.st_mode)) return false;
+  const auto same = [&](const struct stat& st) {
+    return st.st_dev == target.st_dev && st.st_ino == target.st_ino;
+  };
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+    struct stat st;
+    if (stat(entry.path().c_str(), &st) == 0 && same(st)) return true;
+  }
+  // A mapped file whose descriptor is closed: /proc/self/maps lists its device and inode.
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    std::istringstream in(line);
+    std::string range, perms, offset, device;
+    unsigned long long inode = 0;
+    if (!(in >> range >> perms >> offset >> device >> inode) || inode != target.st_ino) continue;
+    unsigned major_id = 0, minor_id = 0;
+    if (std::sscanf(device.c_str(), "%x:%x", &major_id, &minor_id) == 2 &&
+        major_id == major(target.st_dev) && minor_id == minor(target.st_dev)) {
+      return true;
+    }
+  }
+  return false;
+}
 
 void check_output_path(const std::string& path_in, const std::string& what) {
   if (path_in.empty()) throw cannot_write(what, "''", "the path is empty");
