@@ -175,6 +175,21 @@ TEST(RunnerMemory, APipelineThatDoesNotFitFailsAtBuildWithExit2) {
                          "pipeline.batch_size\n");
 }
 
+TEST(RunnerMemory, ATraceLimitThatDoesNotFitFailsBeforeTheRunNamingTheOption) {
+  const std::string trace = temp_path("huge_trace.json");
+  setenv("FLOWFEED_AVAILABLE_MEMORY", "1G", 1);
+  // Before: "error: std::bad_alloc" (the storage for a billion batches taken at the start).
+  Runner r({write_config("huge_trace", kSmallRun), "--quiet", "--trace-limit", "1000000000",
+            "--trace", trace});
+  unsetenv("FLOWFEED_AVAILABLE_MEMORY");
+  EXPECT_EQ(r.wait(kExitBound), 1);
+  EXPECT_EQ(r.err(),
+            "error: the trace keeps up to 1000000000 batches of 2 nodes (74.5 GiB), more than "
+            "half of the 1.0 GiB of host memory available (FLOWFEED_AVAILABLE_MEMORY) lower "
+            "--trace-limit (Trace's max_batches)\n");
+  std::remove(trace.c_str());
+}
+
 /// True once `pid` is blocked opening a FIFO that has no writer (its wait channel in /proc).
 bool waits_for_a_writer(pid_t pid) {
   std::ifstream wchan("/proc/" + std::to_string(pid) + "/wchan");
