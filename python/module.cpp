@@ -152,7 +152,26 @@ std::vector<std::string> to_overrides(const py::object& overrides) {
     }
     return out;
   }
-  for (const auto& item : overrides) out.push_back(py::str(item).cast<std::string>());
+  // bytes would be read one byte at a time ("--set 112: ..."), a number not at all.
+  const auto type_name = [](const py::handle& o) {
+    return py::str(py::type::handle_of(o).attr("__name__")).cast<std::string>();
+  };
+  if (py::isinstance<py::bytes>(overrides) || py::isinstance<py::bytearray>(overrides) ||
+      !py::isinstance<py::iterable>(overrides)) {
+    throw py::type_error(
+        "overrides: expected a dict, a list of 'key.path=value' strings or one "
+        "such string, got " +
+        type_name(overrides));
+  }
+  std::size_t i = 0;
+  for (const auto& item : overrides) {
+    if (!py::isinstance<py::str>(item)) {
+      throw py::type_error("overrides[" + std::to_string(i) +
+                           "]: expected a 'key.path=value' string, got " + type_name(item));
+    }
+    out.push_back(item.cast<std::string>());
+    ++i;
+  }
   return out;
 }
 

@@ -33,6 +33,20 @@ def test_one_override_string_is_one_override(data):
     assert "pipeline.epoch" in str(error.value) and "did you mean 'epochs'" in str(error.value)
 
 
+def test_overrides_that_are_not_strings_are_a_type_error(data):
+    config = data.config(epochs=1)
+    # Before, bytes were read one byte at a time ("--set 112: expected key.path=value" ...).
+    for overrides, said in ((b"pipeline.epochs=2", "got bytes"), (42, "got int"),
+                            (bytearray(b"x=1"), "got bytearray")):
+        with pytest.raises(TypeError) as error:
+            flowfeed.Pipeline(config, overrides=overrides)
+        assert str(error.value) == ("overrides: expected a dict, a list of 'key.path=value' "
+                                    "strings or one such string, " + said)
+    with pytest.raises(TypeError) as error:
+        flowfeed.Pipeline(config, overrides=["pipeline.epochs=2", b"pipeline.epochs=3"])
+    assert str(error.value) == "overrides[1]: expected a 'key.path=value' string, got bytes"
+
+
 def without_mode(config):
     assert "mode: pull, " in config
     return config.replace("mode: pull, ", "")
