@@ -43,14 +43,27 @@ std::string parent_of(const std::string& path) {
   return path.substr(0, slash);
 }
 
-/// Follows a symbolic link, so that the rename replaces the file it points to, not the link.
+/// Follows symbolic links, so that the rename replaces the file they point to, not a link: also
+/// a link whose target does not exist yet (the file is created there, as `> link` would), and a
+/// relative target from the link's directory. A loop gives back a link (check_output_path
+/// refuses it).
 std::string resolved(const std::string& path) {
-  struct stat st;
-  if (lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
-    char buf[PATH_MAX];
-    if (realpath(path.c_str(), buf)) return buf;
+  std::string p = path;
+  for (int hops = 0; hops < 40; ++hops) {
+    struct stat st;
+    if (lstat(p.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) {
+      if (hops == 0) return path;
+      char buf[PATH_MAX];
+      if (realpath(p.c_str(), buf)) return buf;
+      return p;
+    }
+    char target[PATH_MAX];
+    const ssize_t n = readlink(p.c_str(), target, sizeof target - 1);
+    if (n <= 0) return p;
+    target[n] = '\0';
+    p = target[0] == '/' ? std::string(target) : parent_of(p) + "/" + target;
   }
-  return path;
+  return p;
 }
 
 Error cannot_write(const std::string& what, const std::string& path, const std::string& why) {
@@ -91,6 +104,9 @@ void check_output_path(const std::string& path_in, const std::string& what) {
   if (path_in.empty()) throw cannot_write(what, "''", "the path is empty");
   const std::string path = resolved(path_in);
   struct stat st;
+  if (lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+    throw cannot_write(what, path_in, std::strerror(ELOOP));  // links that point in a circle
+  }
   if (stat(path.c_str(), &st) == 0) {
     if (S_ISDIR(st.st_mode)) throw cannot_write(what, path_in, "it is a directory");
     if (!S_ISREG(st.st_mode)) {
