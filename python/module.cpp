@@ -1,11 +1,17 @@
 // The Python module `flowfeed`: a thin layer over pull mode (flowfeed/dlpack.hpp). Pipelines are
 // built from YAML with the built-in C++ node types; batches leave as DLPack tensors.
+#include <fcntl.h>
+#include <poll.h>
 #include <pybind11/stl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <flowfeed/nodes/builtin.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -146,7 +152,26 @@ std::vector<std::string> to_overrides(const py::object& overrides) {
     }
     return out;
   }
-  for (const auto& item : overrides) out.push_back(py::str(item).cast<std::string>());
+  // bytes would be read one byte at a time ("--set 112: ..."), a number not at all.
+  const auto type_name = [](const py::handle& o) {
+    return py::str(py::type::handle_of(o).attr("__name__")).cast<std::string>();
+  };
+  if (py::isinstance<py::bytes>(overrides) || py::isinstance<py::bytearray>(overrides) ||
+      !py::isinstance<py::iterable>(overrides)) {
+    throw py::type_error(
+        "overrides: expected a dict, a list of 'key.path=value' strings or one "
+        "such string, got " +
+        type_name(overrides));
+  }
+  std::size_t i = 0;
+  for (const auto& item : overrides) {
+    if (!py::isinstance<py::str>(item)) {
+      throw py::type_error("overrides[" + std::to_string(i) +
+                           "]: expected a 'key.path=value' string, got " + type_name(item));
+    }
+    out.push_back(item.cast<std::string>());
+    ++i;
+  }
   return out;
 }
 
@@ -168,6 +193,52 @@ class BatchIterator {
  private:
   EpochCursor cursor_;
 };
+
+/// A config given as a FIFO (`Pipeline("/tmp/config.fifo")`): read here, not by load_config_file,
+/// whose blocking open() would wait for a writer through Ctrl-C. The wait for the writer's data
+/// gives up when a signal's Python handler raises; the read is bounded like a config file's.
+/// nullopt for a path that is not a FIFO.
+std::optional<std::string> read_fifo_config(const std::string& path) {
+  constexpr std::size_t kLimit = std::size_t{1} << 20;  // the config reader's 1 MiB
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0 || !S_ISFIFO(st.st_mode)) return std::nullopt;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);  // never blocks
+  if (fd < 0) return std::nullopt;  // load_config_file says why
+  struct Close {
+    int fd;
+    ~Close() { ::close(fd); }
+  } close_fd{fd};
+  std::string text;
+  bool writer_seen = false;
+  for (;;) {
+    pollfd p{fd, POLLIN, 0};
+    ssize_t n = -1;
+    int error = 0;
+    {
+      py::gil_scoped_release release;
+      if (::poll(&p, 1, 50) > 0) {
+        char buf[1 << 16];
+        n = ::read(fd, buf, sizeof buf);
+        error = errno;
+        if (n > 0) text.append(buf, static_cast<std::size_t>(n));
+      }
+    }
+    if (n > 0) writer_seen = true;
+    // End of the data: the writer closed its end (after a writer came; before, poll waits).
+    if (n == 0 && (writer_seen || (p.revents & POLLHUP))) break;
+    if (n < 0 && error != EAGAIN && error != EINTR && error != 0) {
+      throw ConfigError({path + ": cannot read config (" + std::strerror(error) + ")"});
+    }
+    if (text.size() > kLimit) {
+      throw ConfigError({path +
+                         ": the pipe gave more than 1.0 MiB, too large for a config (a config "
+                         "holds at most 1.0 MiB; the largest example config is 2 KiB) check that "
+                         "this is the config file"});
+    }
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+  }
+  return text;
+}
 
 std::shared_ptr<PipelineHolder> make_pipeline(const py::object& config, const py::object& overrides,
                                               bool test_nodes) {
@@ -193,7 +264,11 @@ std::shared_ptr<PipelineHolder> make_pipeline(const py::object& config, const py
         load_config_string(config.cast<std::string>(), h->registry, sets, "<string>", defaults);
   } else {
     const std::string path = py::str(py::module_::import("os").attr("fspath")(config));
-    parsed = load_config_file(path, h->registry, sets, defaults);
+    if (std::optional<std::string> text = read_fifo_config(path)) {
+      parsed = load_config_string(*text, h->registry, sets, path, defaults);
+    } else {
+      parsed = load_config_file(path, h->registry, sets, defaults);
+    }
   }
   for (const NodeSpec& node : parsed.nodes) {
     h->python_nodes = h->python_nodes || node.type.rfind("python", 0) == 0;

@@ -32,6 +32,7 @@
 
 #include "bench.hpp"
 #include "common/cli_checks.hpp"
+#include "common/std_streams.hpp"
 #include "flowfeed/output.hpp"
 
 namespace {
@@ -47,6 +48,8 @@ constexpr int kNeedsCuda = 3;
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Before anything is opened: a closed stdout must not become the report's descriptor.
+  flowfeed::apps::reopen_closed_std_streams();
   CLI::App app{"flowfeed pipeline_bench: pipeline figures against same-process baselines"};
   app.require_subcommand(1);
   app.fallthrough();  // global options may follow the scenario's name
@@ -183,7 +186,8 @@ int main(int argc, char** argv) {
   app.add_option("--json", json_path, "write every RESULT row and the scenarios' details here")
       ->check(non_empty_path());
   app.add_flag("--quick", o.quick, "short runs of overhead, seed, scaling, resident_vs_streamed");
-  app.add_option("--svg", o.svg, "where scaling writes its plot")->check(non_empty_path());
+  auto* svg_option =
+      app.add_option("--svg", o.svg, "where scaling writes its plot")->check(non_empty_path());
   app.add_option("--data-dir", o.data_dir,
                  "Fashion-MNIST IDX files for resident_vs_streamed (synthetic data if missing)")
       ->check(non_empty_path());
@@ -193,6 +197,14 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;  // --help is not a failure; bad arguments are exit 2
   }
 
+  // Checked now, not after the scenarios have run for minutes.
+  try {
+    if (!json_path.empty()) flowfeed::check_output_path(json_path, "results");
+    if (svg_option->count() > 0) flowfeed::check_output_path(o.svg, "scaling chart");
+  } catch (const std::exception& e) {
+    std::cerr << "pipeline_bench: " << e.what() << "\n";
+    return 1;
+  }
   o.all = all->parsed();
   Bench bench(o);
   using Scenario = std::pair<std::string, std::function<void(Bench&)>>;

@@ -27,6 +27,7 @@
 #include <optional>
 
 #include "common/cli_checks.hpp"
+#include "common/std_streams.hpp"
 #include "common/training_figures.hpp"
 #include "flowfeed/flowfeed.hpp"
 #include "flowfeed/nodes/builtin.hpp"
@@ -158,6 +159,8 @@ void print_training(const flowfeed::RunReport& report, const char* label) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Before anything is opened: a closed stdout must not make a checkpoint's lock file fd 1.
+  flowfeed::apps::reopen_closed_std_streams();
   CLI::App app{"flowfeed pipeline_runner: runs a YAML-configured flowfeed pipeline"};
   std::string config_path;
   std::vector<std::string> overrides;
@@ -279,20 +282,27 @@ int main(int argc, char** argv) {
     const std::string checkpoint = flowfeed::expand_rank(checkpoint_dir, config.sampler.rank);
     // No output may replace another one, the config, or a checkpoint's files (--resume may name
     // the checkpoint's manifest instead of its directory).
-    std::string resume = flowfeed::expand_rank(resume_dir, config.sampler.rank);
+    // The config's own resume_from (a --set, a key in the YAML) counts as --resume does.
+    std::string resume = flowfeed::expand_rank(config.pipeline.resume_from, config.sampler.rank);
     if (!resume.empty() && std::filesystem::is_regular_file(resume)) {
       resume = std::filesystem::path(resume).parent_path().string();
       if (resume.empty()) resume = ".";
     }
     using Use = flowfeed::NamedPath::Use;
-    flowfeed::check_paths_apart({
-        {"config", config_path, Use::input},
-        {"--checkpoint", checkpoint, Use::directory},
-        {"--resume", resume, Use::directory},
-        {"--report", report_path, Use::output},
-        {"--trace", trace_path, Use::output},
-        {"--timeline", timeline_path, Use::output},
-    });
+    std::vector<flowfeed::NamedPath> paths = {
+        {"config", config_path, Use::input},  {"--checkpoint", checkpoint, Use::directory},
+        {"--resume", resume, Use::directory}, {"--report", report_path, Use::output},
+        {"--trace", trace_path, Use::output}, {"--timeline", timeline_path, Use::output},
+    };
+    // The files `record` nodes write are outputs too: one inside the checkpoint directory would
+    // be replaced by the checkpoint's manifest, or make the directory foreign to the next run.
+    for (const flowfeed::NodeSpec& node : config.nodes) {
+      if (node.type == "record" && node.params.has("path")) {
+        paths.push_back(
+            {"nodes." + node.name + ".params.path", node.params.get_string("path"), Use::output});
+      }
+    }
+    flowfeed::check_paths_apart(paths);
     // Opened (and locked) before the build, held to the end: a directory that is not the
     // checkpoint's own, one that cannot be written and one another run holds are refused before
     // any work is done.

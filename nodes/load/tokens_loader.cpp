@@ -104,6 +104,12 @@ void TokensLoader::setup(BuildContext& context) {
   context.claim_memory(MemoryKind::pageable, documents * 24,  // 8: start, 16: window segment
                        fmt::format("the document table ({} documents)", documents),
                        "nodes." + options_.name + ".params.files");
+  // The packing plan (built from the same table) stays too: its pieces, windows and blocks.
+  if (packed_) {
+    context.claim_memory(MemoryKind::pageable, packed_->memory_bytes(),
+                         fmt::format("the packing plan ({} windows)", packed_->size()),
+                         "nodes." + options_.name + ".params.lookahead");
+  }
   // Straight into the staging node's memory when one follows (pinned on CUDA).
   tier_ = context.fill_tier();
   pool_ = &context.make_fill_pool(tier_ == Tier::staging ? "staging" : "host");

@@ -34,6 +34,13 @@ class Record final : public Node {
     } catch (const Error& e) {
       throw DataError(e.what());
     }
+    // The loaders are built and hold their files: the record file must not replace one.
+    if (read_by_this_process(path_)) {
+      throw DataError(fmt::format(
+          "cannot write record file {} (a file this pipeline reads; writing it would replace "
+          "the data) choose another path",
+          path_));
+    }
   }
   void begin_run() override {
     file_.reset();  // a failed run's file is dropped, never renamed into place

@@ -91,6 +91,16 @@ std::string describe_value(const ParamValue& v) {
 
 }  // namespace
 
+bool check_range(std::int64_t x, const ParamSpec& spec, const std::string& path,
+                 const std::string& where, Problems& problems) {
+  const auto d = static_cast<double>(x);
+  if ((spec.min && d < *spec.min) || (spec.max && d > *spec.max)) {
+    problems.add_at(where, path, std::to_string(x) + " is out of range (" + range_text(spec) + ")");
+    return false;
+  }
+  return true;
+}
+
 bool check_range(double x, const ParamSpec& spec, const std::string& path, const std::string& where,
                  Problems& problems) {
   if ((spec.min && x < *spec.min) || (spec.max && x > *spec.max)) {
@@ -110,7 +120,7 @@ bool check_value(const ParamValue& v, const ParamSpec& spec, const std::string& 
     case ParamType::boolean: return std::holds_alternative<bool>(v) || mismatch("true or false");
     case ParamType::integer:
       if (const auto* i = std::get_if<std::int64_t>(&v)) {
-        return check_range(static_cast<double>(*i), spec, path, where, problems);
+        return check_range(*i, spec, path, where, problems);
       }
       if (const auto* s = std::get_if<std::string>(&v); s && spec.or_auto && *s == "auto") {
         return true;
@@ -118,7 +128,7 @@ bool check_value(const ParamValue& v, const ParamSpec& spec, const std::string& 
       return mismatch(spec.or_auto ? "an int or auto" : "an int");
     case ParamType::number:
       if (const auto* i = std::get_if<std::int64_t>(&v)) {
-        return check_range(static_cast<double>(*i), spec, path, where, problems);
+        return check_range(*i, spec, path, where, problems);
       }
       if (const auto* d = std::get_if<double>(&v))
         return check_range(*d, spec, path, where, problems);
@@ -145,8 +155,7 @@ bool check_value(const ParamValue& v, const ParamSpec& spec, const std::string& 
       if (!list) return mismatch("a list of ints");
       bool ok = true;
       for (std::size_t i = 0; i < list->size(); ++i) {
-        ok = check_range(static_cast<double>((*list)[i]), spec,
-                         path + "[" + std::to_string(i) + "]", where, problems) &&
+        ok = check_range((*list)[i], spec, path + "[" + std::to_string(i) + "]", where, problems) &&
              ok;
       }
       return ok;

@@ -4,15 +4,19 @@
 #include <fmt/format.h>
 #include <poll.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <system_error>
 
 #include "flowfeed/error.hpp"
@@ -39,14 +43,27 @@ std::string parent_of(const std::string& path) {
   return path.substr(0, slash);
 }
 
-/// Follows a symbolic link, so that the rename replaces the file it points to, not the link.
+/// Follows symbolic links, so that the rename replaces the file they point to, not a link: also
+/// a link whose target does not exist yet (the file is created there, as `> link` would), and a
+/// relative target from the link's directory. A loop gives back a link (check_output_path
+/// refuses it).
 std::string resolved(const std::string& path) {
-  struct stat st;
-  if (lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
-    char buf[PATH_MAX];
-    if (realpath(path.c_str(), buf)) return buf;
+  std::string p = path;
+  for (int hops = 0; hops < 40; ++hops) {
+    struct stat st;
+    if (lstat(p.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) {
+      if (hops == 0) return path;
+      char buf[PATH_MAX];
+      if (realpath(p.c_str(), buf)) return buf;
+      return p;
+    }
+    char target[PATH_MAX];
+    const ssize_t n = readlink(p.c_str(), target, sizeof target - 1);
+    if (n <= 0) return p;
+    target[n] = '\0';
+    p = target[0] == '/' ? std::string(target) : parent_of(p) + "/" + target;
   }
-  return path;
+  return p;
 }
 
 Error cannot_write(const std::string& what, const std::string& path, const std::string& why) {
@@ -55,10 +72,41 @@ Error cannot_write(const std::string& what, const std::string& path, const std::
 
 }  // namespace
 
+bool read_by_this_process(const std::string& path) {
+  struct stat target;
+  if (stat(path.c_str(), &target) != 0 || !S_ISREG(target.st_mode)) return false;
+  const auto same = [&](const struct stat& st) {
+    return st.st_dev == target.st_dev && st.st_ino == target.st_ino;
+  };
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+    struct stat st;
+    if (stat(entry.path().c_str(), &st) == 0 && same(st)) return true;
+  }
+  // A mapped file whose descriptor is closed: /proc/self/maps lists its device and inode.
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    std::istringstream in(line);
+    std::string range, perms, offset, device;
+    unsigned long long inode = 0;
+    if (!(in >> range >> perms >> offset >> device >> inode) || inode != target.st_ino) continue;
+    unsigned major_id = 0, minor_id = 0;
+    if (std::sscanf(device.c_str(), "%x:%x", &major_id, &minor_id) == 2 &&
+        major_id == major(target.st_dev) && minor_id == minor(target.st_dev)) {
+      return true;
+    }
+  }
+  return false;
+}
+
 void check_output_path(const std::string& path_in, const std::string& what) {
   if (path_in.empty()) throw cannot_write(what, "''", "the path is empty");
   const std::string path = resolved(path_in);
   struct stat st;
+  if (lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+    throw cannot_write(what, path_in, std::strerror(ELOOP));  // links that point in a circle
+  }
   if (stat(path.c_str(), &st) == 0) {
     if (S_ISDIR(st.st_mode)) throw cannot_write(what, path_in, "it is a directory");
     if (!S_ISREG(st.st_mode)) {

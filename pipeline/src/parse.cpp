@@ -164,6 +164,13 @@ PipelineConfig parse(const YAML::Node& root_in, const std::string& file, const R
     auto it = pp.values().find(field.key);
     if (it != pp.values().end()) field.set(config, it->second);
   }
+  // An empty path would read as "no checkpoint": the run would start over without a word.
+  if (const auto it = pp.values().find("resume_from"); it != pp.values().end()) {
+    if (const auto* text = std::get_if<std::string>(&it->second); text && text->empty()) {
+      problems.add("pipeline.resume_from", pipeline["resume_from"].Mark(),
+                   "the path is empty give the checkpoint directory, or leave resume_from out");
+    }
+  }
   if (pipeline.IsMap() && pipeline["memory_budget"].IsDefined()) {
     parse_memory_budget(pipeline["memory_budget"], config.pipeline.memory_budget, problems);
   }

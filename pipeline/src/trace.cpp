@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "flowfeed/error.hpp"
+#include "flowfeed/memory_budget.hpp"
 #include "flowfeed/output.hpp"
 
 namespace flowfeed {
@@ -132,6 +133,19 @@ void Trace::begin(std::vector<TraceNode> nodes, std::string config) {
   nodes_ = std::move(nodes);
   config_ = std::move(config);
   spans_.clear();
+  // Taken whole now (no allocation while the run records), so checked first: a limit of a
+  // billion batches would be a bare std::bad_alloc, or memory the run needs.
+  const std::uint64_t span_bytes = nodes_.size() * sizeof(TraceSpan);
+  std::uint64_t bytes = 0;
+  const bool overflow = __builtin_mul_overflow(std::uint64_t{max_batches_}, span_bytes, &bytes);
+  const MemoryAvailable available = available_memory();
+  if (overflow || (available.host && bytes > *available.host / 2)) {
+    throw Error(fmt::format(
+        "the trace keeps up to {} batches of {} nodes ({}), more than half of the {} of host "
+        "memory available ({}) lower --trace-limit (Trace's max_batches)",
+        max_batches_, nodes_.size(), overflow ? std::string("over 16 EiB") : format_bytes(bytes),
+        available.host ? format_bytes(*available.host) : std::string("?"), available.host_source));
+  }
   spans_.reserve(max_batches_ * nodes_.size());
   seen_ = 0;
   stride_ = 1;

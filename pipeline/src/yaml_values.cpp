@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <charconv>
@@ -35,7 +36,14 @@ bool parse_int_text(const std::string& text, std::int64_t* out, std::string* why
   const char* e = b + text.size();
   const char* digits = (b != e && (*b == '-' || *b == '+')) ? b + 1 : b;
   if (digits != e && *digits == '0' && e - digits > 1) {
-    *why = " (a leading zero would make YAML read it as octal) write it without the zero";
+    // 010 (octal to YAML 1.1) is said so; 0x10, 0o17 and 0.5 are no ints here, and not octal.
+    const char second = digits[1];
+    if (second == 'x' || second == 'X' || second == 'o' || second == 'O' || second == 'b' ||
+        second == 'B') {
+      *why = " (hexadecimal, octal and binary forms are not read) write it in decimal";
+    } else if (std::all_of(digits, e, [](char c) { return c >= '0' && c <= '9'; })) {
+      *why = " (a leading zero would make YAML read it as octal) write it without the zero";
+    }
     return false;
   }
   if (b != e && *b == '+') ++b;
@@ -134,8 +142,8 @@ ParamValue convert(const YAML::Node& value, const ParamSpec& spec, const std::st
         if (!item.IsScalar() || !parse_int_text(item.Scalar(), &x, &why)) {
           expected(item_path, "an int", item, why);
           ok = false;
-        } else if (check_range(static_cast<double>(x), spec, item_path,
-                               in.where(item_path, item.Mark()), in.problems())) {
+        } else if (check_range(x, spec, item_path, in.where(item_path, item.Mark()),
+                               in.problems())) {
           out.push_back(x);
         } else {
           ok = false;

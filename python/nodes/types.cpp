@@ -73,7 +73,9 @@ std::vector<ConfigProblem> check_python(const NodeSpec& spec, const PipelineConf
     const bool batched = spec.params.get_bool("batched");
     try {
       map_callable(*c, batched);
-      if (spec.params.get_int("samples") == 0 && !dataset_like(c->object)) {
+      // samples is absent when its own value was refused (out of range): that is said already.
+      if (spec.params.has("samples") && spec.params.get_int("samples") == 0 &&
+          !dataset_like(c->object)) {
         // Not written, so it has no position: the message sits at the node's params.
         out.push_back({node_path(spec, config) + ".params",
                        "samples is required for " + c->display +

@@ -80,6 +80,23 @@ TEST(PipelineBench, OverheadQuick) {
   EXPECT_EQ(r.json.at("scenarios").at("overhead").at("nodes"), 4);
 }
 
+TEST(PipelineBench, AnOutputPathIsCheckedBeforeAnyScenarioRuns) {
+  std::string output;
+  const std::string dir = fs::temp_directory_path().string();
+  // Before, the scenario ran (its RESULT row printed) and the write failed at the end.
+  EXPECT_EQ(
+      run_shell(std::string(FLOWFEED_BENCH) + " overhead --quick --json " + dir + " 2>&1", &output),
+      1);
+  EXPECT_EQ(output, "pipeline_bench: cannot write results " + dir + " (it is a directory)\n");
+  EXPECT_EQ(
+      run_shell(std::string(FLOWFEED_BENCH) + " scaling --quick --svg /nonexistent-dir/s.svg 2>&1",
+                &output),
+      1);
+  EXPECT_EQ(output,
+            "pipeline_bench: cannot write scaling chart /nonexistent-dir/s.svg (directory "
+            "/nonexistent-dir: No such file or directory)\n");
+}
+
 TEST(PipelineBench, StorageQuickMeasuresColdAndWarmReadsBesideTheirBaselines) {
   // Warm runs sweep two loader concurrencies; each row reports the better.
   const BenchRun r = run_bench("storage --quick --warm-loaders 2 3", "storage");

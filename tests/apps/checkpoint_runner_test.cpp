@@ -189,4 +189,52 @@ TEST(RunnerCheckpoint, ResumingAFinishedRunIsAnErrorNotAnEmptyRun) {
       << output;
 }
 
+TEST(RunnerCheckpoint, AnEmptyResumeFromIsAnErrorNotAFreshRun) {
+  const std::string c = config("empty_resume", 40, 0);
+  std::string output;
+  // Before, '' read as "no checkpoint": the run started over, exit 0.
+  EXPECT_EQ(run({c, "-q", "--set", "nodes.train.params.path=/dev/null", "--set",
+                 "pipeline.resume_from=\"\""},
+                &output),
+            2);
+  EXPECT_EQ(output,
+            "--set pipeline.resume_from=\"\": pipeline.resume_from: the path is empty "
+            "give the checkpoint directory, or leave resume_from out\n");
+}
+
+TEST(RunnerCheckpoint, ARecordFileInsideTheCheckpointDirectoryIsRefusedAtBuild) {
+  const std::string c = config("record_in_ck", 40, 0);
+  const fs::path ck = temp_path("record_in_ck");
+  fs::remove_all(ck);
+  std::string output;
+  // Before, the record file was written, then replaced by the manifest (exit 0), or (another
+  // name) left in the directory, which the next --checkpoint refused as foreign.
+  for (const std::string name : {"pipeline.json", "rows.txt"}) {
+    EXPECT_EQ(run({c, "-q", "--set", "nodes.train.params.path=" + (ck / name).string(),
+                   "--checkpoint", ck.string()},
+                  &output),
+              2);
+    EXPECT_EQ(output, "nodes.train.params.path " + (ck / name).string() +
+                          ": inside the --checkpoint directory " + ck.string() +
+                          " (the files there are the checkpoint's) choose another path\n");
+    EXPECT_FALSE(fs::exists(ck / name));
+  }
+  // The directory a resume reads is the checkpoint's too, given by --set as by --resume.
+  ASSERT_EQ(run({c, "-q", "--set", "nodes.train.params.path=/dev/null", "--stop-after", "2",
+                 "--checkpoint", ck.string()},
+                &output),
+            0)
+      << output;
+  const std::string manifest = read_file((ck / "pipeline.json").string());
+  EXPECT_EQ(run({c, "-q", "--set", "nodes.train.params.path=" + (ck / "pipeline.json").string(),
+                 "--set", "pipeline.resume_from=" + ck.string()},
+                &output),
+            2);
+  EXPECT_EQ(output, "nodes.train.params.path " + (ck / "pipeline.json").string() +
+                        ": inside the --resume directory " + ck.string() +
+                        " (the files there are the checkpoint's) choose another path\n");
+  EXPECT_EQ(read_file((ck / "pipeline.json").string()), manifest);
+  fs::remove_all(ck);
+}
+
 }  // namespace

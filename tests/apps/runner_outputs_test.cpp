@@ -79,6 +79,40 @@ TEST(RunnerOutputs, ARecordFileOnAFullDiskFailsTheRunAndLeavesNoPartialFile) {
   }
 }
 
+TEST(RunnerOutputs, ARecordFileNeverReplacesTheConfigOrADataFile) {
+  // 4,000 uint16 tokens, the data a tokens loader reads.
+  const std::string data = temp_path("tokens.bin");
+  {
+    std::ofstream out(data, std::ios::binary);
+    for (std::uint16_t t = 0; t < 4000; ++t) out.write(reinterpret_cast<const char*>(&t), 2);
+  }
+  const std::string bytes = read_file(data);
+  const std::string config =
+      write_config("record_data",
+                   "pipeline: { epochs: 1, batch_size: 4, device: host }\n"
+                   "nodes:\n"
+                   "  - { name: load, type: tokens, params: { files: " +
+                       data +
+                       ", context: 16 } }\n"
+                       "  - { name: train, type: record, params: { path: out.txt } }\n");
+  const std::string yaml = read_file(config);
+  // Before, both were replaced by the record's lines, exit 0.
+  Runner over_data({config, "--quiet", "--set", "nodes.train.params.path=" + data});
+  EXPECT_EQ(over_data.wait(kExitBound), 1);
+  EXPECT_EQ(over_data.err(), "error: node 'train' (record, " + config +
+                                 ":4): cannot write record file " + data +
+                                 " (a file this pipeline reads; writing it would replace the "
+                                 "data) choose another path\n");
+  EXPECT_EQ(read_file(data), bytes);
+  Runner over_config({config, "--quiet", "--set", "nodes.train.params.path=" + config});
+  EXPECT_EQ(over_config.wait(kExitBound), 2);
+  EXPECT_EQ(over_config.err(), "nodes.train.params.path " + config + ": the same file as config " +
+                                   config +
+                                   " (writing it would replace what was read) choose another "
+                                   "path\n");
+  EXPECT_EQ(read_file(config), yaml);
+}
+
 TEST(RunnerOutputs, SkippedBatchesAreReportedOnStderrEvenWhenQuiet) {
   const std::string path = write_config(
       "skip",
@@ -139,6 +173,21 @@ TEST(RunnerMemory, APipelineThatDoesNotFitFailsAtBuildWithExit2) {
                          "available (FLOWFEED_AVAILABLE_MEMORY; the process would be killed for "
                          "want of memory mid-run) lower pipeline.prefetch_depth, "
                          "pipeline.batch_size\n");
+}
+
+TEST(RunnerMemory, ATraceLimitThatDoesNotFitFailsBeforeTheRunNamingTheOption) {
+  const std::string trace = temp_path("huge_trace.json");
+  setenv("FLOWFEED_AVAILABLE_MEMORY", "1G", 1);
+  // Before: "error: std::bad_alloc" (the storage for a billion batches taken at the start).
+  Runner r({write_config("huge_trace", kSmallRun), "--quiet", "--trace-limit", "1000000000",
+            "--trace", trace});
+  unsetenv("FLOWFEED_AVAILABLE_MEMORY");
+  EXPECT_EQ(r.wait(kExitBound), 1);
+  EXPECT_EQ(r.err(),
+            "error: the trace keeps up to 1000000000 batches of 2 nodes (74.5 GiB), more than "
+            "half of the 1.0 GiB of host memory available (FLOWFEED_AVAILABLE_MEMORY) lower "
+            "--trace-limit (Trace's max_batches)\n");
+  std::remove(trace.c_str());
 }
 
 /// True once `pid` is blocked opening a FIFO that has no writer (its wait channel in /proc).

@@ -273,5 +273,32 @@ TEST(RunnerSignal, AClosedStdoutDoesNotKillTheRunBeforeItsReportAndCheckpoint) {
   std::filesystem::remove_all(checkpoint);
 }
 
+const std::string kSmallRunForClosedFds =
+    "pipeline: { epochs: 1, batch_size: 4, device: host }\n"
+    "nodes:\n"
+    "  - { name: load, type: synthetic, params: { batches: 3, sample_shape: [2] } }\n"
+    "  - { name: train, type: checksum }\n";
+
+TEST(RunnerSignal, AClosedStdoutAndStderrDoNotPrintIntoTheFilesTheRunOpens) {
+  const std::string path = write_config("closed_fds", kSmallRunForClosedFds);
+  const std::string report = runner_temp_path("closed_fds.json");
+  const std::string checkpoint = runner_temp_path("closed_fds_ck");
+  std::remove(report.c_str());
+  std::filesystem::remove_all(checkpoint);
+  // `>&- 2>&-`: descriptors 1 and 2 are free. Before, the checkpoint's lock file, opened first,
+  // became descriptor 1, and the summary table and the checkpoint line were written into it.
+  const int code = run_shell("sh -c 'exec " + std::string(FLOWFEED_RUNNER) + " " + path +
+                             " --report " + report + " --checkpoint " + checkpoint + " >&- 2>&-'");
+  EXPECT_EQ(code, 0);
+  const std::string lock = read_file(checkpoint + "/flowfeed.lock");
+  EXPECT_EQ(lock.rfind("flowfeed checkpoint lock\npid ", 0), 0u) << lock;
+  EXPECT_EQ(lock.find("batches"), std::string::npos) << lock;
+  EXPECT_EQ(lock.find("pipeline_runner"), std::string::npos) << lock;
+  EXPECT_EQ(read_file(report).rfind("{", 0), 0u);
+  EXPECT_EQ(read_file(checkpoint + "/pipeline.json").rfind("{", 0), 0u);
+  std::filesystem::remove_all(checkpoint);
+  std::remove(report.c_str());
+}
+
 }  // namespace
 }  // namespace flowfeed::test

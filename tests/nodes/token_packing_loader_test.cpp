@@ -469,5 +469,24 @@ TEST_F(TokenPackingLoaderTest, EosBoundsWindowsInsideDocuments) {
   EXPECT_EQ(TokensLoader(o).size(), (cut - 1) / 200 + (tokens.size() - cut - 1) / 200);
 }
 
+// The packing plan is claimed against pipeline.memory_budget: a corpus of one-token documents
+// packed block by block (lookahead: 1) holds ~8 MB of plan for a 2.4 MB document table.
+TEST_F(TokenPackingLoaderTest, ThePackingPlanIsClaimedAgainstTheMemoryBudget) {
+  const std::string path = dir_.file("eos.bin");
+  write_raw(path, std::vector<std::uint32_t>(100000, kEos), 2);
+  const auto seen = std::make_shared<PackedSeen>();
+  Registry r = registry_with(seen);
+  std::string text =
+      yaml("files: " + path + ", context: 64, eos: 256, packing: first_fit, " + "lookahead: 1");
+  text.replace(text.find("threads: 4"), 10, "threads: 4, memory_budget: 4M");
+  // Before, only the document table was claimed: the build passed and the plan went unbudgeted.
+  EXPECT_EQ(test::error_of<ConfigError>([&] { Pipeline p(load_config_string(text, r), r); }),
+            "<string>:4:5: nodes.load.params.lookahead: the packing plan (100000 windows) of node "
+            "'load' needs 7.9 MiB of host memory, and 4.0 MiB is available "
+            "(pipeline.memory_budget.host, 48 B of it already claimed by the pools and data sets "
+            "before it; the process would be killed for want of memory mid-run) lower "
+            "nodes.load.params.lookahead");
+}
+
 }  // namespace
 }  // namespace flowfeed

@@ -71,6 +71,21 @@ TEST(Config, BadOverridesNameTheOverride) {
             "'many'");
 }
 
+TEST(Config, AnIntWithALeadingZeroIsCalledOctalOnlyWhenItIs) {
+  EXPECT_EQ(error_of(kGood, {"pipeline.epochs=010"}),
+            "--set pipeline.epochs=010: pipeline.epochs: expected an int, got '010' (a leading "
+            "zero would make YAML read it as octal) write it without the zero");
+  // Before, each of these was said to be octal too.
+  EXPECT_EQ(error_of(kGood, {"pipeline.epochs=0x10"}),
+            "--set pipeline.epochs=0x10: pipeline.epochs: expected an int, got '0x10' "
+            "(hexadecimal, octal and binary forms are not read) write it in decimal");
+  EXPECT_EQ(error_of(kGood, {"pipeline.epochs=0.5"}),
+            "--set pipeline.epochs=0.5: pipeline.epochs: expected an int, got '0.5'");
+  EXPECT_EQ(error_of(kGood, {"pipeline.epochs=9223372036854775807"}),
+            "--set pipeline.epochs=9223372036854775807: pipeline.epochs: 9223372036854775807 is "
+            "out of range (must be between 1 and 1000000)");
+}
+
 TEST(Config, UnknownKeysSuggestTheClosest) {
   EXPECT_EQ(error_of("pipeline: { prefetch_dept: 3 }\nnodes:\n  - { name: l, type: synthetic, "
                      "params: { bach_size: 4 } }\n  - { name: t, type: discard }\n"),

@@ -101,6 +101,27 @@ TEST(OutputFile, PathsAreCheckedWithTheirOwnReasons) {
   EXPECT_EQ(error_of([&] { check_output_path(temp_path("new.json"), "report"); }), "no error");
 }
 
+TEST(OutputFile, ALinkIsWrittenThroughEvenWhenItsTargetIsNewAndALoopIsRefused) {
+  const std::string target = temp_path("link_target.json");
+  const std::string link = temp_path("dangling.json");
+  std::remove(target.c_str());
+  std::remove(link.c_str());
+  std::filesystem::create_symlink(std::filesystem::path(target).filename(), link);
+  // Before, the link itself was replaced by the file (and its target never written).
+  write_output_file(link, "{}\n", "report");
+  EXPECT_TRUE(std::filesystem::is_symlink(link));
+  EXPECT_EQ(read_file(target), "{}\n");
+  const std::string a = temp_path("loop_a"), b = temp_path("loop_b");
+  std::remove(a.c_str());
+  std::remove(b.c_str());
+  std::filesystem::create_symlink(b, a);
+  std::filesystem::create_symlink(a, b);
+  EXPECT_EQ(error_of([&] { check_output_path(a, "report"); }),
+            "cannot write report " + a + " (Too many levels of symbolic links)");
+  EXPECT_TRUE(std::filesystem::is_symlink(a));
+  for (const std::string& f : {target, link, a, b}) std::remove(f.c_str());
+}
+
 /// Sets `stop` 100 ms from now, on another thread; joined on destruction.
 class StopSoon {
  public:

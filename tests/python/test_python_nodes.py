@@ -308,6 +308,14 @@ def test_config_errors_name_the_key():
     assert re.fullmatch(r"<dict>:\d+:\d+: nodes\[0\]\.params: samples is required for "
                         r"test_config_errors_name_the_key.<locals>.<lambda> \(a function has no size; a Dataset-like object gives "
                         r"__len__\) set the data set's size", str(e.value)), str(e.value)
+    # A samples out of range is said once, exactly; before, a second line blamed the callable:
+    # "param 'samples' is not set (is it declared in the schema?)".
+    for samples, said in ((-1, "-1"), (2**63 - 1, "9223372036854775807")):
+        with pytest.raises(flowfeed.ConfigError) as e:
+            flowfeed.Pipeline(config(lambda i: {"x": sample_x(i)}, samples=samples))
+        assert re.fullmatch(r"<dict>:\d+:\d+: nodes\[0\]\.params\.samples: " + said +
+                            r" is out of range \(must be between 0 and 4000000000\)",
+                            str(e.value)), str(e.value)
     with pytest.raises(flowfeed.ConfigError, match=r"<dict>:\d+:\d+: nodes\[0\]\.params\.callable: "
                        r"'no_such_loader' is neither a name given to flowfeed.register\(\)"):
         flowfeed.Pipeline(config("no_such_loader", samples=N))

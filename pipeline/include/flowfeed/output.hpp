@@ -29,6 +29,10 @@ namespace flowfeed {
 /// a bad path is reported before hours of work, not after.
 void check_output_path(const std::string& path, const std::string& what);
 
+/// True when `path` is a regular file this process has open or mapped (a loader's data file):
+/// an output there would replace what the run reads.
+bool read_by_this_process(const std::string& path);
+
 /// A path a program was given, for check_paths_apart: the option that named it (`--report`, or
 /// `config` for a positional argument), the path as given, and how the program uses it.
 struct NamedPath {

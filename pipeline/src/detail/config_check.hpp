@@ -56,6 +56,9 @@ std::vector<std::string> key_names(const Schema& schema);
 /// Checks one number against the spec's range: "N is out of range (must be ...)". True: in range.
 bool check_range(double x, const ParamSpec& spec, const std::string& path, const std::string& where,
                  Problems& problems);
+/// The same for an int, quoted exactly as written (9223372036854775807, not 9.22337e+18).
+bool check_range(std::int64_t x, const ParamSpec& spec, const std::string& path,
+                 const std::string& where, Problems& problems);
 /// Checks a value against its spec: its type (a mismatch quotes what was given), range and
 /// choices. Every value of a config goes through it, whichever way it was written. True: valid.
 bool check_value(const ParamValue& v, const ParamSpec& spec, const std::string& path,
