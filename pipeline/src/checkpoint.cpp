@@ -8,8 +8,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "detail/checkpoint_files.hpp"
 #include "flowfeed/memory_budget.hpp"
@@ -159,8 +159,9 @@ Checkpoint read_checkpoint(const std::string& path) {
   json root;
   try {
     root = json::parse(text);
-  } catch (const json::parse_error& e) {
-    // "[json.exception.parse_error.101] parse error at line 6, column 17: syntax error ..."
+  } catch (const json::exception& e) {
+    // "[json.exception.parse_error.101] parse error at line 6, column 17: syntax error ...", or a
+    // number beyond a double: "[json.exception.out_of_range.406] number overflow parsing '1e3001'"
     std::string what = e.what();
     std::string where = file;
     unsigned line = 0, column = 0;
@@ -169,8 +170,12 @@ Checkpoint read_checkpoint(const std::string& path) {
         std::sscanf(what.c_str() + at, " at line %u, column %u", &line, &column) == 2) {
       where = fmt::format("{}:{}:{}", file, line, column);
     }
-    const std::size_t colon = what.find(": ", at == std::string::npos ? 0 : at);
-    if (colon != std::string::npos) what = what.substr(colon + 2);
+    if (at != std::string::npos) {
+      const std::size_t colon = what.find(": ", at);
+      if (colon != std::string::npos) what = what.substr(colon + 2);
+    } else if (what.rfind("[json.exception.", 0) == 0 && what.find("] ") != std::string::npos) {
+      what = what.substr(what.find("] ") + 2);
+    }
     throw ConfigError(
         {fmt::format("{}: not a checkpoint: {} (the file is truncated or corrupt) "
                      "resume from a complete checkpoint",

@@ -357,6 +357,17 @@ TEST(CheckpointRead, DeepNestingIsRefusedBeforeParsingAndAnyNodeNameIsFound) {
   EXPECT_EQ(read_node_state(c, long_name), "two");
 }
 
+TEST(CheckpointRead, ANumberBeyondADoubleIsACorruptFileNotACrash) {
+  // JSON allows it; nlohmann's parser refuses it with an out_of_range, not a parse_error.
+  EXPECT_EQ(resume_message("huge_number",
+                           [](std::string text) {
+                             return text.replace(text.find("\"version\": 1"), 12,
+                                                 "\"version\": 1e3001");
+                           }),
+            "M: not a checkpoint: number overflow parsing '1e3001' (the file is truncated or "
+            "corrupt) resume from a complete checkpoint");
+}
+
 TEST(CheckpointRead, ANodeStateLargerThanTheMemoryThereIsIsRefusedUnread) {
   const fs::path dir = temp_dir("memory");
   write_checkpoint(dir, at(3), {{"train", {"mlp", std::string(5000, 'w')}}});
