@@ -180,32 +180,10 @@ void drop_rows(Batch& batch, std::vector<Failure>& failures, DropLog& drops, int
     throw BatchDroppedError(
         fmt::format("every sample of the batch is bad; the first: {}", failures.front().message));
   }
-  // Move the good rows down over the dropped ones, tensor by tensor, to where a batch of the new
-  // row count keeps them (BatchLayout packs a shorter batch just as tightly). A tensor's new place
-  // starts no later than its old one and ends before the next tensor's old place, so copying the
-  // tensors in order, each row forward, never overwrites a byte still to be read.
-  auto* base = reinterpret_cast<std::uint8_t*>(batch.data(Tier::host));
-  const BatchLayout& layout = *batch.layout;
-  const std::size_t kept_rows = rows - failures.size();
-  for (std::size_t t = 0; t < layout.tensors().size(); ++t) {
-    const std::size_t bytes = layout.tensors()[t].sample_bytes();
-    const std::uint8_t* from = base + layout.offset(t, rows);
-    std::uint8_t* to = base + layout.offset(t, kept_rows);
-    std::size_t kept = 0;
-    std::size_t next_failure = 0;
-    for (std::size_t row = 0; row < rows; ++row) {
-      if (next_failure < failures.size() && failures[next_failure].row == row) {
-        ++next_failure;
-        continue;
-      }
-      if (to + kept * bytes != from + row * bytes) {
-        std::memmove(to + kept * bytes, from + row * bytes, bytes);
-      }
-      if (t == 0) batch.samples[kept] = batch.samples[row];
-      ++kept;
-    }
-  }
-  batch.samples.resize(kept_rows);
+  std::vector<std::size_t> dropped_rows;
+  dropped_rows.reserve(failures.size());
+  for (const Failure& f : failures) dropped_rows.push_back(f.row);
+  remove_rows(batch, Tier::host, dropped_rows);
 }
 
 }  // namespace

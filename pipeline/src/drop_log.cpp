@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <cstring>
 
 #include "flowfeed/stats.hpp"
 
@@ -15,6 +16,35 @@ void check_something_delivered(const RunReport& report) {
       "batches skipped; the errors are above, and under \"warnings\" in --report) fix or remove "
       "the bad data",
       report.skipped_samples, report.skipped_batches));
+}
+
+void remove_rows(Batch& batch, Tier tier, const std::vector<std::size_t>& dropped) {
+  // A tensor's new place starts no later than its old one and ends before the next tensor's old
+  // place, so copying the tensors in order, each row forward, never overwrites a byte still to be
+  // read.
+  const std::size_t rows = batch.rows();
+  const std::size_t kept_rows = rows - dropped.size();
+  auto* base = reinterpret_cast<std::uint8_t*>(batch.data(tier));
+  const BatchLayout& layout = *batch.layout;
+  for (std::size_t t = 0; t < layout.tensors().size(); ++t) {
+    const std::size_t bytes = layout.tensors()[t].sample_bytes();
+    const std::uint8_t* from = base + layout.offset(t, rows);
+    std::uint8_t* to = base + layout.offset(t, kept_rows);
+    std::size_t kept = 0;
+    std::size_t next_drop = 0;
+    for (std::size_t row = 0; row < rows; ++row) {
+      if (next_drop < dropped.size() && dropped[next_drop] == row) {
+        ++next_drop;
+        continue;
+      }
+      if (to + kept * bytes != from + row * bytes) {
+        std::memmove(to + kept * bytes, from + row * bytes, bytes);
+      }
+      if (t == 0) batch.samples[kept] = batch.samples[row];
+      ++kept;
+    }
+  }
+  batch.samples.resize(kept_rows);
 }
 
 void DropLog::note(const std::string& what) {

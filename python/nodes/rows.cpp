@@ -5,6 +5,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "flowfeed/drop_log.hpp"
 #include "python_nodes.hpp"
 
 namespace flowfeed::python {
@@ -213,32 +214,10 @@ void RowWriter::write_batch(const py::handle& batch, const std::vector<std::byte
 }
 
 void drop_rows(Batch& batch, Tier tier, const std::vector<RowFailure>& failures) {
-  // Each tensor's new place starts no later than its old one and ends before the next tensor's
-  // old place, so copying the tensors in order, each row forward, never overwrites a byte still
-  // to be read (BatchLayout packs a shorter batch just as tightly).
-  const std::size_t rows = batch.rows();
-  const std::size_t kept_rows = rows - failures.size();
-  auto* base = reinterpret_cast<std::uint8_t*>(batch.data(tier));
-  const BatchLayout& layout = *batch.layout;
-  for (std::size_t t = 0; t < layout.tensors().size(); ++t) {
-    const std::size_t bytes = layout.tensors()[t].sample_bytes();
-    const std::uint8_t* from = base + layout.offset(t, rows);
-    std::uint8_t* to = base + layout.offset(t, kept_rows);
-    std::size_t kept = 0;
-    std::size_t next_failure = 0;
-    for (std::size_t row = 0; row < rows; ++row) {
-      if (next_failure < failures.size() && failures[next_failure].row == row) {
-        ++next_failure;
-        continue;
-      }
-      if (to + kept * bytes != from + row * bytes) {
-        std::memmove(to + kept * bytes, from + row * bytes, bytes);
-      }
-      if (t == 0) batch.samples[kept] = batch.samples[row];
-      ++kept;
-    }
-  }
-  batch.samples.resize(kept_rows);
+  std::vector<std::size_t> rows;
+  rows.reserve(failures.size());
+  for (const RowFailure& f : failures) rows.push_back(f.row);
+  remove_rows(batch, tier, rows);
 }
 
 }  // namespace flowfeed::python

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "flowfeed/batch.hpp"
 #include "flowfeed/error.hpp"
 
 namespace flowfeed {
@@ -28,6 +29,11 @@ class BatchDroppedError : public DataError {
 /// sample because every one was dropped as bad: exit 0 with nothing delivered would pass for
 /// success.
 void check_something_delivered(const RunReport& report);
+
+/// Removes the rows `dropped` (row numbers in the batch, ascending, fewer than its rows) from
+/// `batch`: its bytes in `tier` move down to where a batch of the smaller row count keeps them
+/// (BatchLayout packs a shorter batch just as tightly), and `batch.samples` shortens to match.
+void remove_rows(Batch& batch, Tier tier, const std::vector<std::size_t>& dropped);
 
 /// A node's record of dropped samples. Thread-safe.
 class DropLog {
