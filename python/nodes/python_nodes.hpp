@@ -51,6 +51,8 @@ class RowWriter {
   void write(const ArrayIn& in, std::size_t i, std::byte* dst, std::optional<std::size_t> lead,
              bool release_gil) const;
   py::handle value_of(const py::handle& out, std::size_t i, bool tuple) const;
+  /// std::runtime_error naming a key of `dict` that the layout does not have.
+  void check_keys(const py::handle& dict) const;
   std::vector<TensorSpec> tensors_;
   std::vector<PyRef> keys_;  // the names as Python str, made once
 };

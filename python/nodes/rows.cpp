@@ -161,20 +161,26 @@ void RowWriter::write_sample(const py::handle& sample, const std::vector<std::by
     throw std::runtime_error(
         "returned a " + py::str(py::type::handle_of(sample).attr("__name__")).cast<std::string>() +
         ", not a dict of arrays or a tuple");
-  } else if (py::len(sample) != tensors_.size()) {
-    for (const auto& [key, value] : sample.cast<py::dict>()) {
-      bool known = false;
-      for (const auto& k : keys_) known = known || k.get().equal(key);
-      if (!known) {
-        throw std::runtime_error("key " + py::repr(key).cast<std::string>() +
-                                 " is not in the layout");
-      }
-    }
+  } else {
+    check_keys(sample);
   }
   for (std::size_t i = 0; i < tensors_.size(); ++i) {
     const py::handle value = value_of(sample, i, tuple);
     const ArrayIn in = array_in(value, tensors_[i].dtype);
     write(in, i, bases[i] + row * tensors_[i].sample_bytes(), std::nullopt, true);
+  }
+}
+
+void RowWriter::check_keys(const py::handle& dict) const {
+  // A dict of the layout's size holds only its keys, or value_of finds one missing.
+  if (py::len(dict) == tensors_.size()) return;
+  for (const auto& [key, value] : dict.cast<py::dict>()) {
+    bool known = false;
+    for (const auto& k : keys_) known = known || k.get().equal(key);
+    if (!known) {
+      throw std::runtime_error("key " + py::repr(key).cast<std::string>() +
+                               " is not in the layout");
+    }
   }
 }
 
@@ -185,16 +191,7 @@ void RowWriter::write_batch(const py::handle& batch, const std::vector<std::byte
         "returned a " + py::str(py::type::handle_of(batch).attr("__name__")).cast<std::string>() +
         ", not a dict of batch arrays (or None after changing the batch in place)");
   }
-  if (py::len(batch) != tensors_.size()) {
-    for (const auto& [key, value] : batch.cast<py::dict>()) {
-      bool known = false;
-      for (const auto& k : keys_) known = known || k.get().equal(key);
-      if (!known) {
-        throw std::runtime_error("key " + py::repr(key).cast<std::string>() +
-                                 " is not in the layout");
-      }
-    }
-  }
+  check_keys(batch);
   for (std::size_t i = 0; i < tensors_.size(); ++i) {
     const py::handle value = value_of(batch, i, false);
     if (views) {
