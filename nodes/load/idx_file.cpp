@@ -16,6 +16,7 @@
 #include <stdexcept>
 #include <string_view>
 
+#include "fd.hpp"
 #include "flowfeed/data_file.hpp"
 #include "flowfeed/error.hpp"
 
@@ -72,21 +73,6 @@ std::string dims_text(const std::vector<uint32_t>& dims) {
   }
   return s;
 }
-
-/// Owns a file descriptor.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 /// Reads up to n bytes from fd, retrying on EINTR and partial reads; returns fewer only at EOF.
 size_t read_fully(const std::string& path, int fd, uint8_t* dst, size_t n,

@@ -19,6 +19,7 @@
 #include <sstream>
 #include <utility>
 
+#include "fd.hpp"
 #include "flowfeed/config.hpp"
 
 namespace flowfeed {
@@ -49,20 +50,6 @@ struct ClassWalk {
   std::string names;  ///< the files' paths, one after another
   std::size_t special = 0;
   std::string error;
-};
-
-class FdCloser {
- public:
-  explicit FdCloser(int fd) : fd_(fd) {}
-  ~FdCloser() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  FdCloser(const FdCloser&) = delete;
-  FdCloser& operator=(const FdCloser&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
 };
 
 std::string list_error(const std::string& root, const std::string& rel, int err) {
@@ -159,7 +146,7 @@ ImageFolderIndex ImageFolderIndex::walk(const std::string& root) {
   if (root_fd < 0) {
     throw DataError(fmt::format("root '{}' cannot be listed: {}", root, std::strerror(errno)));
   }
-  FdCloser root_closer(root_fd);
+  Fd root_closer(root_fd);
   {
     DIR* dir = ::fdopendir(::dup(root_fd));
     if (dir == nullptr) {

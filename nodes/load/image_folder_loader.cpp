@@ -10,6 +10,7 @@
 #include <cstring>
 #include <memory>
 
+#include "fd.hpp"
 #include "flowfeed/config.hpp"
 #include "flowfeed/extend.hpp"
 #include "flowfeed/nodes/image_folder.hpp"
@@ -25,20 +26,6 @@ namespace {
 
 /// A file larger than this is a bad sample (no image the decoder takes is near it).
 constexpr std::uint64_t kMaxFileBytes = std::uint64_t{1} << 30;
-
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 /// Reads each sample's file whole (open with O_NONBLOCK, fstat, read), takes its format from its
 /// first bytes and decodes it with decode_image_sample(); `y` is the class index (or the list's
