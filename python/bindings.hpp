@@ -43,6 +43,11 @@ struct PipelineHolder : std::enable_shared_from_this<PipelineHolder> {
   void check_idle() const;
 };
 
+/// flowfeed.Pipeline(config, overrides, test_nodes): `config` a path (a FIFO too), YAML text or a
+/// dict, `overrides` a dict, a list of "key=value" or one such string (pipeline_config.cpp).
+std::shared_ptr<PipelineHolder> make_pipeline(const py::object& config, const py::object& overrides,
+                                              bool test_nodes);
+
 /// Pipeline.state_dict(): the resume cursor and the nodes' states as plain Python values
 /// (state.cpp).
 py::dict state_dict(PipelineHolder& holder);
