@@ -71,6 +71,10 @@ std::vector<ConfigProblem> check_packing(const NodeSpec& spec, const PipelineCon
   while (index < config.nodes.size() && config.nodes[index].name != spec.name) ++index;
   const std::string at = "nodes[" + std::to_string(index) + "].params.";
   const Params& p = spec.params;
+  // A value that failed its own check is not set; that problem is already reported.
+  for (const char* key : {"packing", "cross_documents", "positions", "windows"}) {
+    if (!p.has(key)) return out;
+  }
   const std::string& packing = p.get_string("packing");
   if (packing == "none") {
     for (const char* key : {"lookahead", "pad", "ignore"}) {
