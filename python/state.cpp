@@ -5,7 +5,7 @@
 #include <pybind11/stl.h>
 
 #include <cstdint>
-#include <limits>
+#include <optional>
 #include <string>
 
 #include "bindings.hpp"
@@ -19,149 +19,122 @@ constexpr const char* kWhere = "state_dict";
 
 /// Reads the fields of a state dict; every problem is a ConfigError naming the field, as a
 /// checkpoint file's are: `state_dict: cursor.world: 0 is out of range (1 to 16777216)`.
-class StateFields {
+class StateFields final : public CursorFields {
  public:
   explicit StateFields(const py::handle& root) : root_(root) {}
 
-  [[noreturn]] static void fail(const std::string& key, const std::string& problem) {
+  std::string noun() const override { return "state"; }
+  std::string remedy() const override { return kRemedy; }
+  std::string other_kind_remedy() const override { return kRemedy; }
+  std::string newer_remedy() const override { return "load it with the flowfeed that made it"; }
+  [[noreturn]] void fail(const std::string& key, const std::string& problem) const override {
+    fail_at(key, problem);
+  }
+  [[noreturn]] static void fail_at(const std::string& key, const std::string& problem) {
     throw ConfigError({fmt::format("{}: {}: {}", kWhere, key, problem)});
   }
   [[noreturn]] static void corrupt(const std::string& key, const char* what, const py::handle& v) {
-    fail(key, fmt::format("expected {}, found {} (the state is corrupt or not one that "
-                          "Pipeline.state_dict() returned) load a state it returned",
-                          what, shown(v)));
+    fail_at(key, fmt::format("expected {}, found {} (the state is corrupt or not one that "
+                             "Pipeline.state_dict() returned) load a state it returned",
+                             what, shown_value(v)));
   }
-  static std::string shown(const py::handle& v) {
+  static std::string shown_value(const py::handle& v) {
     return fmt::format("{} ({})", py::repr(v).cast<std::string>(),
                        py::str(py::type::of(v).attr("__name__")).cast<std::string>());
   }
-
+  std::string shown(const std::string& key) const override {
+    const py::handle v = find(key);
+    return v ? py::repr(v).cast<std::string>() : std::string("nothing");
+  }
+  std::string quoted(const std::string& text) const override {
+    return py::repr(py::str(text)).cast<std::string>();
+  }
   /// The value at a dotted key ("cursor.epoch"), through dicts.
   py::handle at(const std::string& key) const {
+    const py::handle v = find(key);
+    if (!v) {
+      fail(key,
+           "missing (the state is incomplete or not one that Pipeline.state_dict() returned) "
+           "load a state it returned");
+    }
+    return v;
+  }
+  std::uint64_t count(const std::string& key) const override {
+    const py::handle v = at(key);
+    const std::optional<std::uint64_t> n = count_of(v);
+    if (!n && PyLong_Check(v.ptr()) && !PyBool_Check(v.ptr())) {
+      fail(key, fmt::format("{} is out of range (0 to 18446744073709551615)",
+                            py::repr(v).cast<std::string>()));
+    }
+    if (!n) corrupt(key, "a non-negative integer", v);
+    return *n;
+  }
+  bool flag(const std::string& key) const override {
+    const py::handle v = at(key);
+    if (!PyBool_Check(v.ptr())) corrupt(key, "True or False", v);
+    return v.cast<bool>();
+  }
+  std::string text(const std::string& key) const override {
+    const py::handle v = at(key);
+    if (!py::isinstance<py::str>(v)) corrupt(key, "a str", v);
+    return v.cast<std::string>();
+  }
+  std::vector<std::uint64_t> counts(const std::string& key) const override {
+    const py::handle list = at(key);
+    std::vector<std::uint64_t> out;
+    if (py::isinstance<py::list>(list)) {
+      for (const py::handle& v : list) {
+        const std::optional<std::uint64_t> n = count_of(v);
+        if (!n) break;
+        out.push_back(*n);
+      }
+      if (out.size() == py::len(list)) return out;
+    }
+    corrupt(key, "a list of non-negative integers", list);
+  }
+  bool text_is(const std::string& key, const std::string& value) const override {
+    const py::handle v = find(key);
+    return v && py::isinstance<py::str>(v) && v.cast<std::string>() == value;
+  }
+
+ private:
+  static constexpr const char* kRemedy = "load a state that Pipeline.state_dict() returned";
+
+  py::handle find(const std::string& key) const {
     py::handle node = root_;
     std::size_t begin = 0;
     for (;;) {
       const std::size_t dot = key.find('.', begin);
       const std::string part = key.substr(begin, dot - begin);
-      if (!py::isinstance<py::dict>(node) || !node.cast<py::dict>().contains(part)) {
-        fail(key,
-             "missing (the state is incomplete or not one that Pipeline.state_dict() "
-             "returned) load a state it returned");
-      }
+      if (!py::isinstance<py::dict>(node) || !node.cast<py::dict>().contains(part)) return {};
       node = node.cast<py::dict>()[py::str(part)];
       if (dot == std::string::npos) return node;
       begin = dot + 1;
     }
   }
-  static std::uint64_t count_of(const std::string& key, const py::handle& v) {
-    // bool is an int in Python; a flag where a count belongs is still a corrupt state.
-    if (!PyLong_Check(v.ptr()) || PyBool_Check(v.ptr())) {
-      corrupt(key, "a non-negative integer", v);
-    }
+  /// `v` as a count, or nothing when it is not an int from 0 to 2^64 - 1 (a bool is an int in
+  /// Python; a flag where a count belongs is still a corrupt state).
+  static std::optional<std::uint64_t> count_of(const py::handle& v) {
+    if (!PyLong_Check(v.ptr()) || PyBool_Check(v.ptr())) return std::nullopt;
     const unsigned long long n = PyLong_AsUnsignedLongLong(v.ptr());
     if (n == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
       PyErr_Clear();
-      fail(key, fmt::format("{} is out of range (0 to {})", py::repr(v).cast<std::string>(),
-                            std::numeric_limits<std::uint64_t>::max()));
+      return std::nullopt;
     }
     return n;
   }
-  std::uint64_t count(const std::string& key) const { return count_of(key, at(key)); }
-  bool flag(const std::string& key) const {
-    const py::handle v = at(key);
-    if (!PyBool_Check(v.ptr())) corrupt(key, "True or False", v);
-    return v.cast<bool>();
-  }
-  std::string text(const std::string& key) const {
-    const py::handle v = at(key);
-    if (!py::isinstance<py::str>(v)) corrupt(key, "a str", v);
-    return v.cast<std::string>();
-  }
 
- private:
   py::handle root_;
 };
 
 Checkpoint read_state(const py::handle& state, NodeStates& states) {
   if (!py::isinstance<py::dict>(state)) {
-    StateFields::fail(
-        "state", fmt::format("expected the dict Pipeline.state_dict() returned, found "
-                             "{}",
+    StateFields::fail_at(
+        "state", fmt::format("expected the dict Pipeline.state_dict() returned, found {}",
                              py::str(py::type::of(state).attr("__name__")).cast<std::string>()));
   }
   const StateFields f(state);
-  const py::handle format = f.at("format");
-  if (!py::isinstance<py::str>(format) || format.cast<std::string>() != kFormat) {
-    StateFields::fail("format", fmt::format("expected '{}', found {} (not a flowfeed state) load "
-                                            "a state that Pipeline.state_dict() returned",
-                                            kFormat, StateFields::shown(format)));
-  }
-  Checkpoint c;
-  const std::uint64_t version = f.count("version");
-  if (version == 0 || version > static_cast<std::uint64_t>(Checkpoint::kVersion)) {
-    StateFields::fail("version",
-                      version == 0
-                          ? std::string("0 is not a state version (the state is corrupt) load a "
-                                        "state that Pipeline.state_dict() returned")
-                          : fmt::format("{} is newer than this build reads (version {}; made by a "
-                                        "newer flowfeed) load it with the flowfeed that made it",
-                                        version, Checkpoint::kVersion));
-  }
-  c.version = static_cast<int>(version);
-  c.seed = f.count("sampler.seed");
-  c.shuffle = f.flag("sampler.shuffle");
-  c.drop_last = f.flag("sampler.drop_last");
-  c.dataset_size = f.count("sampler.dataset_size");
-  const std::uint64_t epoch = f.count("cursor.epoch");
-  if (epoch > std::numeric_limits<std::uint32_t>::max()) {
-    StateFields::fail("cursor.epoch", fmt::format("{} is out of range (0 to {})", epoch,
-                                                  std::numeric_limits<std::uint32_t>::max()));
-  }
-  c.epoch = static_cast<std::uint32_t>(epoch);
-  c.samples = f.count("cursor.samples");
-  const std::uint64_t world = f.count("cursor.world");
-  const std::uint64_t rank = f.count("cursor.rank");
-  c.batch_size = f.count("cursor.batch_size");
-  c.global_batch = f.count("cursor.global_batch");
-  c.steps = f.count("cursor.steps");
-  if (world < 1 || world > (1u << 24)) {
-    StateFields::fail("cursor.world", fmt::format("{} is out of range (1 to 16777216)", world));
-  }
-  if (rank >= world) {
-    StateFields::fail("cursor.rank", fmt::format("{} is not below cursor.world {}", rank, world));
-  }
-  c.world = static_cast<int>(world);
-  c.rank = static_cast<int>(rank);
-  if (c.batch_size < 1) StateFields::fail("cursor.batch_size", "0 is out of range (at least 1)");
-  std::uint64_t product = 0;
-  if (__builtin_mul_overflow(c.batch_size, world, &product) || c.global_batch != product) {
-    StateFields::fail("cursor.global_batch",
-                      fmt::format("{} is not cursor.world {} x cursor.batch_size {} (the state is "
-                                  "corrupt) load a state that Pipeline.state_dict() returned",
-                                  c.global_batch, world, c.batch_size));
-  }
-  if (c.samples % c.global_batch != 0 || (c.samples > 0 && c.samples >= c.dataset_size)) {
-    StateFields::fail(
-        "cursor.samples",
-        fmt::format("{} is not a whole number of global batches of {} inside the data set of {} "
-                    "samples (the state is corrupt) load a state that Pipeline.state_dict() "
-                    "returned",
-                    c.samples, c.global_batch, c.dataset_size));
-  }
-  const py::handle ahead = f.at("cursor.finished_ahead");
-  if (!py::isinstance<py::list>(ahead)) {
-    StateFields::corrupt("cursor.finished_ahead", "a list of integers", ahead);
-  }
-  for (const py::handle& a : ahead) {
-    const std::uint64_t n = StateFields::count_of("cursor.finished_ahead", a);
-    if (n == 0 || (!c.finished_ahead.empty() && n <= c.finished_ahead.back())) {
-      StateFields::fail("cursor.finished_ahead",
-                        fmt::format("{} is not a list of ascending positive integers (the state "
-                                    "is corrupt) load a state that Pipeline.state_dict() returned",
-                                    py::repr(ahead).cast<std::string>()));
-    }
-    c.finished_ahead.push_back(n);
-  }
+  Checkpoint c = read_cursor(f, kFormat);
   const py::handle nodes = f.at("nodes");
   if (!py::isinstance<py::dict>(nodes)) StateFields::corrupt("nodes", "a dict", nodes);
   for (const auto& [name, entry] : nodes.cast<py::dict>()) {

@@ -53,48 +53,77 @@ std::string shown(const json& value) {
 
 /// Reads fields of a parsed manifest (or of one object in it, whose keys `prefix` leads in
 /// messages); every problem names the file and the field.
-class Fields {
+class Fields final : public CursorFields {
  public:
   Fields(const json& root, std::string file, std::string prefix = "")
       : root_(root), file_(std::move(file)), prefix_(std::move(prefix)) {}
 
-  [[noreturn]] void fail(const std::string& key, const std::string& problem) const {
+  std::string noun() const override { return "checkpoint"; }
+  std::string remedy() const override { return "resume from a complete one"; }
+  std::string other_kind_remedy() const override {
+    return "point pipeline.resume_from at a directory --checkpoint wrote";
+  }
+  std::string newer_remedy() const override { return "resume with the flowfeed that wrote it"; }
+  [[noreturn]] void fail(const std::string& key, const std::string& problem) const override {
     throw ConfigError({fmt::format("{}: {}{}: {}", file_, prefix_, key, problem)});
   }
+  std::string shown(const std::string& key) const override {
+    const json* v = find(key);
+    return v ? flowfeed::shown(*v) : std::string("nothing");
+  }
+  std::string quoted(const std::string& text) const override { return json(text).dump(); }
   const json& at(const std::string& key) const {
+    const json* v = find(key);
+    if (!v)
+      fail(key, "missing (the checkpoint is incomplete or corrupt) resume from a complete one");
+    return *v;
+  }
+  std::uint64_t count(const std::string& key) const override {
+    return value<std::uint64_t>(key, &json::is_number_unsigned, "a non-negative integer");
+  }
+  bool flag(const std::string& key) const override {
+    return value<bool>(key, &json::is_boolean, "true or false");
+  }
+  std::string text(const std::string& key) const override {
+    return value<std::string>(key, &json::is_string, "a string");
+  }
+  std::vector<std::uint64_t> counts(const std::string& key) const override {
+    const json& list = at(key);
+    std::vector<std::uint64_t> out;
+    for (const json& v : list.is_array() ? list : json::array({json()})) {
+      if (!v.is_number_unsigned()) {
+        fail(key, fmt::format("expected a list of non-negative integers, found {} {}",
+                              flowfeed::shown(list), corrupt()));
+      }
+      out.push_back(v.get<std::uint64_t>());
+    }
+    return out;
+  }
+  bool text_is(const std::string& key, const std::string& value) const override {
+    const json* v = find(key);
+    return v && v->is_string() && v->get<std::string>() == value;
+  }
+
+ private:
+  const json* find(const std::string& key) const {
     const json* node = &root_;
     std::size_t begin = 0;
     for (;;) {
       const std::size_t dot = key.find('.', begin);
       const std::string part = key.substr(begin, dot - begin);
-      if (!node->is_object() || !node->contains(part)) {
-        fail(key, "missing (the checkpoint is incomplete or corrupt) resume from a complete one");
-      }
+      if (!node->is_object() || !node->contains(part)) return nullptr;
       node = &(*node)[part];
-      if (dot == std::string::npos) return *node;
+      if (dot == std::string::npos) return node;
       begin = dot + 1;
     }
   }
-  std::uint64_t count(const std::string& key) const {
-    return value<std::uint64_t>(key, &json::is_number_unsigned, "a non-negative integer");
-  }
-  bool flag(const std::string& key) const {
-    return value<bool>(key, &json::is_boolean, "true or false");
-  }
-  std::string text(const std::string& key) const {
-    return value<std::string>(key, &json::is_string, "a string");
-  }
-
- private:
   /// The field at `key` as a T; a field that `holds` rejects is an error that says it expected
   /// `what`.
   template <typename T>
   T value(const std::string& key, bool (json::*holds)() const noexcept, const char* what) const {
     const json& v = at(key);
     if (!(v.*holds)()) {
-      fail(key, fmt::format("expected {}, found {} (the checkpoint is corrupt) resume from a "
-                            "complete one",
-                            what, shown(v)));
+      fail(key, fmt::format("expected {}, found {} {}", what, flowfeed::shown(v), corrupt()));
     }
     return v.get<T>();
   }
@@ -145,6 +174,75 @@ std::string checkpoint_json(const Checkpoint& c) {
   return j.dump(2) + "\n";
 }
 
+Checkpoint read_cursor(const CursorFields& f, const std::string& format) {
+  if (!f.text_is("format", format)) {
+    f.fail("format", fmt::format("expected {}, found {} (not a flowfeed {}) {}", f.quoted(format),
+                                 f.shown("format"), f.noun(), f.other_kind_remedy()));
+  }
+  Checkpoint c;
+  const std::uint64_t version = f.count("version");
+  if (version > static_cast<std::uint64_t>(Checkpoint::kVersion) || version == 0) {
+    f.fail("version",
+           version == 0
+               ? fmt::format("0 is not a {} version {}", f.noun(), f.corrupt())
+               : fmt::format("{} is newer than this build reads (version {}; written by a newer "
+                             "flowfeed) {}",
+                             version, Checkpoint::kVersion, f.newer_remedy()));
+  }
+  c.version = static_cast<int>(version);
+  c.seed = f.count("sampler.seed");
+  c.shuffle = f.flag("sampler.shuffle");
+  c.drop_last = f.flag("sampler.drop_last");
+  c.dataset_size = f.count("sampler.dataset_size");
+  const std::uint64_t epoch = f.count("cursor.epoch");
+  if (epoch > 0xffffffffull) {
+    f.fail("cursor.epoch", fmt::format("{} is out of range (0 to 4294967295; the {} is corrupt) {}",
+                                       epoch, f.noun(), f.remedy()));
+  }
+  c.epoch = static_cast<std::uint32_t>(epoch);
+  c.samples = f.count("cursor.samples");
+  const std::uint64_t world = f.count("cursor.world");
+  const std::uint64_t rank = f.count("cursor.rank");
+  c.batch_size = f.count("cursor.batch_size");
+  c.global_batch = f.count("cursor.global_batch");
+  c.steps = f.count("cursor.steps");
+  if (world < 1 || world > 1u << 24) {
+    f.fail("cursor.world", fmt::format("{} is out of range (1 to 16777216)", world));
+  }
+  if (rank >= world) {
+    f.fail("cursor.rank", fmt::format("{} is not below cursor.world {}", rank, world));
+  }
+  c.world = static_cast<int>(world);
+  c.rank = static_cast<int>(rank);
+  if (c.batch_size < 1) f.fail("cursor.batch_size", "0 is out of range (at least 1)");
+  const std::optional<std::uint64_t> product = checked_mul(c.batch_size, world);
+  if (!product) {
+    f.fail("cursor.batch_size",
+           fmt::format("{} x cursor.world {} overflows 64 bits (allowed: a batch_size whose "
+                       "product with cursor.world is below 2^64; the {} is corrupt) {}",
+                       c.batch_size, world, f.noun(), f.remedy()));
+  }
+  if (c.global_batch != *product) {
+    f.fail("cursor.global_batch", fmt::format("{} is not cursor.world {} x cursor.batch_size {} {}",
+                                              c.global_batch, world, c.batch_size, f.corrupt()));
+  }
+  if (c.samples % c.global_batch != 0 || (c.samples > 0 && c.samples >= c.dataset_size)) {
+    f.fail("cursor.samples",
+           fmt::format("{} is not a whole number of global batches of {} inside the data set of "
+                       "{} samples {}",
+                       c.samples, c.global_batch, c.dataset_size, f.corrupt()));
+  }
+  for (const std::uint64_t a : f.counts("cursor.finished_ahead")) {
+    if (a == 0 || (!c.finished_ahead.empty() && a <= c.finished_ahead.back())) {
+      f.fail("cursor.finished_ahead",
+             fmt::format("{} is not a list of ascending positive integers {}",
+                         f.shown("cursor.finished_ahead"), f.corrupt()));
+    }
+    c.finished_ahead.push_back(a);
+  }
+  return c;
+}
+
 Checkpoint read_checkpoint(const std::string& path) {
   const std::string file = manifest_path(path);
   const std::string text =
@@ -182,88 +280,7 @@ Checkpoint read_checkpoint(const std::string& path) {
                      where, what)});
   }
   const Fields f(root, file);
-  if (!root.is_object() || !root.contains("format") || root["format"] != kFormat) {
-    f.fail("format",
-           fmt::format("expected \"{}\", found {} (not a flowfeed checkpoint) point "
-                       "pipeline.resume_from at a directory --checkpoint wrote",
-                       kFormat,
-                       root.is_object() && root.contains("format") ? shown(root["format"])
-                                                                   : std::string("nothing")));
-  }
-  Checkpoint c;
-  const std::uint64_t version = f.count("version");
-  if (version > static_cast<std::uint64_t>(Checkpoint::kVersion) || version == 0) {
-    f.fail("version", version == 0
-                          ? std::string("0 is not a checkpoint version (the checkpoint is corrupt) "
-                                        "resume from a complete one")
-                          : fmt::format("{} is newer than this build reads (version {}; written by "
-                                        "a newer flowfeed) resume with the flowfeed that wrote it",
-                                        version, Checkpoint::kVersion));
-  }
-  c.version = static_cast<int>(version);
-  c.seed = f.count("sampler.seed");
-  c.shuffle = f.flag("sampler.shuffle");
-  c.drop_last = f.flag("sampler.drop_last");
-  c.dataset_size = f.count("sampler.dataset_size");
-  const std::uint64_t epoch = f.count("cursor.epoch");
-  if (epoch > 0xffffffffull) {
-    f.fail("cursor.epoch", fmt::format("{} is out of range (0 to 4294967295; the checkpoint is "
-                                       "corrupt) resume from a complete one",
-                                       epoch));
-  }
-  c.epoch = static_cast<std::uint32_t>(epoch);
-  c.samples = f.count("cursor.samples");
-  const std::uint64_t world = f.count("cursor.world");
-  const std::uint64_t rank = f.count("cursor.rank");
-  c.batch_size = f.count("cursor.batch_size");
-  c.global_batch = f.count("cursor.global_batch");
-  c.steps = f.count("cursor.steps");
-  if (world < 1 || world > 1u << 24) {
-    f.fail("cursor.world", fmt::format("{} is out of range (1 to 16777216)", world));
-  }
-  if (rank >= world) {
-    f.fail("cursor.rank", fmt::format("{} is not below cursor.world {}", rank, world));
-  }
-  c.world = static_cast<int>(world);
-  c.rank = static_cast<int>(rank);
-  if (c.batch_size < 1) f.fail("cursor.batch_size", "0 is out of range (at least 1)");
-  const std::optional<std::uint64_t> product = checked_mul(c.batch_size, world);
-  if (!product) {
-    f.fail("cursor.batch_size",
-           fmt::format("{} x cursor.world {} overflows 64 bits (allowed: a batch_size whose "
-                       "product with cursor.world is below 2^64; the checkpoint is corrupt) "
-                       "resume from a complete one",
-                       c.batch_size, world));
-  }
-  if (c.global_batch != *product) {
-    f.fail("cursor.global_batch",
-           fmt::format("{} is not cursor.world {} x cursor.batch_size {} (the checkpoint is "
-                       "corrupt) resume from a complete one",
-                       c.global_batch, world, c.batch_size));
-  }
-  if (c.samples % c.global_batch != 0 || (c.samples > 0 && c.samples >= c.dataset_size)) {
-    f.fail("cursor.samples",
-           fmt::format("{} is not a whole number of global batches of {} inside the data set of "
-                       "{} samples (the checkpoint is corrupt) resume from a complete one",
-                       c.samples, c.global_batch, c.dataset_size));
-  }
-  const json& ahead = f.at("cursor.finished_ahead");
-  if (!ahead.is_array()) {
-    f.fail("cursor.finished_ahead",
-           fmt::format("expected a list of integers, found {} (the checkpoint is corrupt) resume "
-                       "from a complete one",
-                       shown(ahead)));
-  }
-  for (const json& a : ahead) {
-    if (!a.is_number_unsigned() || a.get<std::uint64_t>() == 0 ||
-        (!c.finished_ahead.empty() && a.get<std::uint64_t>() <= c.finished_ahead.back())) {
-      f.fail("cursor.finished_ahead",
-             fmt::format("{} is not a list of ascending positive integers (the checkpoint is "
-                         "corrupt) resume from a complete one",
-                         shown(ahead)));
-    }
-    c.finished_ahead.push_back(a.get<std::uint64_t>());
-  }
+  Checkpoint c = read_cursor(f, kFormat);
   const json& nodes = f.at("nodes");
   if (!nodes.is_object()) {
     f.fail("nodes", fmt::format("expected an object, found {} (the checkpoint is corrupt) resume "

@@ -312,15 +312,16 @@ TEST(CheckpointRead, PositionsOutsideTheRunAreErrorsNamingTheAllowedRange) {
                              return replace(t, "\"finished_ahead\": []",
                                             "\"finished_ahead\": [-1]");
                            }),
-            "M: cursor.finished_ahead: [-1] is not a list of ascending positive integers (the "
+            "M: cursor.finished_ahead: expected a list of non-negative integers, found [-1] (the "
             "checkpoint is corrupt) resume from a complete one");
-  EXPECT_EQ(resume_message("ahead_type",
-                           [](std::string t) {
-                             return replace(t, "\"finished_ahead\": []",
-                                            "\"finished_ahead\": {\"a\": 1}");
-                           }),
-            "M: cursor.finished_ahead: expected a list of integers, found {\"a\":1} (the "
-            "checkpoint is corrupt) resume from a complete one");
+  EXPECT_EQ(
+      resume_message("ahead_type",
+                     [](std::string t) {
+                       return replace(t, "\"finished_ahead\": []",
+                                      "\"finished_ahead\": {\"a\": 1}");
+                     }),
+      "M: cursor.finished_ahead: expected a list of non-negative integers, found {\"a\":1} (the "
+      "checkpoint is corrupt) resume from a complete one");
   EXPECT_EQ(
       resume_message("negative",
                      [](std::string t) { return replace(t, "\"epoch\": 0", "\"epoch\": -1"); }),

@@ -169,15 +169,16 @@ NOT_OURS = ("(the state is corrupt or not one that Pipeline.state_dict() returne
 
 @pytest.mark.parametrize("path, value, message", [
     ("format", "flowfeed checkpoint", "format: expected 'flowfeed state', found 'flowfeed "
-     "checkpoint' (str) (not a flowfeed state) load a state that Pipeline.state_dict() returned"),
-    ("version", 2, "version: 2 is newer than this build reads (version 1; made by a newer "
-     "flowfeed) load it with the flowfeed that made it"),
+     "checkpoint' (not a flowfeed state) load a state that Pipeline.state_dict() returned"),
+    ("version", 2, "version: 2 is newer than this build reads (version 1; written by a "
+     "newer flowfeed) load it with the flowfeed that made it"),
     ("version", 0, "version: 0 is not a state version " + CORRUPT),
     ("cursor.epoch", KeyError, "cursor.epoch: missing (the state is incomplete or not one that "
      "Pipeline.state_dict() returned) load a state it returned"),
     ("cursor.epoch", "1", "cursor.epoch: expected a non-negative integer, found '1' (str) " +
      NOT_OURS),
-    ("cursor.epoch", 2**32, "cursor.epoch: 4294967296 is out of range (0 to 4294967295)"),
+    ("cursor.epoch", 2**32, "cursor.epoch: 4294967296 is out of range (0 to 4294967295; the state "
+     "is corrupt) load a state that Pipeline.state_dict() returned"),
     ("cursor.epoch", 3, "cursor.epoch: the checkpoint is at epoch 3, sample 192 of its order: "
      "nothing of this run's 2 epochs is left after it (allowed: an epoch below pipeline.epochs "
      "with a batch of this rank left in it) raise pipeline.epochs to train further, or start "
@@ -196,7 +197,8 @@ NOT_OURS = ("(the state is corrupt or not one that Pipeline.state_dict() returne
      "cursor.batch_size 64 " + CORRUPT),
     ("cursor.finished_ahead", [3, 2], "cursor.finished_ahead: [3, 2] is not a list of ascending "
      "positive integers " + CORRUPT),
-    ("cursor.finished_ahead", (1,), "cursor.finished_ahead: expected a list of integers, found "
+    ("cursor.finished_ahead", (1,), "cursor.finished_ahead: expected a list of non-negative "
+     "integers, found "
      "(1,) (tuple) " + NOT_OURS),
     ("cursor.finished_ahead", [1, 10**6], "cursor.finished_ahead: 1000000 is past the end of the "
      "run: 28 batches of this rank follow the cursor's in 2 epochs (allowed: ascending offsets 1 to "
@@ -233,8 +235,10 @@ def test_an_overflowing_global_batch_is_refused(data):
     state["cursor"].update(world=2, batch_size=2**63, global_batch=0, samples=0)
     with pytest.raises(flowfeed.ConfigError) as error:
         pipeline.load_state_dict(state)
-    assert str(error.value) == ("state_dict: cursor.global_batch: 0 is not cursor.world 2 x "
-                                "cursor.batch_size 9223372036854775808 " + CORRUPT)
+    assert str(error.value) == ("state_dict: cursor.batch_size: 9223372036854775808 x "
+                                "cursor.world 2 overflows 64 bits (allowed: a batch_size whose "
+                                "product with cursor.world is below 2^64; the state is corrupt) "
+                                "load a state that Pipeline.state_dict() returned")
 
 
 def test_a_state_that_is_not_a_dict_is_refused(data):

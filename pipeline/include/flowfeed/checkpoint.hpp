@@ -82,6 +82,45 @@ inline constexpr std::size_t kMaxManifestBytes = std::size_t{16} << 20;
 /// The JSON text of `checkpoint` (the manifest).
 std::string checkpoint_json(const Checkpoint& checkpoint);
 
+/// The saved cursor's fields as some holder keeps them: a checkpoint's manifest (JSON), the dict
+/// Pipeline.state_dict() returns (Python). read_cursor() checks them the same way for every holder;
+/// the holder reads values of its own types and names itself in messages. Keys are dotted
+/// ("cursor.epoch").
+class CursorFields {
+ public:
+  virtual ~CursorFields() = default;
+  /// What holds the fields, in messages: "checkpoint", "state".
+  virtual std::string noun() const = 0;
+  /// What a message about a corrupt holder advises: "resume from a complete one".
+  virtual std::string remedy() const = 0;
+  /// What a message about a holder of another kind advises (a wrong `format`).
+  virtual std::string other_kind_remedy() const = 0;
+  /// What a message about a holder from a newer flowfeed advises.
+  virtual std::string newer_remedy() const = 0;
+  /// Throws ConfigError naming the holder, `key` and `problem`.
+  [[noreturn]] virtual void fail(const std::string& key, const std::string& problem) const = 0;
+  /// The value at `key` as the holder shows it in messages ("nothing" when absent).
+  virtual std::string shown(const std::string& key) const = 0;
+  /// `text` as the holder quotes a string.
+  virtual std::string quoted(const std::string& text) const = 0;
+  /// The value at `key`; a missing field or one of another type fails naming the key.
+  virtual std::uint64_t count(const std::string& key) const = 0;
+  virtual bool flag(const std::string& key) const = 0;
+  virtual std::string text(const std::string& key) const = 0;
+  /// A list of non-negative integers.
+  virtual std::vector<std::uint64_t> counts(const std::string& key) const = 0;
+  /// Whether `key` is present and a string equal to `value`.
+  virtual bool text_is(const std::string& key, const std::string& value) const = 0;
+
+  /// The message tail of a corrupt value: "(the checkpoint is corrupt) resume from a complete one".
+  std::string corrupt() const { return "(the " + noun() + " is corrupt) " + remedy(); }
+};
+
+/// Checks `fields`' format (which must be `format`), version, sampler and cursor, every field's
+/// type and range, products such as world x batch_size included, and returns them as a Checkpoint
+/// without nodes. Throws ConfigError through CursorFields::fail.
+Checkpoint read_cursor(const CursorFields& fields, const std::string& format);
+
 /// Reads and checks a checkpoint: `path` is its directory or the manifest in it. Checks the format,
 /// the version, every field's type and range (products such as world × batch_size included), and
 /// that every node file named is there with its size and hash. Files are read with bounds: a
