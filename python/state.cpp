@@ -163,22 +163,9 @@ py::dict state_dict(PipelineHolder& h) {
   }
   NodeStates states;
   const Checkpoint c = pipeline.checkpoint(states);
-  py::dict sampler;
-  sampler["seed"] = c.seed;
-  sampler["shuffle"] = c.shuffle;
-  sampler["drop_last"] = c.drop_last;
-  sampler["dataset_size"] = c.dataset_size;
-  py::dict cursor;
-  cursor["epoch"] = c.epoch;
-  cursor["samples"] = c.samples;
-  cursor["world"] = c.world;
-  cursor["rank"] = c.rank;
-  cursor["batch_size"] = c.batch_size;
-  cursor["global_batch"] = c.global_batch;
-  py::list ahead;
-  for (std::uint64_t a : c.finished_ahead) ahead.append(a);
-  cursor["finished_ahead"] = ahead;
-  cursor["steps"] = c.steps;
+  // The manifest's fields, as Python values; the nodes' states inline instead of in files.
+  py::dict d = py::module_::import("json").attr("loads")(checkpoint_json(c));
+  d["format"] = kFormat;
   py::dict nodes;
   for (const auto& [name, state] : states) {
     py::dict entry;
@@ -186,11 +173,6 @@ py::dict state_dict(PipelineHolder& h) {
     entry["state"] = py::bytes(state.second);
     nodes[py::str(name)] = entry;
   }
-  py::dict d;
-  d["format"] = kFormat;
-  d["version"] = Checkpoint::kVersion;
-  d["sampler"] = sampler;
-  d["cursor"] = cursor;
   d["nodes"] = nodes;
   return d;
 }
