@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/files.hpp"
+
 namespace flowfeed::test {
 
 /// Runs `command` with /bin/sh; returns its exit status (-1 if it did not exit) and, when asked,
@@ -47,14 +49,6 @@ inline const std::string kMpirun =
 /// True when mpirun is installed (Debian: openmpi-bin); the MPI tests skip without it.
 inline bool have_mpirun() {
   return std::system("command -v mpirun > /dev/null 2>&1") == 0;
-}
-
-/// The whole file, as bytes ("" when it cannot be read).
-inline std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 /// max |a - b| over max |b| (and a failed expectation when the sizes differ).

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "flowfeed/error.hpp"
+#include "tests/files.hpp"
 #include "tests/nodes/test_files.hpp"
 
 namespace flowfeed {
@@ -27,11 +28,6 @@ void write_file(const std::string& path, const std::string& bytes) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   f.write(bytes.data(), std::streamsize(bytes.size()));
   ASSERT_TRUE(f.good()) << path;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
 }
 
 /// A .npy file image with a hand-written header of the given version, padded like numpy does.
@@ -106,7 +102,7 @@ TEST_F(NpyFileTest, WriterProducesNumpyHeader) {
   std::string p = dir_.file("a.npy");
   Bytes data = pattern(20, 7, 253);
   write_npy(p, NpyDtype::uint8, {20}, data.data());
-  std::string bytes = read_file(p);
+  std::string bytes = test::read_file(p);
   std::string dict = "{'descr': '|u1', 'fortran_order': False, 'shape': (20,), }";
   ASSERT_EQ(bytes.size(), 128u + 20u);
   EXPECT_EQ(bytes.substr(0, 10), std::string("\x93NUMPY\x01\x00\x76\x00", 10));

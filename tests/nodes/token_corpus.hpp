@@ -93,6 +93,28 @@ inline std::uint64_t random_start(const std::vector<std::uint64_t>& starts, std:
   return starts[splitmix64(splitmix64(splitmix64(seed) ^ epoch) ^ index) % starts.size()];
 }
 
+/// A host chain `tokens` (concurrency 3, `params`) → staging → upload → the train node `sink`.
+inline std::string tokens_yaml(const std::string& params, const std::string& sampler, int epochs,
+                               int batch_size, const std::string& sink) {
+  return "pipeline: { epochs: " + std::to_string(epochs) +
+         ", batch_size: " + std::to_string(batch_size) +
+         ", prefetch_depth: 4, device: host, threads: 4 }\n"
+         "sampler: { " +
+         sampler +
+         " }\n"
+         "nodes:\n"
+         "  - name: load\n"
+         "    type: tokens\n"
+         "    concurrency: 3\n"
+         "    params: { " +
+         params +
+         " }\n"
+         "  - { name: stage, type: host_staging }\n"
+         "  - { name: upload, type: host_upload }\n"
+         "  - { name: train, type: " +
+         sink + " }\n";
+}
+
 /// One batch as the `windows` sink saw it.
 struct SeenBatch {
   std::uint32_t epoch = 0;

@@ -107,22 +107,7 @@ void register_packed_sink(Registry& registry, std::shared_ptr<PackedSeen> out) {
 
 std::string yaml(const std::string& params, const std::string& sampler = "shuffle: true, seed: 3",
                  int epochs = 2, int batch_size = 8) {
-  return "pipeline: { epochs: " + std::to_string(epochs) +
-         ", batch_size: " + std::to_string(batch_size) +
-         ", prefetch_depth: 4, device: host, threads: 4 }\n"
-         "sampler: { " +
-         sampler +
-         " }\n"
-         "nodes:\n"
-         "  - name: load\n"
-         "    type: tokens\n"
-         "    concurrency: 3\n"
-         "    params: { " +
-         params +
-         " }\n"
-         "  - { name: stage, type: host_staging }\n"
-         "  - { name: upload, type: host_upload }\n"
-         "  - { name: train, type: packed }\n";
+  return token_corpus::tokens_yaml(params, sampler, epochs, batch_size, "packed");
 }
 
 Registry registry_with(std::shared_ptr<PackedSeen> seen) {

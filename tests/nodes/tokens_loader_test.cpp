@@ -25,22 +25,7 @@ class TokensLoaderTest : public ::testing::Test {
  protected:
   std::string yaml(const std::string& params, const std::string& sampler = "shuffle: false",
                    int epochs = 2, int batch_size = 8) {
-    return "pipeline: { epochs: " + std::to_string(epochs) +
-           ", batch_size: " + std::to_string(batch_size) +
-           ", prefetch_depth: 4, device: host, threads: 4 }\n"
-           "sampler: { " +
-           sampler +
-           " }\n"
-           "nodes:\n"
-           "  - name: load\n"
-           "    type: tokens\n"
-           "    concurrency: 3\n"
-           "    params: { " +
-           params +
-           " }\n"
-           "  - { name: stage, type: host_staging }\n"
-           "  - { name: upload, type: host_upload }\n"
-           "  - { name: train, type: windows }\n";
+    return tokens_yaml(params, sampler, epochs, batch_size, "windows");
   }
   RunReport run(const std::string& text) {
     seen_ = std::make_shared<Seen>();

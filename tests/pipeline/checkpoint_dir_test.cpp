@@ -14,6 +14,7 @@
 #include "flowfeed/checkpoint.hpp"
 #include "flowfeed/sampler.hpp"
 #include "tests/error_of.hpp"
+#include "tests/files.hpp"
 #include "tests/temp_fifo.hpp"
 
 namespace flowfeed {
@@ -22,17 +23,11 @@ namespace {
 namespace fs = std::filesystem;
 
 fs::path temp_dir(const std::string& name) {
-  const fs::path p =
-      fs::temp_directory_path() / ("flowfeed_ckdir_" + std::to_string(getpid()) + "_" + name);
-  fs::remove_all(p);
-  return p;
+  return test::fresh_path("ckdir", name);
 }
 
 std::string slurp(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return test::read_file(path.string());
 }
 
 std::set<std::string> names(const fs::path& dir) {
@@ -242,27 +237,23 @@ std::string resume_message(const std::string& name,
   return "accepted";
 }
 
-std::string replace(std::string text, const std::string& from, const std::string& to) {
-  const std::size_t at = text.find(from);
-  EXPECT_NE(at, std::string::npos) << from;
-  return at == std::string::npos ? text : text.replace(at, from.size(), to);
-}
-
 TEST(CheckpointRead, AProductThatOverflowsIsAnErrorNamingTheField) {
   // 2^63 x 2 wraps to 0: the global batch check then divided by it.
   EXPECT_EQ(resume_message("overflow",
                            [](std::string t) {
-                             t = replace(t, "\"world\": 1", "\"world\": 2");
-                             t = replace(t, "\"batch_size\": 10",
-                                         "\"batch_size\": 9223372036854775808");
-                             return replace(t, "\"global_batch\": 10", "\"global_batch\": 0");
+                             t = test::replace_once(t, "\"world\": 1", "\"world\": 2");
+                             t = test::replace_once(t, "\"batch_size\": 10",
+                                                    "\"batch_size\": 9223372036854775808");
+                             return test::replace_once(t, "\"global_batch\": 10",
+                                                       "\"global_batch\": 0");
                            }),
             "M: cursor.batch_size: 9223372036854775808 x cursor.world 2 overflows 64 bits "
             "(allowed: a batch_size whose product with cursor.world is below 2^64; the checkpoint "
             "is corrupt) resume from a complete one");
   EXPECT_EQ(resume_message("steps",
                            [](std::string t) {
-                             return replace(t, "\"steps\": 3", "\"steps\": 18446744073709551615");
+                             return test::replace_once(t, "\"steps\": 3",
+                                                       "\"steps\": 18446744073709551615");
                            }),
             "M: cursor.steps: 18446744073709551615 is out of range (allowed: 0 to "
             "18446744073709551415, so that the count of a run of 200 batches fits 64 bits; the "
@@ -271,13 +262,14 @@ TEST(CheckpointRead, AProductThatOverflowsIsAnErrorNamingTheField) {
 
 TEST(CheckpointRead, PositionsOutsideTheRunAreErrorsNamingTheAllowedRange) {
   EXPECT_EQ(resume_message("ok", [](std::string t) { return t; }, 3, {2, 5}), "accepted");
-  EXPECT_EQ(
-      resume_message("epoch_past",
-                     [](std::string t) { return replace(t, "\"epoch\": 0", "\"epoch\": 7"); }),
-      "M: cursor.epoch: the checkpoint is at epoch 7, sample 30 of its order: nothing of "
-      "this run's 2 epochs is left after it (allowed: an epoch below pipeline.epochs with a "
-      "batch of this rank left in it) raise pipeline.epochs to train further, or start "
-      "without pipeline.resume_from");
+  EXPECT_EQ(resume_message("epoch_past",
+                           [](std::string t) {
+                             return test::replace_once(t, "\"epoch\": 0", "\"epoch\": 7");
+                           }),
+            "M: cursor.epoch: the checkpoint is at epoch 7, sample 30 of its order: nothing of "
+            "this run's 2 epochs is left after it (allowed: an epoch below pipeline.epochs with a "
+            "batch of this rank left in it) raise pipeline.epochs to train further, or start "
+            "without pipeline.resume_from");
   // The end of a finished run: nothing is left to run.
   EXPECT_EQ(resume_message(
                 "finished", [](std::string t) { return t; }, 200),
@@ -287,8 +279,9 @@ TEST(CheckpointRead, PositionsOutsideTheRunAreErrorsNamingTheAllowedRange) {
             "without pipeline.resume_from");
   EXPECT_EQ(resume_message("ahead_huge",
                            [](std::string t) {
-                             return replace(t, "\"finished_ahead\": [\n      2",
-                                            "\"finished_ahead\": [\n      18446744073709551615");
+                             return test::replace_once(
+                                 t, "\"finished_ahead\": [\n      2",
+                                 "\"finished_ahead\": [\n      18446744073709551615");
                            },
                            3, {2}),
             "M: cursor.finished_ahead: 18446744073709551615 is past the end of the run: 196 "
@@ -302,44 +295,49 @@ TEST(CheckpointRead, PositionsOutsideTheRunAreErrorsNamingTheAllowedRange) {
   }
   EXPECT_EQ(resume_message("ahead_long",
                            [&](std::string t) {
-                             return replace(t, "\"finished_ahead\": []", long_list + "]");
+                             return test::replace_once(t, "\"finished_ahead\": []",
+                                                       long_list + "]");
                            }),
             "M: cursor.finished_ahead: 300 is past the end of the run: 196 batches of this rank "
             "follow the cursor's in 2 epochs (allowed: ascending offsets 1 to 196; the checkpoint "
             "is corrupt or from a longer run) resume from a complete checkpoint of this run");
   EXPECT_EQ(resume_message("ahead_negative",
                            [](std::string t) {
-                             return replace(t, "\"finished_ahead\": []",
-                                            "\"finished_ahead\": [-1]");
+                             return test::replace_once(t, "\"finished_ahead\": []",
+                                                       "\"finished_ahead\": [-1]");
                            }),
             "M: cursor.finished_ahead: expected a list of non-negative integers, found [-1] (the "
             "checkpoint is corrupt) resume from a complete one");
   EXPECT_EQ(
       resume_message("ahead_type",
                      [](std::string t) {
-                       return replace(t, "\"finished_ahead\": []",
-                                      "\"finished_ahead\": {\"a\": 1}");
+                       return test::replace_once(t, "\"finished_ahead\": []",
+                                                 "\"finished_ahead\": {\"a\": 1}");
                      }),
       "M: cursor.finished_ahead: expected a list of non-negative integers, found {\"a\":1} (the "
       "checkpoint is corrupt) resume from a complete one");
-  EXPECT_EQ(
-      resume_message("negative",
-                     [](std::string t) { return replace(t, "\"epoch\": 0", "\"epoch\": -1"); }),
-      "M: cursor.epoch: expected a non-negative integer, found -1 (the checkpoint is "
-      "corrupt) resume from a complete one");
-  EXPECT_EQ(resume_message(
-                "fraction",
-                [](std::string t) { return replace(t, "\"samples\": 30", "\"samples\": 30.5"); }),
+  EXPECT_EQ(resume_message("negative",
+                           [](std::string t) {
+                             return test::replace_once(t, "\"epoch\": 0", "\"epoch\": -1");
+                           }),
+            "M: cursor.epoch: expected a non-negative integer, found -1 (the checkpoint is "
+            "corrupt) resume from a complete one");
+  EXPECT_EQ(resume_message("fraction",
+                           [](std::string t) {
+                             return test::replace_once(t, "\"samples\": 30", "\"samples\": 30.5");
+                           }),
             "M: cursor.samples: expected a non-negative integer, found 30.5 (the checkpoint is "
             "corrupt) resume from a complete one");
-  EXPECT_EQ(resume_message(
-                "epoch_range",
-                [](std::string t) { return replace(t, "\"epoch\": 0", "\"epoch\": 4294967296"); }),
+  EXPECT_EQ(resume_message("epoch_range",
+                           [](std::string t) {
+                             return test::replace_once(t, "\"epoch\": 0", "\"epoch\": 4294967296");
+                           }),
             "M: cursor.epoch: 4294967296 is out of range (0 to 4294967295; the checkpoint is "
             "corrupt) resume from a complete one");
   EXPECT_EQ(resume_message("file_dots",
                            [](std::string t) {
-                             return replace(t, "\"file\": \"train.1.bin\"", "\"file\": \"..\"");
+                             return test::replace_once(t, "\"file\": \"train.1.bin\"",
+                                                       "\"file\": \"..\"");
                            }),
             "M: nodes.train.file: '..' is not a file name inside the checkpoint");
 }

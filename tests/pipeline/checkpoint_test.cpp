@@ -16,6 +16,7 @@
 #include "flowfeed/pipeline.hpp"
 #include "flowfeed/sampler.hpp"
 #include "tests/error_of.hpp"
+#include "tests/files.hpp"
 
 namespace flowfeed {
 namespace {
@@ -23,17 +24,11 @@ namespace {
 namespace fs = std::filesystem;
 
 fs::path temp_dir(const std::string& name) {
-  const fs::path p =
-      fs::temp_directory_path() / ("flowfeed_ckpt_" + std::to_string(getpid()) + "_" + name);
-  fs::remove_all(p);
-  return p;
+  return test::fresh_path("ckpt", name);
 }
 
 std::string slurp(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return test::read_file(path.string());
 }
 
 /// The samples of global step `step`: every rank's batch `step`, together.
@@ -181,38 +176,37 @@ std::string read_error(const std::string& name, const std::function<std::string(
   return "accepted";
 }
 
-std::string replace(std::string text, const std::string& from, const std::string& to) {
-  const std::size_t at = text.find(from);
-  EXPECT_NE(at, std::string::npos) << from;
-  return at == std::string::npos ? text : text.replace(at, from.size(), to);
-}
-
 TEST(CheckpointFiles, CorruptTruncatedAndFutureFilesNameTheField) {
   EXPECT_EQ(read_error("truncated", [](std::string t) { return t.substr(0, 60); }),
             "M:4:8: not a checkpoint: syntax error while parsing object key - invalid string: "
             "missing closing quote; last read: '\"samp'; expected string literal (the file is "
             "truncated or corrupt) resume from a complete checkpoint");
-  EXPECT_EQ(
-      read_error("future",
-                 [](std::string t) { return replace(t, "\"version\": 1", "\"version\": 2"); }),
-      "M: version: 2 is newer than this build reads (version 1; written by a newer "
-      "flowfeed) resume with the flowfeed that wrote it");
-  EXPECT_EQ(read_error(
-                "type",
-                [](std::string t) { return replace(t, "\"samples\": 30", "\"samples\": \"30\""); }),
+  EXPECT_EQ(read_error("future",
+                       [](std::string t) {
+                         return test::replace_once(t, "\"version\": 1", "\"version\": 2");
+                       }),
+            "M: version: 2 is newer than this build reads (version 1; written by a newer "
+            "flowfeed) resume with the flowfeed that wrote it");
+  EXPECT_EQ(read_error("type",
+                       [](std::string t) {
+                         return test::replace_once(t, "\"samples\": 30", "\"samples\": \"30\"");
+                       }),
             "M: cursor.samples: expected a non-negative integer, found \"30\" (the checkpoint is "
             "corrupt) resume from a complete one");
-  EXPECT_EQ(read_error("missing", [](std::string t) { return replace(t, "\"seed\": 9,", ""); }),
+  EXPECT_EQ(read_error("missing",
+                       [](std::string t) { return test::replace_once(t, "\"seed\": 9,", ""); }),
             "M: sampler.seed: missing (the checkpoint is incomplete or corrupt) resume from a "
             "complete one");
-  EXPECT_EQ(
-      read_error("samples",
-                 [](std::string t) { return replace(t, "\"samples\": 30", "\"samples\": 35"); }),
-      "M: cursor.samples: 35 is not a whole number of global batches of 10 inside the data "
-      "set of 1000 samples (the checkpoint is corrupt) resume from a complete one");
+  EXPECT_EQ(read_error("samples",
+                       [](std::string t) {
+                         return test::replace_once(t, "\"samples\": 30", "\"samples\": 35");
+                       }),
+            "M: cursor.samples: 35 is not a whole number of global batches of 10 inside the data "
+            "set of 1000 samples (the checkpoint is corrupt) resume from a complete one");
   EXPECT_EQ(read_error("format",
                        [](std::string t) {
-                         return replace(t, "\"flowfeed checkpoint\"", "\"something else\"");
+                         return test::replace_once(t, "\"flowfeed checkpoint\"",
+                                                   "\"something else\"");
                        }),
             "M: format: expected \"flowfeed checkpoint\", found \"something else\" (not a flowfeed "
             "checkpoint) point pipeline.resume_from at a directory --checkpoint wrote");

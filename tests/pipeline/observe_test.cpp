@@ -23,6 +23,7 @@
 #include "flowfeed/flowfeed.hpp"
 #include "flowfeed/nodes/builtin.hpp"
 #include "tests/error_of.hpp"
+#include "tests/files.hpp"
 
 namespace flowfeed {
 namespace {
@@ -730,11 +731,6 @@ TEST(ObserveVerdict, NamesTheLimitingStage) {
 
 // --- the runner ---------------------------------------------------------------------------------
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
 TEST(ObserveRunner, WritesTimelineTraceAndReport) {
   const std::string dir = testing::TempDir();
   const std::string svg = dir + "observe_runner.svg";
@@ -748,13 +744,13 @@ TEST(ObserveRunner, WritesTimelineTraceAndReport) {
                           "--set nodes.train.params.ms=2 -q --timeline " +
                           svg + " --trace " + json + " --report " + report + " 2>" + err;
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  EXPECT_EQ(slurp(err), "");  // --quiet: no progress
-  const XmlCheck xml = parse_xml(slurp(svg));
+  EXPECT_EQ(test::read_file(err), "");  // --quiet: no progress
+  const XmlCheck xml = parse_xml(test::read_file(svg));
   ASSERT_TRUE(xml.ok) << xml.error;
   for (const char* n : {"load (", "stage (", "upload (", "train ("}) EXPECT_TRUE(has_label(xml, n));
-  const auto trace = nlohmann::json::parse(slurp(json));
+  const auto trace = nlohmann::json::parse(test::read_file(json));
   EXPECT_EQ(trace.at("otherData").at("batches_seen"), 50);
-  const auto rep = nlohmann::json::parse(slurp(report));
+  const auto rep = nlohmann::json::parse(test::read_file(report));
   EXPECT_EQ(rep.at("batches"), 50);
   EXPECT_FALSE(rep.at("verdict").get<std::string>().empty());
 }

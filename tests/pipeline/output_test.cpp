@@ -15,6 +15,7 @@
 
 #include "flowfeed/error.hpp"
 #include "tests/error_of.hpp"
+#include "tests/files.hpp"
 #include "tests/temp_fifo.hpp"
 
 namespace flowfeed {
@@ -22,13 +23,6 @@ namespace {
 
 std::string temp_path(const std::string& name) {
   return testing::TempDir() + "flowfeed_output_" + std::to_string(getpid()) + "_" + name;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 /// Files in the temp dir whose name starts with `path`'s name, other than `path` itself.
@@ -56,10 +50,10 @@ TEST(OutputFile, CommitReplacesTheFileWhole) {
   OutputFile out(path, "report");
   out.write("new ");
   // Until the commit, the old file is what a reader sees.
-  EXPECT_EQ(read_file(path), "old contents\n");
+  EXPECT_EQ(test::read_file(path), "old contents\n");
   out.write(std::string(200000, 'x'));
   out.commit();
-  EXPECT_EQ(read_file(path), "new " + std::string(200000, 'x'));
+  EXPECT_EQ(test::read_file(path), "new " + std::string(200000, 'x'));
   EXPECT_EQ(leftovers(path), 0);
 }
 
@@ -70,7 +64,7 @@ TEST(OutputFile, AFileNeverCommittedLeavesTheOldOneAndNoTemporaryFile) {
     OutputFile out(path, "report");
     out.write(std::string(100000, 'y'));
   }
-  EXPECT_EQ(read_file(path), "old contents\n");
+  EXPECT_EQ(test::read_file(path), "old contents\n");
   EXPECT_EQ(leftovers(path), 0);
 }
 
@@ -110,7 +104,7 @@ TEST(OutputFile, ALinkIsWrittenThroughEvenWhenItsTargetIsNewAndALoopIsRefused) {
   // Before, the link itself was replaced by the file (and its target never written).
   write_output_file(link, "{}\n", "report");
   EXPECT_TRUE(std::filesystem::is_symlink(link));
-  EXPECT_EQ(read_file(target), "{}\n");
+  EXPECT_EQ(test::read_file(target), "{}\n");
   const std::string a = temp_path("loop_a"), b = temp_path("loop_b");
   std::remove(a.c_str());
   std::remove(b.c_str());
@@ -169,7 +163,7 @@ TEST(OutputFile, AStoppedWriteToARegularFileLeavesTheOldFileAndNoTemporaryFile) 
   std::atomic<bool> stop{true};
   EXPECT_EQ(error_of([&] { write_output_file(path, std::string(100000, 'r'), "report", &stop); }),
             "cannot write report " + path + " (interrupted)");
-  EXPECT_EQ(read_file(path), "old contents\n");
+  EXPECT_EQ(test::read_file(path), "old contents\n");
   EXPECT_EQ(leftovers(path), 0);
 }
 
