@@ -14,6 +14,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import socket
 import subprocess
 import tempfile
@@ -84,11 +85,16 @@ def dump(records):
 
 def write_record(path, name, record):
     """Replaces the record `name` of `path` (creating the file) and keeps the others."""
-    problems_found = problems(name, record)
-    if problems_found:
-        raise RecordsError("\n".join(problems_found))
+    write_records(path, {name: record})
+
+
+def write_records(path, new):
+    """Replaces the records named in `new` ({name: record}) in one replacement of the file."""
+    found = [p for name in sorted(new) for p in problems(name, new[name])]
+    if found:
+        raise RecordsError("\n".join(found))
     records = load(path)
-    records[name] = record
+    records.update(new)
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".tmp.", dir=directory)
     try:
@@ -101,6 +107,12 @@ def write_record(path, name, record):
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def shell_word(word):
+    """`word` as a shell reads it back (quoted when it holds more than plain characters)."""
+    plain = re.fullmatch(r"[A-Za-z0-9_./=:,+@%-]+", word)
+    return word if plain else "'" + word.replace("'", "'\\''") + "'"
 
 
 def build_id():
