@@ -29,6 +29,10 @@ class RecordsError(Exception):
 
 def load(path):
     """The records of `path` ({} when it does not exist); RecordsError when it is not a records file."""
+    if not os.path.exists(path):
+        return {}
+    if not os.path.isfile(path):  # a FIFO would block the read; a device cannot be replaced
+        raise RecordsError(f"{path}: not a regular file (a records file is replaced whole)")
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)

@@ -54,7 +54,13 @@ std::string field_of(const std::string& path, const std::string& key) {
 /// The records of the file at `path`, or an empty object when it does not exist.
 nlohmann::json read_records(const std::string& path) {
   std::error_code ec;
-  if (!fs::exists(path, ec)) return nlohmann::json::object();
+  const fs::file_status status = fs::status(path, ec);
+  if (!fs::exists(status)) return nlohmann::json::object();
+  // A FIFO or device would block the read or could not be replaced by a rename.
+  if (!fs::is_regular_file(status)) {
+    throw std::runtime_error("records file " + path +
+                             " is not a regular file (a records file is replaced whole)");
+  }
   std::ifstream in(path);
   if (!in) throw std::runtime_error("cannot read records file " + path);
   nlohmann::json data;

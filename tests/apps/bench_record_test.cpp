@@ -11,6 +11,7 @@
 #include <string>
 
 #include "process_util.hpp"
+#include "tests/temp_fifo.hpp"
 
 namespace {
 
@@ -125,6 +126,15 @@ TEST(PipelineBenchRecord, AFileThatIsNotARecordsFileIsRefusedBeforeAnyScenarioRu
       1);
   EXPECT_EQ(output, "pipeline_bench: records file " + path.string() + " is not JSON (byte 15)\n");
   EXPECT_EQ(read(path), "{\"records\": {\n");
+  // A FIFO is refused, not read: the read would wait for a writer for ever.
+  const flowfeed::test::TempFifo fifo((fs::temp_directory_path() / "bench_record_fifo").string());
+  ASSERT_TRUE(fifo.made());
+  EXPECT_EQ(run_shell("timeout 60 " + std::string(FLOWFEED_BENCH) + " seed --quick --record " +
+                          fifo.path() + " 2>&1",
+                      &output),
+            1);
+  EXPECT_EQ(output, "pipeline_bench: records file " + fifo.path() +
+                        " is not a regular file (a records file is replaced whole)\n");
   EXPECT_EQ(run_shell(std::string(FLOWFEED_BENCH) + " seed --quick --record /nonexistent-dir/r.json"
                                                     " 2>&1",
                       &output),

@@ -154,3 +154,12 @@ def test_a_file_that_is_not_a_records_file_is_refused(tree):
                                                             machine_name="m"))
     assert str(e.value) == f"{path}: not a records file (no \"records\" object)"
     assert path.read_text(encoding="utf-8") == "{\"results\": []}\n"
+
+
+def test_a_fifo_is_refused_not_read(tmp_path):
+    fifo = tmp_path / "records.json"
+    os.mkfifo(fifo)
+    with pytest.raises(records.RecordsError) as e:
+        records.write_record(str(fifo), "seed", records.make(1.0, "s", 1.0, "x", build="b",
+                                                            machine_name="m"))
+    assert str(e.value) == f"{fifo}: not a regular file (a records file is replaced whole)"
