@@ -187,6 +187,8 @@ def main():
     parser.add_argument("--build", help="the build a --record names (default: this tree's commit)")
     parser.add_argument("--machine", help="the machine a --record names (default: described)")
     args = parser.parse_args()
+    if args.record and args.quick:
+        parser.error("--record with --quick: a quick run is a smoke test, not a measurement")
     device = "cuda" if args.device.startswith("cuda") else "cpu"
     repeat = 1 if args.quick else args.repeat
     workers = [int(w) for w in args.workers.split(",")] if not args.quick else [0]

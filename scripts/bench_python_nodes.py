@@ -371,6 +371,8 @@ def main():
     args = parser.parse_args()
     args.device = "cuda" if args.device.startswith("cuda") else "cpu"
     args.workers = [int(w) for w in args.workers.split(",")]
+    if args.record and args.quick:
+        parser.error("--record with --quick: a quick run is a smoke test, not a measurement")
     if args.quick:
         args.images, args.rows = min(args.images, 512), 8192
         args.noop_batches, args.calls_batches = 64, 2000

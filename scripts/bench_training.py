@@ -99,6 +99,9 @@ def main():
         parser.add_argument("--build", help="the build a --record names (default: the commit)")
         parser.add_argument("--machine", help="the machine a --record names (default: described)")
     args = common.arguments(__doc__.splitlines()[0], options)
+    if args.record and not args.device.startswith("cuda"):
+        sys.exit("--record needs a GPU run: on the host both feeds train on the CPU, a smoke run, "
+                 "not a measurement")
     if args.epochs < 2:
         sys.exit("--epochs must be at least 2 (the first epoch is not timed)")
     medians = []

@@ -210,6 +210,11 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;  // --help is not a failure; bad arguments are exit 2
   }
 
+  if (!record_path.empty() && o.quick) {
+    std::cerr << "pipeline_bench: --record with --quick: a quick run is a smoke test, not a "
+                 "measurement (drop --quick to record)\n";
+    return 2;
+  }
   // Checked now, not after the scenarios have run for minutes.
   try {
     if (!json_path.empty()) flowfeed::check_output_path(json_path, "results");

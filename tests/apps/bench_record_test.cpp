@@ -59,7 +59,7 @@ TEST(PipelineBenchRecord, ReplacesTheScenariosRecordAndKeepsTheOthers) {
           2));
   const fs::path json = fs::temp_directory_path() / "bench_record_keep_results.json";
   std::string output;
-  const std::string args = "seed --quick --record " + path.string() + " --json " + json.string();
+  const std::string args = "seed --record " + path.string() + " --json " + json.string();
   ASSERT_EQ(run_shell(std::string(FLOWFEED_BENCH) + " " + args + " 2>&1", &output), 0) << output;
 
   const nlohmann::json records = nlohmann::json::parse(read(path)).at("records");
@@ -93,7 +93,7 @@ TEST(PipelineBenchRecord, BuildAndMachineCanBeNamed) {
   const fs::path path = fs::temp_directory_path() / "bench_record_named.json";
   fs::remove(path);  // a file that does not exist yet is created
   std::string output;
-  ASSERT_EQ(run_shell(std::string(FLOWFEED_BENCH) + " seed --quick --record " + path.string() +
+  ASSERT_EQ(run_shell(std::string(FLOWFEED_BENCH) + " seed --record " + path.string() +
                           " --build abc1234 --machine 'the H200, start Q' 2>&1",
                       &output),
             0)
@@ -101,8 +101,22 @@ TEST(PipelineBenchRecord, BuildAndMachineCanBeNamed) {
   const nlohmann::json seed = nlohmann::json::parse(read(path)).at("records").at("seed");
   EXPECT_EQ(seed.at("build"), "abc1234");
   EXPECT_EQ(seed.at("machine"), "the H200, start Q");
-  EXPECT_EQ(seed.at("command"), "pipeline_bench seed --quick --record " + path.string() +
+  EXPECT_EQ(seed.at("command"), "pipeline_bench seed --record " + path.string() +
                                     " --build abc1234 --machine 'the H200, start Q'");
+  fs::remove(path);
+}
+
+TEST(PipelineBenchRecord, AQuickRunIsNotRecorded) {
+  const fs::path path = fresh_file("bench_record_quick.json", "{\"records\": {}}\n");
+  std::string output;
+  EXPECT_EQ(
+      run_shell(std::string(FLOWFEED_BENCH) + " seed --quick --record " + path.string() + " 2>&1",
+                &output),
+      2);
+  EXPECT_EQ(output,
+            "pipeline_bench: --record with --quick: a quick run is a smoke test, not a "
+            "measurement (drop --quick to record)\n");
+  EXPECT_EQ(read(path), "{\"records\": {}}\n");
   fs::remove(path);
 }
 
@@ -110,10 +124,9 @@ TEST(PipelineBenchRecord, AFileThatIsNotARecordsFileIsRefusedBeforeAnyScenarioRu
   for (const std::string text : {"{\"results\": []}\n", "{\"records\": [1, 2]}\n"}) {
     const fs::path path = fresh_file("bench_record_other.json", text);
     std::string output;
-    EXPECT_EQ(
-        run_shell(std::string(FLOWFEED_BENCH) + " seed --quick --record " + path.string() + " 2>&1",
-                  &output),
-        1);
+    EXPECT_EQ(run_shell(std::string(FLOWFEED_BENCH) + " seed --record " + path.string() + " 2>&1",
+                        &output),
+              1);
     EXPECT_EQ(output, "pipeline_bench: records file " + path.string() +
                           " is not a records file (no \"records\" object)\n");
     EXPECT_EQ(read(path), text);
@@ -121,21 +134,20 @@ TEST(PipelineBenchRecord, AFileThatIsNotARecordsFileIsRefusedBeforeAnyScenarioRu
   const fs::path path = fresh_file("bench_record_broken.json", "{\"records\": {\n");
   std::string output;
   EXPECT_EQ(
-      run_shell(std::string(FLOWFEED_BENCH) + " seed --quick --record " + path.string() + " 2>&1",
-                &output),
+      run_shell(std::string(FLOWFEED_BENCH) + " seed --record " + path.string() + " 2>&1", &output),
       1);
   EXPECT_EQ(output, "pipeline_bench: records file " + path.string() + " is not JSON (byte 15)\n");
   EXPECT_EQ(read(path), "{\"records\": {\n");
   // A FIFO is refused, not read: the read would wait for a writer for ever.
   const flowfeed::test::TempFifo fifo((fs::temp_directory_path() / "bench_record_fifo").string());
   ASSERT_TRUE(fifo.made());
-  EXPECT_EQ(run_shell("timeout 60 " + std::string(FLOWFEED_BENCH) + " seed --quick --record " +
+  EXPECT_EQ(run_shell("timeout 60 " + std::string(FLOWFEED_BENCH) + " seed --record " +
                           fifo.path() + " 2>&1",
                       &output),
             1);
   EXPECT_EQ(output, "pipeline_bench: records file " + fifo.path() +
                         " is not a regular file (a records file is replaced whole)\n");
-  EXPECT_EQ(run_shell(std::string(FLOWFEED_BENCH) + " seed --quick --record /nonexistent-dir/r.json"
+  EXPECT_EQ(run_shell(std::string(FLOWFEED_BENCH) + " seed --record /nonexistent-dir/r.json"
                                                     " 2>&1",
                       &output),
             1);
