@@ -75,7 +75,7 @@ def target_cell(r):
         met = sum(1 for x in runs if meets(t, x))
         return f"{bound} {what}: " + (f"met on {met} of {len(runs)}" if met >= 2 else
                                       f"**not met** ({met} of {len(runs)})")
-    return f"{bound} {what}: " + ("met" if t["met"] else "**not met**")
+    return f"{bound} {what}: " + ("met on its one run" if t["met"] else "**not met**")
 
 
 def meets(target, run):

@@ -163,3 +163,19 @@ def test_a_fifo_is_refused_not_read(tmp_path):
         records.write_record(str(fifo), "seed", records.make(1.0, "s", 1.0, "x", build="b",
                                                             machine_name="m"))
     assert str(e.value) == f"{fifo}: not a regular file (a records file is replaced whole)"
+
+
+def test_a_target_is_shown_with_the_runs_it_held_on(tree):
+    subprocess.run([sys.executable, SCRIPT, "--write", "--root", str(tree)], check=True)
+    text = (tree / "docs/BENCHMARKS.md").read_text(encoding="utf-8")
+    # One run: not "met" without saying on how little; several: on how many.
+    assert "| 0.999 | ≥ 0.95 × baseline: met on its one run | a |" in text
+    assert "| 1.057 (1.031–1.087) | ≥ 0.9 × baseline: met on 4 of 4 | a |" in text
+    path = tree / "docs/results/records.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    for run in data["records"]["storage_warm_mmap_pinned"]["runs"][1:]:
+        run["ratio"] = 0.8
+    path.write_text(json.dumps(data), encoding="utf-8")
+    subprocess.run([sys.executable, SCRIPT, "--write", "--root", str(tree)], check=True)
+    text = (tree / "docs/BENCHMARKS.md").read_text(encoding="utf-8")
+    assert "≥ 0.9 × baseline: **not met** (1 of 4)" in text
