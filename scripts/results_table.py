@@ -9,6 +9,7 @@ Each table sits between `<!-- records:ID -->` and `<!-- /records -->`; ID is a s
 docs/results/scenarios.json (which records it shows, in which order, and what each measures and
 against what) or `readme`. Everything outside the markers is written by hand and left alone."""
 import argparse
+import glob
 import json
 import os
 import re
@@ -185,6 +186,37 @@ def stray_figures(text, path):
     return out
 
 
+# A rate, bandwidth, time per batch or multiple on a feature page; a target or threshold
+# ("≥ 1,000,000 windows/s", "under 20 µs") is no measurement, nor is an example in code or quotes.
+PAGE_FIGURE = re.compile(r"\d[\d,.]*\s?(?:[kM]\s)?(?:GB/s|MB/s|M/s|images/s|windows/s|batches/s|steps/s|µs|/s\b)"
+                         r"|\d[\d,.]*×(?!\d)")
+THRESHOLD = re.compile(r"(target|≥|≤|at least|at most|under|above|below)[^.;:]*$")
+
+
+def page_figures(path):
+    """Measured figures a feature page states: (line number, figure) for each."""
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    kept, fence = [], False
+    for line in lines:  # fenced code (at any indent) becomes blank, line numbers kept
+        if line.lstrip().startswith("```"):
+            fence = not fence
+            kept.append("")
+        else:
+            kept.append("" if fence else line)
+    text = "\n".join(kept)
+    blank = lambda m: re.sub(r"[^\n]", " ", m.group(0))  # noqa: E731
+    text = re.sub(r"`[^`]*`", blank, text)           # inline code, also across a line break
+    text = re.sub(r'"[^"\n]*(?:\n[^"\n]*)?"', blank, text)  # quoted messages
+    out = []
+    for m in PAGE_FIGURE.finditer(text):
+        start = text.rfind("\n", 0, m.start()) + 1
+        if THRESHOLD.search(text[max(start, m.start() - 60):m.start()]):
+            continue
+        out.append((text.count("\n", 0, m.start()) + 1, m.group(0)))
+    return out
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     mode = parser.add_mutually_exclusive_group(required=True)
@@ -240,6 +272,14 @@ def main():
                 print(f"{name}:{n}: '{figure}' is stated outside the table generated from "
                       f"docs/results/records.json (state figures only there)", file=sys.stderr)
                 failed = True
+    for path in sorted(glob.glob(os.path.join(args.root, "docs", "*.md"))):
+        if os.path.basename(path) == "BENCHMARKS.md":
+            continue
+        for n, figure in page_figures(path):
+            print(f"docs/{os.path.basename(path)}:{n}: '{figure}' is a measured figure on a feature "
+                  f"page (link to its record in docs/BENCHMARKS.md, or its run log, instead)",
+                  file=sys.stderr)
+            failed = True
     return 1 if failed else 0
 
 

@@ -179,3 +179,17 @@ def test_a_target_is_shown_with_the_runs_it_held_on(tree):
     subprocess.run([sys.executable, SCRIPT, "--write", "--root", str(tree)], check=True)
     text = (tree / "docs/BENCHMARKS.md").read_text(encoding="utf-8")
     assert "≥ 0.9 × baseline: **not met** (1 of 4)" in text
+
+
+def test_a_measured_figure_on_a_feature_page_fails(tree):
+    page = tree / "docs" / "TRAINING.md"
+    page.write_text("# Training\n\nThe target is 30,000 steps/s; the runner prints\n"
+                    "`42,000 steps/s` and says \"1 body gives 242 batches/s\".\n\n"
+                    "```\n45,464 steps/s\n```\n", encoding="utf-8")
+    assert check(tree).returncode == 0
+    page.write_text(page.read_text(encoding="utf-8") + "\nIt ran at 42,230 steps/s on the H200.\n",
+                    encoding="utf-8")
+    r = check(tree)
+    assert r.returncode == 1
+    assert r.stderr == ("docs/TRAINING.md:10: '42,230 steps/s' is a measured figure on a feature "
+                        "page (link to its record in docs/BENCHMARKS.md, or its run log, instead)\n")
