@@ -5,10 +5,11 @@ the loop's own) against torch.utils.data.DataLoader (0, 4, 8 workers, pin_memory
 both streams too) and raw pinned copies, for 200 KB batches (64 x 784 float32) and 32 MiB batches
 (64 x 131072 float32); and what the Python layer adds per batch over a C++ pull loop.
 
-    PYTHONPATH=build/python python3 scripts/bench_python.py [--quick] [--json FILE]
+    PYTHONPATH=build/python python3 scripts/bench_python.py [--quick] [--json FILE] [--record FILE]
 
 Every figure is the best of --repeat runs. Without a GPU (or with --device cpu) the "GPU" is the
-host: only the overhead figures mean anything then (--quick is the CI smoke run)."""
+host: only the overhead figures mean anything then (--quick is the CI smoke run), and --record
+(docs/results/records.json: scripts/records.py) writes only those."""
 import argparse
 import contextlib
 import json
@@ -20,6 +21,9 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 import flowfeed
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import records  # noqa: E402
 
 SIZES = {"200KB": 784, "32MiB": 131072}  # floats per sample; 64 samples per batch
 
@@ -178,7 +182,13 @@ def main():
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--workers", default="0,4,8")
     parser.add_argument("--json", help="also write the figures here")
+    parser.add_argument("--record", help="make the figures their scenarios' records in this "
+                        "results file, keeping the others (docs/results/records.json)")
+    parser.add_argument("--build", help="the build a --record names (default: this tree's commit)")
+    parser.add_argument("--machine", help="the machine a --record names (default: described)")
     args = parser.parse_args()
+    if args.record and args.quick:
+        parser.error("--record with --quick: a quick run is a smoke test, not a measurement")
     device = "cuda" if args.device.startswith("cuda") else "cpu"
     repeat = 1 if args.quick else args.repeat
     workers = [int(w) for w in args.workers.split(",")] if not args.quick else [0]
@@ -225,6 +235,56 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)
+    if args.record:
+        write_records(args, device, results)
+
+
+def target(value, of, figure, baseline):
+    x = figure / baseline if of == "ratio" else figure
+    return {"value": value, "of": of, "bound": "at_least", "met": x >= value}
+
+
+def write_records(args, device, results):
+    """The scenarios' records (docs/results/BENCHMARKS.md, Python): 200 KB and 32 MiB batches
+    against the best DataLoader and raw copies (on a GPU only), and the per-batch cost on the host."""
+    command = " ".join(["python3"] + [records.shell_word(a) for a in sys.argv])
+    machine = args.machine or records.machine(
+        torch.cuda.get_device_name() if device == "cuda" else None)
+    out = {}
+
+    def add(name, figure, unit, baseline, tgt=None, note=None):
+        extra = {"note": note} if note else {}
+        out[name] = records.make(figure, unit, baseline, command, tgt, args.build, machine, **extra)
+
+    if device == "cuda":
+        for label, gb in (("200KB", False), ("32MiB", True)):
+            size = results["sizes"][label]
+            rate = size["batches_per_second"]
+            scale = size["bytes_per_batch"] / 1e9 if gb else 1.0
+            unit = "GB/s" if gb else "batches/s"
+            best = max(v for k, v in rate.items() if k.startswith("dataloader_")) * scale
+            views = rate["flowfeed_pinned_in_place_views"] * scale
+            if gb:
+                raw = rate["raw_pinned_copies"] * scale
+                add("python_32MiB_views", views, unit, best, target(1.0, "ratio", views, best),
+                    "baseline: the best DataLoader")
+                add("python_32MiB_views_vs_raw_copies", views, unit, raw,
+                    target(0.9, "ratio", views, raw), "baseline: raw pinned copies")
+            else:
+                own = rate["flowfeed_pinned_in_place_views_side_stream"]
+                dlpack = rate["flowfeed_pinned_in_place"]
+                add("python_200KB_views", views, unit, best, target(5, "ratio", views, best),
+                    "64 x 784 float32, pinned in place, PyTorch's default stream; baseline: the "
+                    "best DataLoader")
+                add("python_200KB_views_own_stream", own, unit, best, target(5, "ratio", own, best))
+                add("python_200KB_from_dlpack", dlpack, unit, best, None,
+                    "torch.from_dlpack per batch; baseline: the best DataLoader")
+    us = results["overhead_us_per_batch"]
+    note = "zero-work batches on the host; baseline: the C++ pull loop; target: at most 5 us added"
+    add("python_views_overhead", us["python_views"], "us/batch", us["cpp_pull_loop"], None, note)
+    add("python_loop_overhead", us["python_loop"], "us/batch", us["cpp_pull_loop"], None, note)
+    records.write_records(args.record, out)
+    print(f"records: {', '.join(out)} in {args.record}")
 
 
 if __name__ == "__main__":

@@ -18,7 +18,9 @@ persistent workers, each batch copied with .to(device, non_blocking=True). Every
 over --epochs epochs from the start of iteration (DataLoader's workers started by an untimed epoch
 before; flowfeed's run starts on the first iteration, so neither has prefetched), best of --repeat. One JSON record
 per scenario on stdout (figure, baseline = the best DataLoader setting, ratio, command, date,
-machine); progress on stderr.
+machine); progress on stderr. --record FILE also makes each its scenario's record
+(python_nodes_<scenario>) in a results file (docs/results/records.json: scripts/records.py),
+keeping the other records.
 
     python3 scripts/make_image_shards.py --out /tmp/shards --count 10000 --per-shard 500 --workers 16
     PYTHONPATH=build/python python3 scripts/bench_python_nodes.py --shards /tmp/shards \\
@@ -360,11 +362,17 @@ def main():
     parser.add_argument("--workers", default="0,8,16", help="DataLoader num_workers settings")
     parser.add_argument("--epochs", type=int, default=3, help="timed epochs")
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--record", help="make each scenario's figure its record in this results "
+                        "file, keeping the others (docs/results/records.json)")
+    parser.add_argument("--build", help="the build a --record names (default: the commit)")
+    parser.add_argument("--machine", help="the machine a --record names (default: described)")
     parser.add_argument("--quick", action="store_true",
                         help="small sizes (a run-through: 512 images, 8192 rows, 64 and 2,000 batches)")
     args = parser.parse_args()
     args.device = "cuda" if args.device.startswith("cuda") else "cpu"
     args.workers = [int(w) for w in args.workers.split(",")]
+    if args.record and args.quick:
+        parser.error("--record with --quick: a quick run is a smoke test, not a measurement")
     if args.quick:
         args.images, args.rows = min(args.images, 512), 8192
         args.noop_batches, args.calls_batches = 64, 2000
@@ -407,7 +415,36 @@ def main():
         records.append(noop_scenario(args))
     for record in records:
         print(json.dumps({**record, **common}), flush=True)
+    if args.record:
+        write_records(args, records)
     return 0
+
+
+# Each scenario's target: (value, of, bound).
+TARGETS = {"a_images": (1.5, "ratio", "at_least"), "b_rows_per_sample": (3, "ratio", "at_least"),
+           "b_rows_per_batch": (3, "ratio", "at_least"), "c_noop": (3, "figure", "at_most")}
+
+
+def write_records(args, found):
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import records
+    command = " ".join(["python3"] + [records.shell_word(a) for a in sys.argv])
+    machine = args.machine or records.machine(
+        torch.cuda.get_device_name() if args.device == "cuda" else None)
+    out = {}
+    for r in found:
+        value, of, bound = TARGETS[r["scenario"]]
+        x = r["ratio"] if of == "ratio" else r["figure"]
+        met = x is not None and (x >= value if bound == "at_least" else x <= value)
+        details = {k: v for k, v in r.items()
+                   if k not in ("scenario", "unit", "figure", "baseline", "ratio")}
+        record = records.make(r["figure"], r["unit"], r["baseline"], command,
+                              {"value": value, "of": of, "bound": bound, "met": met},
+                              args.build, machine, details=details)
+        record["ratio"] = r["ratio"]
+        out["python_nodes_" + r["scenario"]] = record
+    records.write_records(args.record, out)
+    log(f"records: {', '.join(out)} in {args.record}")
 
 
 if __name__ == "__main__":

@@ -140,6 +140,30 @@ class Bench {
   nlohmann::json failed_ = nlohmann::json::array();
 };
 
+/// What a record says about the run besides its figures (pipeline_bench --record).
+struct RecordRun {
+  std::string command;  ///< the command line, as a shell reads it back
+  std::string date;     ///< UTC, YYYY-MM-DD
+  std::string build;    ///< the source tree's commit; empty: not known (the record says so)
+  std::string machine;  ///< the GPUs, host cores, CPU model, memory and host name
+};
+
+/// The command line as run, from `pipeline_bench` on (record.cpp).
+std::string command_line(int argc, char** argv);
+/// Today's date in UTC, YYYY-MM-DD.
+std::string utc_date();
+/// The commit this binary was built from (`-dirty` when tracked files differed), or "" when the
+/// source tree was not a git checkout.
+std::string build_id();
+/// This machine in words: its NVIDIA GPUs (from the driver), host cores, CPU model, memory, name.
+std::string describe_machine();
+/// Throws std::runtime_error, with the reason, unless `path` can be written and is either absent
+/// or a records file. Called before any scenario runs.
+void check_records_file(const std::string& path);
+/// Replaces, in the records file at `path`, the record of each row of `results` (Bench::to_json's
+/// "results") and keeps the others; the file is replaced whole, never left half-written.
+void write_records(const std::string& path, const nlohmann::json& results, const RecordRun& run);
+
 /// Prints one line about a finished run (batches, bytes, rates, pools).
 void print_run(const char* what, const RunReport& r);
 

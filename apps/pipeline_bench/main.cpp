@@ -20,8 +20,10 @@
 //                         all cores vs TurboJPEG's one-thread full decode rate x threads
 //   all                   every scenario; those needing a GPU are skipped, with the reason, without
 // The last lines are `RESULT <name> <figure> <unit> baseline <baseline> ratio <ratio>`; --json FILE
-// writes them (with targets) and every scenario's details. Exit codes: 0 done, 1 a failure,
-// 2 bad arguments, 3 the scenario needs a CUDA device (or a CUDA build) that is not there.
+// writes them (with targets) and every scenario's details; --record FILE makes each row that
+// scenario's record in a results file (docs/results/records.json), keeping the other records. Exit
+// codes: 0 done, 1 a failure, 2 bad arguments, 3 the scenario needs a CUDA device (or a CUDA build)
+// that is not there.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <functional>
@@ -59,6 +61,9 @@ int main(int argc, char** argv) {
   o.seed_config = std::string(FLOWFEED_SOURCE_DIR) + "/configs/seed_prefetch.yaml";
   o.images_config = std::string(FLOWFEED_SOURCE_DIR) + "/configs/images.yaml";
   std::string json_path;
+  std::string record_path;
+  flowfeed::bench::RecordRun record_run;
+  record_run.build = flowfeed::bench::build_id();
 
   auto* bw = app.add_subcommand("bandwidth", "32 MiB batches: graph vs raw pinned copies (GPU)");
   bw->add_option("--config", o.bandwidth_config, "the bandwidth config")->check(non_empty_path());
@@ -185,6 +190,14 @@ int main(int argc, char** argv) {
       ->check(positive_number());
   app.add_option("--json", json_path, "write every RESULT row and the scenarios' details here")
       ->check(non_empty_path());
+  app.add_option("--record", record_path,
+                 "make each RESULT row its scenario's record in this results file, keeping the "
+                 "others (docs/results/records.json)")
+      ->check(non_empty_path());
+  app.add_option("--build", record_run.build,
+                 "the build a --record names (default: the commit this binary was built from)");
+  app.add_option("--machine", record_run.machine,
+                 "the machine a --record names (default: GPUs, cores, CPU, memory, host name)");
   app.add_flag("--quick", o.quick, "short runs of overhead, seed, scaling, resident_vs_streamed");
   auto* svg_option =
       app.add_option("--svg", o.svg, "where scaling writes its plot")->check(non_empty_path());
@@ -197,10 +210,16 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;  // --help is not a failure; bad arguments are exit 2
   }
 
+  if (!record_path.empty() && o.quick) {
+    std::cerr << "pipeline_bench: --record with --quick: a quick run is a smoke test, not a "
+                 "measurement (drop --quick to record)\n";
+    return 2;
+  }
   // Checked now, not after the scenarios have run for minutes.
   try {
     if (!json_path.empty()) flowfeed::check_output_path(json_path, "results");
     if (svg_option->count() > 0) flowfeed::check_output_path(o.svg, "scaling chart");
+    if (!record_path.empty()) flowfeed::bench::check_records_file(record_path);
   } catch (const std::exception& e) {
     std::cerr << "pipeline_bench: " << e.what() << "\n";
     return 1;
@@ -250,6 +269,17 @@ int main(int argc, char** argv) {
   if (!json_path.empty()) {
     try {
       flowfeed::write_output_file(json_path, bench.to_json().dump(2) + "\n", "results");
+    } catch (const std::exception& e) {
+      std::cerr << "pipeline_bench: " << e.what() << "\n";
+      return 1;
+    }
+  }
+  if (!record_path.empty()) {
+    record_run.command = flowfeed::bench::command_line(argc, argv);
+    record_run.date = flowfeed::bench::utc_date();
+    if (record_run.machine.empty()) record_run.machine = flowfeed::bench::describe_machine();
+    try {
+      flowfeed::bench::write_records(record_path, bench.to_json().at("results"), record_run);
     } catch (const std::exception& e) {
       std::cerr << "pipeline_bench: " << e.what() << "\n";
       return 1;
