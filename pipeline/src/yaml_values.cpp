@@ -80,6 +80,39 @@ bool parse_bool_text(const std::string& text, bool* out) {
   return false;
 }
 
+/// "expected <what>, got <the value>" at `path`, where `got` is.
+ParamValue expected_at(Reader& in, const std::string& path, const char* what, const YAML::Node& got,
+                       const std::string& why = "") {
+  in.add(path, got.Mark(), std::string("expected ") + what + ", got " + describe_scalar(got) + why);
+  return ParamValue{};
+}
+
+/// A list of `T` (`list`, e.g. "a list of ints"), each item (`item`, "an int") parsed by `parse`
+/// and checked against the spec's range at its own position; every bad item is reported.
+template <typename T, typename Parse>
+ParamValue read_list(const YAML::Node& value, const ParamSpec& spec, const std::string& path,
+                     Reader& in, const char* list, const char* item_what, Parse parse) {
+  if (!value.IsSequence()) return expected_at(in, path, list, value);
+  std::vector<T> out;
+  bool ok = true;
+  for (std::size_t i = 0; i < value.size(); ++i) {
+    const YAML::Node item = value[i];
+    const std::string item_path = path + "[" + std::to_string(i) + "]";
+    T x;
+    std::string why;
+    if (!item.IsScalar() || !parse(item.Scalar(), &x, &why)) {
+      expected_at(in, item_path, item_what, item, why);
+      ok = false;
+    } else if (check_range(x, spec, item_path, in.where(item_path, item.Mark()), in.problems())) {
+      out.push_back(x);
+    } else {
+      ok = false;
+    }
+  }
+  if (!ok) return {};
+  return out;
+}
+
 }  // namespace
 
 /// Converts one YAML value to its spec's type, then checks it (range, choices) with check_value.
@@ -93,9 +126,7 @@ ParamValue convert(const YAML::Node& value, const ParamSpec& spec, const std::st
   }
   auto expected = [&](const std::string& item_path, const char* what, const YAML::Node& got,
                       const std::string& why = "") {
-    in.add(item_path, got.Mark(),
-           std::string("expected ") + what + ", got " + describe_scalar(got) + why);
-    return ParamValue{};
+    return expected_at(in, item_path, what, got, why);
   };
   ParamValue v;
   if (spec.or_auto && value.IsScalar() && value.Scalar() == "auto") return std::string("auto");
@@ -129,29 +160,10 @@ ParamValue convert(const YAML::Node& value, const ParamSpec& spec, const std::st
       if (!value.IsScalar()) return expected(path, "a string", value);
       v = value.Scalar();
       break;
-    case ParamType::int_list: {
-      if (!value.IsSequence()) return expected(path, "a list of ints", value);
-      // Each item has a position of its own: convert and check item by item.
-      std::vector<std::int64_t> out;
-      bool ok = true;
-      for (std::size_t i = 0; i < value.size(); ++i) {
-        const YAML::Node item = value[i];
-        const std::string item_path = path + "[" + std::to_string(i) + "]";
-        std::int64_t x;
-        std::string why;
-        if (!item.IsScalar() || !parse_int_text(item.Scalar(), &x, &why)) {
-          expected(item_path, "an int", item, why);
-          ok = false;
-        } else if (check_range(x, spec, item_path, in.where(item_path, item.Mark()),
-                               in.problems())) {
-          out.push_back(x);
-        } else {
-          ok = false;
-        }
-      }
-      if (!ok) return {};
-      return out;
-    }
+    case ParamType::int_list:
+      return read_list<std::int64_t>(value, spec, path, in, "a list of ints", "an int",
+                                     [](const std::string& text, std::int64_t* x,
+                                        std::string* why) { return parse_int_text(text, x, why); });
     case ParamType::string_list: {
       if (value.IsScalar()) {
         v = value.Scalar();
@@ -171,27 +183,11 @@ ParamValue convert(const YAML::Node& value, const ParamSpec& spec, const std::st
       v = std::move(out);
       break;
     }
-    case ParamType::number_list: {
-      if (!value.IsSequence()) return expected(path, "a list of numbers", value);
-      std::vector<double> out;
-      bool ok = true;
-      for (std::size_t i = 0; i < value.size(); ++i) {
-        const YAML::Node item = value[i];
-        const std::string item_path = path + "[" + std::to_string(i) + "]";
-        double x;
-        if (!item.IsScalar() || !parse_number_text(item.Scalar(), &x)) {
-          expected(item_path, "a number", item);
-          ok = false;
-        } else if (check_range(x, spec, item_path, in.where(item_path, item.Mark()),
-                               in.problems())) {
-          out.push_back(x);
-        } else {
-          ok = false;
-        }
-      }
-      if (!ok) return {};
-      return out;
-    }
+    case ParamType::number_list:
+      return read_list<double>(value, spec, path, in, "a list of numbers", "a number",
+                               [](const std::string& text, double* x, std::string*) {
+                                 return parse_number_text(text, x);
+                               });
   }
   if (!check_value(v, spec, path, in.where(path, mark), in.problems())) return {};
   return v;
