@@ -161,31 +161,6 @@ struct Failure {
   bool data_error;
 };
 
-/// Drops the failed rows from the batch (under skip), moving later rows down.
-void drop_rows(Batch& batch, std::vector<Failure>& failures, DropLog& drops, int max_skipped) {
-  const std::size_t rows = batch.rows();
-  // Every dropped sample counts, one by one, against max_skipped, and is said once.
-  for (const Failure& f : failures) {
-    drops.note(fmt::format("sample {} of batch {} (epoch {}): {}", batch.samples[f.row], batch.seq,
-                           batch.epoch, f.message));
-  }
-  const std::uint64_t dropped = drops.count();
-  if (dropped > static_cast<std::uint64_t>(max_skipped)) {
-    throw std::runtime_error(fmt::format("{} ({} {} dropped, more than pipeline.max_skipped = {})",
-                                         failures.front().message, dropped,
-                                         dropped == 1 ? "sample" : "samples", max_skipped));
-  }
-  if (failures.size() == rows) {
-    // Nothing left to deliver: the batch is skipped as a whole, its samples counted above.
-    throw BatchDroppedError(
-        fmt::format("every sample of the batch is bad; the first: {}", failures.front().message));
-  }
-  std::vector<std::size_t> dropped_rows;
-  dropped_rows.reserve(failures.size());
-  for (const Failure& f : failures) dropped_rows.push_back(f.row);
-  remove_rows(batch, Tier::host, dropped_rows);
-}
-
 }  // namespace
 
 void load_rows(Batch& batch, const RowPolicy& policy, DropLog& drops,
@@ -217,7 +192,10 @@ void load_rows(Batch& batch, const RowPolicy& policy, DropLog& drops,
     if (!f.data_error) throw std::runtime_error(f.message);
   }
   if (!policy.skip) throw DataError(failures.front().message);
-  drop_rows(batch, failures, drops, policy.max_skipped);
+  std::vector<RowFailure> bad;
+  bad.reserve(failures.size());
+  for (Failure& f : failures) bad.push_back({f.row, std::move(f.message)});
+  drops.drop_rows(batch, Tier::host, bad, policy.max_skipped);
 }
 
 }  // namespace flowfeed

@@ -47,6 +47,30 @@ void remove_rows(Batch& batch, Tier tier, const std::vector<std::size_t>& droppe
   batch.samples.resize(kept_rows);
 }
 
+void DropLog::drop_rows(Batch& batch, Tier tier, const std::vector<RowFailure>& failures,
+                        int max_skipped) {
+  // Every dropped sample counts, one by one, against max_skipped, and is said once.
+  for (const RowFailure& f : failures) {
+    note(fmt::format("sample {} of batch {} (epoch {}): {}", batch.samples[f.row], batch.seq,
+                     batch.epoch, f.message));
+  }
+  const std::uint64_t dropped = count();
+  if (dropped > static_cast<std::uint64_t>(max_skipped)) {
+    throw std::runtime_error(fmt::format("{} ({} {} dropped, more than pipeline.max_skipped = {})",
+                                         failures.front().message, dropped,
+                                         dropped == 1 ? "sample" : "samples", max_skipped));
+  }
+  if (failures.size() == batch.rows()) {
+    // Nothing left to deliver: the batch is skipped as a whole, its samples counted above.
+    throw BatchDroppedError(
+        fmt::format("every sample of the batch is bad; the first: {}", failures.front().message));
+  }
+  std::vector<std::size_t> rows;
+  rows.reserve(failures.size());
+  for (const RowFailure& f : failures) rows.push_back(f.row);
+  remove_rows(batch, tier, rows);
+}
+
 void DropLog::note(const std::string& what) {
   std::lock_guard<std::mutex> lock(mutex_);
   ++count_;

@@ -12,16 +12,13 @@
 
 namespace flowfeed::python {
 
-namespace {
-constexpr std::size_t kMaxWarnings = 20;
-}  // namespace
-
 PythonLoaderBase::PythonLoaderBase(LoaderOptions options)
     : options_(std::move(options)), writer_(options_.tensors) {}
 
 void PythonLoaderBase::setup(BuildContext& context) {
   const PipelineOptions& pipeline = context.pipeline_options();
   skip_ = pipeline.on_error == OnError::skip;
+  drops_.set_who(fmt::format("node '{}' ({})", context.spec().name, context.spec().type));
   max_skipped_ = pipeline.max_skipped;
   cancelled_ = &context.cancelled();
   tier_ = context.fill_tier();
@@ -29,9 +26,7 @@ void PythonLoaderBase::setup(BuildContext& context) {
 }
 
 void PythonLoaderBase::begin_run() {
-  dropped_ = 0;
-  std::lock_guard<std::mutex> lock(warn_mutex_);
-  warnings_.clear();
+  drops_.reset();
 }
 
 std::vector<std::byte*> PythonLoaderBase::bases(Batch& batch) const {
@@ -48,35 +43,15 @@ void PythonLoaderBase::check_cancelled() const {
 
 void PythonLoaderBase::settle(Batch& batch, std::vector<RowFailure>& failures) {
   if (failures.empty()) return;
-  if (!skip_) throw DataError(failures.front().message);
-  if (failures.size() == batch.rows()) {
-    // Nothing left to deliver: the batch is skipped as a whole (and counted as such).
-    throw DataError("every sample of the batch failed; the first: " + failures.front().message);
+  if (!skip_) {
+    const RowFailure& first = failures.front();
+    throw DataError(sample_failure(batch.samples[first.row], first.message));
   }
-  const std::uint64_t dropped = dropped_.fetch_add(failures.size()) + failures.size();
-  {
-    std::lock_guard<std::mutex> lock(warn_mutex_);
-    for (const RowFailure& f : failures) {
-      if (warnings_.size() >= kMaxWarnings) break;
-      warnings_.push_back(
-          fmt::format("dropped from batch {} (epoch {}): {}", batch.seq, batch.epoch, f.message));
-    }
-  }
-  if (dropped > static_cast<std::uint64_t>(max_skipped_)) {
-    throw std::runtime_error(fmt::format("{} ({} {} dropped, more than pipeline.max_skipped = {})",
-                                         failures.front().message, dropped,
-                                         dropped == 1 ? "sample" : "samples", max_skipped_));
-  }
-  drop_rows(batch, tier_, failures);
+  drops_.drop_rows(batch, tier_, failures, max_skipped_);
 }
 
 void PythonLoaderBase::finish(RunReport& report) {
-  report.skipped_samples += dropped_.load();
-  std::lock_guard<std::mutex> lock(warn_mutex_);
-  for (const std::string& w : warnings_) {
-    if (report.warnings.size() >= kMaxWarnings) break;
-    report.warnings.push_back("skipped: " + w);
-  }
+  drops_.finish(report);
 }
 
 std::string sample_failure(std::uint64_t index, const std::string& what) {
@@ -120,9 +95,9 @@ void PythonMapLoader::process(Batch& batch) {
       if (!out) throw py::error_already_set();
       writer_.write_sample(out, at, r);
     } catch (const py::error_already_set& e) {
-      failures.push_back({r, sample_failure(index, python_failure(e))});
+      failures.push_back({r, python_failure(e)});
     } catch (const std::exception& e) {
-      failures.push_back({r, sample_failure(index, e.what())});
+      failures.push_back({r, e.what()});
     }
   }
   settle(batch, failures);
@@ -183,9 +158,9 @@ void PythonIterableLoader::process(Batch& batch) {
       try {
         writer_.write_sample(item, at, r);
       } catch (const py::error_already_set& e) {
-        failures.push_back({r, sample_failure(batch.samples[r], python_failure(e))});
+        failures.push_back({r, python_failure(e)});
       } catch (const std::exception& e) {
-        failures.push_back({r, sample_failure(batch.samples[r], e.what())});
+        failures.push_back({r, e.what()});
       }
     }
   } catch (const py::error_already_set& e) {

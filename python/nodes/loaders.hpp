@@ -3,6 +3,7 @@
 /// The Python loader nodes (see python_nodes.hpp for the types).
 
 #include <atomic>
+#include <flowfeed/drop_log.hpp>
 #include <flowfeed/node.hpp>
 #include <mutex>
 #include <string>
@@ -46,9 +47,7 @@ class PythonLoaderBase : public LoaderNode {
   bool skip_ = false;
   int max_skipped_ = 0;
   const std::atomic<bool>* cancelled_ = nullptr;
-  std::atomic<std::uint64_t> dropped_{0};
-  std::mutex warn_mutex_;
-  std::vector<std::string> warnings_;
+  DropLog drops_;
 };
 
 /// `python`: fn(index) -> sample per row, or fn(indices) -> batch.

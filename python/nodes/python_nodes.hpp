@@ -62,14 +62,4 @@ class RowWriter {
 /// std::runtime_error when a value is not an array of a dtype flowfeed carries.
 std::vector<TensorSpec> infer_tensors(const py::handle& out, bool batched);
 
-/// A sample that failed: its row in the batch and what went wrong.
-struct RowFailure {
-  std::size_t row = 0;
-  std::string message;
-};
-
-/// Moves the good rows of `batch` (in tier `tier`) down over the failed ones (sorted by row),
-/// where a batch of the smaller row count keeps them, and shortens batch.samples.
-void drop_rows(Batch& batch, Tier tier, const std::vector<RowFailure>& failures);
-
 }  // namespace flowfeed::python

@@ -210,11 +210,4 @@ void RowWriter::write_batch(const py::handle& batch, const std::vector<std::byte
   }
 }
 
-void drop_rows(Batch& batch, Tier tier, const std::vector<RowFailure>& failures) {
-  std::vector<std::size_t> rows;
-  rows.reserve(failures.size());
-  for (const RowFailure& f : failures) rows.push_back(f.row);
-  remove_rows(batch, tier, rows);
-}
-
 }  // namespace flowfeed::python

@@ -35,6 +35,12 @@ void check_something_delivered(const RunReport& report);
 /// (BatchLayout packs a shorter batch just as tightly), and `batch.samples` shortens to match.
 void remove_rows(Batch& batch, Tier tier, const std::vector<std::size_t>& dropped);
 
+/// A sample that failed in its batch: its row, and why.
+struct RowFailure {
+  std::size_t row = 0;
+  std::string message;
+};
+
 /// A node's record of dropped samples. Thread-safe.
 class DropLog {
  public:
@@ -58,6 +64,11 @@ class DropLog {
   void finish(RunReport& report);
   /// Forgets this run's notes (a new run starts).
   void reset();
+  /// Under `on_error: skip`, drops the failed rows of `batch` (`failures` sorted by row): notes
+  /// each (`sample <index> of batch <seq> (epoch <e>): <message>`), fails the run
+  /// (std::runtime_error) once more than `max_skipped` samples were dropped in all, throws
+  /// BatchDroppedError when every row failed, else removes the rows from `tier` (remove_rows).
+  void drop_rows(Batch& batch, Tier tier, const std::vector<RowFailure>& failures, int max_skipped);
 
  private:
   std::string who_;
