@@ -112,6 +112,14 @@ Checkpoint read_state(const py::handle& state, NodeStates& states) {
   c.shuffle = f.flag("sampler.shuffle");
   c.drop_last = f.flag("sampler.drop_last");
   c.dataset_size = f.count("sampler.dataset_size");
+  if (version >= 2 && f.text("sampler.order") != "samples") {
+    if (f.text("sampler.order") != "shards") {
+      StateFields::corrupt("sampler.order", "'samples' or 'shards'", f.at("sampler.order"));
+    }
+    c.order = SampleOrder::shards;
+    c.shuffle_window = f.count("sampler.shuffle_window");
+    c.data_shards = f.count("sampler.data_shards");
+  }
   const std::uint64_t epoch = f.count("cursor.epoch");
   if (epoch > std::numeric_limits<std::uint32_t>::max()) {
     StateFields::fail("cursor.epoch", fmt::format("{} is out of range (0 to {})", epoch,
@@ -195,6 +203,11 @@ py::dict state_dict(PipelineHolder& h) {
   sampler["shuffle"] = c.shuffle;
   sampler["drop_last"] = c.drop_last;
   sampler["dataset_size"] = c.dataset_size;
+  if (c.order == SampleOrder::shards) {
+    sampler["order"] = "shards";
+    sampler["shuffle_window"] = c.shuffle_window;
+    sampler["data_shards"] = c.data_shards;
+  }
   py::dict cursor;
   cursor["epoch"] = c.epoch;
   cursor["samples"] = c.samples;
@@ -215,7 +228,7 @@ py::dict state_dict(PipelineHolder& h) {
   }
   py::dict d;
   d["format"] = kFormat;
-  d["version"] = Checkpoint::kVersion;
+  d["version"] = c.order == SampleOrder::shards ? 2 : 1;  // 1: readable by older builds
   d["sampler"] = sampler;
   d["cursor"] = cursor;
   d["nodes"] = nodes;
