@@ -3,6 +3,7 @@
 // mid-epoch on another world size.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <set>
 
@@ -156,6 +157,26 @@ TEST_F(ShardOrderNpy, ConfigErrorsNameTheKeyAndTheAllowedValues) {
   EXPECT_EQ(error("shuffle: true, order: shards, shuffle_window: -1"),
             "<string>:2:67: sampler.shuffle_window: -1 is out of range (must be between 0 and "
             "1000000)");
+}
+
+TEST_F(ShardOrderNpy, TheOrderAndItsShardsAreClaimedFromTheMemoryBudget) {
+  // The order (60 samples x 4 bytes, twice) and 4 shards x 12 bytes: 528 bytes, after the
+  // loader's pool, against 1000 bytes available.
+  write_four_shards();
+  Registry r;
+  register_builtin_nodes(r);
+  register_capture(r, seen_);
+  const PipelineConfig config = load_config_string(yaml(1, 0, 8), r);
+  setenv("FLOWFEED_AVAILABLE_MEMORY", "1000", 1);
+  const std::string message = test::error_of<ConfigError>([&] { Pipeline p(config, r); });
+  unsetenv("FLOWFEED_AVAILABLE_MEMORY");
+  EXPECT_EQ(message,
+            "<string>:4:5: nodes.load.params (the data set's size): the sampling order of node "
+            "'load' (npy: 60 samples x 4 bytes, twice while an epoch's order replaces the last, "
+            "and 4 shards x 12 bytes) needs 528 B of host memory, and 1000 B is available "
+            "(FLOWFEED_AVAILABLE_MEMORY, 864 B of it already claimed by the pools and data sets "
+            "before it; the process would be killed for want of memory mid-run) lower "
+            "nodes.load.params (the data set's size)");
 }
 
 TEST_F(ShardOrderNpy, ALoaderWithoutShardsIsOneShard) {

@@ -218,6 +218,25 @@ TEST(ShardOrderCheckpoint, RecordsTheOrderAndRejectsAnotherNamingTheField) {
     EXPECT_EQ(back.order, SampleOrder::shards);
     EXPECT_EQ(back.shuffle_window, 2u);
     EXPECT_EQ(back.data_shards, 4u);
+    // A damaged field is named.
+    auto damaged = [&](const std::string& from, const std::string& to) {
+      std::string text = json;
+      text.replace(text.find(from), from.size(), to);
+      std::ofstream(file, std::ios::trunc) << text;
+      return test::error_of<ConfigError>([&] { read_checkpoint(file); });
+    };
+    EXPECT_EQ(damaged("\"order\": \"shards\"", "\"order\": \"rows\""),
+              file +
+                  ": sampler.order: expected \"samples\" or \"shards\", found \"rows\" (the "
+                  "checkpoint is corrupt) resume from a complete one");
+    EXPECT_EQ(damaged("\"shuffle_window\": 2", "\"shuffle_window\": -2"),
+              file +
+                  ": sampler.shuffle_window: expected a non-negative integer, found -2 (the "
+                  "checkpoint is corrupt) resume from a complete one");
+    EXPECT_EQ(damaged(",\n    \"data_shards\": 4", ""),
+              file +
+                  ": sampler.data_shards: missing (the checkpoint is incomplete or corrupt) resume "
+                  "from a complete one");
     std::remove(file.c_str());
   }
   auto message = [&](const SamplerOptions& o, const std::vector<std::size_t>& st) {
