@@ -87,6 +87,12 @@ class TokenStream {
   void read(std::uint64_t first, std::uint64_t count, std::byte* dst) const;
   /// The engine (its figures and notes for the report).
   const IoEngine& engine() const noexcept { return *engine_; }
+  /// Stream index of each file's first token, in the order given.
+  std::vector<std::uint64_t> file_starts() const {
+    std::vector<std::uint64_t> starts;
+    for (const Piece& p : pieces_) starts.push_back(p.first);
+    return starts;
+  }
 
  private:
   struct Piece {

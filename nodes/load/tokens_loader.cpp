@@ -70,6 +70,27 @@ std::size_t TokensLoader::size() const {
   return static_cast<std::size_t>(windows_->size());
 }
 
+std::vector<std::size_t> TokensLoader::shard_starts() const {
+  if (!windows_ || options_.positions != WindowPositions::sequential) return {};
+  // Sequential windows start at rising tokens: the first of a file is the first window whose
+  // start is not before the file's first token.
+  std::vector<std::size_t> starts;
+  const std::uint64_t windows = windows_->size();
+  for (std::uint64_t first_token : stream_->file_starts()) {
+    std::uint64_t lo = 0, hi = windows;
+    while (lo < hi) {
+      const std::uint64_t mid = lo + (hi - lo) / 2;
+      if (windows_->start(0, mid) < first_token) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    starts.push_back(static_cast<std::size_t>(lo));
+  }
+  return starts;
+}
+
 DType TokensLoader::dtype() const noexcept {
   return stream_->dtype();
 }

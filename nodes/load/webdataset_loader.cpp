@@ -102,6 +102,16 @@ WebDatasetOptions WebDatasetLoader::options_from(const NodeSpec& spec) {
   return o;
 }
 
+std::vector<std::size_t> WebDatasetLoader::shard_starts() const {
+  // The index lists samples in shard order: a shard starts where the shard number changes.
+  std::vector<std::size_t> starts;
+  const std::vector<ShardSample>& samples = index_.samples();
+  for (std::size_t i = 0; i < samples.size(); ++i) {
+    if (i == 0 || samples[i].shard != samples[i - 1].shard) starts.push_back(i);
+  }
+  return starts;
+}
+
 std::vector<TensorSpec> WebDatasetLoader::sample_tensors() const {
   std::vector<TensorSpec> tensors = image_tensors(options_);
   for (const BytesField& f : options_.bytes_fields) {

@@ -40,6 +40,8 @@ class WebDatasetLoader final : public LoaderNode {
   void process(Batch& batch) override;
   void finish(RunReport& report) override;
   std::size_t size() const override { return index_.samples().size(); }
+  /// The first sample of each shard (tar) that holds one, in the order given.
+  std::vector<std::size_t> shard_starts() const override;
   std::vector<TensorSpec> sample_tensors() const override;
 
   const WebDatasetIndex& index() const noexcept { return index_; }

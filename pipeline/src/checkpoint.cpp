@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "detail/checkpoint_files.hpp"
+#include "detail/shard_order.hpp"
 #include "flowfeed/memory_budget.hpp"
 #include "flowfeed/sampler.hpp"
 
@@ -153,11 +154,17 @@ std::string expand_rank(std::string path, int rank) {
 std::string checkpoint_json(const Checkpoint& c) {
   json j;
   j["format"] = kFormat;
-  j["version"] = Checkpoint::kVersion;
+  const bool shards = c.order == SampleOrder::shards;
+  j["version"] = shards ? 2 : 1;
   j["sampler"] = {{"seed", c.seed},
                   {"shuffle", c.shuffle},
                   {"drop_last", c.drop_last},
                   {"dataset_size", c.dataset_size}};
+  if (shards) {
+    j["sampler"]["order"] = "shards";
+    j["sampler"]["shuffle_window"] = c.shuffle_window;
+    j["sampler"]["data_shards"] = c.data_shards;
+  }
   j["cursor"] = {{"epoch", c.epoch},
                  {"samples", c.samples},
                  {"world", c.world},
@@ -194,6 +201,16 @@ Checkpoint read_cursor(const CursorFields& f, const std::string& format) {
   c.shuffle = f.flag("sampler.shuffle");
   c.drop_last = f.flag("sampler.drop_last");
   c.dataset_size = f.count("sampler.dataset_size");
+  if (version >= 2 && f.text("sampler.order") != "samples") {
+    if (f.text("sampler.order") != "shards") {
+      f.fail("sampler.order",
+             fmt::format("expected {} or {}, found {} {}", f.quoted("samples"), f.quoted("shards"),
+                         f.shown("sampler.order"), f.corrupt()));
+    }
+    c.order = SampleOrder::shards;
+    c.shuffle_window = f.count("sampler.shuffle_window");
+    c.data_shards = f.count("sampler.data_shards");
+  }
   const std::uint64_t epoch = f.count("cursor.epoch");
   if (epoch > 0xffffffffull) {
     f.fail("cursor.epoch", fmt::format("{} is out of range (0 to 4294967295; the {} is corrupt) {}",
@@ -392,6 +409,7 @@ ResumePoint resume_point(const Checkpoint& c, const Sampler& sampler, std::uint3
                                      "sampler.seed: {}",
                                      c.seed, o.seed, c.seed));
   }
+  detail::check_shard_order(c, sampler, where);
   if (c.drop_last != o.drop_last) {
     fail("sampler.drop_last",
          fmt::format("the checkpoint was written with drop_last: {}, this run has drop_last: {} "
@@ -468,6 +486,11 @@ Checkpoint make_checkpoint(const Sampler& sampler, std::uint64_t next,
   c.shuffle = o.shuffle;
   c.drop_last = o.drop_last;
   c.dataset_size = sampler.dataset_size();
+  if (o.order == SampleOrder::shards) {
+    c.order = SampleOrder::shards;
+    c.shuffle_window = static_cast<std::uint64_t>(o.shuffle_window);
+    c.data_shards = sampler.data_shards();
+  }
   const std::uint64_t per_epoch = sampler.batches_per_epoch();
   c.epoch = static_cast<std::uint32_t>(next / per_epoch);
   c.samples = (next % per_epoch) * sampler.global_batch();

@@ -351,6 +351,20 @@ const std::vector<OptionField>& sampler_fields() {
          c.sampler.world = static_cast<int>(as_int(v));
        },
        [](const PipelineConfig& c) -> Get { return int_value(c.sampler.world); }},
+      {"order",
+       [](PipelineConfig& c, const ParamValue& v) {
+         c.sampler.order =
+             std::get<std::string>(v) == "shards" ? SampleOrder::shards : SampleOrder::samples;
+       },
+       [](const PipelineConfig& c) -> Get {
+         return ParamValue(
+             std::string(c.sampler.order == SampleOrder::shards ? "shards" : "samples"));
+       }},
+      {"shuffle_window",
+       [](PipelineConfig& c, const ParamValue& v) {
+         c.sampler.shuffle_window = static_cast<int>(as_int(v));
+       },
+       [](const PipelineConfig& c) -> Get { return int_value(c.sampler.shuffle_window); }},
   };
   return fields;
 }

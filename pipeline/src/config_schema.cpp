@@ -70,6 +70,17 @@ const Schema& sampler_schema() {
         .range(0, 1e6);
     s.add_int("world", "number of shards (default: from the launcher's environment, else 1)")
         .range(1, 1e6);
+    s.add_string("order",
+                 "with shuffle, samples: one permutation of all samples; shards: the loader's "
+                 "data shards permuted by (seed, epoch), each read whole, samples shuffled within "
+                 "windows of shuffle_window shards (for remote data)",
+                 std::string("samples"))
+        .one_of({"samples", "shards"});
+    s.add_int("shuffle_window",
+              "order: shards: consecutive shards whose samples are shuffled together (0: none, "
+              "each shard read front to back)",
+              4)
+        .range(0, 1e6);
     return s;
   }();
   return schema;

@@ -145,7 +145,10 @@ std::uint64_t sampling_order_bytes(const Sampler& sampler) {
       checked_add(sampler.dataset_size(), sampler.shard_size() * copies);
   const std::optional<std::uint64_t> bytes =
       entries ? checked_mul(*entries, sizeof(std::uint32_t)) : std::nullopt;
-  return bytes ? *bytes : std::numeric_limits<std::uint64_t>::max();
+  // order: shards also holds each data shard's start and, while an order is made, its place.
+  const std::uint64_t shards = sampler.data_shards() > 1 ? sampler.data_shards() * 12 : 0;
+  const std::optional<std::uint64_t> total = bytes ? checked_add(*bytes, shards) : std::nullopt;
+  return total ? *total : std::numeric_limits<std::uint64_t>::max();
 }
 
 /// The claim of `sampling_order_bytes` for the loader `loader`.
@@ -155,8 +158,11 @@ MemoryClaim sampling_order_claim(const NodeSpec& loader, const Sampler& sampler)
                                ? std::string("twice while an epoch's order replaces the last")
                                : fmt::format("and this rank's {} twice", sampler.shard_size());
   return {MemoryKind::pageable, sampling_order_bytes(sampler),
-          fmt::format("the sampling order of node '{}' ({}: {} samples x 4 bytes, {})", loader.name,
-                      loader.type, sampler.dataset_size(), held),
+          fmt::format("the sampling order of node '{}' ({}: {} samples x 4 bytes, {}{})",
+                      loader.name, loader.type, sampler.dataset_size(), held,
+                      sampler.data_shards() > 1
+                          ? fmt::format(", and {} shards x 12 bytes", sampler.data_shards())
+                          : std::string()),
           loader.loc.str(), keys};
 }
 
@@ -269,7 +275,8 @@ PipelineImpl::PipelineImpl(PipelineConfig config, const Registry& registry, int 
   }
   // The loader is set up first: it may learn the data set's size only then.
   setup(*stages_.front());
-  sampler_ = std::make_unique<Sampler>(config_.sampler, loader_->size(), batch_size);
+  sampler_ = std::make_unique<Sampler>(config_.sampler, loader_->size(), batch_size,
+                                       loader_->shard_starts());
   // Claimed before the first order is made (ConfigError when it does not fit; with
   // prefetch_depth: auto the pools shrink to make room, as for any claim).
   try {

@@ -63,7 +63,8 @@ std::uint64_t splitmix64(std::uint64_t x) noexcept {
   return x ^ (x >> 31);
 }
 
-Sampler::Sampler(const SamplerOptions& options, std::size_t dataset_size, std::size_t batch_size)
+Sampler::Sampler(const SamplerOptions& options, std::size_t dataset_size, std::size_t batch_size,
+                 const std::vector<std::size_t>& shard_starts)
     : options_(options), dataset_size_(dataset_size), batch_size_(batch_size) {
   if (options.world < 1 || options.rank < 0 || options.rank >= options.world) {
     throw std::invalid_argument("sampler rank must be in [0, world)");
@@ -72,6 +73,7 @@ Sampler::Sampler(const SamplerOptions& options, std::size_t dataset_size, std::s
   const auto world = static_cast<std::size_t>(options.world);
   const auto rank = static_cast<std::size_t>(options.rank);
   shard_size_ = dataset_size / world + (rank < dataset_size % world ? 1 : 0);
+  if (options.order == SampleOrder::shards) set_shard_starts(shard_starts);
 }
 
 std::size_t Sampler::batches_per_epoch() const noexcept {
@@ -80,9 +82,14 @@ std::size_t Sampler::batches_per_epoch() const noexcept {
 }
 
 std::vector<std::uint32_t> Sampler::epoch_order(std::uint32_t epoch) const {
-  std::vector<std::uint32_t> perm(dataset_size_);
-  std::iota(perm.begin(), perm.end(), 0u);
-  if (options_.shuffle) {
+  std::vector<std::uint32_t> perm;
+  if (options_.shuffle && options_.order == SampleOrder::shards) {
+    perm = shard_window_order(epoch);
+  } else {
+    perm.resize(dataset_size_);
+    std::iota(perm.begin(), perm.end(), 0u);
+  }
+  if (options_.shuffle && options_.order == SampleOrder::samples) {
     // Fisher–Yates with splitmix64 (std::shuffle's output differs between standard libraries).
     std::uint64_t state = splitmix64(options_.seed ^ splitmix64(epoch + 0x5EEDull));
     for (std::size_t i = perm.size(); i > 1; --i) {

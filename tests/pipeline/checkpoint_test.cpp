@@ -183,9 +183,9 @@ TEST(CheckpointFiles, CorruptTruncatedAndFutureFilesNameTheField) {
             "truncated or corrupt) resume from a complete checkpoint");
   EXPECT_EQ(read_error("future",
                        [](std::string t) {
-                         return test::replace_once(t, "\"version\": 1", "\"version\": 2");
+                         return test::replace_once(t, "\"version\": 1", "\"version\": 3");
                        }),
-            "M: version: 2 is newer than this build reads (version 1; written by a newer "
+            "M: version: 3 is newer than this build reads (version 2; written by a newer "
             "flowfeed) resume with the flowfeed that wrote it");
   EXPECT_EQ(read_error("type",
                        [](std::string t) {

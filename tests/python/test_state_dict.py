@@ -170,7 +170,7 @@ NOT_OURS = ("(the state is corrupt or not one that Pipeline.state_dict() returne
 @pytest.mark.parametrize("path, value, message", [
     ("format", "flowfeed checkpoint", "format: expected 'flowfeed state', found 'flowfeed "
      "checkpoint' (not a flowfeed state) load a state that Pipeline.state_dict() returned"),
-    ("version", 2, "version: 2 is newer than this build reads (version 1; written by a "
+    ("version", 3, "version: 3 is newer than this build reads (version 2; written by a "
      "newer flowfeed) load it with the flowfeed that made it"),
     ("version", 0, "version: 0 is not a state version " + CORRUPT),
     ("cursor.epoch", KeyError, "cursor.epoch: missing (the state is incomplete or not one that "
@@ -266,3 +266,29 @@ def test_a_state_is_loaded_between_runs_only(data):
     pipeline.close()
     with pytest.raises(ValueError, match="the pipeline was closed"):
         pipeline.state_dict()
+
+
+def test_a_state_of_order_shards_carries_the_order_and_resumes_it(data):
+    # One npy file is one shard: order: shards shuffles its samples in one window.
+    shards = {"sampler.order": "shards", "sampler.shuffle_window": 2}
+    config = data.config(epochs=2, batch_size=64)
+    whole = take(flowfeed.Pipeline(config, overrides=shards))
+    first = flowfeed.Pipeline(config, overrides=shards)
+    before = take(first, 5)
+    state = round_trip(first.state_dict())
+    assert state["version"] == 2
+    assert (state["sampler"]["order"], state["sampler"]["shuffle_window"],
+            state["sampler"]["data_shards"]) == ("shards", 2, 1)
+    first.close()
+    resumed = flowfeed.Pipeline(config, overrides=shards)
+    resumed.load_state_dict(state)
+    assert before + take(resumed) == whole
+    samples = flowfeed.Pipeline(config)
+    with pytest.raises(flowfeed.ConfigError) as error:
+        samples.load_state_dict(state)
+    assert str(error.value) == (
+        "state_dict: sampler.order: the checkpoint was written with order: shards, this run has "
+        "order: samples (a resume continues the same sample order) set sampler.order: shards")
+    # A state of order: samples is version 1, without the order's fields, as before.
+    plain = samples.state_dict()
+    assert plain["version"] == 1 and "order" not in plain["sampler"]

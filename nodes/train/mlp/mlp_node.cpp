@@ -251,8 +251,8 @@ void MlpNode::setup(BuildContext& context) {
     resident_ = true;
     s.resident = data;
     s.dataset_size = context.loader().size();
-    s.sampler =
-        std::make_unique<Sampler>(context.sampler_options(), s.dataset_size, context.batch_size());
+    s.sampler = std::make_unique<Sampler>(context.sampler_options(), s.dataset_size,
+                                          context.batch_size(), context.loader().shard_starts());
   }
   s.parallel = data_parallel(context, where);
   transport_ = s.parallel.transport;

@@ -30,15 +30,19 @@ struct NodeStateFile {
 /// order (the permutation of the whole data set that (seed, epoch) fixes), which ranks in step
 /// agree on, whatever the world size.
 struct Checkpoint {
-  /// The file format this build writes and the newest it reads.
-  static constexpr int kVersion = 1;
+  /// The newest file format this build reads and writes: 2 when the order is `shards` (so that a
+  /// build without that order refuses the file instead of resuming another order), else 1.
+  static constexpr int kVersion = 2;
   int version = kVersion;  ///< format version of the file read
 
   // The sample order the cursor points into.
-  std::uint64_t seed = 0;          ///< sampler.seed
-  bool shuffle = false;            ///< sampler.shuffle
-  bool drop_last = false;          ///< sampler.drop_last
-  std::uint64_t dataset_size = 0;  ///< samples in the data set
+  std::uint64_t seed = 0;                    ///< sampler.seed
+  bool shuffle = false;                      ///< sampler.shuffle
+  bool drop_last = false;                    ///< sampler.drop_last
+  std::uint64_t dataset_size = 0;            ///< samples in the data set
+  SampleOrder order = SampleOrder::samples;  ///< sampler.order (version 1: samples)
+  std::uint64_t shuffle_window = 0;          ///< sampler.shuffle_window, under order: shards
+  std::uint64_t data_shards = 1;             ///< the loader's non-empty shards, under order: shards
 
   // The cursor.
   std::uint32_t epoch = 0;    ///< the epoch of the next batch (pipeline.epochs once all are done)

@@ -18,6 +18,8 @@ class Registry;  ///< registry.hpp
 enum class DeviceChoice { automatic, cuda, host };
 /// `pipeline.on_error`.
 enum class OnError { fail, skip };
+/// `sampler.order`: how an epoch's permutation is made (see Sampler).
+enum class SampleOrder { samples, shards };
 /// `pipeline.mode`: who takes the batches at the end of the chain.
 enum class RunMode {
   run,   ///< a train node, inside the graph (Pipeline::run)
@@ -82,6 +84,12 @@ struct SamplerOptions {
   bool drop_last = false;  ///< drop the last partial batch of each epoch
   int rank = 0;            ///< this shard, 0..world-1
   int world = 1;           ///< number of shards
+  /// `samples`: one permutation of all samples; `shards`: the loader's data shards (its files)
+  /// permuted, each read whole, samples shuffled within windows of `shuffle_window` shards.
+  SampleOrder order = SampleOrder::samples;
+  /// Under order: shards, the data shards whose samples are shuffled together (consecutive in the
+  /// epoch's shard permutation); 0: no sample shuffle, each shard is read front to back.
+  int shuffle_window = 4;
 };
 
 /// A whole validated config.

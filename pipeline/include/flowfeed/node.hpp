@@ -279,6 +279,12 @@ class LoaderNode : public Node {
   virtual std::vector<TensorSpec> sample_tensors() const = 0;
   /// A batch size the loader's own params ask for (e.g. synthetic.batch_size), or 0.
   virtual std::size_t preferred_batch_size() const { return 0; }
+  /// Where the loader's data shards (its files) begin: the index of the first sample of each, in
+  /// shard order, rising (an empty shard may repeat its successor's start; the first may be left
+  /// out: it is 0). A shard's samples are consecutive indices, read from one open file.
+  /// `sampler.order: shards` permutes these shards and reads each whole. Empty (the default): the
+  /// data set is one shard. Read after setup(), as size() is.
+  virtual std::vector<std::size_t> shard_starts() const { return {}; }
 };
 
 }  // namespace flowfeed

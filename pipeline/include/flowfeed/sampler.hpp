@@ -15,11 +15,28 @@ namespace flowfeed {
 /// and the data set size — never on timing — so every run and every rank agree. Shards are
 /// strided over the epoch's permutation: rank r takes positions r, r+world, r+2·world, …, so the
 /// shards of one epoch are disjoint and together cover the data set.
+///
+/// The epoch's permutation (the global order) is, with `shuffle`:
+/// - order: samples — a uniform permutation of all samples (Fisher–Yates);
+/// - order: shards — the loader's data shards (its files; LoaderNode::shard_starts) permuted, then
+///   cut into windows of `shuffle_window` consecutive shards of that permutation; each window's
+///   samples fill the next positions of the order, shuffled among themselves (shuffle_window 0:
+///   not shuffled, each shard front to back). So every sample of the shard at place p of the
+///   shard permutation comes before every sample of the shard at place q whenever
+///   q / shuffle_window > p / shuffle_window (in particular q ≥ p + shuffle_window), and the
+///   samples of one window are the positions [start, end) of the order that their shards' sizes
+///   give. Ranks stride over this order as over any other, so resume and a change of world size
+///   work unchanged; every rank reads the same window of shards at a time.
+/// Without shuffle both orders are 0, 1, 2, … .
 class Sampler {
  public:
   /// A sampler over `dataset_size` samples in batches of `batch_size` (rank/world from
-  /// `options`, which must be valid: rank < world).
-  Sampler(const SamplerOptions& options, std::size_t dataset_size, std::size_t batch_size);
+  /// `options`, which must be valid: rank < world). `shard_starts`: the first sample of each of
+  /// the loader's data shards, rising (LoaderNode::shard_starts; empty shards and a first 0 may
+  /// be left out), read under order: shards; empty: one shard. std::invalid_argument when they
+  /// fall or pass `dataset_size`.
+  Sampler(const SamplerOptions& options, std::size_t dataset_size, std::size_t batch_size,
+          const std::vector<std::size_t>& shard_starts = {});
 
   /// Samples in this rank's shard.
   std::size_t shard_size() const noexcept { return shard_size_; }
@@ -40,6 +57,15 @@ class Sampler {
   }
   /// Data set indices of this rank's shard for `epoch`, in visiting order.
   std::vector<std::uint32_t> epoch_order(std::uint32_t epoch) const;
+  /// The data shards the order reads: under order: shards, the loader's non-empty shards (1 when
+  /// it names none); under order: samples, 1.
+  std::size_t data_shards() const noexcept {
+    return shard_starts_.empty() ? 1 : shard_starts_.size();
+  }
+  /// The data shards of `epoch` in the order they are read (indices into the loader's non-empty
+  /// shards): under order: shards with shuffle, a permutation fixed by (seed, epoch); else 0, 1,
+  /// 2, … . Shard k of it is read in window k / shuffle_window: what a prefetcher fetches next.
+  std::vector<std::uint32_t> shard_sequence(std::uint32_t epoch) const;
   /// Fills `out` with the samples of batch `index` of an epoch order (`order` from epoch_order).
   void batch_samples(const std::vector<std::uint32_t>& order, std::size_t index,
                      std::vector<std::uint32_t>& out) const;
@@ -49,6 +75,12 @@ class Sampler {
   std::size_t dataset_size_;
   std::size_t batch_size_;
   std::size_t shard_size_;
+  /// Under order: shards, the first sample of each non-empty data shard, rising from 0.
+  std::vector<std::size_t> shard_starts_;
+  /// Keeps the non-empty shards of `starts` (the constructor's check).
+  void set_shard_starts(const std::vector<std::size_t>& starts);
+  /// The global order of `epoch` under order: shards with shuffle.
+  std::vector<std::uint32_t> shard_window_order(std::uint32_t epoch) const;
 };
 
 /// Rank and world size as a launcher set them in the environment.

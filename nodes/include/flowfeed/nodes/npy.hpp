@@ -62,6 +62,8 @@ class NpyLoader final : public LoaderNode {
   void process(Batch& batch) override;
   void finish(RunReport& report) override;
   std::size_t size() const override;
+  /// The first row of each shard (features file), in the order given.
+  std::vector<std::size_t> shard_starts() const override { return starts_; }
   std::vector<TensorSpec> sample_tensors() const override;
   const NpyLoaderOptions& options() const noexcept { return options_; }
   /// The features files in data set order (the lists and globs expanded).

@@ -102,6 +102,10 @@ class TokensLoader final : public LoaderNode {
   /// Adds the I/O engine's figures (`<name>.io_reads`, `io_bytes`, ...) and notes.
   void finish(RunReport& report) override;
   std::size_t size() const override;
+  /// Sequential windows: the first window of each file (a window spanning two files belongs to
+  /// the file it starts in). Random positions and packed windows draw from the whole stream
+  /// each epoch: one shard (empty).
+  std::vector<std::size_t> shard_starts() const override;
   std::vector<TensorSpec> sample_tensors() const override;
 
   const TokensOptions& options() const noexcept { return options_; }
