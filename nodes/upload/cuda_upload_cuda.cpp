@@ -21,7 +21,10 @@
 #include <thread>
 #include <vector>
 
-#include "cuda/cuda_check.hpp"
+#include "flowfeed/cuda/check.hpp"
+#include "flowfeed/cuda/device.hpp"
+#include "flowfeed/cuda/handoff.hpp"
+#include "flowfeed/cuda/nvtx.hpp"
 #include "flowfeed/extend.hpp"
 #include "flowfeed/nodes/memory.hpp"
 #include "flowfeed/registry.hpp"
@@ -46,8 +49,7 @@ class CudaUpload final : public AsynchronousNode {
       outstanding_.notify_one();
       poller_.join();
     }
-    for (cudaEvent_t e : ready_) cudaEventDestroy(e);
-    for (cudaEvent_t e : reuse_) cudaEventDestroy(e);
+    events_.destroy();
     for (cudaEvent_t e : bounce_.copied) cudaEventDestroy(e);
     for (auto& lane : lanes_) {
       if (lane->stream) cudaStreamDestroy(lane->stream);
@@ -73,15 +75,8 @@ class CudaUpload final : public AsynchronousNode {
     pool_ = &context.make_batch_pool("device", MemoryKind::device, context.layout().capacity(),
                                      std::move(allocator));
     const std::size_t depth = pool_->count();
-    // One ready and one reuse event per device buffer: a buffer belongs to one batch at a time,
-    // so its events do too.
-    for (std::size_t i = 0; i < depth; ++i) {
-      cudaEvent_t e = nullptr;
-      FLOWFEED_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-      ready_.push_back(e);
-      FLOWFEED_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-      reuse_.push_back(e);
-    }
+    // One ready and one reuse event per device buffer, and a slot for a reader's fence.
+    events_.create(depth, /*fences=*/true);
     for (int s = 0; s < options_.streams; ++s) {
       auto lane = std::make_unique<Lane>();
       FLOWFEED_CUDA_CHECK(cudaStreamCreateWithFlags(&lane->stream, cudaStreamNonBlocking));
@@ -90,7 +85,6 @@ class CudaUpload final : public AsynchronousNode {
       lane->pieces.reserve(context.batch_size());
       lanes_.push_back(std::move(lane));
     }
-    fences_.assign(depth, ReuseFence{});
     for (std::size_t i = 0; i < depth; ++i) jobs_.push_back(std::make_unique<Job>());
     taken_.reserve(depth);
     setup_bounce(context);
@@ -224,7 +218,7 @@ class CudaUpload final : public AsynchronousNode {
     std::size_t head = 0;
     std::size_t count = 0;
     std::uint64_t recorded = 0;     // copies enqueued on the stream (under submit_mutex)
-    ReuseFence waited;              // the newest consumer fence the stream waits on (submit_mutex)
+    cuda::FenceSlot waited;         // the newest reader's fence the stream waits on (submit_mutex)
     std::uint64_t reuse_waits = 0;  // cudaStreamWaitEvent calls before copies (submit_mutex)
     std::atomic<std::uint64_t> copies{0};
     PieceCopy pieces;  // the copies of batches with external ranges (submit_mutex)
@@ -322,8 +316,7 @@ class CudaUpload final : public AsynchronousNode {
     }
     // Chunks already enqueued may still write the buffer: whoever takes it next waits for them
     // (its reuse event, recorded after them on this stream).
-    if (cudaEventRecord(reuse_[buffer], lane.stream) != cudaSuccess) cudaGetLastError();
-    fences_[buffer] = ReuseFence{};
+    events_.abandon(buffer, lane.stream);
     batch.device.reset();
     device.reset();
     done(error);
@@ -376,17 +369,12 @@ class CudaUpload final : public AsynchronousNode {
   /// completion thread. Under the lane's submit_mutex.
   void publish(Lane& lane, std::size_t index, Batch& batch, Lease&& device, Completion done) {
     const std::size_t buffer = device.index();
-    FLOWFEED_CUDA_CHECK(cudaEventRecord(ready_[buffer], lane.stream));
+    // The poller marks the batch complete once the copy is done (BufferEvents::mark_complete).
+    events_.publish(batch.sync, buffer, lane.stream, lane.recorded + 1, static_cast<int>(index));
+    ++lane.recorded;
     batch.device = std::move(device);
-    batch.ready_event = ready_[buffer];
-    batch.ready_event_complete = nullptr;  // set by the poller once the copy is done
-    batch.reuse_event = reuse_[buffer];
-    batch.reuse_fence = &fences_[buffer];
-    batch.upload_stream = lane.stream;
-    batch.upload_order = ++lane.recorded;
-    batch.stream_index = static_cast<int>(index);
     nvtxEventAttributes_t a = cuda::nvtx_attributes(nvtx_, batch.seq);
-    const Pending pending{&batch, std::move(done), ready_[buffer],
+    const Pending pending{&batch, std::move(done), events_.ready(buffer),
                           nvtxDomainRangeStartEx(cuda::nvtx_domain(), &a)};
     bool wake = false;
     {
@@ -401,26 +389,10 @@ class CudaUpload final : public AsynchronousNode {
     if (wake) outstanding_.notify_one();
   }
 
-  /// Makes the lane's stream wait until the buffer's last reader is done: on the fence the
-  /// consumer left in the buffer's slot (once per fence: a group of buffers shares one, and a
-  /// fence older than one already waited on is covered by it), else on the buffer's reuse event.
-  /// Under the lane's submit_mutex.
+  /// Makes the lane's stream wait until the buffer's last reader is done (on its fence or its
+  /// reuse event: BufferEvents::wait_reuse). Under the lane's submit_mutex.
   void wait_reuse(Lane& lane, std::size_t buffer) {
-    ReuseFence& fence = fences_[buffer];
-    if (!fence.event) {
-      FLOWFEED_CUDA_CHECK(cudaStreamWaitEvent(lane.stream, reuse_[buffer], 0));
-      ++lane.reuse_waits;
-      return;
-    }
-    // Fences of one consumer are recorded on one stream with growing stamps, so the newest fence
-    // this stream waits on covers every older one.
-    if (fence.stamp > lane.waited.stamp) {
-      FLOWFEED_CUDA_CHECK(
-          cudaStreamWaitEvent(lane.stream, static_cast<cudaEvent_t>(fence.event), 0));
-      ++lane.reuse_waits;
-      lane.waited = fence;
-    }
-    fence = ReuseFence{};
+    if (events_.wait_reuse(buffer, lane.stream, &lane.waited)) ++lane.reuse_waits;
   }
 
   /// Moves the oldest `n` entries of a lane into taken_.
@@ -440,7 +412,7 @@ class CudaUpload final : public AsynchronousNode {
     for (Pending& p : taken_) {
       nvtxDomainRangeEnd(cuda::nvtx_domain(), p.range);
       if (!error) {
-        p.batch->ready_event_complete = p.ready;  // consumers need not wait on it
+        cuda::BufferEvents::mark_complete(p.batch->sync);  // readers need not wait on it
         p.batch->staging.reset();
         p.batch->host.reset();
         lane.copies.fetch_add(1, std::memory_order_relaxed);
@@ -542,11 +514,7 @@ class CudaUpload final : public AsynchronousNode {
   std::string description_;
   nvtxStringHandle_t nvtx_ = nullptr;
   BufferPool* pool_ = nullptr;
-  std::vector<cudaEvent_t> ready_;
-  std::vector<cudaEvent_t> reuse_;
-  // Per device buffer: the fence its last consumer left instead of recording reuse_ (written by
-  // the consumer before it gives the buffer back, read and cleared here after taking it again).
-  std::vector<ReuseFence> fences_;
+  cuda::BufferEvents events_;  // per device buffer: ready and reuse events, a fence slot
   std::vector<std::unique_ptr<Lane>> lanes_;
   BounceRing bounce_;  // empty unless pageable batches are expected (setup_bounce)
   std::vector<std::unique_ptr<Job>> jobs_;  // per device buffer
