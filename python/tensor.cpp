@@ -77,7 +77,7 @@ class Tensor {
     shape_.insert(shape_.end(), spec.shape.begin(), spec.shape.end());
     data_ = reinterpret_cast<std::uintptr_t>(b.tensor(b.newest_tier(), index));
     device_ = handle_.device();
-    upload_stream_ = reinterpret_cast<std::uintptr_t>(b.upload_stream);
+    upload_stream_ = reinterpret_cast<std::uintptr_t>(b.sync.stream());
   }
 
   py::capsule dlpack(const py::object& stream, const py::object& max_version,

@@ -19,7 +19,7 @@
 
 #include "bench.hpp"
 #include "flowfeed/nodes/webdataset.hpp"
-#include "load/webdataset_index.hpp"
+#include "nodes/load/webdataset_index.hpp"
 
 namespace flowfeed::bench {
 

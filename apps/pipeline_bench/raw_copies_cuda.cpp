@@ -5,10 +5,11 @@
 #include <cstring>
 #include <vector>
 
-#include "cuda/cuda_check.hpp"
+#include "flowfeed/cuda/check.hpp"
+#include "flowfeed/cuda/device.hpp"
 #include "flowfeed/nodes/synthetic_formula.hpp"
+#include "nodes/train/checksum_kernel.hpp"
 #include "raw_copies.hpp"
-#include "train/checksum_kernel.hpp"
 
 namespace flowfeed::bench {
 

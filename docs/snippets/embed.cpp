@@ -21,8 +21,8 @@ int main() {
   flowfeed::Session session = pipeline.start();
   std::size_t samples = 0;
   while (flowfeed::Batch* batch = session.next()) {
-    // batch->data(flowfeed::Tier::device) holds x then y. On CUDA: cudaStreamWaitEvent on
-    // batch->ready_event first, record batch->reuse_event after your last kernel that reads it.
+    // batch->data(flowfeed::Tier::device) holds x then y. On CUDA: cuda::wait_ready(batch->sync,
+    // stream) first, cuda::release_after(batch->sync, stream) after your last kernel reading it.
     samples += batch->rows();
     session.release(batch);
   }

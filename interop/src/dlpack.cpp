@@ -1,6 +1,7 @@
 // Pull-mode batches as DLPack tensors: the batch's holds (handles and exported tensors) are
-// counted; the last one gives the batch back to the session, on CUDA after recording the reuse
-// event on the consumer's stream(s). See flowfeed/dlpack.hpp for the contract.
+// counted; the last one gives the batch back to the session, on CUDA after releasing it on the
+// consumer's stream(s) (the device hand-off, flowfeed/cuda/handoff.hpp). See flowfeed/dlpack.hpp
+// for the contract.
 #include "flowfeed/dlpack.hpp"
 
 #include <algorithm>
@@ -147,9 +148,10 @@ void BatchHandle::synchronize(ConsumerStream stream) const {
         "default stream, -1: no synchronization, else a cudaStream_t)");
   }
   const std::intptr_t value = stream.value_or(1);
-  // An upload the upload node saw complete orders nothing (the usual case in pull mode).
-  if (value != -1 && b.ready_event && b.ready_event != b.ready_event_complete) {
-    detail::cuda_stream_wait(value, held_->device.device_id, b.ready_event);
+  // Waits only when needed: an upload the upload node saw complete orders nothing (the usual case
+  // in pull mode; cuda::ready_pending).
+  if (value != -1 && b.sync.ready()) {
+    detail::cuda_wait_ready(value, held_->device.device_id, b.sync);
   }
   note_reader(value);
 }

@@ -1,32 +1,24 @@
-// The CUDA calls of the DLPack export: consumer streams wait on ready events, reuse events are
-// recorded on consumer streams. Runtime API only (host compiler).
+// The CUDA calls of the DLPack export: consumer streams wait until batches are ready, batches are
+// released after consumer streams (the device hand-off, flowfeed/cuda/handoff.hpp). Runtime API
+// only (host compiler).
 #include <cuda_runtime.h>
 
-#include "cuda/cuda_check.hpp"
+#include <memory>
+
+#include "flowfeed/cuda/check.hpp"
+#include "flowfeed/cuda/device.hpp"
+#include "flowfeed/cuda/handoff.hpp"
 #include "stream_sync.hpp"
 
 namespace flowfeed::detail {
 
+struct InteropEvent {
+  cudaEvent_t event = nullptr;
+};
+
 namespace {
 
-/// Makes `device` current for a scope and restores the thread's previous device (a deleter may
-/// run on any thread of the consumer's).
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    FLOWFEED_CUDA_CHECK(cudaGetDevice(&previous_));
-    if (previous_ != device) FLOWFEED_CUDA_CHECK(cudaSetDevice(device));
-  }
-  ~DeviceScope() {
-    int now = previous_;
-    if (cudaGetDevice(&now) == cudaSuccess && now != previous_) cudaSetDevice(previous_);
-  }
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-
- private:
-  int previous_ = 0;
-};
+using cuda::DeviceScope;
 
 /// The stream a wait or a record goes to. The legacy default stream (1) is served by the calling
 /// thread's per-thread default stream: a blocking stream, so what is queued on it is ordered after
@@ -53,36 +45,58 @@ int cuda_device_of(const void* device_pointer) {
   return attributes.device;
 }
 
-void cuda_stream_wait(std::intptr_t stream, int device, void* event) {
-  // An event that already completed orders nothing: a prefetched batch's upload usually has, and
-  // the query costs less than queueing a wait on the consumer's stream.
-  const cudaError_t state = cudaEventQuery(static_cast<cudaEvent_t>(event));
+void cuda_wait_ready(std::intptr_t stream, int device, const DeviceSync& sync) {
+  if (!cuda::ready_pending(sync)) return;
+  DeviceScope scope(device);
+  cuda::wait_ready(sync, to_stream(stream));
+}
+
+void cuda_release_after(std::intptr_t stream, int device, const DeviceSync& sync) {
+  DeviceScope scope(device);
+  cuda::release_after(sync, to_stream(stream));
+}
+
+cuda::FenceSlot* cuda_fence_slot(const DeviceSync& sync) noexcept {
+  return cuda::fence_slot(sync);
+}
+
+void cuda_leave_fence(const DeviceSync& sync, InteropEvent* fence, std::uint64_t stamp) noexcept {
+  cuda::leave_fence(sync, fence->event, stamp);
+}
+
+void cuda_withdraw_fence(cuda::FenceSlot* slot, InteropEvent* fence) noexcept {
+  cuda::withdraw_fence(slot, fence->event);
+}
+
+void cuda_stream_wait(std::intptr_t stream, int device, InteropEvent* event) {
+  // An event that already completed orders nothing.
+  const cudaError_t state = cudaEventQuery(event->event);
   if (state == cudaSuccess) return;
-  if (state != cudaErrorNotReady) FLOWFEED_CUDA_CHECK(state);
+  if (state != cudaErrorNotReady) cuda::check(state, "cudaEventQuery");
   DeviceScope scope(device);
-  FLOWFEED_CUDA_CHECK(cudaStreamWaitEvent(to_stream(stream), static_cast<cudaEvent_t>(event), 0));
+  FLOWFEED_CUDA_CHECK(cudaStreamWaitEvent(to_stream(stream), event->event, 0));
 }
 
-void cuda_record(std::intptr_t stream, int device, void* event) {
+void cuda_record(std::intptr_t stream, int device, InteropEvent* event) {
   DeviceScope scope(device);
-  FLOWFEED_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event), to_stream(stream)));
+  FLOWFEED_CUDA_CHECK(cudaEventRecord(event->event, to_stream(stream)));
 }
 
-void* cuda_event_create(int device) {
+InteropEvent* cuda_event_create(int device) {
   DeviceScope scope(device);
-  cudaEvent_t event = nullptr;
-  FLOWFEED_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
-  return event;
+  auto event = std::make_unique<InteropEvent>();
+  FLOWFEED_CUDA_CHECK(cudaEventCreateWithFlags(&event->event, cudaEventDisableTiming));
+  return event.release();
 }
 
-void cuda_event_destroy(void* event) noexcept {
-  if (event) cudaEventDestroy(static_cast<cudaEvent_t>(event));
+void cuda_event_destroy(InteropEvent* event) noexcept {
+  if (!event) return;
+  cudaEventDestroy(event->event);
+  delete event;
 }
 
-void cuda_event_synchronize(void* event) noexcept {
-  if (event && cudaEventSynchronize(static_cast<cudaEvent_t>(event)) != cudaSuccess) {
-    cudaGetLastError();
-  }
+void cuda_event_synchronize(InteropEvent* event) noexcept {
+  if (event && cudaEventSynchronize(event->event) != cudaSuccess) cudaGetLastError();
 }
 
 }  // namespace flowfeed::detail

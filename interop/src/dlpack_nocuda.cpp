@@ -17,16 +17,27 @@ bool cuda_interop_built() noexcept {
 int cuda_device_of(const void*) {
   unavailable();
 }
-void cuda_stream_wait(std::intptr_t, int, void*) {
+void cuda_wait_ready(std::intptr_t, int, const DeviceSync&) {
   unavailable();
 }
-void cuda_record(std::intptr_t, int, void*) {
+void cuda_release_after(std::intptr_t, int, const DeviceSync&) {
   unavailable();
 }
-void* cuda_event_create(int) {
+cuda::FenceSlot* cuda_fence_slot(const DeviceSync&) noexcept {
+  return nullptr;
+}
+void cuda_leave_fence(const DeviceSync&, InteropEvent*, std::uint64_t) noexcept {}
+void cuda_withdraw_fence(cuda::FenceSlot*, InteropEvent*) noexcept {}
+void cuda_stream_wait(std::intptr_t, int, InteropEvent*) {
   unavailable();
 }
-void cuda_event_destroy(void*) noexcept {}
-void cuda_event_synchronize(void*) noexcept {}
+void cuda_record(std::intptr_t, int, InteropEvent*) {
+  unavailable();
+}
+InteropEvent* cuda_event_create(int) {
+  unavailable();
+}
+void cuda_event_destroy(InteropEvent*) noexcept {}
+void cuda_event_synchronize(InteropEvent*) noexcept {}
 
 }  // namespace flowfeed::detail

@@ -1,5 +1,5 @@
-// The holds on the batches a TensorSession handed out: the last one records the reuse event on the
-// consumer's streams and gives the batch back (at once on the owner thread, else queued for it).
+// The holds on the batches a TensorSession handed out: the last one releases the batch after the
+// consumer's streams and gives it back (at once on the owner thread, else queued for it).
 #include "export_state.hpp"
 
 #include <algorithm>
@@ -35,13 +35,13 @@ void ExportState::unref(HeldBatch* held) noexcept {
 
 void ExportState::record_reuse(HeldBatch& held) noexcept {
   if (held.device.device_type != kDLCUDA || held.fenced) return;
-  void* reuse_event = nullptr;
+  DeviceSync sync;
   {
     // close() may give the batch back from the owner thread while a deleter runs here.
     std::lock_guard<std::mutex> lock(mutex);
-    if (held.batch) reuse_event = held.batch->reuse_event;
+    if (held.batch) sync = held.batch->sync;
   }
-  if (!reuse_event) return;
+  if (!sync.wants_release()) return;
   std::vector<std::intptr_t> targets;
   {
     std::lock_guard<std::mutex> lock(held.mutex);
@@ -58,12 +58,12 @@ void ExportState::record_reuse(HeldBatch& held) noexcept {
       join_event = cuda_event_create(device);
       join_device = device;
     }
-    // The last stream waits for the others, then carries the reuse event for all of them.
+    // The last stream waits for the others, then releases the batch for all of them.
     for (std::size_t i = 0; i + 1 < targets.size(); ++i) {
       cuda_record(targets[i], device, join_event);
       cuda_stream_wait(targets.back(), device, join_event);
     }
-    cuda_record(targets.back(), device, reuse_event);
+    cuda_release_after(targets.back(), device, sync);
   } catch (...) {
     // A failed record (a destroyed stream, a lost context) cannot be reported from a deleter;
     // the upload's own CUDA calls report a broken context.
@@ -75,7 +75,7 @@ void ExportState::fence(HeldBatch* const* group, std::size_t count, std::intptr_
   // A batch the fence covers: on CUDA, its upload takes fences, `stream` is its only reader, and
   // the handle being released is its only hold (no exported tensor may read it later).
   const auto covered = [&](HeldBatch& h) {
-    if (!h.batch || h.device.device_type != kDLCUDA || !h.batch->reuse_fence) return false;
+    if (!h.batch || h.device.device_type != kDLCUDA || !h.batch->sync.takes_fence()) return false;
     if (h.refs.load() != 1 || h.handles.load() != 1) return false;
     if (fence_device >= 0 && h.device.device_id != fence_device) return false;
     std::lock_guard<std::mutex> lock(h.mutex);
@@ -100,11 +100,11 @@ void ExportState::fence(HeldBatch* const* group, std::size_t count, std::intptr_
         fence_stream = stream;
         stamp = g_fence_stamp.fetch_add(1) + 1;
       }
-      ReuseFence* slot = h.batch->reuse_fence;
+      cuda::FenceSlot* slot = cuda_fence_slot(h.batch->sync);
       if (std::find(fence_slots.begin(), fence_slots.end(), slot) == fence_slots.end()) {
         fence_slots.push_back(slot);  // once per device buffer
       }
-      *slot = ReuseFence{fence_event, stamp};
+      cuda_leave_fence(h.batch->sync, fence_event, stamp);
       h.fenced = true;
     }
   } catch (...) {
@@ -118,9 +118,7 @@ void ExportState::clear_fences() noexcept {
   // covers are done, the slots that still hold it are emptied (the upload then waits on each
   // buffer's reuse event, whose last record is older, which orders nothing more).
   cuda_event_synchronize(fence_event);
-  for (ReuseFence* slot : fence_slots) {
-    if (slot->event == fence_event) *slot = ReuseFence{};
-  }
+  for (cuda::FenceSlot* slot : fence_slots) cuda_withdraw_fence(slot, fence_event);
   fence_slots.clear();
 }
 

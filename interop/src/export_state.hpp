@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "flowfeed/dlpack.hpp"
+#include "stream_sync.hpp"
 
 namespace flowfeed::detail {
 
@@ -49,22 +50,23 @@ class ExportState : public std::enable_shared_from_this<ExportState> {
   std::optional<RunReport> final_report;
 
   std::mutex join_mutex;  // one join event for batches read on several streams
-  void* join_event = nullptr;
+  InteropEvent* join_event = nullptr;
   int join_device = -1;
   std::map<const BufferPool*, int> pool_device;  // owner thread only
 
   // release_together's fence: one event, recorded on one stream (owner thread), and the upload's
   // fence slots it was left in (at most one per device buffer), cleared when the run ends.
-  void* fence_event = nullptr;
+  InteropEvent* fence_event = nullptr;
   int fence_device = -1;
   std::intptr_t fence_stream = 0;  // 0: none yet
-  std::vector<ReuseFence*> fence_slots;
+  std::vector<cuda::FenceSlot*> fence_slots;
 
   ~ExportState();
   /// Drops one hold; the last gives the batch back (or queues it for the owner thread).
   void unref(HeldBatch* held) noexcept;
-  /// On CUDA: the reuse event on every stream that reads the batch, so that the upload overwrites
-  /// the buffer only after them.
+  /// On CUDA: releases the batch after every stream that reads it (cuda::release_after on the
+  /// last, which first waits for the others), so that the upload overwrites the buffer only after
+  /// them.
   void record_reuse(HeldBatch& held) noexcept;
   /// Records one fence on `stream` for the held batches of `group` it covers (see
   /// release_together) and marks them fenced. Owner thread; never throws (a failed record leaves

@@ -1,5 +1,6 @@
 // register_cuda_nodes for builds with CUDA: the real CUDA family and the device probe.
-#include "cuda/cuda_check.hpp"
+#include "flowfeed/cuda/check.hpp"
+#include "flowfeed/cuda/device.hpp"
 #include "flowfeed/nodes/builtin.hpp"
 #include "flowfeed/nodes/cuda.hpp"
 #include "flowfeed/nodes/memory.hpp"

@@ -16,7 +16,8 @@
 #include <thread>
 
 #include "all_reduce.hpp"
-#include "cuda/cuda_check.hpp"
+#include "flowfeed/cuda/check.hpp"
+#include "flowfeed/cuda/device.hpp"
 #include "flowfeed/error.hpp"
 #include "scale_out/dynamic_library.hpp"
 

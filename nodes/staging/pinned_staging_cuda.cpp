@@ -7,7 +7,9 @@
 #include <atomic>
 #include <cstring>
 
-#include "cuda/cuda_check.hpp"
+#include "flowfeed/cuda/check.hpp"
+#include "flowfeed/cuda/device.hpp"
+#include "flowfeed/cuda/nvtx.hpp"
 #include "flowfeed/extend.hpp"
 #include "flowfeed/nodes/cuda.hpp"
 #include "flowfeed/nodes/memory.hpp"

@@ -4,8 +4,10 @@
 
 #include <vector>
 
-#include "cuda/cuda_check.hpp"
 #include "flowfeed/batch.hpp"
+#include "flowfeed/cuda/check.hpp"
+#include "flowfeed/cuda/device.hpp"
+#include "flowfeed/cuda/handoff.hpp"
 #include "flowfeed/extend.hpp"
 #include "flowfeed/node.hpp"
 #include "late_write.hpp"
@@ -38,20 +40,18 @@ class LateWrite final : public Node {
 
   void process(Batch& batch) override {
     const TensorSpec& x = batch.layout->tensors().at(0);
-    if (x.dtype != DType::float32 || !batch.device || !batch.ready_event) {
+    if (x.dtype != DType::float32 || !batch.device || !batch.sync.ready()) {
       throw std::logic_error("late_write needs a float32 x uploaded by a CUDA upload node");
     }
     cuda::set_device(device_);
     cudaEvent_t event = events_.at(batch.device.index());
-    FLOWFEED_CUDA_CHECK(
-        cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(batch.ready_event), 0));
+    cuda::wait_ready(batch.sync, stream_);
     auto* data = reinterpret_cast<float*>(batch.tensor(Tier::device, 0));
     FLOWFEED_CUDA_CHECK(testing::launch_late_fill(data, batch.rows() * x.sample_elements(),
                                                   static_cast<float>(batch.seq + 1000),
                                                   spin_cycles_, stream_));
-    FLOWFEED_CUDA_CHECK(cudaEventRecord(event, stream_));
-    batch.ready_event = event;
-    batch.upload_stream = stream_;
+    // In place: the batch moves on behind this node's event; its upload still takes the release.
+    cuda::hand_on_in_place(batch.sync, event, stream_);
   }
 
   void quiesce() noexcept override {

@@ -9,7 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "cuda/cuda_check.hpp"
+#include "flowfeed/cuda/check.hpp"
+#include "flowfeed/cuda/device.hpp"
+#include "flowfeed/cuda/handoff.hpp"
+#include "flowfeed/cuda/nvtx.hpp"
 #include "flowfeed/extend.hpp"
 #include "flowfeed/nodes/cuda.hpp"
 #include "flowfeed/nodes/synthetic.hpp"
@@ -36,7 +39,7 @@ class DeviceChecksum final : public DeviceSink<AsynchronousNode> {
 
   ~DeviceChecksum() override {
     for (cudaEvent_t e : slot_events_) cudaEventDestroy(e);
-    for (cudaEvent_t e : fence_events_) cudaEventDestroy(e);
+    fences_.destroy();
     if (record_) cudaFree(record_);
     if (host_flag_) cudaFreeHost(host_flag_);
     if (indices_) cudaFreeHost(indices_);
@@ -90,11 +93,7 @@ class DeviceChecksum final : public DeviceSink<AsynchronousNode> {
     // Reuse fences, used in turn: a fence is recorded again only after more groups than there
     // are batches in flight, so that an upload seldom finds its buffer's fence recorded again by a
     // newer group (that wait would still be correct, only later than needed).
-    for (int i = 0; i < depth + 2; ++i) {
-      cudaEvent_t e = nullptr;
-      FLOWFEED_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-      fence_events_.push_back(e);
-    }
+    fences_.create(static_cast<std::size_t>(depth) + 2);
   }
 
   void submit(Batch& batch, Completion done) override {
@@ -202,50 +201,22 @@ class DeviceChecksum final : public DeviceSink<AsynchronousNode> {
     pending_.clear();
   }
 
-  /// Makes the stream wait until every held batch is on the device: on the newest copy of each
-  /// upload stream (copies of one stream complete in order), and on each batch whose upload does
-  /// not number its copies.
+  /// Makes the stream wait until every held batch is on the device (cuda::wait_ready_all: the
+  /// newest copy of each upload stream, since copies of one stream complete in order).
   void wait_ready_all() {
-    struct Newest {
-      void* stream;
-      std::uint64_t order;
-      void* event;
-    };
-    Newest newest[cuda::ChecksumArgs::kMaxBatches];
-    std::size_t streams = 0;
-    for (const Held& h : pending_) {
-      const Batch& b = *h.batch;
-      if (b.upload_order == 0 || !b.upload_stream) {
-        wait_event(b.ready_event);
-        continue;
-      }
-      std::size_t i = 0;
-      while (i < streams && newest[i].stream != b.upload_stream) ++i;
-      if (i == streams) newest[streams++] = {b.upload_stream, 0, nullptr};
-      if (b.upload_order > newest[i].order) {
-        newest[i] = {b.upload_stream, b.upload_order, b.ready_event};
-      }
-    }
-    for (std::size_t i = 0; i < streams; ++i) wait_event(newest[i].event);
+    const DeviceSync* syncs[cuda::ChecksumArgs::kMaxBatches];
+    std::size_t n = 0;
+    for (const Held& h : pending_) syncs[n++] = &h.batch->sync;
+    checked([&] { cuda::wait_ready_all(syncs, n, stream_); });
   }
 
-  /// After the group's kernel: one fence event for the batches whose upload takes fences, their
-  /// own reuse event for the others.
+  /// After the group's kernel: one fence for the batches whose upload takes fences, their own
+  /// release for the others (cuda::ReuseFences).
   void record_fence() {
-    cudaEvent_t fence = nullptr;
-    for (const Held& h : pending_) {
-      Batch& b = *h.batch;
-      if (!b.reuse_fence) {
-        record_reuse(b);
-        continue;
-      }
-      if (!fence) {
-        fence = fence_events_[next_fence_++ % fence_events_.size()];
-        checked([&] { FLOWFEED_CUDA_CHECK(cudaEventRecord(fence, stream_)); });
-        ++fence_stamp_;
-      }
-      *b.reuse_fence = ReuseFence{fence, fence_stamp_};
-    }
+    DeviceSync* syncs[cuda::ChecksumArgs::kMaxBatches];
+    std::size_t n = 0;
+    for (const Held& h : pending_) syncs[n++] = &h.batch->sync;
+    checked([&] { fences_.fence_group(syncs, n, stream_); });
   }
 
   /// The launch's parameters for the held batches: sample indices inline while they fit, in a
@@ -359,9 +330,7 @@ class DeviceChecksum final : public DeviceSink<AsynchronousNode> {
   std::uint32_t* indices_ = nullptr;
   std::uint32_t* device_indices_ = nullptr;
   std::vector<cudaEvent_t> slot_events_;
-  std::vector<cudaEvent_t> fence_events_;
-  std::size_t next_fence_ = 0;
-  std::uint64_t fence_stamp_ = 0;
+  cuda::ReuseFences fences_;          // one per group, in turn (depth + 2 of them)
   cudaEvent_t slot_event_ = nullptr;  // the slot the launch being prepared reads, if any
   std::size_t slot_elements_ = 0;
   std::size_t next_slot_ = 0;

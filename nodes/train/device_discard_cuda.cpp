@@ -18,7 +18,7 @@ class DeviceDiscard final : public DeviceSink<Node> {
     cuda::NvtxRange range(nvtx_, batch.seq);
     cuda::set_device(device_);
     wait_ready(batch);
-    record_reuse(batch);
+    release(batch);
   }
 };
 

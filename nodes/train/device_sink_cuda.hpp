@@ -1,19 +1,21 @@
 #pragma once
 // What the CUDA train-role sinks (device_checksum, device_discard) share: a device, a
-// non-blocking stream of their own, and the CUDA contract (wait on the batch's ready event on that
-// stream, record its reuse event after the last kernel that reads it).
+// non-blocking stream of their own, and the device hand-off on it (flowfeed/cuda/handoff.hpp).
 
 #include <cuda_runtime.h>
 
 #include <string>
 
-#include "cuda/cuda_check.hpp"
+#include "flowfeed/cuda/check.hpp"
+#include "flowfeed/cuda/device.hpp"
+#include "flowfeed/cuda/handoff.hpp"
+#include "flowfeed/cuda/nvtx.hpp"
 #include "flowfeed/node.hpp"
 #include "flowfeed/stats.hpp"
 
 namespace flowfeed {
 
-/// What both sinks share: a device, a non-blocking stream, and the ready/reuse protocol. `Base`
+/// What both sinks share: a device, a non-blocking stream, and the device hand-off. `Base`
 /// is Node (one batch per process()) or AsynchronousNode (batches completed in groups).
 template <class Base>
 class DeviceSink : public Base {
@@ -44,7 +46,7 @@ class DeviceSink : public Base {
  protected:
   /// Throws unless the batch carries a device buffer and a ready event.
   void require_device(const Batch& batch) const {
-    if (!batch.ready_event || !batch.device) {
+    if (!batch.sync.ready() || !batch.device) {
       throw Error(type_ +
                   ": the batch has no device buffer and ready event (the upload node must "
                   "be cuda_upload)");
@@ -53,19 +55,11 @@ class DeviceSink : public Base {
   /// Makes this node's stream wait until the batch's bytes are on the device.
   void wait_ready(Batch& batch) {
     require_device(batch);
-    wait_event(batch.ready_event);
+    checked([&] { cuda::wait_ready(batch.sync, stream_); });
   }
-  void wait_event(void* event) {
-    checked([&] {
-      FLOWFEED_CUDA_CHECK(cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(event), 0));
-    });
-  }
-  /// Tells the upload node that this node's last use of the buffer is enqueued.
-  void record_reuse(Batch& batch) {
-    if (!batch.reuse_event) return;
-    checked([&] {
-      FLOWFEED_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(batch.reuse_event), stream_));
-    });
+  /// Tells the batch's producer that this node's last use of the buffer is enqueued.
+  void release(Batch& batch) {
+    checked([&] { cuda::release_after(batch.sync, stream_); });
   }
   /// Runs f; remembers a sticky error so that quiesce() does not wait on a dead context.
   template <class F>

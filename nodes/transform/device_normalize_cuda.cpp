@@ -1,14 +1,17 @@
-// device_normalize: the CUDA implementation of `normalize`. It is the consumer of cuda_upload's
-// device buffer and the producer of a float one: its own stream waits on the batch's ready event,
-// one kernel converts into a buffer of its own device pool, and the upload's reuse event is
-// recorded after that kernel; the batch then carries the new buffer with this node's ready and
-// reuse events, which the train node (or a pull-mode caller) uses as it would the upload's.
+// device_normalize: the CUDA implementation of `normalize`. It is a reader of cuda_upload's device
+// buffer and the producer of a float one (flowfeed/cuda/handoff.hpp, rule 3): its own stream waits
+// until the batch is ready, one kernel converts into a buffer of its own device pool, the upload's
+// buffer is released after that kernel, and the batch leaves with the new buffer behind this
+// node's events, which the train node (or a pull-mode caller) uses as it would the upload's.
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
-#include "cuda/cuda_check.hpp"
+#include "flowfeed/cuda/check.hpp"
+#include "flowfeed/cuda/device.hpp"
+#include "flowfeed/cuda/handoff.hpp"
+#include "flowfeed/cuda/nvtx.hpp"
 #include "flowfeed/extend.hpp"
 #include "flowfeed/nodes/cuda.hpp"
 #include "flowfeed/nodes/normalize.hpp"
@@ -24,8 +27,7 @@ class DeviceNormalize final : public Node {
   explicit DeviceNormalize(NormalizeOptions options) : options_(std::move(options)) {}
 
   ~DeviceNormalize() override {
-    for (cudaEvent_t e : ready_) cudaEventDestroy(e);
-    for (cudaEvent_t e : reuse_) cudaEventDestroy(e);
+    events_.destroy();
     if (stream_) cudaStreamDestroy(stream_);
     cudaGetLastError();
   }
@@ -61,19 +63,13 @@ class DeviceNormalize final : public Node {
                                      cuda::device_allocator(device_));
     FLOWFEED_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     // A ready and a reuse event per output buffer, as cuda_upload has per device buffer.
-    for (std::size_t i = 0; i < pool_->count(); ++i) {
-      cudaEvent_t e = nullptr;
-      FLOWFEED_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-      ready_.push_back(e);
-      FLOWFEED_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-      reuse_.push_back(e);
-    }
+    events_.create(pool_->count(), /*fences=*/false);
   }
 
   void begin_run() override { order_ = 0; }
 
   void process(Batch& batch) override {
-    if (!batch.ready_event || !batch.device) {
+    if (!batch.sync.ready() || !batch.device) {
       throw Error(type_ +
                   ": the batch has no device buffer and ready event (put device_normalize after "
                   "cuda_upload)");
@@ -97,24 +93,18 @@ class DeviceNormalize final : public Node {
             reinterpret_cast<unsigned char*>(out.data() + out_->offset(i, rows)),
             rows * in_->tensors()[i].sample_bytes()};
       }
-      FLOWFEED_CUDA_CHECK(
-          cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(batch.ready_event), 0));
-      // The output buffer's last reader (the train node) recorded this after its last kernel.
-      FLOWFEED_CUDA_CHECK(cudaStreamWaitEvent(stream_, reuse_[buffer], 0));
+      cuda::wait_ready(batch.sync, stream_);
+      // The output buffer's last reader (the train node) released it after its last kernel.
+      events_.wait_reuse(buffer, stream_);
       cuda::launch_normalize(args, stream_);
       // The upload may overwrite its buffer once the kernel has read it.
-      if (batch.reuse_event) {
-        FLOWFEED_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(batch.reuse_event), stream_));
-      }
-      FLOWFEED_CUDA_CHECK(cudaEventRecord(ready_[buffer], stream_));
+      cuda::release_after(batch.sync, stream_);
+      // The batch leaves with the new buffer behind this node's ready event, numbered on its one
+      // stream, and takes no fences.
+      events_.publish(batch.sync, buffer, stream_, order_ + 1, 0);
+      ++order_;
       batch.device = std::move(out);  // the upload's buffer goes back to its pool
       batch.layout = out_;
-      batch.ready_event = ready_[buffer];
-      batch.reuse_event = reuse_[buffer];
-      batch.reuse_fence = nullptr;
-      batch.upload_stream = stream_;
-      batch.upload_order = ++order_;
-      batch.stream_index = 0;
     } catch (const CudaError& e) {
       if (e.sticky()) sticky_ = true;
       throw;
@@ -138,8 +128,7 @@ class DeviceNormalize final : public Node {
   cuda::NormalizeArgs args_;
   BufferPool* pool_ = nullptr;
   cudaStream_t stream_ = nullptr;
-  std::vector<cudaEvent_t> ready_;
-  std::vector<cudaEvent_t> reuse_;
+  cuda::BufferEvents events_;
   std::mutex mutex_;
   std::uint64_t order_ = 0;
   bool sticky_ = false;

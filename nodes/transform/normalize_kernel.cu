@@ -1,7 +1,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "cuda/cuda_check.hpp"
+#include "flowfeed/cuda/check.hpp"
 #include "transform/normalize_kernel.hpp"
 
 namespace flowfeed::cuda {

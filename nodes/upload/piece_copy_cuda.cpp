@@ -1,6 +1,6 @@
 #include "upload/piece_copy_cuda.hpp"
 
-#include "cuda/cuda_check.hpp"
+#include "flowfeed/cuda/check.hpp"
 
 namespace flowfeed {
 

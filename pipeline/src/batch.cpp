@@ -137,13 +137,7 @@ void Batch::reset() noexcept {
   device.reset();
   samples.clear();
   external.clear();
-  ready_event = nullptr;
-  ready_event_complete = nullptr;
-  upload_stream = nullptr;
-  reuse_event = nullptr;
-  stream_index = -1;
-  upload_order = 0;
-  reuse_fence = nullptr;
+  sync.clear();
   error = nullptr;
   skipped = false;
 }

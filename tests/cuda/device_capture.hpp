@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "flowfeed/config.hpp"
+#include "flowfeed/cuda/handoff.hpp"
 #include "flowfeed/extend.hpp"
 #include "flowfeed/pipeline.hpp"
 #include "flowfeed/registry.hpp"
@@ -33,7 +34,7 @@ inline void register_device_capture(Registry& registry, std::shared_ptr<DeviceCa
    public:
     explicit Capture(std::shared_ptr<DeviceCapture> out) : out_(std::move(out)) {}
     void process(Batch& batch) override {
-      ASSERT_EQ(cudaEventSynchronize(static_cast<cudaEvent_t>(batch.ready_event)), cudaSuccess);
+      ASSERT_NO_THROW(cuda::synchronize_ready(batch.sync));
       std::vector<std::vector<std::uint8_t>> tensors;
       for (std::size_t i = 0; i < batch.layout->tensors().size(); ++i) {
         std::vector<std::uint8_t> bytes(batch.rows() * batch.layout->tensors()[i].sample_bytes());

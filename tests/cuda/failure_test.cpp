@@ -8,7 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "cuda/cuda_check.hpp"
+#include "flowfeed/cuda/check.hpp"
+#include "flowfeed/cuda/device.hpp"
+#include "flowfeed/cuda/handoff.hpp"
 #include "flowfeed/extend.hpp"
 #include "flowfeed/nodes/builtin.hpp"
 #include "flowfeed/nodes/cuda.hpp"
@@ -130,11 +132,9 @@ class CorruptOneByte final : public Node {
     const unsigned char right =
         label_ ? reinterpret_cast<const unsigned char*>(&label)[byte_] : row[byte_];
     cudaEvent_t done = events_[batch.device.index()];
-    FLOWFEED_CUDA_CHECK(
-        cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(batch.ready_event), 0));
+    cuda::wait_ready(batch.sync, stream_);
     FLOWFEED_CUDA_CHECK(cudaMemsetAsync(batch.device.data() + offset, right ^ 0x5A, 1, stream_));
-    FLOWFEED_CUDA_CHECK(cudaEventRecord(done, stream_));
-    batch.ready_event = done;
+    cuda::hand_on_in_place(batch.sync, done, stream_);
   }
   void quiesce() noexcept override { cudaStreamSynchronize(stream_); }
 
@@ -198,10 +198,9 @@ class FaultingTrain final : public Node {
     FLOWFEED_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   }
   void process(Batch& batch) override {
-    FLOWFEED_CUDA_CHECK(
-        cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(batch.ready_event), 0));
+    cuda::wait_ready(batch.sync, stream_);
     if (batch.seq == at_) FLOWFEED_CUDA_CHECK(test::launch_fault(nullptr, stream_));
-    FLOWFEED_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(batch.reuse_event), stream_));
+    cuda::release_after(batch.sync, stream_);
   }
 
  private:

@@ -13,8 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "cuda/cuda_check.hpp"
 #include "flowfeed/config.hpp"
+#include "flowfeed/cuda/check.hpp"
+#include "flowfeed/cuda/handoff.hpp"
 #include "flowfeed/extend.hpp"
 #include "flowfeed/nodes/normalize.hpp"
 #include "flowfeed/nodes/synthetic.hpp"
@@ -54,10 +55,10 @@ class MirrorTrain final : public Node {
   }
   void process(Batch& b) override {
     ASSERT_EQ(b.layout, layout_);  // the layout device_normalize declared
-    FLOWFEED_CUDA_CHECK(cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(b.ready_event), 0));
+    cuda::wait_ready(b.sync, stream_);
     FLOWFEED_CUDA_CHECK(cudaMemcpyAsync(host_.data(), b.data(Tier::device), b.bytes(),
                                         cudaMemcpyDeviceToHost, stream_));
-    FLOWFEED_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(b.reuse_event), stream_));
+    cuda::release_after(b.sync, stream_);
     FLOWFEED_CUDA_CHECK(cudaStreamSynchronize(stream_));
     const TensorSpec& x = layout_->tensors()[0];
     std::lock_guard<std::mutex> lock(mirror_->mutex);
@@ -102,13 +103,12 @@ class SlowRewrite final : public Node {
     }
   }
   void process(Batch& b) override {
-    FLOWFEED_CUDA_CHECK(cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(b.ready_event), 0));
+    cuda::wait_ready(b.sync, stream_);
     const std::size_t x_bytes = b.rows() * b.layout->tensors()[0].sample_bytes();
     FLOWFEED_CUDA_CHECK(
         test::launch_slow_copy(pattern_, b.tensor(Tier::device, 0), x_bytes, 2000000, stream_));
     cudaEvent_t e = events_.at(b.device.index());
-    FLOWFEED_CUDA_CHECK(cudaEventRecord(e, stream_));
-    b.ready_event = e;
+    cuda::hand_on_in_place(b.sync, e, stream_);
   }
 
  private:

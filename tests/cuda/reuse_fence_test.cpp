@@ -1,6 +1,7 @@
 // The reuse contract between cuda_upload and a consumer that reads device buffers slowly: the
 // upload must not overwrite a buffer before the consumer's last kernel on it has run, whether the
-// consumer records each batch's reuse event or leaves one fence per group (Batch::reuse_fence).
+// consumer releases each batch (cuda::release_after) or leaves one fence per group
+// (cuda::leave_fence).
 // The consumer here is a test-only train node whose kernel spins before it copies each batch
 // to a mirror; the mirror is then compared with the synthetic formula, byte for byte.
 #include <cuda_runtime.h>
@@ -13,7 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "cuda/cuda_check.hpp"
+#include "flowfeed/cuda/check.hpp"
+#include "flowfeed/cuda/handoff.hpp"
 #include "flowfeed/extend.hpp"
 #include "flowfeed/nodes/builtin.hpp"
 #include "flowfeed/nodes/cuda.hpp"
@@ -27,8 +29,8 @@ namespace {
 
 /// How the consumer tells the upload that it is done with a buffer.
 enum class Reuse {
-  fence,  ///< one event per group, left in every batch's reuse_fence
-  event,  ///< each batch's reuse_event, recorded after its kernel
+  fence,  ///< one event per group, left in every batch's fence slot (cuda::leave_fence)
+  event,  ///< each batch released after its kernel (cuda::release_after)
   none,   ///< nothing: breaks the contract (shows that the check below sees overwrites)
 };
 
@@ -105,12 +107,11 @@ class MirrorTrain final : public AsynchronousNode {
       std::lock_guard<std::mutex> lock(launch_mutex_);
       for (const Held& h : group) {
         Batch& b = *h.batch;
-        FLOWFEED_CUDA_CHECK(
-            cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(b.ready_event), 0));
+        cuda::wait_ready(b.sync, stream_);
         FLOWFEED_CUDA_CHECK(test::launch_slow_copy(b.device.data(), mirror_ + b.seq * slot_,
                                                    b.bytes(), kSpinCycles, stream_));
         if (reuse_ == Reuse::event) {
-          FLOWFEED_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(b.reuse_event), stream_));
+          cuda::release_after(b.sync, stream_);
         }
       }
       if (reuse_ == Reuse::fence) {
@@ -118,8 +119,8 @@ class MirrorTrain final : public AsynchronousNode {
         FLOWFEED_CUDA_CHECK(cudaEventRecord(fence, stream_));
         ++stamp_;
         for (const Held& h : group) {
-          if (!h.batch->reuse_fence) throw Error("cuda_upload left no reuse_fence");
-          *h.batch->reuse_fence = ReuseFence{fence, stamp_};
+          if (!h.batch->sync.takes_fence()) throw Error("cuda_upload takes no fences");
+          cuda::leave_fence(h.batch->sync, fence, stamp_);
         }
       }
     } catch (...) {

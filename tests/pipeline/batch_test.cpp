@@ -43,5 +43,20 @@ TEST(Batch, ResetReturnsEveryLease) {
   EXPECT_TRUE(b.samples.empty());
 }
 
+// The host backend's hand-off is empty: nothing to wait for, nothing to release, no stream; a
+// reused batch starts empty again (no hand-off of the batch object's previous trip survives).
+TEST(Batch, DeviceSyncIsEmptyOnTheHostAndAfterReset) {
+  Batch b;
+  EXPECT_FALSE(b.sync.ready());
+  EXPECT_FALSE(b.sync.wants_release());
+  EXPECT_FALSE(b.sync.takes_fence());
+  EXPECT_EQ(b.sync.stream(), nullptr);
+  EXPECT_EQ(b.sync.stream_index(), -1);
+  b.sync.set_stream_index(3);
+  EXPECT_EQ(b.sync.stream_index(), 3);
+  b.reset();
+  EXPECT_EQ(b.sync.stream_index(), -1);
+}
+
 }  // namespace
 }  // namespace flowfeed

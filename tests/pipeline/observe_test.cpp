@@ -462,7 +462,7 @@ class ThreadedUpload final : public AsynchronousNode {
   }
   void submit(Batch& batch, Completion done) override {
     batch.device = pool_->acquire();
-    batch.stream_index = static_cast<int>(batch.seq % 2);
+    batch.sync.set_stream_index(static_cast<int>(batch.seq % 2));
     {
       std::lock_guard<std::mutex> lock(mutex_);
       queue_.push_back(done);

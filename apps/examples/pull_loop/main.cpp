@@ -8,11 +8,12 @@
 // by epoch is what the program checks (it exits 1 if the last epoch is not better than the
 // first).
 //
-// On the CUDA backend the same loop would launch kernels instead of the host loops:
-//   cudaStreamWaitEvent(my_stream, static_cast<cudaEvent_t>(batch->ready_event));
+// On the CUDA backend the same loop would launch kernels instead of the host loops, keeping to
+// the device hand-off (flowfeed/cuda/handoff.hpp, link flowfeed::cuda_support):
+//   flowfeed::cuda::wait_ready(batch->sync, my_stream);
 //   my_kernels<<<..., my_stream>>>(batch->data(flowfeed::Tier::device), ...);
-//   cudaEventRecord(static_cast<cudaEvent_t>(batch->reuse_event), my_stream);
-//   session.release(batch);  // does not wait for the device; the upload waits on reuse_event
+//   flowfeed::cuda::release_after(batch->sync, my_stream);
+//   session.release(batch);  // does not wait for the device; the upload waits on the release
 // This example reads the device tier with the CPU, so it asks for `device: host`.
 #include <cmath>
 #include <cstdio>

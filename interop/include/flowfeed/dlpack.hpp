@@ -78,9 +78,10 @@ class BatchHandle;
 /// stream and gives batches back in groups. On CUDA, one event is recorded on `stream` (an
 /// array-API value, as for to_dlpack) after the work queued there, and the upload waits on it for
 /// every batch of the group whose only reader was `stream` and whose only hold is its handle here
-/// (cuda_upload's Batch::reuse_fence); the others get their own reuse event as release() gives
-/// them. One session takes such events from one stream only: for another stream, each batch gets
-/// its reuse event. Owner thread; the handles are empty afterwards.
+/// (a producer that takes fences: Batch::sync.takes_fence(), cuda::leave_fence); the others are
+/// released one by one (cuda::release_after) as release() gives them. One session takes such events
+/// from one stream only: for another stream, each batch is released on its own. Owner thread; the
+/// handles are empty afterwards.
 void release_together(BatchHandle* handles, std::size_t count, std::intptr_t stream) noexcept;
 
 /// A counted handle on a batch handed out by TensorSession::next(). Copies share the batch; it

@@ -9,7 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "cuda/cuda_check.hpp"
+#include "flowfeed/cuda/check.hpp"
+#include "flowfeed/cuda/device.hpp"
+#include "flowfeed/cuda/handoff.hpp"
 #include "flowfeed/error.hpp"
 #include "flowfeed/nodes/dataset.hpp"
 #include "flowfeed/pool.hpp"
@@ -81,13 +83,12 @@ class MlpCudaBackend final : public MlpBackend {
       // A view's address is the same in every epoch: one cached graph per batch position.
       slot = static_cast<int>(batch.index_in_epoch);
     } else {
-      if (!batch.ready_event || !batch.device) {
+      if (!batch.sync.ready() || !batch.device) {
         throw Error(
             "mlp (cuda): the batch is not on the device (no ready event) put a "
             "cuda_upload node before the train node");
       }
-      check(cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(batch.ready_event), 0),
-            "cudaStreamWaitEvent");
+      cuda::wait_ready(batch.sync, stream_);
       x = batch.tensor(Tier::device, s_.x_index);
       y = reinterpret_cast<const std::int32_t*>(batch.tensor(Tier::device, s_.y_index));
       // One cached graph per device buffer, and another for the epoch's partial last batch, so
@@ -101,10 +102,7 @@ class MlpCudaBackend final : public MlpBackend {
                              static_cast<double>(s_.parallel.global_rows(batch.index_in_epoch)));
     }
     model_.train_step_async(x, s_.x_u8, y, n, slot, scale);
-    if (!s_.resident && batch.reuse_event) {
-      check(cudaEventRecord(static_cast<cudaEvent_t>(batch.reuse_event), stream_),
-            "cudaEventRecord");
-    }
+    if (!s_.resident) cuda::release_after(batch.sync, stream_);
     // Bound the run-ahead: wait (on the host) for the step steps_ahead back, so that the train
     // node's busy time follows the device's and stall_fraction means "waited for data".
     cudaEvent_t& mark = ring_[steps_ % ring_.size()];

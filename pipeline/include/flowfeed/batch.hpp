@@ -19,6 +19,10 @@ namespace detail {
 struct StageTimes;
 class Recorder;
 }  // namespace detail
+namespace cuda {
+struct FenceSlot;
+struct SyncAccess;
+}  // namespace cuda
 
 /// Element type of a tensor. uint16 and uint32 carry token ids at their on-disk width.
 enum class DType : std::uint8_t { float32, float16, uint8, int32, int64, uint16, uint32, bfloat16 };
@@ -81,14 +85,6 @@ class BatchLayout {
 /// The memory tiers a batch moves through.
 enum class Tier : std::uint8_t { host = 0, staging = 1, device = 2 };
 
-/// A consumer's own event, recorded after its last kernel that reads a group of device buffers,
-/// and a number that grows each time the consumer records it (so that two records of one event
-/// differ). See Batch::reuse_fence.
-struct ReuseFence {
-  void* event = nullptr;  ///< cudaEvent_t; null: the consumer recorded Batch::reuse_event instead
-  std::uint64_t stamp = 0;
-};
-
 /// A range of a batch's bytes that a loader left where they already are, in memory of its own that
 /// the upload can read directly (a data file's page-locked mapping), instead of copying them into
 /// the batch's buffer: bytes [offset, offset + bytes) of the batch, as laid out in its buffer,
@@ -97,6 +93,43 @@ struct ExternalBytes {
   std::size_t offset = 0;           ///< where the range sits in the batch's layout
   const std::byte* data = nullptr;  ///< where its bytes are
   std::size_t bytes = 0;            ///< its length
+};
+
+/// The device hand-off of a batch: what tells a reader when the batch's device buffer is ready and
+/// tells its producer when the last reader is done with it. Opaque: it is written and read only
+/// through the CUDA support library (flowfeed/cuda/handoff.hpp, target flowfeed::cuda_support),
+/// where the contract is written down; the queries here let backend-neutral code ask what a batch
+/// carries. Empty (every query false) on the host backend and after Batch::reset().
+class DeviceSync {
+ public:
+  /// True when a producer handed the batch on with a ready event: a reader must make its stream
+  /// wait for it (cuda::wait_ready) before it reads the device buffer.
+  bool ready() const noexcept { return ready_ != nullptr; }
+  /// True when the producer wants to know when the buffer's last reader is done with it
+  /// (cuda::release_after, or a group's fence).
+  bool wants_release() const noexcept { return reuse_ != nullptr; }
+  /// True when the producer also takes one fence for a group of batches instead of each batch's
+  /// release (cuda::fence_group).
+  bool takes_fence() const noexcept { return fence_ != nullptr; }
+  /// The stream (cudaStream_t) the ready event was recorded on, for interfaces that publish it
+  /// (`__cuda_array_interface__`); null when there is none.
+  void* stream() const noexcept { return stream_; }
+  /// Index of the upload stream that carried the batch (per-stream counts and traces); -1: none.
+  int stream_index() const noexcept { return stream_index_; }
+  /// Sets stream_index() (an upload of another backend with several queues may number them too).
+  void set_stream_index(int index) noexcept { stream_index_ = index; }
+  /// Empties it (Batch::reset()).
+  void clear() noexcept { *this = DeviceSync{}; }
+
+ private:
+  friend struct cuda::SyncAccess;   // the one implementation (flowfeed::cuda_support)
+  void* ready_ = nullptr;           // cudaEvent_t recorded after the last write of the buffer
+  void* ready_complete_ = nullptr;  // ready_ as its producer saw it complete (then equal)
+  void* stream_ = nullptr;          // cudaStream_t that ready_ was recorded on
+  void* reuse_ = nullptr;           // cudaEvent_t the last reader records (producer's, per buffer)
+  cuda::FenceSlot* fence_ = nullptr;  // where a reader may leave a group's fence instead
+  std::uint64_t order_ = 0;           // place of ready_ on stream_ (1, 2, ...); 0: not numbered
+  int stream_index_ = -1;
 };
 
 /// One batch on its way through the graph. Batches are pooled by the pipeline (one object per
@@ -113,29 +146,9 @@ struct Batch {
   Lease staging;  ///< pinned (or pooled host) buffer
   Lease device;   ///< device (or pooled host) buffer
 
-  /// Opaque CUDA handles set by a CUDA upload node: the event that marks the batch's bytes ready on
-  /// the device and the stream that copied them. Null on the host backend.
-  void* ready_event = nullptr;  ///< cudaEvent_t: recorded after the copy into `device`
-  /// `ready_event` as it was when the upload node saw it complete (cuda_upload hands a batch on
-  /// only then): while the two are equal a consumer need not wait on it. A node that sets
-  /// ready_event to an event of its own leaves this as it is, so the two differ.
-  void* ready_event_complete = nullptr;
-  void* upload_stream = nullptr;  ///< cudaStream_t: the stream that copied
-  /// Event the consumer of the device buffer records after its last kernel reading it; the upload
-  /// node waits on it (on its stream, not on the host) before it overwrites the buffer again.
-  void* reuse_event = nullptr;
-  /// Index of the upload stream that carried the batch (for per-stream counts).
-  int stream_index = -1;
-  /// The copy's place on `upload_stream` (1, 2, 3, ... per stream). Copies on one stream complete
-  /// in order, so a consumer of several batches may wait only on the ready event of the batch with
-  /// the highest upload_order per stream.
-  std::uint64_t upload_order = 0;
-  /// Instead of recording `reuse_event` for each batch, a consumer that finishes batches in groups
-  /// may record one event of its own after the group's last kernel and store it here, with a new
-  /// stamp, for every batch of the group; the upload then waits once for the whole group. Fences
-  /// are recorded on one stream, their stamps growing: a newer fence covers older ones. Set by
-  /// an upload node that supports it (cuda_upload), else null.
-  ReuseFence* reuse_fence = nullptr;
+  /// How the device buffer is handed from the node that wrote it to the nodes that read it (empty
+  /// on the host backend). See DeviceSync.
+  DeviceSync sync;
 
   /// Ranges of the batch's bytes that are not in its buffer but elsewhere (ExternalBytes::data), in
   /// increasing offset order and not overlapping; the buffer's bytes there are undefined. Only a

@@ -4,7 +4,9 @@
 ///
 ///     flowfeed::Session session = pipeline.start();
 ///     while (flowfeed::Batch* batch = session.next()) {
-///       train_step(batch->data(flowfeed::Tier::device), batch->ready_event);
+///       flowfeed::cuda::wait_ready(batch->sync, stream);  // flowfeed/cuda/handoff.hpp
+///       train_step(batch->data(flowfeed::Tier::device), stream);
+///       flowfeed::cuda::release_after(batch->sync, stream);
 ///       session.release(batch);
 ///     }
 ///     flowfeed::RunReport report = session.report();
@@ -58,9 +60,9 @@ class Session {
 
   /// Blocks until the next batch is ready and returns it, in sequence order when
   /// `pipeline.ordered`. The batch's buffers are leases the caller borrows until release(): read
-  /// the newest tier (`data(Tier::device)` after an upload node). On the CUDA backend make your
-  /// stream wait on `ready_event` (cudaStreamWaitEvent) before reading `device`, and record
-  /// `reuse_event` on it after your last kernel that reads it.
+  /// the newest tier (`data(Tier::device)` after an upload node). On the CUDA backend keep to the
+  /// device hand-off (flowfeed/cuda/handoff.hpp): cuda::wait_ready(batch->sync, stream) before
+  /// reading `device`, cuda::release_after(batch->sync, stream) after your last kernel reading it.
   ///
   /// Returns null at the end (again on every later call). Rethrows a node's failure as the
   /// NodeError that run() would have thrown (and again on later calls); throws Error when the run
@@ -69,8 +71,8 @@ class Session {
   /// batches (none could come).
   Batch* next();
   /// Gives a batch from next() back: its buffers return to their pools and one more batch may
-  /// enter the pipeline. Does not wait for the device: on CUDA record `reuse_event` first. Throws
-  /// std::logic_error for a batch this session did not hand out or that was already released.
+  /// enter the pipeline. Does not wait for the device (on CUDA call cuda::release_after first).
+  /// Throws std::logic_error for a batch this session did not hand out or already released.
   void release(Batch* batch);
 
   /// The position of the session's run: the batches the caller released (the ones it holds or

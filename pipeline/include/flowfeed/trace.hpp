@@ -33,7 +33,7 @@ struct TraceSpan {
   std::uint32_t epoch = 0;
   std::uint16_t node = 0;  ///< index into Trace::nodes()
   std::int16_t stream =
-      -1;  ///< Batch::stream_index after the node (a CUDA upload sets it), else -1
+      -1;  ///< Batch::sync.stream_index() after the node (a CUDA upload sets it), else -1
   std::uint32_t thread = 0;  ///< the thread that ran the body (asynchronous: that called submit())
   double start = 0;          ///< body entered (asynchronous: submit() called)
   double end = 0;            ///< body returned (asynchronous: the completion was called)

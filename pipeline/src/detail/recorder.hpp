@@ -121,7 +121,7 @@ class Recorder {
     if (tracing_) {
       StageTimes& st = b.times_[node];
       st.end = t;
-      st.stream = b.stream_index;
+      st.stream = b.sync.stream_index();
     }
     if (in_order_ && train_node(successor(node, b.seq))) {
       // Ordered runs: mark the batch as available to the sequencer before the train node.

@@ -1,9 +1,9 @@
 #pragma once
 /// \file
 /// The CUDA node family for C++ users who build nodes without YAML. Includes no CUDA header:
-/// streams and events stay inside the nodes, and batches carry them as opaque handles
-/// (Batch::ready_event, Batch::reuse_event). These functions exist only in builds with CUDA
-/// (Registry::cuda_built()).
+/// streams and events stay inside the nodes, and batches carry them opaquely (Batch::sync; a node
+/// of your own reads and writes it through flowfeed/cuda/handoff.hpp, flowfeed::cuda_support).
+/// These functions exist only in builds with CUDA (Registry::cuda_built()).
 
 #include <cstddef>
 #include <memory>
@@ -66,11 +66,11 @@ std::unique_ptr<Node> make_pinned_staging(PinnedStagingOptions options = {});
 std::unique_ptr<AsynchronousNode> make_cuda_upload(CudaUploadOptions options = {});
 
 /// `device_normalize`: the CUDA `normalize` (normalize.hpp). It follows cuda_upload: its own
-/// non-blocking stream waits on the batch's ready event, one kernel writes the converted tensor
-/// (and copies the others) into a buffer of its device pool (prefetch_depth buffers), the upload's
-/// reuse event is recorded after the kernel, and the batch leaves with the new buffer, this node's
-/// ready and reuse events (one per buffer), `upload_stream` = its stream, `upload_order` counting
-/// its launches, and no reuse fence.
+/// non-blocking stream waits until the batch is ready, one kernel writes the converted tensor (and
+/// copies the others) into a buffer of its device pool (prefetch_depth buffers), the upload's
+/// buffer is released after the kernel, and the batch leaves with the new buffer behind this
+/// node's own events (flowfeed/cuda/handoff.hpp: a transform that writes a new buffer), numbered
+/// on its one stream, taking no fences.
 std::unique_ptr<Node> make_device_normalize(NormalizeOptions options = {});
 
 /// `device_checksum`: verifies on the GPU that every byte of x and y equals the synthetic formula,
@@ -78,7 +78,7 @@ std::unique_ptr<Node> make_device_normalize(NormalizeOptions options = {});
 /// train node: one kernel checks `group` batches (0: auto, prefetch_depth / 4 up to 8).
 std::unique_ptr<Node> make_device_checksum(int group = 0);
 
-/// `device_discard`: waits on the batch's ready event and records its reuse event; nothing else.
+/// `device_discard`: waits until the batch is ready and releases it; nothing else.
 std::unique_ptr<Node> make_device_discard();
 
 /// Visible CUDA devices; 0 when there is no driver or no device (the registry's device probe).

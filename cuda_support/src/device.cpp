@@ -1,49 +1,7 @@
-#include "cuda/cuda_check.hpp"
-
-#include <cstring>
+// Devices and memory: the device probe, DeviceScope and the counted allocators.
+#include "flowfeed/cuda/device.hpp"
 
 namespace flowfeed::cuda {
-
-bool is_sticky(cudaError_t error) noexcept {
-  switch (error) {
-    case cudaErrorECCUncorrectable:
-    case cudaErrorContained:
-    case cudaErrorIllegalAddress:
-    case cudaErrorLaunchTimeout:
-    case cudaErrorAssert:
-    case cudaErrorHardwareStackError:
-    case cudaErrorIllegalInstruction:
-    case cudaErrorMisalignedAddress:
-    case cudaErrorInvalidAddressSpace:
-    case cudaErrorInvalidPc:
-    case cudaErrorLaunchFailure:
-    case cudaErrorTensorMemoryLeak:
-    case cudaErrorExternalDevice: return true;
-    default: return false;
-  }
-}
-
-CudaError make_error(cudaError_t error, const char* call) {
-  const char* open = std::strchr(call, '(');
-  const std::string name = open ? std::string(call, open) : std::string(call);
-  const bool sticky = is_sticky(error);
-  // A non-sticky error is also the thread's "last error"; clear it so that a later launch check
-  // (cudaGetLastError) does not report it again.
-  if (!sticky) cudaGetLastError();
-  return CudaError(name + ": " + cudaGetErrorString(error) + " (" + cudaGetErrorName(error) +
-                       " = " + std::to_string(static_cast<int>(error)) +
-                       (sticky ? ", sticky: the CUDA context is unusable, the process must exit)"
-                               : ", not sticky)"),
-                   static_cast<int>(error), sticky);
-}
-
-CudaError library_error(const std::string& call, const std::string& what, int code) {
-  return CudaError(call + ": " + what, code, is_sticky(cudaPeekAtLastError()));
-}
-
-void throw_error(cudaError_t error, const char* call) {
-  throw make_error(error, call);
-}
 
 int device_count() noexcept {
   int n = 0;
@@ -79,6 +37,16 @@ std::string device_description(int device) {
 
 void set_device(int device) {
   FLOWFEED_CUDA_CHECK(cudaSetDevice(device));
+}
+
+DeviceScope::DeviceScope(int device) {
+  FLOWFEED_CUDA_CHECK(cudaGetDevice(&previous_));
+  if (previous_ != device) FLOWFEED_CUDA_CHECK(cudaSetDevice(device));
+}
+
+DeviceScope::~DeviceScope() {
+  int now = previous_;
+  if (cudaGetDevice(&now) == cudaSuccess && now != previous_) cudaSetDevice(previous_);
 }
 
 void* device_alloc(std::size_t bytes) {
@@ -128,26 +96,6 @@ Allocator pinned_allocator_on(int device) {
     return allocate(bytes);
   };
   return pinned;
-}
-
-nvtxDomainHandle_t nvtx_domain() noexcept {
-  static nvtxDomainHandle_t domain = nvtxDomainCreateA("flowfeed");
-  return domain;
-}
-
-nvtxStringHandle_t nvtx_name(const std::string& name) noexcept {
-  return nvtxDomainRegisterStringA(nvtx_domain(), name.c_str());
-}
-
-nvtxEventAttributes_t nvtx_attributes(nvtxStringHandle_t name, std::uint64_t seq) noexcept {
-  nvtxEventAttributes_t a{};
-  a.version = NVTX_VERSION;
-  a.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
-  a.messageType = NVTX_MESSAGE_TYPE_REGISTERED;
-  a.message.registered = name;
-  a.payloadType = NVTX_PAYLOAD_TYPE_UNSIGNED_INT64;
-  a.payload.ullValue = seq;
-  return a;
 }
 
 }  // namespace flowfeed::cuda
