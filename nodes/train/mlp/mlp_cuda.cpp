@@ -11,7 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "cuda/cuda_check.hpp"
+#include "cuda_check.hpp"
 #include "flowfeed/error.hpp"
 #include "mlp_kernels.hpp"
 

@@ -9,10 +9,10 @@
 
 #include "flowfeed/extend.hpp"
 #include "flowfeed/gauge.hpp"
+#include "flowfeed/nodes/all_reduce.hpp"
 #include "flowfeed/nodes/dataset.hpp"
+#include "flowfeed/nodes/idx.hpp"
 #include "flowfeed/registry.hpp"
-#include "load/idx_file.hpp"
-#include "scale_out/all_reduce.hpp"
 
 namespace flowfeed {
 
