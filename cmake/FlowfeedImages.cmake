@@ -1,8 +1,8 @@
 # Resolves FLOWFEED_IMAGES (AUTO|ON|OFF) to FLOWFEED_WITH_IMAGES: the image node family
-# (flowfeed::image_nodes: webdataset, image_folder) needs libjpeg-turbo's TurboJPEG and libpng
-# (Debian: libturbojpeg0-dev libpng-dev). AUTO builds it when both are found. Without it those
-# types exist as placeholders that fail validation ("unavailable in this build (flowfeed was built
-# without image support ...)").
+# (flowfeed::image_nodes: webdataset, image_folder, random_flip) needs libjpeg-turbo's TurboJPEG
+# and libpng (Debian: libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev). AUTO builds it when they
+# are found. Without it those types exist as placeholders that fail validation ("unavailable in
+# this build (flowfeed was built without image support ...)").
 set(FLOWFEED_WITH_IMAGES OFF)
 if(FLOWFEED_IMAGES STREQUAL "ON" OR FLOWFEED_IMAGES STREQUAL "AUTO")
   find_package(PkgConfig QUIET)
@@ -13,10 +13,12 @@ if(FLOWFEED_IMAGES STREQUAL "ON" OR FLOWFEED_IMAGES STREQUAL "AUTO")
     set(FLOWFEED_WITH_IMAGES ON)
   elseif(FLOWFEED_IMAGES STREQUAL "ON")
     message(FATAL_ERROR "FLOWFEED_IMAGES=ON needs pkg-config and libturbojpeg, libjpeg and libpng "
-                        "(Debian: pkg-config libturbojpeg0-dev libpng-dev), not found")
+                        "(Debian: pkg-config libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev), "
+                        "not found")
   else()
     message(STATUS "flowfeed: image nodes OFF: TurboJPEG or libpng not found (pkg-config "
-                   "libturbojpeg libjpeg libpng; Debian: libturbojpeg0-dev libpng-dev); "
+                   "libturbojpeg libjpeg libpng; Debian: libturbojpeg0-dev libjpeg62-turbo-dev "
+                   "libpng-dev); "
                    "webdataset, image_folder and random_flip will fail validation")
   endif()
 elseif(NOT FLOWFEED_IMAGES STREQUAL "OFF")

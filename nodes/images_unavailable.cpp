@@ -21,8 +21,8 @@ void register_image_placeholders(Registry& registry) {
     t.unavailable = true;
     t.unavailable_reason =
         "(flowfeed was built without image support: -DFLOWFEED_IMAGES=OFF, or TurboJPEG and "
-        "libpng were not found) install libturbojpeg0-dev and libpng-dev and reconfigure with "
-        "-DFLOWFEED_IMAGES=ON";
+        "libpng were not found) install libturbojpeg0-dev, libjpeg62-turbo-dev and libpng-dev "
+        "and reconfigure with -DFLOWFEED_IMAGES=ON";
     registry.set(std::move(t));
   }
 }

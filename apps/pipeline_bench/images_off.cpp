@@ -6,7 +6,7 @@ namespace flowfeed::bench {
 void images(Bench&) {
   throw NeedsCuda(
       "this build has no image support (reconfigure with -DFLOWFEED_IMAGES=ON, with "
-      "libturbojpeg0-dev and libpng-dev installed)");
+      "libturbojpeg0-dev, libjpeg62-turbo-dev and libpng-dev installed)");
 }
 
 }  // namespace flowfeed::bench

@@ -20,8 +20,8 @@ constexpr const char* kWebDataset =
 
 constexpr const char* kNoImages =
     "is unavailable in this build (flowfeed was built without image support: "
-    "-DFLOWFEED_IMAGES=OFF, or TurboJPEG and libpng were not found) install libturbojpeg0-dev and "
-    "libpng-dev and reconfigure with -DFLOWFEED_IMAGES=ON";
+    "-DFLOWFEED_IMAGES=OFF, or TurboJPEG and libpng were not found) install libturbojpeg0-dev, "
+    "libjpeg62-turbo-dev and libpng-dev and reconfigure with -DFLOWFEED_IMAGES=ON";
 
 // The registry of a build without images: each image type is a ConfigError at its `type:`, its
 // params not reported as unknown keys.
