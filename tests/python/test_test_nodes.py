@@ -6,8 +6,6 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
-
 import flowfeed
 
 CONFIG = textwrap.dedent("""\
