@@ -1,57 +1,20 @@
+// register_builtin_nodes: every family this build has (flowfeed_nodes links them all).
 #include "flowfeed/nodes/builtin.hpp"
 
 namespace flowfeed {
 
-void register_synthetic(Registry& registry);
-void register_idx(Registry& registry);
-void register_memory(Registry& registry);
-void register_npy(Registry& registry);
-void register_tokens(Registry& registry);
-void register_webdataset(Registry& registry);
-void register_image_folder(Registry& registry);
-void register_host_staging(Registry& registry);
-void register_host_upload(Registry& registry);
-void register_checksum(Registry& registry);
-void register_sleep(Registry& registry);
-void register_record(Registry& registry);
-void register_discard(Registry& registry);
-void register_mlp(Registry& registry);
-void register_normalize(Registry& registry);
-void register_delay(Registry& registry);
-
-void register_load_nodes(Registry& registry) {
-  register_synthetic(registry);
-  register_idx(registry);
-  register_memory(registry);
-  register_npy(registry);
-  register_tokens(registry);
-  register_webdataset(registry);
-  register_image_folder(registry);
-}
-void register_staging_nodes(Registry& registry) {
-  register_host_staging(registry);
-}
-void register_transform_nodes(Registry& registry) {
-  register_normalize(registry);
-  register_delay(registry);
-}
-void register_upload_nodes(Registry& registry) {
-  register_host_upload(registry);
-}
-void register_train_nodes(Registry& registry) {
-  register_checksum(registry);
-  register_sleep(registry);
-  register_record(registry);
-  register_discard(registry);
-  register_mlp(registry);
-}
-
 void register_builtin_nodes(Registry& registry) {
   register_load_nodes(registry);
+#if FLOWFEED_WITH_IMAGES
+  register_image_nodes(registry);
+#else
+  register_image_placeholders(registry);
+#endif
   register_transform_nodes(registry);
   register_staging_nodes(registry);
   register_upload_nodes(registry);
   register_train_nodes(registry);
+  register_mlp(registry);
   register_cuda_nodes(registry);
 }
 

@@ -9,6 +9,9 @@
 #include <flowfeed/registry.hpp>
 #include <memory>
 #include <optional>
+#include <vector>
+
+#include "registration_hook.hpp"
 
 namespace flowfeed::python {
 
@@ -45,8 +48,12 @@ struct PipelineHolder : std::enable_shared_from_this<PipelineHolder> {
 
 /// flowfeed.Pipeline(config, overrides, test_nodes): `config` a path (a FIFO too), YAML text or a
 /// dict, `overrides` a dict, a list of "key=value" or one such string (pipeline_config.cpp).
+/// test_nodes: also runs the registrars that extensions added (registration_hook.hpp); ValueError
+/// when none did.
 std::shared_ptr<PipelineHolder> make_pipeline(const py::object& config, const py::object& overrides,
                                               bool test_nodes);
+/// The registrars extensions added through the module's RegistrationHook (main thread, GIL held).
+std::vector<Registrar>& test_registrars();
 
 /// Pipeline.state_dict(): the resume cursor and the nodes' states as plain Python values
 /// (state.cpp).

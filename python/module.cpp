@@ -3,6 +3,7 @@
 #include <pybind11/stl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstring>
@@ -256,6 +257,15 @@ PYBIND11_MODULE(flowfeed, m) {
   bind_batch(m);
   bind_views(m);
   install_exit_hook(m);
+  // Extension modules of the same build add node types through this (registration_hook.hpp).
+  static RegistrationHook hook;
+  hook.add_test_registrar = [](Registrar registrar) {
+    std::vector<Registrar>& registrars = test_registrars();
+    if (std::find(registrars.begin(), registrars.end(), registrar) == registrars.end()) {
+      registrars.push_back(registrar);
+    }
+  };
+  m.attr("_registration_hook") = py::capsule(&hook, RegistrationHook::kCapsule);
   stop_at_exit([] { clear_registered_callables(); });
   m.def("register", &register_callable, py::arg("name"), py::arg("fn"),
         "Makes fn (a function, or a Dataset-like object with __getitem__ and __len__) available "
@@ -278,7 +288,8 @@ PYBIND11_MODULE(flowfeed, m) {
            "by name: 'nodes.load.concurrency'); without pipeline.mode, a chain with no train node "
            "runs in pull mode; "
            "test_nodes: also register the test-only node types (fault_*, and late_write on CUDA "
-           "builds).")
+           "builds), which the module does not contain: import flowfeed_testing (the test "
+           "extension in the build tree) first.")
       .def(
           "epoch",
           [](const std::shared_ptr<PipelineHolder>& h) {

@@ -15,8 +15,7 @@
 #include "bindings.hpp"
 #include "interpreter.hpp"
 #include "nodes/python_nodes.hpp"
-#include "testing/fault_nodes.hpp"
-#include "testing/late_write.hpp"
+#include "registration_hook.hpp"
 
 namespace flowfeed::python {
 
@@ -119,13 +118,24 @@ std::optional<std::string> read_fifo_config(const std::string& path) {
 
 }  // namespace
 
+std::vector<Registrar>& test_registrars() {
+  static std::vector<Registrar> registrars;
+  return registrars;
+}
+
 std::shared_ptr<PipelineHolder> make_pipeline(const py::object& config, const py::object& overrides,
                                               bool test_nodes) {
   auto h = std::make_shared<PipelineHolder>();
   register_builtin_nodes(h->registry);
   if (test_nodes) {
-    register_fault_nodes(h->registry);
-    register_late_write(h->registry);
+    const std::vector<Registrar>& registrars = test_registrars();
+    if (registrars.empty()) {
+      throw py::value_error(
+          "test_nodes=True: no test node types are loaded (the module has none) import "
+          "flowfeed_testing first, the test extension built in the build tree's python-testing "
+          "folder");
+    }
+    for (Registrar registrar : registrars) registrar(h->registry);
   }
   auto callables = std::make_shared<CallableTable>();
   register_python_nodes(h->registry, callables);

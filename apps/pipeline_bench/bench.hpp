@@ -13,7 +13,8 @@
 
 namespace flowfeed::bench {
 
-/// Thrown by a scenario that needs a CUDA device (or a CUDA build) it does not have.
+/// Thrown by a scenario that needs a CUDA device, or a part of the build (CUDA, images), that it
+/// does not have: the scenario is skipped (exit 3 when run alone).
 class NeedsCuda : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "flowfeed/nodes/idx.hpp"  // IdxDataset, load_idx_dataset
+
 namespace flowfeed {
 
 /// A whole IDX array (MNIST/Fashion-MNIST format) in memory.
@@ -24,21 +26,5 @@ struct IdxArray {
 /// Reads a plain or gzip-compressed IDX file (gzip detected by its magic bytes 1f 8b, not by the
 /// name) fully into memory, decompressing once with zlib. Throws DataError naming the file.
 IdxArray read_idx(const std::string& path);
-
-/// Images (uint8, count x rows x cols) and labels (uint8, count) of one IDX image/label pair.
-struct IdxDataset {
-  std::vector<uint8_t> images;  ///< count * rows * cols bytes, row-major
-  std::vector<uint8_t> labels;  ///< count bytes, each < num_classes
-  size_t count = 0;
-  size_t rows = 0;
-  size_t cols = 0;
-};
-
-/// Reads an image/label pair and validates it: the images file is type 0x08 with 3 dims, the labels
-/// file type 0x08 with 1 dim, both have the same count and every label is < num_classes.
-/// Throws DataError naming the offending file; std::invalid_argument if num_classes is not in
-/// [1, 256].
-IdxDataset load_idx_dataset(const std::string& images_path, const std::string& labels_path,
-                            int num_classes = 10);
 
 }  // namespace flowfeed

@@ -1,4 +1,4 @@
-#include "scale_out/dynamic_library.hpp"
+#include "dynamic_library.hpp"
 
 #include <dlfcn.h>
 

@@ -8,9 +8,9 @@
 #include <mutex>
 #include <string>
 
-#include "all_reduce.hpp"
+#include "dynamic_library.hpp"
 #include "flowfeed/error.hpp"
-#include "scale_out/dynamic_library.hpp"
+#include "flowfeed/nodes/all_reduce.hpp"
 
 #if FLOWFEED_WITH_MPI
 #define OMPI_SKIP_MPICXX 1

@@ -1,6 +1,4 @@
 // NCCL through dlopen: nccl.h gives the types and NCCL_CONFIG_INITIALIZER, dlsym the functions.
-#include "nccl_cuda.hpp"
-
 #include <dlfcn.h>  // RTLD_*
 #include <fmt/format.h>
 #include <nccl.h>
@@ -15,11 +13,12 @@
 #include <string>
 #include <thread>
 
-#include "all_reduce.hpp"
+#include "dynamic_library.hpp"
 #include "flowfeed/cuda/check.hpp"
 #include "flowfeed/cuda/device.hpp"
 #include "flowfeed/error.hpp"
-#include "scale_out/dynamic_library.hpp"
+#include "flowfeed/nodes/all_reduce.hpp"
+#include "flowfeed/nodes/nccl.hpp"
 
 namespace flowfeed::nccl {
 

@@ -236,13 +236,17 @@ PipelineConfig parse(const YAML::Node& root_in, const std::string& file, const R
         // Parse against the declared type's schema with YAML positions; a swap re-checks them. A
         // type this build lacks (a CUDA type without CUDA) has no schema: its host counterpart's
         // stands in, since that is what will run.
+        // Without one, its params are not checked: validation reports the type itself.
         const NodeType* schema_type = type;
-        if (type->unavailable && !type->counterpart.empty()) {
-          const NodeType* other = registry.find(type->counterpart);
-          if (other && !other->unavailable) schema_type = other;
+        if (type->unavailable) {
+          const NodeType* other =
+              type->counterpart.empty() ? nullptr : registry.find(type->counterpart);
+          schema_type = other && !other->unavailable ? other : nullptr;
         }
-        validate_map(params, schema_type->schema, path + ".params",
-                     "'" + spec.type + "' requires it", spec.params, problems);
+        if (schema_type) {
+          validate_map(params, schema_type->schema, path + ".params",
+                       "'" + spec.type + "' requires it", spec.params, problems);
+        }
       }
       // A node without name or type was reported; keep its place so later paths stay right.
       at.yaml_checked.push_back(type != nullptr);

@@ -16,6 +16,14 @@ namespace detail {
 
 namespace {
 
+/// A placeholder type named by a config: "'<type>' is unavailable in this build (why) fix".
+std::string unavailable_message(const NodeType& type) {
+  return "'" + type.name + "' is unavailable in this build " +
+         (type.unavailable_reason.empty()
+              ? std::string("(it needs CUDA) reconfigure with -DFLOWFEED_CUDA=ON")
+              : type.unavailable_reason);
+}
+
 int role_rank(Role role) {
   switch (role) {
     case Role::load: return 0;
@@ -193,10 +201,7 @@ void check_config(PipelineConfig& config, const Registry& registry, Problems& pr
       if (other && !other->unavailable) {
         type = other;
       } else if (type->unavailable) {
-        problems.add_at(twhere, path + ".type",
-                        "'" + type->name +
-                            "' is unavailable in this build (it needs CUDA) "
-                            "reconfigure with -DFLOWFEED_CUDA=ON");
+        problems.add_at(twhere, path + ".type", unavailable_message(*type));
         continue;
       } else {
         problems.add_at(twhere, path + ".type",
@@ -214,10 +219,7 @@ void check_config(PipelineConfig& config, const Registry& registry, Problems& pr
       if (other && !other->unavailable) type = other;
     }
     if (type->unavailable) {
-      problems.add_at(twhere, path + ".type",
-                      "'" + type->name +
-                          "' is unavailable in this build (it needs CUDA) "
-                          "reconfigure with -DFLOWFEED_CUDA=ON");
+      problems.add_at(twhere, path + ".type", unavailable_message(*type));
       continue;
     }
     const bool swapped = type->name != node.declared_type;

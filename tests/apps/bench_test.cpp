@@ -321,6 +321,7 @@ TEST(PipelineBench, CudaScenarioWithoutAGpuSaysSoAndExitsThree) {
 
 namespace {
 
+#if FLOWFEED_TEST_IMAGES  // the image family
 // JPEG shards from scripts/make_image_shards.py through configs/images.yaml (on the host types
 // here): a row per thread count against the one-thread decode rate times the threads, and the
 // bytes that were uploaded are the uint8 images, not the floats normalize makes of them.
@@ -357,6 +358,7 @@ TEST(PipelineBench, ImagesQuickRunsTheImagesConfigPerThreadCount) {
   }
   fs::remove_all(dir);
 }
+#endif
 
 TEST(PipelineBench, AllWithoutAGpuRunsTheHostScenariosAndSaysWhatItSkipped) {
   if (gpu_visible()) GTEST_SKIP() << "a GPU is visible: `all` runs every scenario";

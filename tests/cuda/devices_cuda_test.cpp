@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "flowfeed/nodes/builtin.hpp"
+#include "flowfeed/nodes/nccl.hpp"
 #include "flowfeed/pipeline.hpp"
 #include "gpu_test.hpp"
-#include "nodes/scale_out/nccl_cuda.hpp"
 #include "nodes/train/mlp/mlp_node.hpp"
 #include "tests/apps/process_util.hpp"
 

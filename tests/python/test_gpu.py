@@ -5,6 +5,7 @@ import torch
 import torch.utils.dlpack
 
 import flowfeed
+import flowfeed_testing  # noqa: F401  (the fault node types, for test_nodes=True)
 
 pytestmark = pytest.mark.gpu
 

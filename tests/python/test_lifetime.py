@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 import flowfeed
+import flowfeed_testing  # noqa: F401  (the fault node types, for test_nodes=True)
 
 SCRIPT = textwrap.dedent("""\
     import gc, sys
-    import numpy as np, torch, flowfeed
+    import numpy as np, torch, flowfeed, flowfeed_testing
     folder, how = sys.argv[1], sys.argv[2]
     # Batches of 1 MiB: the pool's buffers are mapped pages of their own, unmapped when freed.
     n, features = 256, 4096

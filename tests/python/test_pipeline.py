@@ -16,6 +16,7 @@ import torch
 import torch.utils.dlpack
 
 import flowfeed
+import flowfeed_testing  # noqa: F401  (the fault node types, for test_nodes=True)
 
 
 def expected_batches(data, rows):

@@ -9,10 +9,10 @@
 
 #include "flowfeed/extend.hpp"
 #include "flowfeed/gauge.hpp"
+#include "flowfeed/nodes/all_reduce.hpp"
 #include "flowfeed/nodes/dataset.hpp"
+#include "flowfeed/nodes/idx.hpp"
 #include "flowfeed/registry.hpp"
-#include "load/idx_file.hpp"
-#include "scale_out/all_reduce.hpp"
 
 namespace flowfeed {
 
@@ -24,126 +24,12 @@ std::uint64_t now_ns() {
                                         .count());
 }
 
-/// Evaluation runs in chunks of this many samples.
-constexpr int kEvalChunk = 1000;
-
-/// The CPU reference: MlpCpu on the batch's newest tier (host memory on the host backend).
-class MlpCpuBackend final : public MlpBackend {
- public:
-  explicit MlpCpuBackend(MlpSetup setup) : s_(std::move(setup)), model_(s_.model) {
-    if (s_.parallel.transport == "mpi") {
-      reduce_ = make_mpi_all_reduce();
-      if (reduce_->world() != s_.parallel.world || reduce_->rank() != s_.parallel.rank) {
-        throw Error("mlp: MPI says rank " + std::to_string(reduce_->rank()) + " of " +
-                    std::to_string(reduce_->world()) + " but the sampler shards for rank " +
-                    std::to_string(s_.parallel.rank) + " of " + std::to_string(s_.parallel.world) +
-                    " (sampler.rank/world set in the config?) leave sampler.rank and "
-                    "sampler.world unset under mpirun");
-      }
-      model_.set_gradient_hook([this](MlpParams& grads) { average(grads); });
-    }
-    if (s_.resident) {
-      // The host's "device" is host memory: keep one copy of the set, gather each batch from it.
-      resident_x_.resize(s_.dataset_size * s_.x_sample_bytes);
-      resident_y_.resize(s_.dataset_size);
-      s_.resident->copy_all(s_.x_index, resident_x_.data());
-      s_.resident->copy_all(s_.y_index, resident_y_.data());
-      batch_x_.resize(s_.batch_size * s_.x_sample_bytes);
-      batch_y_.resize(s_.batch_size);
-    }
-  }
-
-  void step(Batch& batch) override {
-    const int n = static_cast<int>(batch.rows());
-    const void* x = nullptr;
-    const std::int32_t* y = nullptr;
-    if (s_.resident) {
-      for (std::size_t r = 0; r < batch.rows(); ++r) {
-        const std::size_t sample = batch.samples[r];
-        std::memcpy(batch_x_.data() + r * s_.x_sample_bytes,
-                    resident_x_.data() + sample * s_.x_sample_bytes, s_.x_sample_bytes);
-        batch_y_[r] = resident_y_[sample];
-      }
-      x = batch_x_.data();
-      y = batch_y_.data();
-    } else {
-      const Tier tier = batch.newest_tier();
-      x = batch.tensor(tier, s_.x_index);
-      y = reinterpret_cast<const std::int32_t*>(batch.tensor(tier, s_.y_index));
-    }
-    if (reduce_) {
-      scale_ =
-          static_cast<float>(static_cast<double>(n) /
-                             static_cast<double>(s_.parallel.global_rows(batch.index_in_epoch)));
-    }
-    const StepStats st = s_.x_u8 ? model_.train_step_u8(static_cast<const std::uint8_t*>(x), y, n)
-                                 : model_.train_step(static_cast<const float*>(x), y, n);
-    sums_.loss_sum += st.loss_sum;
-    sums_.correct += st.correct;
-    sums_.samples += st.samples;
-  }
-
-  StepStats take_train_stats() override { return std::exchange(sums_, StepStats{}); }
-
-  StepStats evaluate() override {
-    StepStats total;
-    const EvalSet& e = *s_.eval;
-    for (std::size_t first = 0; first < e.count; first += kEvalChunk) {
-      const int n = static_cast<int>(std::min<std::size_t>(kEvalChunk, e.count - first));
-      const StepStats st =
-          model_.evaluate_u8(e.images.data() + first * e.features, e.labels.data() + first, n);
-      total.loss_sum += st.loss_sum;
-      total.correct += st.correct;
-      total.samples += st.samples;
-    }
-    return total;
-  }
-
-  MlpParams params() const override { return model_.params(); }
-  MlpParams velocity() const override { return model_.velocity(); }
-  void set_state(const MlpParams& params, const MlpParams& velocity) override {
-    model_.set_state(params, velocity);
-  }
-
- private:
-  /// grads (this rank's mean) -> the mean over the global batch, on every rank alike.
-  void average(MlpParams& grads) {
-    flat_.clear();
-    for (auto* part : {&grads.weights, &grads.biases}) {
-      for (const auto& g : *part) {
-        for (float v : g) flat_.push_back(v * scale_);
-      }
-    }
-    reduce_->sum(flat_.data(), flat_.size());
-    std::size_t at = 0;
-    for (auto* part : {&grads.weights, &grads.biases}) {
-      for (auto& g : *part) {
-        std::copy_n(flat_.begin() + static_cast<std::ptrdiff_t>(at), g.size(), g.begin());
-        at += g.size();
-      }
-    }
-  }
-
-  MlpSetup s_;
-  MlpCpu model_;
-  std::unique_ptr<GradientAllReduce> reduce_;
-  float scale_ = 1.0f;
-  std::vector<float> flat_;
-  StepStats sums_;
-  std::vector<std::byte> resident_x_, batch_x_;
-  std::vector<std::int32_t> resident_y_, batch_y_;
-};
-
 std::string param_where(const NodeSpec& spec, const std::string& key) {
   SourceLoc loc = spec.params.loc(key);
   return (loc.file.empty() ? spec.loc : loc).str();
 }
 
 }  // namespace
-
-std::unique_ptr<MlpBackend> make_mlp_cpu_backend(MlpSetup setup) {
-  return std::make_unique<MlpCpuBackend>(std::move(setup));
-}
 
 MlpNode::MlpNode(MlpNodeOptions options, std::string node_name, SourceLoc loc)
     : options_(std::move(options)), name_(std::move(node_name)), loc_(std::move(loc)) {
@@ -396,120 +282,6 @@ void MlpNode::finish(RunReport& report) {
   report.train.epochs = epochs_report_;
   report.extra["train_eval_seconds"] = eval_seconds_;
   if (backend_) backend_->finish(report);
-}
-
-namespace {
-
-constexpr std::string_view kStateHeader = "flowfeed mlp state 1\n";
-
-void put_u32(std::string& out, std::uint32_t v) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-
-void put_floats(std::string& out, const MlpParams& p) {
-  static_assert(sizeof(float) == 4);
-  for (const auto* part : {&p.weights, &p.biases}) {
-    for (std::size_t l = 0; l < part->size(); ++l) {
-      // Weights of layer 0, 1, ... then biases: a layer's floats follow each other.
-      for (float v : (*part)[l]) {
-        std::uint32_t bits;
-        std::memcpy(&bits, &v, 4);
-        put_u32(out, bits);
-      }
-    }
-  }
-}
-
-/// Reads save_state()'s format front to back; every shortfall names what was missing.
-class StateReader {
- public:
-  explicit StateReader(std::string_view in) : in_(in) {}
-  std::uint32_t u32(const char* what) {
-    if (in_.size() - at_ < 4) {
-      throw std::runtime_error(std::string("truncated mlp state (it ends inside ") + what + ")");
-    }
-    std::uint32_t v = 0;
-    for (int i = 0; i < 4; ++i) {
-      v |= static_cast<std::uint32_t>(static_cast<unsigned char>(in_[at_ + i])) << (8 * i);
-    }
-    at_ += 4;
-    return v;
-  }
-  void floats(MlpParams& p, const char* what) {
-    for (auto* part : {&p.weights, &p.biases}) {
-      for (auto& layer : *part) {
-        for (float& v : layer) {
-          const std::uint32_t bits = u32(what);
-          std::memcpy(&v, &bits, 4);
-        }
-      }
-    }
-  }
-  void header() {
-    if (in_.substr(0, kStateHeader.size()) != kStateHeader) {
-      throw std::runtime_error("not an mlp state (it does not start with 'flowfeed mlp state 1')");
-    }
-    at_ = kStateHeader.size();
-  }
-  std::size_t left() const { return in_.size() - at_; }
-
- private:
-  std::string_view in_;
-  std::size_t at_ = 0;
-};
-
-}  // namespace
-
-void MlpNode::save_state(std::string& out) const {
-  if (!backend_) throw std::logic_error("MlpNode::save_state: the node is not set up");
-  const MlpParams p = backend_->params();
-  const MlpParams v = backend_->velocity();
-  out.append(kStateHeader);
-  put_u32(out, static_cast<std::uint32_t>(p.weights.size()));
-  for (std::size_t l = 0; l < p.weights.size(); ++l) {
-    put_u32(out, static_cast<std::uint32_t>(p.biases[l].size()));
-    put_u32(out, static_cast<std::uint32_t>(p.weights[l].size() / p.biases[l].size()));
-  }
-  put_floats(out, p);
-  put_floats(out, v);
-}
-
-void MlpNode::load_state(std::string_view state) {
-  if (!backend_) throw std::logic_error("MlpNode::load_state: the node is not set up");
-  StateReader in(state);
-  in.header();
-  MlpParams p = backend_->params();
-  const std::uint32_t layers = in.u32("the layer count");
-  std::string saved, ours;
-  std::vector<std::pair<std::uint32_t, std::uint32_t>> shapes;
-  for (std::uint32_t l = 0; l < layers && l < 1024; ++l) {
-    const std::uint32_t out = in.u32("a layer shape");
-    const std::uint32_t inputs = in.u32("a layer shape");
-    shapes.emplace_back(out, inputs);
-    saved += (l ? " " : "") + std::to_string(out) + "x" + std::to_string(inputs);
-  }
-  for (std::size_t l = 0; l < p.weights.size(); ++l) {
-    ours += (l ? " " : "") + std::to_string(p.biases[l].size()) + "x" +
-            std::to_string(p.weights[l].size() / p.biases[l].size());
-  }
-  if (saved != ours) {
-    throw std::runtime_error("the saved model has layers [" + saved + "], this one [" + ours +
-                             "] (out x in; another hidden, classes or input size) resume with the "
-                             "same model params");
-  }
-  MlpParams v = p;
-  in.floats(p, "the weights");
-  in.floats(v, "the momentum buffers");
-  if (in.left() != 0) {
-    throw std::runtime_error(std::to_string(in.left()) +
-                             " bytes follow the mlp state (the file is corrupt)");
-  }
-  backend_->set_state(p, v);
-}
-
-MlpParams MlpNode::params() const {
-  if (!backend_) throw std::logic_error("MlpNode::params: the node is not set up");
-  return backend_->params();
 }
 
 void register_mlp(Registry& registry) {

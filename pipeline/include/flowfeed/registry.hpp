@@ -42,9 +42,12 @@ struct NodeType {
   /// backend (`device: auto` on a machine with no GPU, or `device: host`); for a host type, the
   /// CUDA type that replaces it under `device: cuda`. Empty: no counterpart.
   std::string counterpart;
-  /// True when the type was registered by a build without CUDA as a placeholder: it exists so that
-  /// configs name it, but validation rejects it.
+  /// True when the type was registered as a placeholder by a build without its family (CUDA, or
+  /// images): it exists so that configs name it, but validation rejects it.
   bool unavailable = false;
+  /// For a placeholder: why this build lacks the type and how to get it, "(why) fix", following
+  /// "'<type>' is unavailable in this build ". Empty: the CUDA family's text.
+  std::string unavailable_reason;
   /// Creates the node from its validated spec. Called once per pipeline, and once per branch for
   /// the nodes that `pipeline.devices` replicates.
   std::function<std::unique_ptr<Node>(const NodeSpec& spec)> create;

@@ -3,6 +3,7 @@
 /// The `idx` loader: an MNIST / Fashion-MNIST image file and label file (IDX format, plain or
 /// gzip), read and validated once when the node is built, then batches are filled from memory.
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -11,6 +12,22 @@
 #include "flowfeed/nodes/dataset.hpp"
 
 namespace flowfeed {
+
+/// Images (uint8, count x rows x cols) and labels (uint8, count) of one IDX image/label pair.
+struct IdxDataset {
+  std::vector<uint8_t> images;  ///< count * rows * cols bytes, row-major
+  std::vector<uint8_t> labels;  ///< count bytes, each < num_classes
+  size_t count = 0;
+  size_t rows = 0;
+  size_t cols = 0;
+};
+
+/// Reads an image/label pair and validates it: the images file is type 0x08 with 3 dims, the labels
+/// file type 0x08 with 1 dim, both have the same count and every label is < num_classes.
+/// Throws DataError naming the offending file; std::invalid_argument if num_classes is not in
+/// [1, 256].
+IdxDataset load_idx_dataset(const std::string& images_path, const std::string& labels_path,
+                            int num_classes = 10);
 
 /// Options of the `idx` loader (the params of its schema).
 struct IdxLoaderOptions {
