@@ -9,6 +9,7 @@ void register_npy(Registry& registry);
 void register_tokens(Registry& registry);
 void register_webdataset(Registry& registry);
 void register_image_folder(Registry& registry);
+void register_mix(Registry& registry);
 void register_host_staging(Registry& registry);
 void register_host_upload(Registry& registry);
 void register_checksum(Registry& registry);
@@ -27,6 +28,7 @@ void register_load_nodes(Registry& registry) {
   register_tokens(registry);
   register_webdataset(registry);
   register_image_folder(registry);
+  register_mix(registry);
 }
 void register_staging_nodes(Registry& registry) {
   register_host_staging(registry);

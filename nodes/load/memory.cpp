@@ -63,6 +63,8 @@ void MemoryLoader::setup(BuildContext& context) {
                        keys});
   }
   bytes_ = *bytes;
+  stride_ = stride;
+  layout_ = layout;
   context.claim_memory(options_.pin && context.backend() == Backend::cuda && pinning_.pin
                            ? MemoryKind::pinned
                            : MemoryKind::pageable,
@@ -119,6 +121,27 @@ void MemoryLoader::process(Batch& batch) {
                 "sampler.shuffle: false and sampler.world: 1, or use the synthetic loader");
   }
   batch.host = pool_->acquire_at(k);
+}
+
+bool MemoryLoader::fill_rows(const RowTarget& target) {
+  const std::vector<TensorSpec>& tensors = layout_.tensors();
+  for (std::size_t i = 0; i < target.samples.size(); ++i) {
+    const std::size_t sample = target.samples[i];
+    if (sample >= size_) {
+      throw Error("memory: sample " + std::to_string(sample) + " is past the data set's " +
+                  std::to_string(size_));
+    }
+    const std::size_t k = sample / batch_size_;
+    const std::size_t r = sample % batch_size_;
+    const std::size_t rows = std::min(batch_size_, size_ - k * batch_size_);
+    const std::byte* slice = data_ + k * stride_;
+    for (std::size_t t = 0; t < tensors.size(); ++t) {
+      const std::size_t bytes = tensors[t].sample_bytes();
+      std::memcpy(target.tensors[t] + target.rows[i] * bytes,
+                  slice + layout_.offset(t, rows) + r * bytes, bytes);
+    }
+  }
+  return true;
 }
 
 NodeType memory_node_type(HostPinning pinning) {
