@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <vector>
 
 #include "flowfeed/nodes/pinning.hpp"
 #include "flowfeed/nodes/synthetic.hpp"
@@ -63,6 +64,8 @@ class MemoryLoader final : public LoaderNode, public SyntheticContent {
   std::size_t bytes_ = 0;
   std::size_t stride_ = 0;
   BatchLayout layout_;
+  std::vector<std::size_t> row_bytes_;     // each tensor's bytes a sample
+  std::vector<std::size_t> full_offsets_;  // each tensor's offset in a full slice
   std::byte* data_ = nullptr;
   bool pinned_ = false;
   BufferPool* pool_ = nullptr;
