@@ -414,6 +414,15 @@ void register_mix(Registry& registry) {
                      "or remove samples"});
     }
     for (std::size_t k = 0; k < spec.sources.size(); ++k) {
+      // An iterable gives its samples in its own order, whatever the mix asks for: only an
+      // unshuffled mix asks each source for its samples in order.
+      if (spec.sources[k].type == "python_iterable" && config.sampler.shuffle) {
+        out.push_back(
+            {"sampler.shuffle", "true does not fit source " + std::to_string(k) +
+                                    " (python_iterable) of the mix '" + spec.name +
+                                    "' (an iterable gives its samples in its own order) set "
+                                    "sampler.shuffle: false, or use a map-style python source"});
+      }
       const Params& keys = spec.sources[k].keys;
       if (keys.has("weight") && !(keys.get_number("weight") > 0)) {
         out.push_back({"nodes[" + std::to_string(i) + "].sources[" + std::to_string(k) + "].weight",

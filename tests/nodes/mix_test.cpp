@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "flowfeed/nodes/builtin.hpp"
+#include "flowfeed/nodes/python_types.hpp"
 #include "flowfeed/nodes/synthetic.hpp"
 #include "flowfeed/pipeline.hpp"
 #include "flowfeed/session.hpp"
@@ -335,6 +336,28 @@ nodes:
                 "combines loaders does, e.g. mix) remove them"}));
 }
 
+TEST(Mix, APythonIterableSourceNeedsAnUnshuffledMix) {
+  Registry r = builtin_registry();
+  register_python_placeholders(r);
+  EXPECT_EQ(test::problems_of([&] {
+              (void)load_config_string(R"(pipeline: { mode: pull }
+sampler: { shuffle: true }
+nodes:
+  - name: load
+    type: mix
+    sources:
+      - { type: synthetic }
+      - { type: python_iterable, params: { callable: "m:f", samples: 10 } }
+  - { name: upload, type: host_upload }
+)",
+                                       r, {}, "mix.yaml");
+            }),
+            (std::vector<std::string>{
+                "mix.yaml:2:21: sampler.shuffle: true does not fit source 1 (python_iterable) of "
+                "the mix 'load' (an iterable gives its samples in its own order) set "
+                "sampler.shuffle: false, or use a map-style python source"}));
+}
+
 TEST(Mix, SourcesOfDifferentSamplesAreAConfigErrorNamingBothAndTheTensor) {
   const Registry r = builtin_registry();
   const std::string yaml = R"(pipeline: { mode: pull, device: host }
@@ -387,6 +410,29 @@ nodes:
       "(pipeline.memory_budget.host, 126.1 KiB of it already claimed by the pools and data sets "
       "before it; the process would be killed for want of memory mid-run) lower "
       "nodes[0].params.samples, nodes[0].params.sample_shape");
+}
+
+TEST(Mix, TheEpochTablesAreClaimedFromTheMemoryBudget) {
+  const Registry r = builtin_registry();
+  // 100,000,000 positions: two tables of 500 MB, against a budget of 100 MB.
+  const std::string yaml =
+      R"(pipeline: { mode: pull, device: host, batch_size: 4, memory_budget: { host: 100000000 } }
+nodes:
+  - name: load
+    type: mix
+    params: { epoch: samples, samples: 100000000 }
+    sources:
+      - { type: synthetic, params: { samples: 8, sample_shape: [4] } }
+      - { type: synthetic, params: { samples: 8, sample_shape: [4] } }
+  - { name: upload, type: host_upload }
+)";
+  EXPECT_EQ(
+      test::error_of<ConfigError>([&] { Pipeline(load_config_string(yaml, r, {}, "m.yaml"), r); }),
+      "m.yaml:3:5: nodes.load.params.samples: the epoch tables (2 epochs of 100000000 positions, "
+      "5 bytes each) of node 'load' needs 953.7 MiB of host memory, and 95.4 MiB is available "
+      "(pipeline.memory_budget.host, 4.2 KiB of it already claimed by the pools and data sets "
+      "before it; the process would be killed for want of memory mid-run) lower "
+      "nodes.load.params.samples");
 }
 
 TEST(Mix, AConfigBuiltInCppHasItsSourcesCheckedAndDefaulted) {
