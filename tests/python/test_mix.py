@@ -69,3 +69,38 @@ def test_a_python_source_mixed_with_a_cpp_source():
         assert sum(1 for _, _, y in mine if y >= 0) == 150
     # The same bytes in the same order with one loader body.
     assert take_rows(1) == rows
+
+
+def py_sample_failing(i):
+    if i in (7, 31):
+        raise ValueError(f"bad sample {i}")
+    return py_sample(i)
+
+
+flowfeed.register("ff_test_mix_failing_source", py_sample_failing)
+
+
+def test_rows_a_source_drops_under_on_error_skip_leave_the_mix_batch_and_are_counted_once():
+    config = mix_config(2)
+    config["pipeline"].update({"on_error": "skip", "max_skipped": 4})
+    config["nodes"][0]["sources"][0]["params"]["callable"] = "ff_test_mix_failing_source"
+    p = flowfeed.Pipeline(config)
+    rows = []
+    for batch in p:
+        with batch:
+            x = np.from_dlpack(batch["x"]).copy()
+            y = np.from_dlpack(batch["y"]).copy()
+            assert len(batch.samples) == len(y)
+            rows.extend((batch.epoch, x[r].tobytes(), int(y[r])) for r in range(len(y)))
+    report = p.report()
+    p.close()
+    # Two samples of the Python source fail in each of the 2 epochs; every other row arrives
+    # with its own bytes (the rows after a dropped one moved up, x and y together).
+    assert len(rows) == 2 * 200 - 4
+    for epoch in (0, 1):
+        python = sorted(-1 - y for e, _, y in rows if e == epoch and y < 0)
+        assert python == [i for i in range(PY_SAMPLES) if i not in (7, 31)]
+    for _, x, y in rows:
+        if y < 0:
+            assert x == py_x(-1 - y).tobytes()
+    assert report["skipped_samples"] == 4
