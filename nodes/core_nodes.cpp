@@ -8,6 +8,7 @@ void register_idx(Registry& registry);
 void register_memory(Registry& registry);
 void register_npy(Registry& registry);
 void register_tokens(Registry& registry);
+void register_mix(Registry& registry);
 void register_host_staging(Registry& registry);
 void register_host_upload(Registry& registry);
 void register_checksum(Registry& registry);
@@ -23,6 +24,7 @@ void register_load_nodes(Registry& registry) {
   register_memory(registry);
   register_npy(registry);
   register_tokens(registry);
+  register_mix(registry);
 }
 void register_staging_nodes(Registry& registry) {
   register_host_staging(registry);

@@ -96,6 +96,12 @@ struct Options {
   int packing_lookahead = 1024;            ///< documents packed together
   int packing_epochs = 2;                  ///< epochs of each run
   std::string packing_io = "mmap";         ///< the loader's io
+  // mix
+  std::size_t mix_samples = 16384;  ///< samples of each of the mix's two memory sources
+  int mix_sample_bytes = 3072;      ///< uint8 bytes of a sample's x
+  int mix_batch = 256;              ///< samples per batch
+  int mix_epochs = 20;              ///< epochs of each run
+  int mix_repeats = 3;              ///< runs of each, alternated (the best is reported)
   // images
   std::string image_shards;        ///< WebDataset shards (a glob or list); empty: skipped
   std::string images_config;       ///< configs/images.yaml
@@ -189,6 +195,7 @@ std::string storage_config(const Options& o, int epochs);
 void storage(Bench& bench);
 void tokens(Bench& bench);
 void packing(Bench& bench);
+void mix(Bench& bench);
 void images(Bench& bench);
 
 }  // namespace flowfeed::bench

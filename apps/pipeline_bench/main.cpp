@@ -16,6 +16,7 @@
 //                         the memory loader serving the same bytes through the same graph
 //   packing               documents of OpenWebText-like lengths packed into windows of 1,024:
 //                         padding with best-fit and first-fit, packed windows/s
+//   mix                   a mix of two memory sources vs one memory loader of the same samples
 //   images                JPEG shards to float32 on the device (configs/images.yaml) at 1, 4 and
 //                         all cores vs TurboJPEG's one-thread full decode rate x threads
 //   all                   every scenario; those needing a GPU are skipped, with the reason, without
@@ -168,6 +169,16 @@ int main(int argc, char** argv) {
   packing->add_option("--loaders", o.tokens_loaders, "tokens loader concurrency")
       ->check(int_range(1, 256));
   packing->add_option("--depth", o.tokens_depth, "prefetch_depth")->check(int_range(1, 4096));
+  auto* mix = app.add_subcommand(
+      "mix", "a mix of two memory sources vs one memory loader of the same samples: batches/s");
+  mix->add_option("--samples", o.mix_samples, "samples of each source")
+      ->check(positive_integer<std::size_t>());
+  mix->add_option("--sample-bytes", o.mix_sample_bytes, "uint8 bytes a sample")
+      ->check(int_range(1, 1 << 24));
+  mix->add_option("--batch", o.mix_batch, "samples per batch")->check(int_range(1, 65536));
+  mix->add_option("--epochs", o.mix_epochs, "epochs of each run")->check(int_range(1, 100000));
+  mix->add_option("--repeats", o.mix_repeats, "runs of each, alternated")
+      ->check(int_range(1, 1000));
   auto* images = app.add_subcommand(
       "images", "JPEG shards decoded, cropped, uploaded and normalized vs the decode ceiling");
   images
@@ -234,6 +245,7 @@ int main(int argc, char** argv) {
       {"autotune", flowfeed::bench::autotune},
       {"tokens", flowfeed::bench::tokens},
       {"packing", flowfeed::bench::packing},
+      {"mix", flowfeed::bench::mix},
       {"naive", flowfeed::bench::naive},
       {"small_batches", flowfeed::bench::small_batches},
       {"bandwidth", flowfeed::bench::bandwidth},

@@ -63,6 +63,14 @@ void MemoryLoader::setup(BuildContext& context) {
                        keys});
   }
   bytes_ = *bytes;
+  stride_ = stride;
+  layout_ = layout;
+  row_bytes_.clear();
+  full_offsets_.clear();
+  for (std::size_t t = 0; t < layout.tensors().size(); ++t) {
+    row_bytes_.push_back(layout.tensors()[t].sample_bytes());
+    full_offsets_.push_back(layout.offset(t, batch_size_));
+  }
   context.claim_memory(options_.pin && context.backend() == Backend::cuda && pinning_.pin
                            ? MemoryKind::pinned
                            : MemoryKind::pageable,
@@ -119,6 +127,30 @@ void MemoryLoader::process(Batch& batch) {
                 "sampler.shuffle: false and sampler.world: 1, or use the synthetic loader");
   }
   batch.host = pool_->acquire_at(k);
+}
+
+bool MemoryLoader::fill_rows(const RowTarget& target) {
+  const std::size_t tensors = row_bytes_.size();
+  const std::size_t full_slices = size_ / batch_size_;
+  for (std::size_t i = 0; i < target.samples.size(); ++i) {
+    const std::size_t sample = target.samples[i];
+    if (sample >= size_) {
+      throw Error("memory: sample " + std::to_string(sample) + " is past the data set's " +
+                  std::to_string(size_));
+    }
+    const std::size_t k = sample / batch_size_;
+    const std::size_t r = sample - k * batch_size_;
+    const std::byte* slice = data_ + k * stride_;
+    const std::size_t row = target.rows[i];
+    for (std::size_t t = 0; t < tensors; ++t) {
+      const std::size_t bytes = row_bytes_[t];
+      // Every slice but a last partial one has the full batch's offsets.
+      const std::size_t offset =
+          k < full_slices ? full_offsets_[t] : layout_.offset(t, size_ - k * batch_size_);
+      std::memcpy(target.tensors[t] + row * bytes, slice + offset + r * bytes, bytes);
+    }
+  }
+  return true;
 }
 
 NodeType memory_node_type(HostPinning pinning) {

@@ -151,6 +151,10 @@ std::string describe_schema(const Registry& registry) {
     if (!t->counterpart.empty()) os << ", counterpart " << t->counterpart;
     os << "): " << t->doc << "\n";
     print(t->schema, "    ");
+    if (t->sources) {
+      os << "    sources: each entry { type: a load type, params: its params } and\n";
+      print(*t->sources, "      ");
+    }
   }
   return os.str();
 }

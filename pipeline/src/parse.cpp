@@ -22,6 +22,7 @@
 #include "detail/config_check.hpp"
 #include "detail/config_file.hpp"
 #include "detail/config_yaml.hpp"
+#include "detail/sources.hpp"
 #include "detail/text.hpp"
 #include "detail/yaml_values.hpp"
 #include "flowfeed/memory_budget.hpp"
@@ -218,7 +219,7 @@ PipelineConfig parse(const YAML::Node& root_in, const std::string& file, const R
         continue;
       }
       Params np;
-      validate_map(n, node_schema(), path, "", np, problems, {"params"});
+      validate_map(n, node_schema(), path, "", np, problems, {"params", "sources"});
       NodeSpec spec;
       spec.loc = problems.loc(n.Mark());
       for (const NodeField& field : node_fields()) {
@@ -248,6 +249,8 @@ PipelineConfig parse(const YAML::Node& root_in, const std::string& file, const R
                        "'" + spec.type + "' requires it", spec.params, problems);
         }
       }
+      if (n["sources"].IsDefined())
+        parse_sources(n["sources"], type, registry, path, spec, problems);
       // A node without name or type was reported; keep its place so later paths stay right.
       at.yaml_checked.push_back(type != nullptr);
       config.nodes.push_back(std::move(spec));

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "detail/config_check.hpp"
+#include "detail/sources.hpp"
 #include "detail/text.hpp"
 #include "detail/validate.hpp"
 #include "flowfeed/registry.hpp"
@@ -240,6 +241,8 @@ void check_config(PipelineConfig& config, const Registry& registry, Problems& pr
     if (swapped || i >= yaml_checked.size() || !yaml_checked[i]) {
       check_params(node, type->schema, path, problems);
     }
+    check_sources(node, *type, registry, path, i < yaml_checked.size() && yaml_checked[i],
+                  problems);
 
     if (node.role == Role::train && node.concurrency != 1) {
       problems.add_at(node.loc.str(), path + ".concurrency",

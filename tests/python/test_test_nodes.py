@@ -52,7 +52,7 @@ def test_without_the_extension_a_fault_type_is_an_unknown_type_and_test_nodes_sa
     assert out.splitlines() == [
         "<string>:4:25: nodes[1].type: unknown node type 'fault_transform' (known types: "
         "checksum, cuda_upload, delay, device_checksum, device_discard, device_normalize, discard, "
-        "host_staging, host_upload, idx, image_folder, memory, mlp, normalize, npy, "
+        "host_staging, host_upload, idx, image_folder, memory, mix, mlp, normalize, npy, "
         "pinned_staging, python, python_iterable, python_transform, random_flip, record, sleep, "
         "synthetic, tokens, webdataset)",
         "test_nodes=True: no test node types are loaded (the module has none) import "

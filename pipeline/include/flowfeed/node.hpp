@@ -6,8 +6,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,6 +33,20 @@ enum class Backend { host, cuda };
 
 struct SamplerOptions;
 struct PipelineOptions;
+class Node;
+struct NodeSpec;
+
+/// One entry of a node's `sources:` list, for a type that combines loaders (NodeType::sources,
+/// e.g. `mix`): a loader type, its params and the entry's own keys (e.g. `weight`).
+struct SourceSpec {
+  std::string type;  ///< the source's loader type
+  Params params;     ///< its params, validated against that type's schema, defaults filled in
+  /// The entry's other keys, validated against the combining type's NodeType::sources schema.
+  Params keys;
+  SourceLoc loc;  ///< where the entry was declared
+  /// The source type's factory, set by validation from the registry.
+  std::function<std::unique_ptr<Node>(const NodeSpec& spec)> create;
+};
 
 /// One node as declared in a config (or built in C++).
 struct NodeSpec {
@@ -45,6 +61,8 @@ struct NodeSpec {
   int streams = 1;  ///< CUDA streams an upload node owns
   Params params;    ///< the type's params, validated against its schema, defaults filled in
   SourceLoc loc;    ///< where the node was declared
+  /// The loaders this node combines (`sources:`); only a type with NodeType::sources takes them.
+  std::vector<SourceSpec> sources;
 };
 
 /// Memory a staging or upload node can take a loader's batch in without copying it first (see
@@ -269,6 +287,16 @@ class AsynchronousNode : public Node {
   void process(Batch& batch) final;
 };
 
+/// Rows of another loader's batch buffer that a loader writes its samples into
+/// (LoaderNode::fill_rows): sample `samples[i]` goes to row `rows[i]`; tensor t's row r starts at
+/// `tensors[t] + r × sample_bytes(t)` (the tensors of sample_tensors(), in order).
+struct RowTarget {
+  std::span<const std::uint32_t> samples;  ///< this loader's sample indices
+  std::span<const std::uint32_t> rows;     ///< the row of each, as many as samples
+  std::span<std::byte* const> tensors;     ///< where row 0 of each tensor is
+  const Batch* batch = nullptr;            ///< the batch being filled (its seq and epoch)
+};
+
 /// The loader: it owns the dataset's size and sample layout and fills a batch's host buffer.
 /// The sampler (built into the pipeline's source) decides which samples form each batch.
 class LoaderNode : public Node {
@@ -285,6 +313,13 @@ class LoaderNode : public Node {
   /// `sampler.order: shards` permutes these shards and reads each whole. Empty (the default): the
   /// data set is one shard. Read after setup(), as size() is.
   virtual std::vector<std::size_t> shard_starts() const { return {}; }
+  /// For a loader that is a source of another (a `mix`): writes the target's samples straight
+  /// into the target's rows, in another loader's buffer, and returns true; called after setup(),
+  /// at the node's concurrency, like process(), and throws as process() would. Returns false
+  /// without writing (the default) when the loader has no such path: the caller then runs
+  /// process() on a batch of the loader's own and copies the rows. A target without samples
+  /// only asks which it is.
+  virtual bool fill_rows(const RowTarget& /*target*/) { return false; }
 };
 
 }  // namespace flowfeed

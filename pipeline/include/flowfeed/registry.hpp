@@ -51,6 +51,9 @@ struct NodeType {
   /// Creates the node from its validated spec. Called once per pipeline, and once per branch for
   /// the nodes that `pipeline.devices` replicates.
   std::function<std::unique_ptr<Node>(const NodeSpec& spec)> create;
+  /// For a type that combines loaders (`mix`): the keys each entry of its `sources:` list may
+  /// have beside `type` and `params` (e.g. `weight`). Without it the type takes no sources.
+  std::optional<Schema> sources;
 
   /// Sets where the type runs and its counterpart on the other backend; returns the type (to
   /// chain after node_type() or factory_type()).

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <vector>
 
 #include "flowfeed/nodes/pinning.hpp"
 #include "flowfeed/nodes/synthetic.hpp"
@@ -40,6 +41,8 @@ class MemoryLoader final : public LoaderNode, public SyntheticContent {
   /// Builds the data set (in parallel) and pins it when asked and possible.
   void setup(BuildContext& context) override;
   void process(Batch& batch) override;
+  /// As a source of a `mix`: copies each sample's rows from its slice into the target.
+  bool fill_rows(const RowTarget& target) override;
   std::size_t size() const override { return size_; }
   std::vector<TensorSpec> sample_tensors() const override;
   std::size_t preferred_batch_size() const override {
@@ -59,6 +62,10 @@ class MemoryLoader final : public LoaderNode, public SyntheticContent {
   std::size_t batch_size_ = 0;
   std::size_t slices_ = 0;
   std::size_t bytes_ = 0;
+  std::size_t stride_ = 0;
+  BatchLayout layout_;
+  std::vector<std::size_t> row_bytes_;     // each tensor's bytes a sample
+  std::vector<std::size_t> full_offsets_;  // each tensor's offset in a full slice
   std::byte* data_ = nullptr;
   bool pinned_ = false;
   BufferPool* pool_ = nullptr;
