@@ -3,8 +3,11 @@
 /// A data set's files named by a list of paths and glob patterns, expanded once into a stable
 /// order (for sharded data sets: `features: data/train-*.npy`).
 
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "flowfeed/remote/remote_files.hpp"
 
 namespace flowfeed {
 
@@ -22,6 +25,29 @@ namespace flowfeed {
 /// message of an empty list. Thread-safe.
 std::vector<std::string> expand_file_set(const std::vector<std::string>& patterns,
                                          const std::string& what);
+
+/// Where a loader's URLs go: its remote params, and the RemoteFiles made at the first URL (it
+/// keeps the fetched shards in the cache while the loader lives).
+struct RemoteSource {
+  RemoteOptions options;
+  std::shared_ptr<RemoteFiles> files;
+};
+
+class Schema;
+class Params;
+/// Declares the remote params a file loader shares (cache_dir, cache_bytes, transfers, attempts,
+/// timeout_s).
+void add_remote_params(Schema& schema);
+/// RemoteOptions from validated params (declared by add_remote_params).
+RemoteOptions remote_options_from(const Params& params);
+
+/// expand_file_set, where a pattern may also be a URL (`https://host/train-{000..009}.tar`,
+/// `s3://bucket/train-*.tar`; docs/REMOTE.md): braces expand as for paths, an s3 glob is matched
+/// against the bucket's listing, and the shards are fetched into the cache; the local paths of
+/// the cached copies take the URLs' places. Local files and URLs may be mixed. With `remote`
+/// null a URL is a DataError.
+std::vector<std::string> expand_file_set(const std::vector<std::string>& patterns,
+                                         const std::string& what, RemoteSource* remote);
 
 /// True when `pattern` holds a glob character (`*`, `?` or `[`).
 bool is_glob_pattern(const std::string& pattern) noexcept;

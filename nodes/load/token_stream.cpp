@@ -107,8 +107,8 @@ std::string strip_megatron_extension(const std::string& path) {
 }  // namespace
 
 std::vector<std::string> expand_token_files(const std::vector<std::string>& patterns,
-                                            TokenFormat format) {
-  if (format == TokenFormat::raw) return expand_file_set(patterns, "files");
+                                            TokenFormat format, RemoteSource* remote) {
+  if (format == TokenFormat::raw) return expand_file_set(patterns, "files", remote);
   // A Megatron data set is named by its prefix: match the patterns against the .bin files.
   std::vector<std::string> bins;
   for (const std::string& p : patterns)

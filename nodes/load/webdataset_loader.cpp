@@ -13,6 +13,7 @@
 #include <cstring>
 #include <limits>
 
+#include "file_set.hpp"
 #include "flowfeed/config.hpp"
 #include "flowfeed/data_file.hpp"
 #include "flowfeed/pool.hpp"
@@ -71,7 +72,8 @@ void parse_bytes_fields(const NodeSpec& spec, WebDatasetOptions& o,
 
 WebDatasetLoader::WebDatasetLoader(WebDatasetOptions options)
     : options_(std::move(options)),
-      index_(expand_shards(options_.shards), field_names(options_.bytes_fields)),
+      index_(expand_shards(options_.shards, options_.remote, remote_),
+             field_names(options_.bytes_fields)),
       workers_(std::make_unique<DecodeWorkers>()) {
   if (index_.samples().empty()) {
     throw DataError(fmt::format("shards: '{}' hold no sample", fmt::join(options_.shards, ", ")));
@@ -95,6 +97,7 @@ WebDatasetLoader::~WebDatasetLoader() {
 WebDatasetOptions WebDatasetLoader::options_from(const NodeSpec& spec) {
   WebDatasetOptions o;
   o.shards = spec.params.get_string_list("shards");
+  o.remote = remote_options_from(spec.params);
   std::vector<std::string> problems;
   image_options_from(spec, o, problems);
   parse_bytes_fields(spec, o, problems);

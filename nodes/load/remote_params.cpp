@@ -1,0 +1,53 @@
+// The remote params of the file loaders (`cache_dir`, `cache_bytes`, `transfers`, `attempts`,
+// `timeout_s`): their schema and the RemoteOptions they give (docs/REMOTE.md).
+#include <cstdint>
+#include <string>
+#include <variant>
+
+#include "flowfeed/remote/remote_files.hpp"
+#include "flowfeed/schema.hpp"
+
+namespace flowfeed {
+
+void add_remote_params(Schema& schema) {
+  schema.add_string("cache_dir",
+                    "shards named by URL (https://, s3://) are fetched into this directory; \"\": "
+                    "$FLOWFEED_CACHE_DIR, else ~/.cache/flowfeed/shards. It must hold only files "
+                    "flowfeed made",
+                    std::string());
+  schema
+      .add_int("cache_bytes",
+               "the most bytes the cache directory holds (older shards not in use are evicted)",
+               std::int64_t{16} << 30)
+      .at_least(1);
+  ParamSpec& transfers =
+      schema.add_int("transfers", "shards fetched at once; auto: min(shards, 8)").range(1, 64);
+  transfers.allow_auto();
+  transfers.default_value = std::string("auto");
+  schema
+      .add_int("attempts",
+               "tries per request (timeouts, resets, 5xx and 429 are tried again, with "
+               "exponential backoff and jitter) before the shard is a DataError",
+               6)
+      .range(1, 100);
+  schema
+      .add_number("timeout_s",
+                  "a transfer that receives nothing for this long failed (and is tried again)",
+                  30.0)
+      .range(1, 3600);
+}
+
+RemoteOptions remote_options_from(const Params& params) {
+  RemoteOptions o;
+  o.cache_dir = params.get_string("cache_dir");
+  o.cache_bytes = static_cast<std::uint64_t>(params.get_int("cache_bytes"));
+  const ParamValue& transfers = params.values().at("transfers");
+  o.transfers = std::holds_alternative<std::int64_t>(transfers)
+                    ? static_cast<int>(std::get<std::int64_t>(transfers))
+                    : 0;
+  o.attempts = static_cast<int>(params.get_int("attempts"));
+  o.timeout_s = params.get_number("timeout_s");
+  return o;
+}
+
+}  // namespace flowfeed

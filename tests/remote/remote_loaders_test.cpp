@@ -1,0 +1,54 @@
+// The file loaders read shards named by URL exactly as the same shards named by path: every
+// sample's bytes and the order of every batch, from nginx on 127.0.0.1, cold and warm.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "tests/nodes/npy_storage_fixture.hpp"
+#include "tests/remote/servers.hpp"
+
+namespace flowfeed {
+namespace {
+
+using namespace testing_files;
+using remote_test::Nginx;
+
+class RemoteNpyTest : public NpyStorageTest {
+ protected:
+  std::string url_params(const Nginx& nginx, const std::string& extra = "") {
+    return "features: '" + nginx.url("train-{00..02}.npy") + "', labels: '" +
+           nginx.url("train-labels-{00..02}.npy") + "', cache_dir: '" + cache_.file("c") + "'" +
+           extra;
+  }
+  TempDir cache_;
+};
+
+TEST_F(RemoteNpyTest, SamplesAndOrderMatchTheLocalRunColdAndWarm) {
+  write_shards({20, 20, 7}, 40);
+  run(chain(glob_params(), "shuffle: true"));
+  const std::vector<std::uint32_t> local = check_bytes();
+  const auto local_samples = seen_->samples;
+  ASSERT_EQ(local.size(), 94u);
+  Nginx nginx(dir_.file(""), cache_.file("nginx"));
+  for (const char* transfers : {"1", "auto"}) {
+    SCOPED_TRACE(transfers);
+    std::filesystem::remove_all(cache_.file("c"));
+    for (int warm = 0; warm < 2; ++warm) {
+      run(chain(url_params(nginx, std::string(", transfers: ") + transfers), "shuffle: true"));
+      EXPECT_EQ(check_bytes(), local);
+      EXPECT_EQ(seen_->samples, local_samples);  // the same batches, in the same order
+    }
+  }
+}
+
+TEST_F(RemoteNpyTest, AMissingShardFailsTheBuildNamingItsUrl) {
+  write_shards({5, 5}, 8);
+  Nginx nginx(dir_.file(""), cache_.file("nginx"));
+  EXPECT_EQ(build_error(chain(url_params(nginx))),
+            "node 'load' (npy, <string>:4): " + nginx.url("train-02.npy") +
+                ": HTTP 404 Not Found (no such object: check the URL (bucket, prefix and shard "
+                "names))");
+}
+
+}  // namespace
+}  // namespace flowfeed
