@@ -41,6 +41,13 @@ void add_remote_params(Schema& schema);
 /// RemoteOptions from validated params (declared by add_remote_params).
 RemoteOptions remote_options_from(const Params& params);
 
+struct RunReport;
+/// Adds what `remote` fetched while the loader `node` was built to the report's extra figures:
+/// `<node>.remote_shards`, `remote_cache_hits`, `remote_bytes_fetched`, `remote_retries`,
+/// `remote_fetch_seconds` and `remote_evicted_bytes`. Nothing when `remote` is null (no URL).
+void report_remote(const std::shared_ptr<RemoteFiles>& remote, const std::string& node,
+                   RunReport& report);
+
 /// expand_file_set, where a pattern may also be a URL (`https://host/train-{000..009}.tar`,
 /// `s3://bucket/train-*.tar`; docs/REMOTE.md): braces expand as for paths, an s3 glob is matched
 /// against the bucket's listing, and the shards are fetched into the cache; the local paths of

@@ -273,6 +273,7 @@ void NpyLoader::process(Batch& batch) {
 
 void NpyLoader::finish(RunReport& report) {
   engine_->report(report, options_.name);
+  report_remote(remote_, options_.name, report);
   if (options_.pin) {
     // Feature bytes the upload copied from the files' mapping; the seconds page-locking took.
     report.extra[options_.name + ".in_place_bytes"] =

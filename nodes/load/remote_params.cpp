@@ -4,8 +4,10 @@
 #include <string>
 #include <variant>
 
+#include "file_set.hpp"
 #include "flowfeed/remote/remote_files.hpp"
 #include "flowfeed/schema.hpp"
+#include "flowfeed/stats.hpp"
 
 namespace flowfeed {
 
@@ -48,6 +50,18 @@ RemoteOptions remote_options_from(const Params& params) {
   o.attempts = static_cast<int>(params.get_int("attempts"));
   o.timeout_s = params.get_number("timeout_s");
   return o;
+}
+
+void report_remote(const std::shared_ptr<RemoteFiles>& remote, const std::string& node,
+                   RunReport& report) {
+  if (!remote) return;
+  const RemoteStats& s = remote->stats();
+  report.extra[node + ".remote_shards"] = static_cast<double>(s.shards);
+  report.extra[node + ".remote_cache_hits"] = static_cast<double>(s.cache_hits);
+  report.extra[node + ".remote_bytes_fetched"] = static_cast<double>(s.bytes_fetched);
+  report.extra[node + ".remote_retries"] = static_cast<double>(s.retries);
+  report.extra[node + ".remote_fetch_seconds"] = s.fetch_seconds;
+  report.extra[node + ".remote_evicted_bytes"] = static_cast<double>(s.evicted_bytes);
 }
 
 }  // namespace flowfeed

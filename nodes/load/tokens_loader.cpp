@@ -160,6 +160,7 @@ void TokensLoader::process(Batch& batch) {
 
 void TokensLoader::finish(RunReport& report) {
   stream_->engine().report(report, options_.name);
+  report_remote(remote_, options_.name, report);
   if (packed_) report_packing(*packed_, options_.name, report);
 }
 

@@ -240,6 +240,7 @@ void WebDatasetLoader::process(Batch& batch) {
 
 void WebDatasetLoader::finish(RunReport& report) {
   drops_.finish(report);
+  report_remote(remote_, node_name_, report);
 }
 
 }  // namespace flowfeed

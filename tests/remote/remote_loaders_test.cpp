@@ -34,9 +34,20 @@ TEST_F(RemoteNpyTest, SamplesAndOrderMatchTheLocalRunColdAndWarm) {
     SCOPED_TRACE(transfers);
     std::filesystem::remove_all(cache_.file("c"));
     for (int warm = 0; warm < 2; ++warm) {
-      run(chain(url_params(nginx, std::string(", transfers: ") + transfers), "shuffle: true"));
+      const RunReport report =
+          run(chain(url_params(nginx, std::string(", transfers: ") + transfers), "shuffle: true"));
       EXPECT_EQ(check_bytes(), local);
       EXPECT_EQ(seen_->samples, local_samples);  // the same batches, in the same order
+      // Six files (features and labels of three shards): fetched cold, found warm.
+      EXPECT_EQ(report.extra.at("load.remote_shards"), 6.0);
+      EXPECT_EQ(report.extra.at("load.remote_cache_hits"), warm ? 6.0 : 0.0);
+      const double bytes =
+          static_cast<double>(std::filesystem::file_size(dir_.file("train-00.npy")) * 2 +
+                              std::filesystem::file_size(dir_.file("train-02.npy")) +
+                              std::filesystem::file_size(dir_.file("train-labels-00.npy")) * 2 +
+                              std::filesystem::file_size(dir_.file("train-labels-02.npy")));
+      EXPECT_EQ(report.extra.at("load.remote_bytes_fetched"), warm ? 0.0 : bytes);
+      EXPECT_EQ(report.extra.at("load.remote_retries"), 0.0);
     }
   }
 }
