@@ -172,9 +172,12 @@ void HttpClient::prepare(const Request& request) {
   curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
   curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME,
                    static_cast<long>(std::max(1.0, std::ceil(options_.timeout_s))));
-  curl_easy_setopt(c, CURLOPT_DEBUGFUNCTION, debug_headers);
-  curl_easy_setopt(c, CURLOPT_DEBUGDATA, &sent_);
-  curl_easy_setopt(c, CURLOPT_VERBOSE, 1L);  // only for CURLINFO_HEADER_OUT: nothing is printed
+  curl_easy_setopt(c, CURLOPT_BUFFERSIZE, 512L << 10);  // fewer, larger writes into the cache
+  if (capture_headers_) {
+    curl_easy_setopt(c, CURLOPT_DEBUGFUNCTION, debug_headers);
+    curl_easy_setopt(c, CURLOPT_DEBUGDATA, &sent_);
+    curl_easy_setopt(c, CURLOPT_VERBOSE, 1L);  // for CURLINFO_HEADER_OUT only: nothing is printed
+  }
   curl_slist* headers = nullptr;
   for (const std::string& h : request.headers) headers = curl_slist_append(headers, h.c_str());
   if (request.auth && !request.auth->access_key.empty()) {

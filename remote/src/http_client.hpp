@@ -47,7 +47,9 @@ class HttpClient {
   /// asked for with a Range request) until it holds `size` bytes. Returns the bytes received.
   std::uint64_t download(const Request& request, int fd, std::uint64_t have, std::uint64_t size);
 
-  /// The request headers of the last transfer, as sent (for tests of the signing).
+  /// Keeps the request headers of each transfer (sent_headers(); for tests of the signing).
+  void capture_headers() noexcept { capture_headers_ = true; }
+  /// The request headers of the last transfer, as sent (after capture_headers()).
   const std::string& sent_headers() const noexcept { return sent_; }
 
  private:
@@ -62,6 +64,7 @@ class HttpClient {
   void* header_list_ = nullptr;
   void* connect_list_ = nullptr;
   std::string sent_;
+  bool capture_headers_ = false;
 };
 
 }  // namespace flowfeed::remote

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -139,15 +140,25 @@ std::vector<std::string> RemoteFiles::fetch(const std::vector<std::string>& urls
       HttpClient client(options_, pins_->retries);
       for (std::size_t i = next++; i < urls.size() && !failed; i = next++) {
         const Request& request = requests[i];
-        const std::uint64_t size = sizes[i] ? *sizes[i] : client.size_of(request);
         std::uint64_t received = 0;
         CacheOutcome outcome;
-        PinnedShard shard = cache_->get(
-            request.url, size,
-            [&](int fd, std::uint64_t have) {
-              received = client.download(request, fd, have, size);
-            },
-            outcome);
+        // A shard in the cache is used without asking the server again (shards do not change;
+        // the first shard was asked for above). With a listed size, a copy of another size is
+        // fetched again.
+        std::optional<PinnedShard> cached = cache_->find(request.url, outcome);
+        if (cached && sizes[i] && std::filesystem::file_size(cached->path()) != *sizes[i]) {
+          cached.reset();
+          outcome = CacheOutcome{};
+        }
+        PinnedShard shard = cached ? std::move(*cached) : [&] {
+          const std::uint64_t size = sizes[i] ? *sizes[i] : client.size_of(request);
+          return cache_->get(
+              request.url, size,
+              [&](int fd, std::uint64_t have) {
+                received = client.download(request, fd, have, size);
+              },
+              outcome);
+        }();
         std::lock_guard<std::mutex> lock(mutex);
         stats_.bytes_fetched += received;
         stats_.cache_hits += outcome.hit ? 1 : 0;

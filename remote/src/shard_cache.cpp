@@ -244,6 +244,20 @@ std::uint64_t ShardCache::make_room(std::uint64_t size, const std::string& url,
   return used + size;
 }
 
+std::optional<PinnedShard> ShardCache::find(const std::string& url, CacheOutcome& outcome) {
+  const std::string path = dir_ + "/" + entry_name(url);
+  Lock lock(*this);
+  const int fd = open_file(path, O_RDONLY);
+  if (fd < 0) return std::nullopt;
+  if (!try_flock(fd, LOCK_SH)) {
+    ::close(fd);
+    return std::nullopt;
+  }
+  ::futimens(fd, nullptr);  // most recently used
+  outcome.hit = true;
+  return PinnedShard(path, fd);
+}
+
 PinnedShard ShardCache::get(const std::string& url, std::uint64_t size,
                             const std::function<void(int fd, std::uint64_t have)>& fill,
                             CacheOutcome& outcome) {

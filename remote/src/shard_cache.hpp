@@ -6,6 +6,7 @@
 // eviction (an exclusive, non-blocking flock) respects.
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 namespace flowfeed::remote {
@@ -48,6 +49,10 @@ class ShardCache {
   PinnedShard get(const std::string& url, std::uint64_t size,
                   const std::function<void(int fd, std::uint64_t have)>& fill,
                   CacheOutcome& outcome);
+
+  /// The complete shard of `url` when the cache has one (whatever its size), pinned and marked
+  /// most recently used; nullopt otherwise.
+  std::optional<PinnedShard> find(const std::string& url, CacheOutcome& outcome);
 
   const std::string& dir() const noexcept { return dir_; }
   std::uint64_t budget() const noexcept { return budget_; }

@@ -184,6 +184,7 @@ TEST(SigV4, LibcurlSignsTheAwsS3GetObjectExample) {
   options.attempts = 1;
   std::atomic<std::uint64_t> retries{0};
   remote::HttpClient client(options, retries);
+  client.capture_headers();
   remote::Request request;
   request.url = "http://examplebucket.s3.amazonaws.com/test.txt";
   request.shown = request.url;
