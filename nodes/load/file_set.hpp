@@ -41,6 +41,10 @@ void add_remote_params(Schema& schema);
 /// RemoteOptions from validated params (declared by add_remote_params).
 RemoteOptions remote_options_from(const Params& params);
 
+/// `message` with every local path of a shard `remote` fetched replaced by the shard's URL, so
+/// that an error about a cached copy names what the user wrote. `message` itself without remote.
+std::string name_urls(const RemoteFiles* remote, std::string message);
+
 struct RunReport;
 /// Adds what `remote` fetched while the loader `node` was built to the report's extra figures:
 /// `<node>.remote_shards`, `remote_cache_hits`, `remote_bytes_fetched`, `remote_retries`,

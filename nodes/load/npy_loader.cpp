@@ -86,7 +86,11 @@ NpyLoader::NpyLoader(NpyLoaderOptions options, HostPinning pinning)
   engine_ =
       std::make_unique<IoEngine>(options_.io, options_.concurrency, "node '" + options_.name + "'");
   shards_.reserve(features.size());
-  for (std::size_t i = 0; i < features.size(); ++i) add_shard(features[i], labels[i]);
+  try {
+    for (std::size_t i = 0; i < features.size(); ++i) add_shard(features[i], labels[i]);
+  } catch (const DataError& e) {
+    throw DataError(name_urls(remote_.get(), e.what()));  // a cached copy is named by its URL
+  }
   if (size_ > std::numeric_limits<std::uint32_t>::max()) {
     throw DataError(features.front() + ": " + std::to_string(size_) +
                     " samples is more than the 2^32 - 1 a sampler addresses");

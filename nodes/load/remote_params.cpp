@@ -52,6 +52,26 @@ RemoteOptions remote_options_from(const Params& params) {
   return o;
 }
 
+std::string name_urls(const RemoteFiles* remote, std::string message) {
+  if (!remote) return message;
+  const std::string dir = remote->cache_dir() + "/";
+  for (std::size_t at = message.find(dir); at != std::string::npos; at = message.find(dir, at)) {
+    std::size_t end = at + dir.size();
+    while (end < message.size() && message[end] != ':' && message[end] != ' ' &&
+           message[end] != ',' && message[end] != ')' && message[end] != '\'') {
+      ++end;
+    }
+    const std::string url = remote->url_of(message.substr(at, end - at));
+    if (url.empty()) {
+      at = end;
+      continue;
+    }
+    message.replace(at, end - at, url);
+    at += url.size();
+  }
+  return message;
+}
+
 void report_remote(const std::shared_ptr<RemoteFiles>& remote, const std::string& node,
                    RunReport& report) {
   if (!remote) return;

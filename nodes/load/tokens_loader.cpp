@@ -32,9 +32,13 @@ TokensLoader::TokensLoader(TokensOptions options) : options_(std::move(options))
   RemoteSource source{options_.remote, nullptr};
   files_ = expand_token_files(options_.files, options_.format, &source);
   remote_ = source.files;
-  stream_ = std::make_unique<TokenStream>(files_, options_.format, options_.dtype, options_.mmap,
-                                          options_.io, options_.concurrency,
-                                          "node '" + options_.name + "'");
+  try {
+    stream_ = std::make_unique<TokenStream>(files_, options_.format, options_.dtype, options_.mmap,
+                                            options_.io, options_.concurrency,
+                                            "node '" + options_.name + "'");
+  } catch (const DataError& e) {
+    throw DataError(name_urls(remote_.get(), e.what()));  // a cached copy is named by its URL
+  }
   std::vector<std::uint64_t> documents = stream_->document_starts();
   if (options_.eos) documents = split_at_eos(*stream_, *options_.eos, documents, describe(files_));
   if (options_.packing != Packing::none) {

@@ -139,8 +139,9 @@ WebDatasetIndex::WebDatasetIndex(std::vector<std::string> shards, std::vector<st
 }
 
 std::string WebDatasetIndex::where(const ShardSample& s) const {
-  return fmt::format("{}: sample '{}' (member '{}' at offset {})", shards_[s.shard], key(s),
-                     name(s), s.image_header);
+  return fmt::format("{}: sample '{}' (member '{}' at offset {})",
+                     shown_.empty() ? shards_[s.shard] : shown_[s.shard], key(s), name(s),
+                     s.image_header);
 }
 
 std::string WebDatasetIndex::problem_text(const ShardSample& s) const {

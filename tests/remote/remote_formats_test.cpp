@@ -32,6 +32,33 @@ TEST(RemoteWebDataset, SamplesMatchTheLocalShards) {
   }
 }
 
+/// `text` with every `from` replaced by `to`.
+std::string replaced(std::string text, const std::string& from, const std::string& to) {
+  for (std::size_t at = text.find(from); at != std::string::npos; at = text.find(from, at)) {
+    text.replace(at, from.size(), to);
+    at += to.size();
+  }
+  return text;
+}
+
+// An error about a fetched shard names its URL, not the cached copy: at build (a damaged tar)
+// and in a batch (an image that does not decode).
+TEST(RemoteWebDataset, ErrorsNameTheUrl) {
+  TempDir work;
+  Nginx nginx(corrupt().file(""), work.file("nginx"));
+  const std::string cache = ", cache_dir: '" + work.file("cache") + "'";
+  for (const char* name : {"truncated.tar", "not_image.tar"}) {
+    SCOPED_TRACE(name);
+    const std::string local = corrupt().file(name);
+    const std::string url = nginx.url(name);
+    const bool at_build = std::string(name) == "truncated.tar";
+    const std::string want = at_build ? build_error(chain(local, "")) : run_error(chain(local, ""));
+    ASSERT_NE(want.find(local), std::string::npos) << want;
+    EXPECT_EQ(at_build ? build_error(chain(url, cache)) : run_error(chain(url, cache)),
+              replaced(want, local, url));
+  }
+}
+
 TEST(RemoteTokens, RawFilesByUrlAreOneStreamInOrder) {
   const token_corpus::Corpus& c = token_corpus::licenses();
   TempDir dir;
