@@ -32,6 +32,10 @@ void add_remote_params(Schema& schema) {
                "exponential backoff and jitter) before the shard is a DataError",
                6)
       .range(1, 100);
+  schema.add_string("checksums",
+                    "a SHA-256 manifest in sha256sum format (a path or a URL): a fetched shard "
+                    "with a line in it is verified before it is used; \"\": none",
+                    std::string());
   schema
       .add_number("timeout_s",
                   "a transfer that receives nothing for this long failed (and is tried again)",
@@ -49,6 +53,7 @@ RemoteOptions remote_options_from(const Params& params) {
                     : 0;
   o.attempts = static_cast<int>(params.get_int("attempts"));
   o.timeout_s = params.get_number("timeout_s");
+  o.checksums = params.get_string("checksums");
   return o;
 }
 

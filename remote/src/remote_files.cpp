@@ -5,15 +5,21 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <thread>
 
+#include "checksums.hpp"
 #include "flowfeed/error.hpp"
 #include "http_client.hpp"
 #include "s3.hpp"
@@ -49,6 +55,7 @@ struct RemoteFiles::Pins {
   std::map<std::string, std::string> url_of;  ///< local path → URL
   std::optional<remote::S3Config> s3;
   std::atomic<std::uint64_t> retries{0};
+  std::optional<std::map<std::string, std::string>> sums;  ///< the checksum manifest, once read
 
   const remote::S3Config& s3_config() {
     if (!s3) s3 = remote::s3_config_from_environment();
@@ -128,8 +135,47 @@ std::vector<std::string> RemoteFiles::fetch(const std::vector<std::string>& urls
     stats_.retries = pins_->retries;
     throw;
   }
+  if (!options_.checksums.empty() && !pins_->sums) {
+    std::string text;
+    if (is_remote_url(options_.checksums)) {
+      HttpClient client(options_, pins_->retries);
+      const remote::Url manifest = remote::parse_url(options_.checksums);
+      if (manifest.scheme == "s3") {
+        const remote::S3Config& s3 = pins_->s3_config();
+        text = client.get_text({remote::s3_object_url(s3, manifest.host, manifest.path.substr(1)),
+                                options_.checksums,
+                                &s3.auth,
+                                {},
+                                {}});
+      } else {
+        text = client.get_text({options_.checksums, options_.checksums, nullptr, {}, {}});
+      }
+    } else {
+      std::ifstream in(options_.checksums, std::ios::binary);
+      if (!in) {
+        throw DataError(fmt::format("{}: cannot open the checksum manifest ({})",
+                                    options_.checksums, std::strerror(errno)));
+      }
+      text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    pins_->sums = remote::parse_checksums(text, options_.checksums);
+  }
   const std::size_t transfers = std::min<std::size_t>(
       urls.size(), options_.transfers > 0 ? static_cast<std::size_t>(options_.transfers) : 8);
+  // The check of a fetched shard against the manifest's sum, when it has one.
+  auto verify_of = [&](const std::string& url) -> std::function<void(int)> {
+    const std::string want = pins_->sums ? remote::checksum_for(*pins_->sums, url) : "";
+    if (want.empty()) return {};
+    return [want, url](int fd) {
+      const std::string got = remote::sha256_of(fd, url);
+      if (got != want) {
+        throw DataError(
+            fmt::format("{}: its SHA-256 is {}, the checksum manifest says {} (the "
+                        "shard was damaged or changed; it is not used)",
+                        url, got, want));
+      }
+    };
+  };
   std::vector<std::optional<PinnedShard>> pinned(urls.size());
   std::atomic<std::size_t> next{0};
   std::atomic<bool> failed{false};
@@ -157,7 +203,7 @@ std::vector<std::string> RemoteFiles::fetch(const std::vector<std::string>& urls
               [&](int fd, std::uint64_t have) {
                 received = client.download(request, fd, have, size);
               },
-              outcome);
+              outcome, verify_of(urls[i]));
         }();
         std::lock_guard<std::mutex> lock(mutex);
         stats_.bytes_fetched += received;

@@ -260,7 +260,7 @@ std::optional<PinnedShard> ShardCache::find(const std::string& url, CacheOutcome
 
 PinnedShard ShardCache::get(const std::string& url, std::uint64_t size,
                             const std::function<void(int fd, std::uint64_t have)>& fill,
-                            CacheOutcome& outcome) {
+                            CacheOutcome& outcome, const std::function<void(int fd)>& verify) {
   const std::string name = entry_name(url);
   const std::string path = dir_ + "/" + name;
   const std::string stem = name.substr(0, name.size() - 6);
@@ -338,6 +338,14 @@ PinnedShard ShardCache::get(const std::string& url, std::uint64_t size,
           fmt::format("{}: fetched {} bytes, but the shard has {} (not used; it is "
                       "fetched again by the next run)",
                       url, st.st_size, size));
+    }
+    if (verify) {
+      try {
+        verify(fd);
+      } catch (...) {
+        ::unlink(part_path.c_str());  // damaged: fetched again next time, not resumed
+        throw;
+      }
     }
     Lock lock(*this);
     if (::rename(part_path.c_str(), path.c_str()) != 0) {

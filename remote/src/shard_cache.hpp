@@ -46,9 +46,11 @@ class ShardCache {
   /// which writes bytes [have, size) into the open temporary file (bytes a dead run left there
   /// are resumed, not fetched again). Waits while another run fetches the same shard. DataError
   /// when the shard does not fit the budget next to the shards in use.
+  /// `verify(fd)`, when given, checks the complete file before it is renamed; when it throws,
+  /// the temporary file is removed (it is not resumed).
   PinnedShard get(const std::string& url, std::uint64_t size,
                   const std::function<void(int fd, std::uint64_t have)>& fill,
-                  CacheOutcome& outcome);
+                  CacheOutcome& outcome, const std::function<void(int fd)>& verify = {});
 
   /// The complete shard of `url` when the cache has one (whatever its size), pinned and marked
   /// most recently used; nullopt otherwise.

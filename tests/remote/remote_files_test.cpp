@@ -3,12 +3,14 @@
 // faults retried and resumed, and failures named with their URL and status.
 #include "flowfeed/remote/remote_files.hpp"
 
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <fstream>
 #include <set>
 
+#include "checksums.hpp"
 #include "flowfeed/error.hpp"
 #include "nodes/load/file_set.hpp"
 #include "shard_cache.hpp"
@@ -251,6 +253,46 @@ TEST_F(RemoteTest, APartLeftByADeadRunIsResumed) {
   EXPECT_EQ(read_all(paths[0]), shard_bytes(0, 100000));
   EXPECT_EQ(files.stats().bytes_fetched, 70000u);
   EXPECT_FALSE(std::filesystem::exists(part));
+}
+
+// A shard a checksum manifest names is verified before it enters the cache: a wrong sum is a
+// DataError naming the URL and both sums, and nothing of that shard is kept.
+TEST_F(RemoteTest, AShardWhoseSha256DiffersFromTheManifestIsNotUsed) {
+  write_shards(3, 50000);
+  Nginx nginx(served_, work_ + "/nginx");
+  auto hex = [](const std::string& bytes) {
+    const std::string file = std::string(::testing::TempDir()) + "/remote_sha_input";
+    std::ofstream(file, std::ios::binary) << bytes;
+    const int fd = ::open(file.c_str(), O_RDONLY);
+    const std::string sum = remote::sha256_of(fd, file);
+    ::close(fd);
+    return sum;
+  };
+  // sha256sum's form: the file name (or the key, or the whole URL); shard 2's sum is of other
+  // bytes.
+  const std::string manifest = work_ + "/SHA256SUMS";
+  std::ofstream(manifest) << hex(shard_bytes(0, 50000)) << "  " << name(0) << "\n"
+                          << hex(shard_bytes(1, 50000)) << " *data/" << name(1) << "\n"
+                          << hex(shard_bytes(9, 50000)) << "  " << name(2) << "\n";
+  RemoteOptions o = options();
+  o.checksums = manifest;
+  RemoteFiles files(o);
+  const auto paths = files.fetch({nginx.url("data/" + name(0)), nginx.url("data/" + name(1))});
+  EXPECT_EQ(read_all(paths[1]), shard_bytes(1, 50000));
+  const std::string url = nginx.url("data/" + name(2));
+  EXPECT_EQ(error_of<DataError>([&] { files.fetch({url}); }),
+            url + ": its SHA-256 is " + hex(shard_bytes(2, 50000)) +
+                ", the checksum manifest says " + hex(shard_bytes(9, 50000)) +
+                " (the shard was damaged or changed; it is not used)");
+  const std::string stem = remote::ShardCache::entry_name(url);
+  for (const auto& e : std::filesystem::directory_iterator(cache_)) {
+    EXPECT_NE(e.path().filename().string().rfind(stem.substr(0, 16), 0), 0u) << e.path();
+  }
+  // A manifest line that is not a sum is named with its line.
+  std::ofstream(manifest, std::ios::app) << "not a sum\n";
+  RemoteFiles bad(o);
+  EXPECT_EQ(error_of<DataError>([&] { bad.fetch({url}); }),
+            manifest + ":4: not a SHA-256 line ('<64 hex digits>  <name>', as sha256sum writes)");
 }
 
 }  // namespace

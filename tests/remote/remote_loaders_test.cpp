@@ -52,6 +52,37 @@ TEST_F(RemoteNpyTest, SamplesAndOrderMatchTheLocalRunColdAndWarm) {
   }
 }
 
+// Stopped part way through an epoch, checkpointed and resumed by a new pipeline (which finds the
+// shards in the cache), a run by URL delivers what an uninterrupted run delivers, batch by batch.
+TEST_F(RemoteNpyTest, ResumeMidEpochEqualsTheUninterruptedRun) {
+  write_shards({20, 20, 7}, 40);
+  Nginx nginx(dir_.file(""), cache_.file("nginx"));
+  const std::string text = chain(url_params(nginx), "shuffle: true");
+  run(text);
+  const std::shared_ptr<Captured> whole = seen_;
+  ASSERT_EQ(whole->samples.size(), 12u);  // 6 batches an epoch
+  const auto parts = std::make_shared<Captured>();
+  Registry r;
+  register_builtin_nodes(r);
+  register_capture(r, parts);
+  const std::string ckpt = cache_.file("ckpt");
+  {
+    Pipeline p(load_config_string(text, r), r);
+    RunOptions options;
+    options.stop_after = 4;  // mid epoch 0
+    p.run(options);
+    p.save_checkpoint(ckpt);
+  }
+  ASSERT_EQ(parts->samples.size(), 4u);
+  PipelineConfig config = load_config_string(text, r);
+  config.pipeline.resume_from = ckpt;
+  const RunReport resumed = Pipeline(config, r).run();
+  EXPECT_EQ(resumed.extra.at("load.remote_cache_hits"), 6.0);
+  EXPECT_EQ(parts->samples, whole->samples);
+  EXPECT_EQ(parts->x, whole->x);
+  EXPECT_EQ(parts->y, whole->y);
+}
+
 TEST_F(RemoteNpyTest, AMissingShardFailsTheBuildNamingItsUrl) {
   write_shards({5, 5}, 8);
   Nginx nginx(dir_.file(""), cache_.file("nginx"));

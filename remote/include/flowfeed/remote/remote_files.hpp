@@ -25,6 +25,10 @@ struct RemoteOptions {
   double max_backoff_s = 10;      ///< longest wait between tries
   double timeout_s = 30;          ///< a transfer with no byte for this long failed (retried)
   double connect_timeout_s = 10;  ///< a connection not made in this long failed (retried)
+  /// A manifest of SHA-256 sums in `sha256sum` format (`<64 hex>  <name>` per line; a path or a
+  /// URL), "" for none. A fetched shard whose URL, key or file name has a line is verified
+  /// against it before it enters the cache.
+  std::string checksums;
 };
 
 /// What the fetches of one RemoteFiles did (the report's remote line).
