@@ -81,8 +81,14 @@ class Handler(BaseHTTPRequestHandler):
             return
         self.wfile.write(body)
 
-    do_GET = handle_any
-    do_HEAD = handle_any
+    def handle_quietly(self):
+        try:
+            self.handle_any()
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True  # the client went away (a test's Ctrl-C, a timeout)
+
+    do_GET = handle_quietly
+    do_HEAD = handle_quietly
 
 
 def main():
