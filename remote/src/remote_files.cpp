@@ -67,6 +67,7 @@ RemoteFiles::RemoteFiles(RemoteOptions options)
     : options_(std::move(options)), pins_(std::make_unique<Pins>()) {
   if (options_.cache_dir.empty()) options_.cache_dir = default_cache_dir();
   cache_ = std::make_unique<remote::ShardCache>(options_.cache_dir, options_.cache_bytes);
+  stats_.evicted_bytes += cache_->trim();
 }
 
 RemoteFiles::~RemoteFiles() = default;

@@ -244,6 +244,27 @@ std::uint64_t ShardCache::make_room(std::uint64_t size, const std::string& url,
   return used + size;
 }
 
+std::uint64_t ShardCache::trim() {
+  Lock lock(*this);
+  std::vector<Entry> all = entries(dir_);
+  std::uint64_t used = 0;
+  for (const Entry& e : all) used += e.bytes;
+  std::sort(all.begin(), all.end(),
+            [](const Entry& a, const Entry& b) { return a.mtime_ns < b.mtime_ns; });
+  std::uint64_t evicted = 0;
+  for (const Entry& e : all) {
+    if (used <= budget_) break;
+    const int fd = open_file(e.path, O_RDONLY);
+    if (fd < 0) continue;
+    if (try_flock(fd, LOCK_EX) && ::unlink(e.path.c_str()) == 0) {
+      used -= e.bytes;
+      evicted += e.bytes;
+    }
+    ::close(fd);
+  }
+  return evicted;
+}
+
 std::optional<PinnedShard> ShardCache::find(const std::string& url, CacheOutcome& outcome) {
   const std::string path = dir_ + "/" + entry_name(url);
   Lock lock(*this);

@@ -52,6 +52,11 @@ class ShardCache {
                   const std::function<void(int fd, std::uint64_t have)>& fill,
                   CacheOutcome& outcome, const std::function<void(int fd)>& verify = {});
 
+  /// Evicts the least recently used shards not in use (and transfers a dead run left) until the
+  /// cache holds at most the budget; returns the bytes removed. A cache filled under a larger
+  /// budget shrinks to this run's.
+  std::uint64_t trim();
+
   /// The complete shard of `url` when the cache has one (whatever its size), pinned and marked
   /// most recently used; nullopt otherwise.
   std::optional<PinnedShard> find(const std::string& url, CacheOutcome& outcome);

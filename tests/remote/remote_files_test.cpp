@@ -128,6 +128,31 @@ TEST_F(RemoteTest, TheByteBudgetIsNeverExceeded) {
                 "raise the loader's cache_bytes");
 }
 
+// A cache filled under a larger budget shrinks to the budget of the run that opens it: the least
+// recently used shards go first.
+TEST_F(RemoteTest, ACacheOpenedWithASmallerBudgetShrinksToIt) {
+  write_shards(4, 30000);
+  Nginx nginx(served_, work_ + "/nginx");
+  std::vector<std::string> urls;
+  for (int i = 0; i < 4; ++i) urls.push_back(nginx.url("data/" + name(i)));
+  {
+    RemoteFiles files(options());
+    files.fetch(urls);
+  }
+  {
+    RemoteFiles files(options());
+    files.fetch({urls[0]});
+  }  // shard 0: the most recently used
+  RemoteOptions o = options();
+  o.cache_bytes = 65000;  // two shards
+  RemoteFiles files(o);
+  EXPECT_EQ(files.stats().evicted_bytes, 60000u);
+  EXPECT_LE(dir_bytes(cache_) - std::filesystem::file_size(cache_ + "/.flowfeed-cache"),
+            o.cache_bytes);
+  files.fetch({urls[0], urls[3]});
+  EXPECT_EQ(files.stats().cache_hits, 2u);  // shards 0 and 3 were kept
+}
+
 TEST_F(RemoteTest, ACacheDirectoryWithForeignFilesIsRefused) {
   std::filesystem::create_directories(cache_);
   std::ofstream(cache_ + "/notes.txt") << "mine";

@@ -87,5 +87,21 @@ TEST(RemoteTokens, RawFilesByUrlAreOneStreamInOrder) {
   });
 }
 
+TEST(RemoteTokens, AMegatronDataSetByUrlIsRefusedWithTheReason) {
+  Registry r;
+  register_builtin_nodes(r);
+  const std::string yaml =
+      "pipeline: { device: host }\n"
+      "nodes:\n"
+      "  - name: load\n"
+      "    type: tokens\n"
+      "    params: { files: 'https://127.0.0.1:9/corpus', format: megatron, context: 8 }\n"
+      "  - { name: train, type: discard }\n";
+  EXPECT_EQ(testing_files::error_of<DataError>([&] { Pipeline p(load_config_string(yaml, r), r); }),
+            "node 'load' (tokens, <string>:3): https://127.0.0.1:9/corpus: a Megatron data set "
+            "(.bin and .idx) is read from local files; URLs are fetched for raw token files "
+            "(format: raw)");
+}
+
 }  // namespace
 }  // namespace flowfeed
