@@ -66,7 +66,10 @@ struct RemoteFiles::Pins {
 RemoteFiles::RemoteFiles(RemoteOptions options)
     : options_(std::move(options)), pins_(std::make_unique<Pins>()) {
   if (options_.cache_dir.empty()) options_.cache_dir = default_cache_dir();
-  cache_ = std::make_unique<remote::ShardCache>(options_.cache_dir, options_.cache_bytes);
+  // Another run's transfer of a shard this run wants is waited for while it grows: longer than
+  // its own tries could stall.
+  cache_ = std::make_unique<remote::ShardCache>(options_.cache_dir, options_.cache_bytes,
+                                                2 * options_.timeout_s + options_.max_backoff_s);
   stats_.evicted_bytes += cache_->trim();
 }
 

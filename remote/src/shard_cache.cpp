@@ -145,8 +145,8 @@ PinnedShard::~PinnedShard() {
 PinnedShard::PinnedShard(PinnedShard&& other) noexcept
     : path_(std::move(other.path_)), fd_(std::exchange(other.fd_, -1)) {}
 
-ShardCache::ShardCache(std::string dir, std::uint64_t budget)
-    : dir_(std::move(dir)), budget_(budget) {
+ShardCache::ShardCache(std::string dir, std::uint64_t budget, double stall_s)
+    : dir_(std::move(dir)), budget_(budget), stall_s_(stall_s) {
   if (budget_ == 0) refuse(dir_, "cache_bytes is 0 (the cache must hold at least one shard)");
   std::error_code ec;
   fs::create_directories(dir_, ec);
@@ -288,6 +288,8 @@ PinnedShard ShardCache::get(const std::string& url, std::uint64_t size,
   const std::string part_path = fmt::format("{}/{}.{}.part", dir_, stem, size);
   int fd = -1;
   std::uint64_t have = 0;
+  std::int64_t waited_size = -1;  // the other run's part, while we wait for it
+  auto progress_at = std::chrono::steady_clock::now();
   for (;;) {
     Lock lock(*this);
     struct stat st {};
@@ -324,9 +326,22 @@ PinnedShard ShardCache::get(const std::string& url, std::uint64_t size,
     fd = open_file(part_path, O_RDWR);
     if (fd >= 0) {
       if (!try_flock(fd, LOCK_EX)) {
-        // Another run fetches it: wait for its shard (or its end) outside the lock.
+        // Another run fetches it: wait for its shard (or its end) outside the lock, as long as
+        // its transfer makes progress.
+        struct stat pst {};
+        ::fstat(fd, &pst);
         ::close(fd);
         fd = -1;
+        const auto now = std::chrono::steady_clock::now();
+        if (static_cast<std::int64_t>(pst.st_size) != waited_size) {
+          waited_size = static_cast<std::int64_t>(pst.st_size);
+          progress_at = now;
+        } else if (now - progress_at > std::chrono::duration<double>(stall_s_)) {
+          throw DataError(fmt::format(
+              "{}: another run (or rank) is fetching this shard into {} but its transfer has "
+              "not grown for {} s (stopped? it holds {}) end that run, or use another cache_dir",
+              url, dir_, stall_s_, part_path));
+        }
       } else {
         // Left by a run that ended: resume it.
         struct stat pst {};

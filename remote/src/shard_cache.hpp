@@ -36,8 +36,9 @@ struct CacheOutcome {
 class ShardCache {
  public:
   /// Makes `dir` (and its parents) when missing; ConfigError when it holds a file flowfeed did
-  /// not write, or `budget` is 0.
-  ShardCache(std::string dir, std::uint64_t budget);
+  /// not write, or `budget` is 0. A shard another run fetches is waited for while its temporary
+  /// file grows; one that has not grown for `stall_s` seconds is a DataError.
+  ShardCache(std::string dir, std::uint64_t budget, double stall_s = 60);
   ~ShardCache();
   ShardCache(const ShardCache&) = delete;
   ShardCache& operator=(const ShardCache&) = delete;
@@ -74,6 +75,7 @@ class ShardCache {
 
   std::string dir_;
   std::uint64_t budget_;
+  double stall_s_;
   int lock_fd_ = -1;
 };
 

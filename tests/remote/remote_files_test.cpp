@@ -4,6 +4,7 @@
 #include "flowfeed/remote/remote_files.hpp"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -135,8 +136,10 @@ TEST_F(RemoteTest, ACacheOpenedWithASmallerBudgetShrinksToIt) {
   Nginx nginx(served_, work_ + "/nginx");
   std::vector<std::string> urls;
   for (int i = 0; i < 4; ++i) urls.push_back(nginx.url("data/" + name(i)));
+  RemoteOptions one_at_a_time = options();
+  one_at_a_time.transfers = 1;  // cached in order 0, 1, 2, 3: the order of their last use
   {
-    RemoteFiles files(options());
+    RemoteFiles files(one_at_a_time);
     files.fetch(urls);
   }
   {
@@ -262,6 +265,33 @@ TEST_F(RemoteTest, RetriesSpentAreADataErrorWithTheLastStatus) {
                 ": HTTP 503 Service Unavailable after 3 attempts (the server kept failing: try "
                 "later, or raise the loader's attempts)");
   EXPECT_EQ(files.stats().retries, 2u);
+}
+
+// A shard another run holds for fetching but does not fetch (a stopped process) is not waited
+// for without end: once its transfer has not grown for 2 × timeout_s + the longest backoff, the
+// fetch is a DataError that says so.
+TEST_F(RemoteTest, AnotherRunsStalledTransferIsNotWaitedForWithoutEnd) {
+  write_shards(1, 100000);
+  Nginx nginx(served_, work_ + "/nginx");
+  const std::string url = nginx.url("data/" + name(0));
+  RemoteOptions o = options();
+  o.timeout_s = 1;
+  { RemoteFiles files(o); }  // makes the cache
+  const std::string stem = remote::ShardCache::entry_name(url);
+  const std::string part = cache_ + "/" + stem.substr(0, stem.size() - 6) + ".100000.part";
+  std::ofstream(part, std::ios::binary) << shard_bytes(0, 100000).substr(0, 7);
+  const int held = ::open(part.c_str(), O_RDWR);
+  ASSERT_EQ(::flock(held, LOCK_EX), 0);  // as a live transfer of another run holds it
+  RemoteFiles files(o);
+  EXPECT_EQ(error_of<DataError>([&] { files.fetch({url}); }),
+            url + ": another run (or rank) is fetching this shard into " + cache_ +
+                " but its transfer has not grown for 2.05 s (stopped? it holds " + part +
+                ") end that run, or use another cache_dir");
+  ::close(held);
+  // Once that run is gone, its part is resumed.
+  const auto paths = files.fetch({url});
+  EXPECT_EQ(read_all(paths[0]), shard_bytes(0, 100000));
+  EXPECT_EQ(files.stats().bytes_fetched, 100000u - 7u);
 }
 
 TEST_F(RemoteTest, APartLeftByADeadRunIsResumed) {
