@@ -75,6 +75,26 @@ TEST_F(RemoteTest, AMissingShardIsADataErrorWithItsUrlAndStatus) {
           "names))");
 }
 
+// URLs that cannot be fetched are refused before any request, each with its reason.
+TEST_F(RemoteTest, MalformedUrlsAndHttpGlobsAreRefusedWithTheReason) {
+  RemoteFiles files(options());
+  EXPECT_EQ(error_of<DataError>([&] { files.list("https://host/data/train-*.tar"); }),
+            "https://host/data/train-*.tar: a glob needs a listing, which only s3:// URLs have "
+            "(name the shards with braces, e.g. train-{000..099}.tar)");
+  EXPECT_EQ(error_of<DataError>([&] { files.list("http://user:pw@host/x.tar"); }),
+            "http://user:pw@host/x.tar: not a URL flowfeed can fetch (credentials in a URL are "
+            "not accepted; S3 takes them from the AWS environment)");
+  EXPECT_EQ(error_of<DataError>([&] { files.list("http://host:http/x.tar"); }),
+            "http://host:http/x.tar: not a URL flowfeed can fetch (the port is not a number)");
+  EXPECT_EQ(error_of<DataError>([&] { files.list("s3://bucket"); }),
+            "s3://bucket: not a URL flowfeed can fetch (no key after the bucket)");
+  EXPECT_EQ(error_of<DataError>([&] { files.list("https:///x.tar"); }),
+            "https:///x.tar: not a URL flowfeed can fetch (no host)");
+  EXPECT_EQ(error_of<DataError>([&] { files.list("https://host/x.tar?version=2"); }),
+            "https://host/x.tar?version=2: not a URL flowfeed can fetch (a query or fragment is "
+            "not a shard)");
+}
+
 TEST_F(RemoteTest, AServerThatIsNotThereFailsAfterTheAttempts) {
   const int port = free_port();
   RemoteOptions o = options();
