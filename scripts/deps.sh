@@ -4,6 +4,7 @@ set -euo pipefail
 packages=(cmake ninja-build g++ pkg-config libtbb-dev libyaml-cpp-dev libgtest-dev libgmock-dev
   libcli11-dev nlohmann-json3-dev libfmt-dev zlib1g-dev libexpat1-dev dataset-fashion-mnist
   liburing-dev  # io: io_uring in the file loaders
+  libcurl4-openssl-dev libssl-dev libpugixml-dev nginx  # remote shards (libcurl, SHA-256, S3 listings); nginx serves the tests
   libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev python3-pil python3-numpy  # images; PIL writes test shards
   python3-skimage  # scripts/make_image_shards.py (benchmark JPEGs from its photos)
   libdlpack-dev pybind11-dev python3-dev python3-pytest python3-torch  # interop: the Python module

@@ -108,6 +108,14 @@ struct Options {
   std::vector<int> image_threads;  ///< pipeline.threads of each run; empty: 1, 4, all cores
   int image_epochs = 2;            ///< epochs of each run
   int decode_images = 1000;        ///< JPEGs decoded on one thread for the baseline
+  // remote
+  std::uint64_t remote_bytes = std::uint64_t{512} << 20;  ///< npy feature bytes in all shards
+  int remote_shards = 16;           ///< shards (each a features and a labels file)
+  int remote_epochs = 1;            ///< epochs of each run
+  int remote_loaders = 2;           ///< npy concurrency
+  int remote_transfers = 4;         ///< the loader's transfers
+  int remote_runs = 3;              ///< rounds of local, cold, warm and faults
+  double remote_fault_rate = 0.05;  ///< share of requests the proxy fails
 };
 
 /// Results and per-scenario details of one pipeline_bench process.
@@ -197,5 +205,7 @@ void tokens(Bench& bench);
 void packing(Bench& bench);
 void mix(Bench& bench);
 void images(Bench& bench);
+/// Shards over loopback HTTP (nginx) cold, warm and with faults vs local disk (docs/REMOTE.md).
+void remote(Bench& bench);
 
 }  // namespace flowfeed::bench

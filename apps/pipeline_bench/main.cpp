@@ -195,6 +195,20 @@ int main(int argc, char** argv) {
                    "JPEGs decoded on one thread for the baseline")
       ->check(positive_integer<int>());
   images->add_option("--set", o.overrides, "override a config value, e.g. pipeline.batch_size=128");
+  auto* remote = app.add_subcommand(
+      "remote", "npy shards by URL from nginx (cold, warm, 5% faults) vs the same local shards");
+  remote->add_option("--bytes", o.remote_bytes, "feature bytes of all shards")
+      ->check(positive_integer<std::uint64_t>());
+  remote->add_option("--shards", o.remote_shards, "shards")->check(int_range(1, 999));
+  remote->add_option("--epochs", o.remote_epochs, "epochs of each run")
+      ->check(positive_integer<int>());
+  remote->add_option("--loaders", o.remote_loaders, "npy concurrency")->check(int_range(1, 256));
+  remote->add_option("--transfers", o.remote_transfers, "the loader's transfers")
+      ->check(int_range(1, 64));
+  remote->add_option("--runs", o.remote_runs, "rounds of local, cold, warm and faults")
+      ->check(int_range(1, 100));
+  remote->add_option("--fault-rate", o.remote_fault_rate, "share of requests failed by the proxy")
+      ->check(CLI::Range(0.0, 0.5));
   auto* all = app.add_subcommand("all", "every scenario in turn");
 
   app.add_option("--raw-seconds", o.raw_seconds, "length of each raw copy loop")
@@ -252,12 +266,14 @@ int main(int argc, char** argv) {
       {"resident_vs_streamed", flowfeed::bench::resident_vs_streamed},
       {"storage", flowfeed::bench::storage},
       {"images", flowfeed::bench::images},
+      {"remote", flowfeed::bench::remote},
   };
   int rc = 0;
   for (const auto& [name, run] : scenarios) {
     if (!*all && !*app.get_subcommand(name)) continue;
     // storage writes a data set of --size bytes (16 GiB): only when asked for, or --quick.
     if (*all && name == "storage" && !o.quick) continue;
+    if (*all && name == "remote" && !o.quick) continue;  // starts nginx and a proxy
     try {
       std::fflush(stdout);
       run(bench);

@@ -214,12 +214,25 @@ bool is_glob_pattern(const std::string& pattern) noexcept {
 
 std::vector<std::string> expand_file_set(const std::vector<std::string>& patterns,
                                          const std::string& what) {
+  return expand_file_set(patterns, what, nullptr);
+}
+
+std::vector<std::string> expand_file_set(const std::vector<std::string>& patterns,
+                                         const std::string& what, RemoteSource* remote) {
   if (patterns.empty()) throw DataError(what + ": names no file");
   std::vector<std::string> files;
+  std::vector<std::size_t> remote_at;  // which of `files` are URLs
   for (const std::string& pattern : patterns) {
     if (pattern.empty()) throw DataError(what + ": an empty path in the list");
     for (const std::string& expanded : expand_braces(pattern)) {
-      if (is_glob_pattern(expanded)) {
+      if (is_remote_url(expanded)) {
+        if (!remote) throw DataError(expanded + ": " + what + " here must be local files");
+        if (!remote->files) remote->files = std::make_shared<RemoteFiles>(remote->options);
+        for (std::string& url : remote->files->list(expanded)) {
+          remote_at.push_back(files.size());
+          files.push_back(std::move(url));
+        }
+      } else if (is_glob_pattern(expanded)) {
         for (std::string& f : glob_matches(expanded)) files.push_back(std::move(f));
       } else {
         files.push_back(expanded);
@@ -231,7 +244,13 @@ std::vector<std::string> expand_file_set(const std::vector<std::string>& pattern
     if (!seen.insert(f).second) {
       throw DataError(f + ": named twice in " + what + " (each file may appear once)");
     }
-    check_data_file(f);
+    if (!is_remote_url(f)) check_data_file(f);
+  }
+  if (!remote_at.empty()) {
+    std::vector<std::string> urls;
+    for (const std::size_t i : remote_at) urls.push_back(files[i]);
+    std::vector<std::string> local = remote->files->fetch(urls);
+    for (std::size_t k = 0; k < remote_at.size(); ++k) files[remote_at[k]] = std::move(local[k]);
   }
   return files;
 }

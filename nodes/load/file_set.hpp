@@ -3,8 +3,11 @@
 /// A data set's files named by a list of paths and glob patterns, expanded once into a stable
 /// order (for sharded data sets: `features: data/train-*.npy`).
 
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "flowfeed/remote/remote_files.hpp"
 
 namespace flowfeed {
 
@@ -22,6 +25,40 @@ namespace flowfeed {
 /// message of an empty list. Thread-safe.
 std::vector<std::string> expand_file_set(const std::vector<std::string>& patterns,
                                          const std::string& what);
+
+/// Where a loader's URLs go: its remote params, and the RemoteFiles made at the first URL (it
+/// keeps the fetched shards in the cache while the loader lives).
+struct RemoteSource {
+  RemoteOptions options;
+  std::shared_ptr<RemoteFiles> files;
+};
+
+class Schema;
+class Params;
+/// Declares the remote params a file loader shares (cache_dir, cache_bytes, transfers, attempts,
+/// timeout_s).
+void add_remote_params(Schema& schema);
+/// RemoteOptions from validated params (declared by add_remote_params).
+RemoteOptions remote_options_from(const Params& params);
+
+/// `message` with every local path of a shard `remote` fetched replaced by the shard's URL, so
+/// that an error about a cached copy names what the user wrote. `message` itself without remote.
+std::string name_urls(const RemoteFiles* remote, std::string message);
+
+struct RunReport;
+/// Adds what `remote` fetched while the loader `node` was built to the report's extra figures:
+/// `<node>.remote_shards`, `remote_cache_hits`, `remote_bytes_fetched`, `remote_retries`,
+/// `remote_fetch_seconds` and `remote_evicted_bytes`. Nothing when `remote` is null (no URL).
+void report_remote(const std::shared_ptr<RemoteFiles>& remote, const std::string& node,
+                   RunReport& report);
+
+/// expand_file_set, where a pattern may also be a URL (`https://host/train-{000..009}.tar`,
+/// `s3://bucket/train-*.tar`; docs/REMOTE.md): braces expand as for paths, an s3 glob is matched
+/// against the bucket's listing, and the shards are fetched into the cache; the local paths of
+/// the cached copies take the URLs' places. Local files and URLs may be mixed. With `remote`
+/// null a URL is a DataError.
+std::vector<std::string> expand_file_set(const std::vector<std::string>& patterns,
+                                         const std::string& what, RemoteSource* remote);
 
 /// True when `pattern` holds a glob character (`*`, `?` or `[`).
 bool is_glob_pattern(const std::string& pattern) noexcept;

@@ -74,8 +74,10 @@ struct NpyLoader::Shard {
 
 NpyLoader::NpyLoader(NpyLoaderOptions options, HostPinning pinning)
     : options_(std::move(options)), pinning_(std::move(pinning)) {
-  const std::vector<std::string> features = expand_file_set(options_.features, "features");
-  const std::vector<std::string> labels = expand_file_set(options_.labels, "labels");
+  RemoteSource source{options_.remote, nullptr};
+  const std::vector<std::string> features = expand_file_set(options_.features, "features", &source);
+  const std::vector<std::string> labels = expand_file_set(options_.labels, "labels", &source);
+  remote_ = source.files;
   if (labels.size() != features.size()) {
     throw DataError("labels: " + std::to_string(labels.size()) + " files but features names " +
                     std::to_string(features.size()) +
@@ -84,7 +86,11 @@ NpyLoader::NpyLoader(NpyLoaderOptions options, HostPinning pinning)
   engine_ =
       std::make_unique<IoEngine>(options_.io, options_.concurrency, "node '" + options_.name + "'");
   shards_.reserve(features.size());
-  for (std::size_t i = 0; i < features.size(); ++i) add_shard(features[i], labels[i]);
+  try {
+    for (std::size_t i = 0; i < features.size(); ++i) add_shard(features[i], labels[i]);
+  } catch (const DataError& e) {
+    throw DataError(name_urls(remote_.get(), e.what()));  // a cached copy is named by its URL
+  }
   if (size_ > std::numeric_limits<std::uint32_t>::max()) {
     throw DataError(features.front() + ": " + std::to_string(size_) +
                     " samples is more than the 2^32 - 1 a sampler addresses");
@@ -155,6 +161,7 @@ NpyLoaderOptions NpyLoader::options_from(const Params& params) {
   o.labels = params.get_string_list("labels");
   o.num_classes = static_cast<int>(params.get_int("num_classes"));
   o.io = io_options_from(params);
+  o.remote = remote_options_from(params);
   o.pin = params.get_bool("pin");
   return o;
 }
@@ -270,6 +277,7 @@ void NpyLoader::process(Batch& batch) {
 
 void NpyLoader::finish(RunReport& report) {
   engine_->report(report, options_.name);
+  report_remote(remote_, options_.name, report);
   if (options_.pin) {
     // Feature bytes the upload copied from the files' mapping; the seconds page-locking took.
     report.extra[options_.name + ".in_place_bytes"] =
@@ -339,6 +347,7 @@ NodeType npy_node_type(HostPinning pinning) {
   schema.add_int("num_classes", "when > 0, labels must be in [0, num_classes)", 0)
       .range(0, 2147483647.0);
   add_io_params(schema);
+  add_remote_params(schema);
   schema.add_bool("pin",
                   "with io: mmap, leave runs of feature rows of 512 KiB or more in the files' "
                   "mapping for the upload node to copy from there; on CUDA the mappings are "

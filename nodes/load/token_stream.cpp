@@ -107,8 +107,15 @@ std::string strip_megatron_extension(const std::string& path) {
 }  // namespace
 
 std::vector<std::string> expand_token_files(const std::vector<std::string>& patterns,
-                                            TokenFormat format) {
-  if (format == TokenFormat::raw) return expand_file_set(patterns, "files");
+                                            TokenFormat format, RemoteSource* remote) {
+  if (format == TokenFormat::raw) return expand_file_set(patterns, "files", remote);
+  for (const std::string& p : patterns) {
+    if (is_remote_url(p)) {
+      throw DataError(p +
+                      ": a Megatron data set (.bin and .idx) is read from local files; URLs "
+                      "are fetched for raw token files (format: raw)");
+    }
+  }
   // A Megatron data set is named by its prefix: match the patterns against the .bin files.
   std::vector<std::string> bins;
   for (const std::string& p : patterns)

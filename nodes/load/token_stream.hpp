@@ -35,8 +35,10 @@ MegatronIndex read_megatron_index(const std::string& idx_path, std::uint64_t bin
 /// (paths, globs, braces; every file checked, DataError naming the bad one). Megatron: each
 /// pattern names prefixes (a trailing `.bin` or `.idx` is dropped) and is matched against the
 /// `.bin` files; the prefixes are returned.
+struct RemoteSource;  // file_set.hpp
+/// With `remote`, raw files may also be URLs (fetched into its cache; docs/REMOTE.md).
 std::vector<std::string> expand_token_files(const std::vector<std::string>& patterns,
-                                            TokenFormat format);
+                                            TokenFormat format, RemoteSource* remote = nullptr);
 
 /// Writes a Megatron-LM indexed data set `<prefix>.bin` + `<prefix>.idx` (one sequence per
 /// document) from `documents`, each a list of token ids, stored as `dtype` (uint8, uint16 or

@@ -3,6 +3,7 @@
 #include <array>
 #include <stdexcept>
 
+#include "file_set.hpp"
 #include "flowfeed/error.hpp"
 #include "flowfeed/extend.hpp"
 #include "flowfeed/nodes/tokens.hpp"
@@ -28,10 +29,16 @@ std::string describe(const std::vector<std::string>& files) {
 
 TokensLoader::TokensLoader(TokensOptions options) : options_(std::move(options)) {
   if (options_.context == 0) throw DataError("tokens: context must be at least 1");
-  files_ = expand_token_files(options_.files, options_.format);
-  stream_ = std::make_unique<TokenStream>(files_, options_.format, options_.dtype, options_.mmap,
-                                          options_.io, options_.concurrency,
-                                          "node '" + options_.name + "'");
+  RemoteSource source{options_.remote, nullptr};
+  files_ = expand_token_files(options_.files, options_.format, &source);
+  remote_ = source.files;
+  try {
+    stream_ = std::make_unique<TokenStream>(files_, options_.format, options_.dtype, options_.mmap,
+                                            options_.io, options_.concurrency,
+                                            "node '" + options_.name + "'");
+  } catch (const DataError& e) {
+    throw DataError(name_urls(remote_.get(), e.what()));  // a cached copy is named by its URL
+  }
   std::vector<std::uint64_t> documents = stream_->document_starts();
   if (options_.eos) documents = split_at_eos(*stream_, *options_.eos, documents, describe(files_));
   if (options_.packing != Packing::none) {
@@ -58,6 +65,7 @@ TokensOptions TokensLoader::options_from(const Params& params) {
   o.windows = static_cast<std::uint64_t>(params.get_int("windows"));
   read_packing_options(params, o);
   o.io = io_options_from(params);
+  o.remote = remote_options_from(params);
   // The token stream maps its pieces itself (windows are copied from the mapping); its engine,
   // for the reads that do not come from a mapping, reads with pread.
   o.mmap = o.io.engine == IoOptions::Engine::mmap;
@@ -177,6 +185,7 @@ void TokensLoader::process(Batch& batch) {
 
 void TokensLoader::finish(RunReport& report) {
   stream_->engine().report(report, options_.name);
+  report_remote(remote_, options_.name, report);
   if (packed_) report_packing(*packed_, options_.name, report);
 }
 
@@ -212,6 +221,7 @@ void register_tokens(Registry& registry) {
       .range(0, 4294967295.0);
   add_packing_params(schema);
   add_io_params(schema);
+  add_remote_params(schema);
   NodeType t = factory_type(
       "tokens", Role::load, std::move(schema),
       [](const NodeSpec& spec) {

@@ -32,6 +32,13 @@ std::pair<std::string_view, std::string_view> split_key(std::string_view name) {
 }  // namespace
 
 std::vector<std::string> expand_shards(const std::vector<std::string>& shards) {
+  std::shared_ptr<RemoteFiles> none;
+  return expand_shards(shards, RemoteOptions{}, none);
+}
+
+std::vector<std::string> expand_shards(const std::vector<std::string>& shards,
+                                       const RemoteOptions& options,
+                                       std::shared_ptr<RemoteFiles>& remote) {
   // WebDataset's convention: one string may list several shards, separated by commas or spaces
   // (a comma inside braces belongs to the brace list).
   std::vector<std::string> patterns;
@@ -50,7 +57,10 @@ std::vector<std::string> expand_shards(const std::vector<std::string>& shards) {
     }
     if (!token.empty()) patterns.push_back(std::move(token));
   }
-  return expand_file_set(patterns, "shards");
+  RemoteSource source{options, remote};
+  std::vector<std::string> files = expand_file_set(patterns, "shards", &source);
+  remote = source.files;
+  return files;
 }
 
 WebDatasetIndex::WebDatasetIndex(std::vector<std::string> shards, std::vector<std::string> fields)
@@ -129,8 +139,9 @@ WebDatasetIndex::WebDatasetIndex(std::vector<std::string> shards, std::vector<st
 }
 
 std::string WebDatasetIndex::where(const ShardSample& s) const {
-  return fmt::format("{}: sample '{}' (member '{}' at offset {})", shards_[s.shard], key(s),
-                     name(s), s.image_header);
+  return fmt::format("{}: sample '{}' (member '{}' at offset {})",
+                     shown_.empty() ? shards_[s.shard] : shown_[s.shard], key(s), name(s),
+                     s.image_header);
 }
 
 std::string WebDatasetIndex::problem_text(const ShardSample& s) const {

@@ -47,6 +47,8 @@ class WebDatasetIndex {
   explicit WebDatasetIndex(std::vector<std::string> shards, std::vector<std::string> fields = {});
 
   const std::vector<std::string>& shards() const noexcept { return shards_; }
+  /// The names messages give the shards (e.g. the URLs of cached copies), one per shard.
+  void name_shards(std::vector<std::string> shown) { shown_ = std::move(shown); }
   const std::vector<ShardSample>& samples() const noexcept { return samples_; }
   /// The member name recorded for `s` (its image, or its first member without one).
   std::string_view name(const ShardSample& s) const noexcept {
@@ -70,6 +72,7 @@ class WebDatasetIndex {
 
  private:
   std::vector<std::string> shards_;
+  std::vector<std::string> shown_;  ///< what messages call the shards; empty: their paths
   std::vector<ShardSample> samples_;
   std::vector<char> names_;
   std::vector<std::string> fields_;

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <limits>
 
+#include "file_set.hpp"
 #include "flowfeed/config.hpp"
 #include "flowfeed/data_file.hpp"
 #include "flowfeed/pool.hpp"
@@ -67,11 +68,26 @@ void parse_bytes_fields(const NodeSpec& spec, WebDatasetOptions& o,
   if (o.bytes_fields.size() > 8) problem("at most 8 fields");
 }
 
+/// The index of the options' shards; a shard fetched by URL is named by its URL in messages.
+WebDatasetIndex index_of(const WebDatasetOptions& o, std::shared_ptr<RemoteFiles>& remote) {
+  std::vector<std::string> paths = expand_shards(o.shards, o.remote, remote);
+  try {
+    WebDatasetIndex index(paths, field_names(o.bytes_fields));
+    if (remote) {
+      for (std::string& p : paths) p = name_urls(remote.get(), p);
+      index.name_shards(std::move(paths));
+    }
+    return index;
+  } catch (const DataError& e) {
+    throw DataError(name_urls(remote.get(), e.what()));
+  }
+}
+
 }  // namespace
 
 WebDatasetLoader::WebDatasetLoader(WebDatasetOptions options)
     : options_(std::move(options)),
-      index_(expand_shards(options_.shards), field_names(options_.bytes_fields)),
+      index_(index_of(options_, remote_)),
       workers_(std::make_unique<DecodeWorkers>()) {
   if (index_.samples().empty()) {
     throw DataError(fmt::format("shards: '{}' hold no sample", fmt::join(options_.shards, ", ")));
@@ -79,9 +95,9 @@ WebDatasetLoader::WebDatasetLoader(WebDatasetOptions options)
   for (const std::string& path : index_.shards()) {
     try {
       fds_.push_back(DataFile(path).release());
-    } catch (...) {
+    } catch (const DataError& e) {
       for (int f : fds_) ::close(f);
-      throw;
+      throw DataError(name_urls(remote_.get(), e.what()));
     }
   }
   target_ = decode_target(options_);
@@ -95,6 +111,7 @@ WebDatasetLoader::~WebDatasetLoader() {
 WebDatasetOptions WebDatasetLoader::options_from(const NodeSpec& spec) {
   WebDatasetOptions o;
   o.shards = spec.params.get_string_list("shards");
+  o.remote = remote_options_from(spec.params);
   std::vector<std::string> problems;
   image_options_from(spec, o, problems);
   parse_bytes_fields(spec, o, problems);
@@ -247,6 +264,7 @@ void WebDatasetLoader::process(Batch& batch) {
 
 void WebDatasetLoader::finish(RunReport& report) {
   drops_.finish(report);
+  report_remote(remote_, node_name_, report);
 }
 
 }  // namespace flowfeed

@@ -63,6 +63,7 @@ class WebDatasetLoader final : public LoaderNode {
                   std::uint8_t* dst) const;
 
   WebDatasetOptions options_;
+  std::shared_ptr<RemoteFiles> remote_;  ///< before index_: the shards' expansion sets it
   WebDatasetIndex index_;
   std::vector<int> fds_;
   DecodeTarget target_;

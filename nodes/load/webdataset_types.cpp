@@ -1,6 +1,7 @@
 // Registers the `webdataset` loader and the `random_flip` host transform.
 #include <fmt/format.h>
 
+#include "file_set.hpp"
 #include "flowfeed/extend.hpp"
 #include "flowfeed/registry.hpp"
 #include "image_augment.hpp"
@@ -80,9 +81,11 @@ void register_webdataset(Registry& registry) {
   Schema s;
   s.add_string_list("shards",
                     "tar shards: paths, globs and braces ({000..009}, {a,b}), a list or one "
-                    "string separated by commas or spaces; one data set in that order")
+                    "string separated by commas or spaces; one data set in that order; "
+                    "https:// and s3:// URLs too (docs/REMOTE.md)")
       .make_required();
   add_image_params(s);
+  add_remote_params(s);
   s.add_string("bytes_fields",
                "members delivered as bytes, 'json:4096, txt:256': tensors json uint8 [4096] "
                "(zero-padded) and json_len int32 each",

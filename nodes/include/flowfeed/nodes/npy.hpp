@@ -14,6 +14,7 @@
 #include "flowfeed/nodes/io.hpp"
 #include "flowfeed/nodes/pinning.hpp"
 #include "flowfeed/registry.hpp"
+#include "flowfeed/remote/remote_files.hpp"
 
 namespace flowfeed {
 
@@ -28,8 +29,9 @@ struct NpyLoaderOptions {
   /// .npy files of N integers (uint8, int32 or int64), converted to int32: one per features
   /// file, in the same order, each with that file's row count.
   std::vector<std::string> labels;
-  int num_classes = 0;  ///< when > 0, every label must be in [0, num_classes)
-  IoOptions io;         ///< how the features are read
+  int num_classes = 0;   ///< when > 0, every label must be in [0, num_classes)
+  RemoteOptions remote;  ///< how files named by URL are fetched and cached (docs/REMOTE.md)
+  IoOptions io;          ///< how the features are read
   /// With io: mmap: leave each batch's runs of feature rows of 512 KiB or more in the files'
   /// mapping (Batch::external), for the upload node to copy from there; on CUDA the mappings are
   /// page-locked once, so the DMA reads the page cache directly and no host copy is made. The
@@ -82,6 +84,7 @@ class NpyLoader final : public LoaderNode {
   [[noreturn]] void label_error(const Shard& shard, std::int64_t label, std::size_t index) const;
 
   NpyLoaderOptions options_;
+  std::shared_ptr<RemoteFiles> remote_;  ///< keeps fetched shards in the cache
   std::unique_ptr<IoEngine> engine_;
   std::vector<Shard> shards_;
   std::vector<std::size_t> starts_;  // global index of each shard's first row

@@ -15,6 +15,7 @@
 
 #include "flowfeed/node.hpp"
 #include "flowfeed/nodes/io.hpp"
+#include "flowfeed/remote/remote_files.hpp"
 
 namespace flowfeed {
 
@@ -49,6 +50,7 @@ struct TokensOptions {
   /// a Megatron pattern is matched against the `.bin` files), read as one stream in that order.
   std::vector<std::string> files;
   TokenFormat format = TokenFormat::raw;
+  RemoteOptions remote;  ///< how raw files named by URL are fetched and cached (docs/REMOTE.md)
   /// uint8, uint16, uint32 or int32; nullopt: uint16 for raw files, the index's for Megatron
   /// (a value given must match the index).
   std::optional<DType> dtype;
@@ -121,7 +123,8 @@ class TokensLoader final : public LoaderNode {
 
  private:
   TokensOptions options_;
-  std::vector<std::string> files_;  // expanded
+  std::vector<std::string> files_;       // expanded
+  std::shared_ptr<RemoteFiles> remote_;  // keeps fetched files in the cache
   std::unique_ptr<TokenStream> stream_;
   std::unique_ptr<TokenWindows> windows_;  // unless packed
   std::unique_ptr<PackedWindows> packed_;  // packing

@@ -6,10 +6,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "flowfeed/node.hpp"
+#include "flowfeed/remote/remote_files.hpp"
 
 namespace flowfeed {
 
@@ -58,6 +60,7 @@ struct WebDatasetOptions : ImageOptions {
   /// data set, in the order listed (each glob sorted), expanded by expand_shards().
   std::vector<std::string> shards;
   std::vector<BytesField> bytes_fields;  ///< tensors after x and y, in this order (at most 8)
+  RemoteOptions remote;  ///< how shards named by URL are fetched and cached (docs/REMOTE.md)
 };
 
 /// Registers `webdataset` (load) and `random_flip` (transform).
@@ -68,5 +71,11 @@ void register_webdataset(Registry& registry);
 /// value, every file checked). Throws DataError naming the pattern or file: a glob that matches
 /// nothing, a missing or unreadable file, a file named twice, an empty list.
 std::vector<std::string> expand_shards(const std::vector<std::string>& shards);
+
+/// expand_shards, where a shard may also be a URL: fetched with `remote`'s options into its
+/// cache (`remote` is made at the first URL and keeps the shards cached while it lives).
+std::vector<std::string> expand_shards(const std::vector<std::string>& shards,
+                                       const RemoteOptions& options,
+                                       std::shared_ptr<RemoteFiles>& remote);
 
 }  // namespace flowfeed

@@ -1,0 +1,165 @@
+// pipeline_bench remote: the same npy shards read by the same config from local disk and by URL
+// from nginx on 127.0.0.1 (docs/REMOTE.md): cold (an empty cache), warm (the cache of the cold
+// run) and cold through a proxy that fails a share of the requests (503 or a reset mid-body).
+// Each figure is samples per second over the pipeline's build and run (the shards are fetched
+// while it is built), against the local run of the same round.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "bench.hpp"
+#include "nodes/load/npy_file.hpp"
+#include "tests/remote/servers.hpp"
+
+namespace flowfeed::bench {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Timed {
+  double samples_per_second = 0;
+  RunReport report;
+};
+
+std::string yaml(const Options& o, const std::string& features, const std::string& labels,
+                 const std::string& cache) {
+  return "pipeline: { epochs: " + std::to_string(o.remote_epochs) +
+         ", batch_size: 64, prefetch_depth: 8, device: host }\n"
+         "sampler: { shuffle: true, seed: 1 }\n"
+         "nodes:\n"
+         "  - name: load\n"
+         "    type: npy\n"
+         "    concurrency: " +
+         std::to_string(o.remote_loaders) + "\n    params: { features: '" + features +
+         "', labels: '" + labels + "'" +
+         (cache.empty() ? std::string() : ", cache_dir: '" + cache + "'") +
+         ", transfers: " + std::to_string(o.remote_transfers) +
+         " }\n"
+         "  - { name: upload, type: host_upload }\n"
+         "  - { name: train, type: discard }\n";
+}
+
+Timed timed_run(Bench& bench, const std::string& text, const std::string& name) {
+  const auto start = std::chrono::steady_clock::now();
+  Pipeline p(load_config_string(text, bench.registry(), {}, name), bench.registry());
+  Timed t;
+  t.report = p.run();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  t.samples_per_second = static_cast<double>(t.report.samples) / seconds;
+  return t;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+}  // namespace
+
+void remote(Bench& bench) {
+  const Options& o = bench.options();
+  if (::access("/usr/sbin/nginx", X_OK) != 0) {
+    bench.skip("remote", "nginx is not installed (scripts/deps.sh)");
+    return;
+  }
+  const std::uint64_t total = o.quick ? std::uint64_t{8} << 20 : o.remote_bytes;
+  const int shards = o.quick ? 4 : o.remote_shards;
+  const std::size_t row_bytes = 16384;
+  const std::size_t rows = std::max<std::size_t>(1, total / shards / row_bytes);
+  const fs::path dir =
+      fs::temp_directory_path() / ("flowfeed_remote_bench_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "data");
+  for (int s = 0; s < shards; ++s) {
+    char name[64];
+    std::vector<std::uint8_t> x(rows * row_bytes);
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<std::uint8_t>(i * 31 + s);
+    std::vector<std::int32_t> y(rows);
+    for (std::size_t i = 0; i < rows; ++i) y[i] = static_cast<std::int32_t>(i % 10);
+    std::snprintf(name, sizeof name, "x-%03d.npy", s);
+    write_npy((dir / "data" / name).string(), NpyDtype::uint8,
+              {static_cast<std::int64_t>(rows), static_cast<std::int64_t>(row_bytes)}, x.data());
+    std::snprintf(name, sizeof name, "y-%03d.npy", s);
+    write_npy((dir / "data" / name).string(), NpyDtype::int32, {static_cast<std::int64_t>(rows)},
+              y.data());
+  }
+  char last[16];
+  std::snprintf(last, sizeof last, "%03d", shards - 1);
+  const std::string range = std::string("{000..") + last + "}";
+  remote_test::Nginx nginx((dir / "data").string(), (dir / "nginx").string());
+  auto proxy = remote_test::python_server(
+      "fault_proxy.py",
+      {"--upstream", std::to_string(nginx.port()), "--rate", std::to_string(o.remote_fault_rate),
+       "--faults", "503,reset", "--seed", "7", "--log", (dir / "faults.log").string()});
+  const std::string local = (dir / "data").string() + "/";
+  const std::string http = nginx.url("");
+  const std::string faulty = "http://127.0.0.1:" + std::to_string(proxy->port()) + "/";
+  const std::uint64_t expected = static_cast<std::uint64_t>(rows) * shards * o.remote_epochs;
+  std::vector<double> local_rate, cold, warm, faults, cold_ratio, warm_ratio, fault_ratio;
+  nlohmann::json& details = bench.details("remote");
+  for (int round = 0; round < o.remote_runs; ++round) {
+    const std::string cache = (dir / ("cache-" + std::to_string(round))).string();
+    const std::string fault_cache = (dir / ("fault-cache-" + std::to_string(round))).string();
+    auto text = [&](const std::string& base, const std::string& c) {
+      return yaml(o, base + "x-" + range + ".npy", base + "y-" + range + ".npy", c);
+    };
+    const Timed l = timed_run(bench, text(local, ""), "remote_local");
+    const Timed c = timed_run(bench, text(http, cache), "remote_cold");
+    const Timed w = timed_run(bench, text(http, cache), "remote_warm");
+    const Timed f = timed_run(bench, text(faulty, fault_cache), "remote_faults");
+    for (const Timed* t : {&l, &c, &w, &f}) {
+      if (t->report.samples != expected) {
+        throw std::runtime_error("remote: a run delivered " + std::to_string(t->report.samples) +
+                                 " samples, not " + std::to_string(expected));
+      }
+    }
+    local_rate.push_back(l.samples_per_second);
+    cold.push_back(c.samples_per_second);
+    warm.push_back(w.samples_per_second);
+    faults.push_back(f.samples_per_second);
+    cold_ratio.push_back(c.samples_per_second / l.samples_per_second);
+    warm_ratio.push_back(w.samples_per_second / l.samples_per_second);
+    fault_ratio.push_back(f.samples_per_second / c.samples_per_second);
+    std::printf(
+        "remote round %d: local %.0f, cold %.0f (%.3f), warm %.0f (%.3f), 5%% faults %.0f (%.3f "
+        "of cold; %.0f retries) samples/s; fetch at build: cold %.3f s, warm %.3f s\n",
+        round, l.samples_per_second, c.samples_per_second, cold_ratio.back(), w.samples_per_second,
+        warm_ratio.back(), f.samples_per_second, fault_ratio.back(),
+        f.report.extra.at("load.remote_retries"), c.report.extra.at("load.remote_fetch_seconds"),
+        w.report.extra.at("load.remote_fetch_seconds"));
+    details["rounds"].push_back(
+        {{"local", l.samples_per_second},
+         {"cold", c.samples_per_second},
+         {"warm", w.samples_per_second},
+         {"faults", f.samples_per_second},
+         {"fault_retries", f.report.extra.at("load.remote_retries")},
+         {"cold_fetch_seconds", c.report.extra.at("load.remote_fetch_seconds")}});
+    fs::remove_all(cache);
+    fs::remove_all(fault_cache);
+  }
+  auto span = [](const std::vector<double>& v) {
+    return nlohmann::json{{"min", *std::min_element(v.begin(), v.end())},
+                          {"max", *std::max_element(v.begin(), v.end())}};
+  };
+  details["cold_ratio"] = span(cold_ratio);
+  details["warm_ratio"] = span(warm_ratio);
+  details["fault_ratio"] = span(fault_ratio);
+  details["bytes"] = rows * row_bytes * static_cast<std::size_t>(shards);
+  bench.result("remote_cold", median(cold), "samples/s", median(local_rate),
+               Target{0.9, true, false});
+  bench.result("remote_warm", median(warm), "samples/s", median(local_rate),
+               Target{0.95, true, false});
+  bench.result("remote_faults", median(faults), "samples/s", median(cold),
+               Target{0.8, true, false});
+  proxy.reset();
+  fs::remove_all(dir);
+}
+
+}  // namespace flowfeed::bench

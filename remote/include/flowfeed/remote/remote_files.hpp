@@ -1,0 +1,94 @@
+#pragma once
+/// \file
+/// Shards named by URL (`https://host/path/x.tar`, `s3://bucket/prefix/x.tar`): listed, fetched
+/// whole into a local cache directory with a byte budget, and handed to the loaders as local
+/// paths. docs/REMOTE.md describes the cache, the retries and the S3 settings.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace flowfeed {
+
+/// How remote shards are fetched and cached (the loaders' remote params).
+struct RemoteOptions {
+  /// The cache directory; "" means $FLOWFEED_CACHE_DIR, else $XDG_CACHE_HOME/flowfeed/shards,
+  /// else ~/.cache/flowfeed/shards. It holds only files flowfeed made.
+  std::string cache_dir;
+  std::uint64_t cache_bytes = std::uint64_t{16} << 30;  ///< never more bytes than this on disk
+  int transfers = 0;              ///< shards fetched at once; 0: auto (min(shards, 8))
+  int attempts = 6;               ///< tries per request before it fails
+  double backoff_s = 0.2;         ///< the first retry waits up to this (full jitter), doubling
+  double max_backoff_s = 10;      ///< longest wait between tries
+  double timeout_s = 30;          ///< a transfer with no byte for this long failed (retried)
+  double connect_timeout_s = 10;  ///< a connection not made in this long failed (retried)
+  /// A manifest of SHA-256 sums in `sha256sum` format (`<64 hex>  <name>` per line; a path or a
+  /// URL), "" for none. A fetched shard whose URL, key or file name has a line is verified
+  /// against it before it enters the cache.
+  std::string checksums;
+};
+
+/// What the fetches of one RemoteFiles did (the report's remote line).
+struct RemoteStats {
+  std::uint64_t shards = 0;            ///< shards handed out
+  std::uint64_t cache_hits = 0;        ///< of them, found complete in the cache
+  std::uint64_t bytes_fetched = 0;     ///< bytes received over the network (resumed parts too)
+  std::uint64_t retries = 0;           ///< requests tried again after a fault
+  std::uint64_t evicted_bytes = 0;     ///< bytes of older shards removed to stay in the budget
+  std::uint64_t peak_cache_bytes = 0;  ///< the most bytes the cache held, as counted by this run
+  double fetch_seconds = 0;            ///< wall time spent fetching (listing, checks, transfers)
+};
+
+/// True when `text` is a URL flowfeed fetches: it starts with http://, https:// or s3://.
+bool is_remote_url(std::string_view text) noexcept;
+
+namespace remote {
+class ShardCache;  // remote/src/shard_cache.hpp
+}
+
+/// The remote shards of one loader. list() turns a URL (an s3:// URL may hold glob characters,
+/// matched against the bucket's listing) into the objects it names; fetch() brings them into the
+/// cache (a bounded number of transfers at once, each retried on timeouts, resets, 5xx and 429,
+/// resumed with a Range request) and returns their local paths. The shards stay in the cache, and
+/// are never evicted by another run, while this object lives. Thread-compatible (one caller).
+class RemoteFiles {
+ public:
+  /// Opens (or makes) the cache directory: ConfigError when it holds a file flowfeed did not
+  /// write.
+  explicit RemoteFiles(RemoteOptions options);
+  ~RemoteFiles();
+  RemoteFiles(const RemoteFiles&) = delete;
+  RemoteFiles& operator=(const RemoteFiles&) = delete;
+
+  /// The objects `url` names: itself, or for an s3:// URL with `*`, `?` or `[` in its key, every
+  /// key of the bucket's listing that matches (byte order; `*` does not cross a `/`). DataError
+  /// when nothing matches or the listing fails (naming the URL and the HTTP status).
+  std::vector<std::string> list(const std::string& url);
+
+  /// Local paths of `urls`, in order, each complete and verified (size; an s3 listing's size or
+  /// the server's Content-Length). The first is checked before any transfer starts, so a wrong
+  /// host, bucket or credential fails at once. DataError `URL: HTTP 404 Not Found (...)` when a
+  /// shard cannot be fetched; nothing half-fetched is ever returned.
+  std::vector<std::string> fetch(const std::vector<std::string>& urls);
+
+  /// The URL a local path returned by fetch() was fetched from ("" when none).
+  std::string url_of(const std::string& local_path) const;
+
+  const RemoteStats& stats() const noexcept { return stats_; }
+  const RemoteOptions& options() const noexcept { return options_; }
+  /// The cache directory in use.
+  const std::string& cache_dir() const noexcept;
+
+ private:
+  struct Pins;
+  RemoteOptions options_;
+  std::unique_ptr<remote::ShardCache> cache_;
+  std::unique_ptr<Pins> pins_;
+  std::vector<std::pair<std::string, std::uint64_t>> listed_;  ///< s3 listing sizes
+  RemoteStats stats_;
+};
+
+}  // namespace flowfeed

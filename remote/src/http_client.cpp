@@ -1,0 +1,355 @@
+#include "http_client.hpp"
+
+#include <curl/curl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "flowfeed/error.hpp"
+
+namespace flowfeed::remote {
+
+namespace {
+
+CURL* handle(void* p) {
+  return static_cast<CURL*>(p);
+}
+
+void global_init() {
+  static std::once_flag once;
+  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+}
+
+/// Whether a curl error is worth another try (the network, not the request, failed).
+bool transient(CURLcode code) {
+  switch (code) {
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_OPERATION_TIMEDOUT:
+    case CURLE_PARTIAL_FILE:
+    case CURLE_RECV_ERROR:
+    case CURLE_SEND_ERROR:
+    case CURLE_GOT_NOTHING:
+    case CURLE_HTTP2:
+    case CURLE_HTTP2_STREAM:
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_COULDNT_RESOLVE_HOST:  // a resolver hiccup; a wrong host fails after the tries
+      return true;
+    default: return false;
+  }
+}
+
+bool transient_status(long status) {
+  return status == 429 || status >= 500;
+}
+
+/// Where a download's body goes: the file from `offset` on, or (an error status) a short text.
+struct Sink {
+  CURL* curl = nullptr;
+  int fd = -1;
+  std::uint64_t start = 0;   ///< the offset asked for
+  std::uint64_t offset = 0;  ///< the next byte's offset
+  std::uint64_t limit = 0;   ///< the object's size: more is an error
+  std::uint64_t received = 0;
+  bool checked = false;  ///< the status was looked at (first body bytes)
+  bool to_file = false;
+  int write_error = 0;
+  std::string text;  ///< the body of an error response or of get_text
+  std::size_t text_limit = 64 << 20;
+};
+
+std::size_t write_body(char* data, std::size_t size, std::size_t count, void* user) {
+  auto& sink = *static_cast<Sink*>(user);
+  const std::size_t bytes = size * count;
+  if (!sink.checked) {
+    sink.checked = true;
+    long status = 0;
+    curl_easy_getinfo(sink.curl, CURLINFO_RESPONSE_CODE, &status);
+    sink.to_file = sink.fd >= 0 && (status == 200 || status == 206);
+    if (sink.to_file && status == 200 && sink.start > 0) {
+      // The server ignored the Range header: the body starts at byte 0.
+      sink.offset = 0;
+      if (::ftruncate(sink.fd, 0) != 0) {
+        sink.write_error = errno;
+        return 0;
+      }
+    }
+  }
+  if (!sink.to_file) {
+    if (sink.text.size() + bytes > sink.text_limit) return 0;
+    sink.text.append(data, bytes);
+    return bytes;
+  }
+  if (sink.offset + bytes > sink.limit) {
+    sink.write_error = EFBIG;
+    return 0;
+  }
+  std::size_t done = 0;
+  while (done < bytes) {
+    const ssize_t n =
+        ::pwrite(sink.fd, data + done, bytes - done, static_cast<off_t>(sink.offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      sink.write_error = n < 0 ? errno : EIO;
+      return 0;
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  sink.offset += bytes;
+  sink.received += bytes;
+  return bytes;
+}
+
+int debug_headers(CURL*, curl_infotype type, char* data, std::size_t size, void* user) {
+  if (type == CURLINFO_HEADER_OUT) static_cast<std::string*>(user)->assign(data, size);
+  return 0;
+}
+
+std::size_t ignore_body(char*, std::size_t size, std::size_t count, void*) {
+  return size * count;
+}
+
+}  // namespace
+
+const char* http_reason(long status) noexcept {
+  switch (status) {
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    case 410: return "Gone";
+    case 416: return "Range Not Satisfiable";
+    case 429: return "Too Many Requests";
+    case 500: return "Internal Server Error";
+    case 501: return "Not Implemented";
+    case 502: return "Bad Gateway";
+    case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
+    default: return "";
+  }
+}
+
+struct HttpClient::Attempt {
+  CURLcode code = CURLE_OK;
+  long status = 0;
+  std::string error;  ///< curl's error buffer
+  std::string body;   ///< an error response's body (first bytes)
+};
+
+HttpClient::HttpClient(const RemoteOptions& options, std::atomic<std::uint64_t>& retries)
+    : options_(options), retries_(retries) {
+  global_init();
+  curl_ = curl_easy_init();
+  if (!curl_) throw Error("remote: curl_easy_init failed (out of memory)");
+}
+
+HttpClient::~HttpClient() {
+  curl_slist_free_all(static_cast<curl_slist*>(header_list_));
+  curl_slist_free_all(static_cast<curl_slist*>(connect_list_));
+  curl_easy_cleanup(handle(curl_));
+}
+
+void HttpClient::prepare(const Request& request) {
+  CURL* c = handle(curl_);
+  curl_easy_reset(c);
+  curl_easy_setopt(c, CURLOPT_URL, request.url.c_str());
+  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
+  curl_easy_setopt(c, CURLOPT_MAXREDIRS, 5L);
+  curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+  curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+  curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS,
+                   static_cast<long>(std::max(1.0, options_.connect_timeout_s * 1000)));
+  curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
+  curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME,
+                   static_cast<long>(std::max(1.0, std::ceil(options_.timeout_s))));
+  curl_easy_setopt(c, CURLOPT_BUFFERSIZE, 512L << 10);  // fewer, larger writes into the cache
+  if (capture_headers_) {
+    curl_easy_setopt(c, CURLOPT_DEBUGFUNCTION, debug_headers);
+    curl_easy_setopt(c, CURLOPT_DEBUGDATA, &sent_);
+    curl_easy_setopt(c, CURLOPT_VERBOSE, 1L);  // for CURLINFO_HEADER_OUT only: nothing is printed
+  }
+  curl_slist* headers = nullptr;
+  for (const std::string& h : request.headers) headers = curl_slist_append(headers, h.c_str());
+  if (request.auth && !request.auth->access_key.empty()) {
+    const S3Auth& a = *request.auth;
+    const std::string provider = "aws:amz:" + a.region + ":s3";
+    curl_easy_setopt(c, CURLOPT_AWS_SIGV4, provider.c_str());
+    curl_easy_setopt(c, CURLOPT_USERNAME, a.access_key.c_str());
+    curl_easy_setopt(c, CURLOPT_PASSWORD, a.secret_key.c_str());
+    const bool hashed = std::any_of(request.headers.begin(), request.headers.end(), [](auto& h) {
+      return h.rfind("x-amz-content-sha256:", 0) == 0;
+    });
+    if (!hashed) headers = curl_slist_append(headers, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
+    if (!a.session_token.empty()) {
+      headers = curl_slist_append(headers, ("x-amz-security-token: " + a.session_token).c_str());
+    }
+  }
+  curl_slist_free_all(static_cast<curl_slist*>(header_list_));
+  header_list_ = headers;
+  curl_slist_free_all(static_cast<curl_slist*>(connect_list_));
+  connect_list_ = nullptr;
+  if (!request.connect_to.empty()) {
+    connect_list_ = curl_slist_append(nullptr, request.connect_to.c_str());
+    curl_easy_setopt(c, CURLOPT_CONNECT_TO, connect_list_);
+  }
+  curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
+}
+
+void HttpClient::wait_before_retry(int attempt) {
+  ++retries_;
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  const double cap =
+      std::min(options_.max_backoff_s, options_.backoff_s * std::ldexp(1.0, attempt - 1));
+  // Equal jitter: half the step for sure, the other half at random, so that many transfers
+  // retrying the same fault do not return at once.
+  std::uniform_real_distribution<double> jitter(0.5, 1.0);
+  std::this_thread::sleep_for(std::chrono::duration<double>(cap * jitter(rng)));
+}
+
+void HttpClient::fail(const Request& request, const Attempt& last, int tries) const {
+  std::string what;
+  std::string fix;
+  if (last.code != CURLE_OK) {
+    what = fmt::format("{} (curl error {})",
+                       last.error.empty() ? curl_easy_strerror(last.code) : last.error,
+                       static_cast<int>(last.code));
+    fix = "check the host and port, and that the server is up";
+  } else {
+    what = fmt::format("HTTP {}{}{}", last.status, *http_reason(last.status) ? " " : "",
+                       http_reason(last.status));
+    if (last.status == 404) {
+      fix = "no such object: check the URL (bucket, prefix and shard names)";
+    } else if (last.status == 403 || last.status == 401) {
+      fix = request.auth ? "access denied: check the credentials (AWS_ACCESS_KEY_ID, "
+                           "AWS_SECRET_ACCESS_KEY, AWS_PROFILE), the region and the bucket's "
+                           "policy"
+                         : "access denied: check the URL and the server's permissions";
+    } else if (transient_status(last.status)) {
+      fix = "the server kept failing: try later, or raise the loader's attempts";
+    } else {
+      fix = "the server refused the request";
+    }
+  }
+  if (transient_status(last.status) || last.code != CURLE_OK) {
+    throw DataError(fmt::format("{}: {} after {} attempt{} ({})", request.shown, what, tries,
+                                tries == 1 ? "" : "s", fix));
+  }
+  throw DataError(fmt::format("{}: {} ({})", request.shown, what, fix));
+}
+
+std::uint64_t HttpClient::size_of(const Request& request) {
+  CURL* c = handle(curl_);
+  Attempt last;
+  for (int attempt = 1;; ++attempt) {
+    prepare(request);
+    char error[CURL_ERROR_SIZE] = {0};
+    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, error);
+    curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, ignore_body);
+    last = Attempt{};
+    last.code = curl_easy_perform(c);
+    last.error = error;
+    if (last.code == CURLE_OK) {
+      curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &last.status);
+      if (last.status == 200) {
+        curl_off_t length = -1;
+        curl_easy_getinfo(c, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length);
+        if (length < 0) {
+          throw DataError(
+              fmt::format("{}: the server gave no Content-Length (a shard's size "
+                          "must be known to verify it)",
+                          request.shown));
+        }
+        return static_cast<std::uint64_t>(length);
+      }
+    }
+    const bool again = last.code == CURLE_OK ? transient_status(last.status) : transient(last.code);
+    if (!again || attempt >= options_.attempts) fail(request, last, attempt);
+    wait_before_retry(attempt);
+  }
+}
+
+std::string HttpClient::get_text(const Request& request) {
+  CURL* c = handle(curl_);
+  Attempt last;
+  for (int attempt = 1;; ++attempt) {
+    prepare(request);
+    char error[CURL_ERROR_SIZE] = {0};
+    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, error);
+    Sink sink;
+    sink.curl = c;
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, write_body);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &sink);
+    last = Attempt{};
+    last.code = curl_easy_perform(c);
+    last.error = error;
+    if (last.code == CURLE_OK) {
+      curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &last.status);
+      if (last.status == 200) return std::move(sink.text);
+    }
+    const bool again = last.code == CURLE_OK ? transient_status(last.status) : transient(last.code);
+    if (!again || attempt >= options_.attempts) fail(request, last, attempt);
+    wait_before_retry(attempt);
+  }
+}
+
+std::uint64_t HttpClient::download(const Request& request, int fd, std::uint64_t have,
+                                   std::uint64_t size) {
+  CURL* c = handle(curl_);
+  Attempt last;
+  std::uint64_t received = 0;
+  for (int attempt = 1;; ++attempt) {
+    if (have == size) return received;
+    prepare(request);
+    char error[CURL_ERROR_SIZE] = {0};
+    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, error);
+    Sink sink;
+    sink.curl = c;
+    sink.fd = fd;
+    sink.start = have;
+    sink.offset = have;
+    sink.limit = size;
+    sink.text_limit = 4096;
+    const std::string range = fmt::format("{}-", have);
+    if (have > 0) curl_easy_setopt(c, CURLOPT_RANGE, range.c_str());
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, write_body);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &sink);
+    last = Attempt{};
+    last.code = curl_easy_perform(c);
+    last.error = error;
+    received += sink.received;
+    have = sink.to_file ? sink.offset : have;
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &last.status);
+    if (sink.write_error == EFBIG) {
+      throw DataError(
+          fmt::format("{}: the server sent more than the {} bytes the shard was "
+                      "listed with (the object changed while it was read)",
+                      request.shown, size));
+    }
+    if (sink.write_error != 0) {
+      throw DataError(fmt::format("{}: cannot write to the cache ({})", request.shown,
+                                  std::strerror(sink.write_error)));
+    }
+    if (last.code == CURLE_OK && (last.status == 200 || last.status == 206)) {
+      if (have == size) return received;
+      // A body that ended early without an error (a proxy cut it): ask for the rest.
+      last.code = CURLE_PARTIAL_FILE;
+      last.error = fmt::format("the body ended at byte {} of {}", have, size);
+    }
+    const bool again = last.code == CURLE_OK ? transient_status(last.status) : transient(last.code);
+    if (!again || attempt >= options_.attempts) fail(request, last, attempt);
+    wait_before_retry(attempt);
+  }
+}
+
+}  // namespace flowfeed::remote

@@ -1,0 +1,248 @@
+#include "flowfeed/remote/remote_files.hpp"
+
+#include <fmt/format.h>
+#include <fnmatch.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "checksums.hpp"
+#include "flowfeed/error.hpp"
+#include "http_client.hpp"
+#include "s3.hpp"
+#include "shard_cache.hpp"
+#include "url.hpp"
+
+namespace flowfeed {
+
+using remote::CacheOutcome;
+using remote::HttpClient;
+using remote::PinnedShard;
+using remote::Request;
+
+namespace {
+
+std::string default_cache_dir() {
+  if (const char* dir = std::getenv("FLOWFEED_CACHE_DIR"); dir && *dir) return dir;
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) {
+    return std::string(xdg) + "/flowfeed/shards";
+  }
+  const char* home = std::getenv("HOME");
+  return std::string(home && *home ? home : "/tmp") + "/.cache/flowfeed/shards";
+}
+
+bool has_glob(const std::string& s) {
+  return s.find_first_of("*?[") != std::string::npos;
+}
+
+}  // namespace
+
+struct RemoteFiles::Pins {
+  std::vector<PinnedShard> shards;
+  std::map<std::string, std::string> url_of;  ///< local path → URL
+  std::optional<remote::S3Config> s3;
+  std::atomic<std::uint64_t> retries{0};
+  std::optional<std::map<std::string, std::string>> sums;  ///< the checksum manifest, once read
+
+  const remote::S3Config& s3_config() {
+    if (!s3) s3 = remote::s3_config_from_environment();
+    return *s3;
+  }
+};
+
+RemoteFiles::RemoteFiles(RemoteOptions options)
+    : options_(std::move(options)), pins_(std::make_unique<Pins>()) {
+  if (options_.cache_dir.empty()) options_.cache_dir = default_cache_dir();
+  // Another run's transfer of a shard this run wants is waited for while it grows: longer than
+  // its own tries could stall.
+  cache_ = std::make_unique<remote::ShardCache>(options_.cache_dir, options_.cache_bytes,
+                                                2 * options_.timeout_s + options_.max_backoff_s);
+  stats_.evicted_bytes += cache_->trim();
+}
+
+RemoteFiles::~RemoteFiles() = default;
+
+const std::string& RemoteFiles::cache_dir() const noexcept {
+  return cache_->dir();
+}
+
+std::vector<std::string> RemoteFiles::list(const std::string& url) {
+  const remote::Url parsed = remote::parse_url(url);
+  if (!has_glob(parsed.path)) return {url};
+  if (parsed.scheme != "s3") {
+    throw DataError(
+        fmt::format("{}: a glob needs a listing, which only s3:// URLs have (name "
+                    "the shards with braces, e.g. train-{{000..099}}.tar)",
+                    url));
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const std::string pattern = parsed.path.substr(1);
+  const std::string prefix = pattern.substr(0, pattern.find_first_of("*?["));
+  HttpClient client(options_, pins_->retries);
+  const auto keys = remote::s3_list(client, pins_->s3_config(), parsed.host, prefix,
+                                    fmt::format("s3://{}/{} (listing)", parsed.host, prefix));
+  std::vector<std::string> out;
+  for (const auto& [key, size] : keys) {
+    if (::fnmatch(pattern.c_str(), key.c_str(), FNM_PATHNAME) != 0) continue;
+    out.push_back(fmt::format("s3://{}/{}", parsed.host, key));
+    listed_.emplace_back(out.back(), size);
+  }
+  stats_.retries = pins_->retries;
+  stats_.fetch_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (out.empty()) {
+    throw DataError(fmt::format("{}: matches no object (the bucket lists {} key{} under '{}')", url,
+                                keys.size(), keys.size() == 1 ? "" : "s", prefix));
+  }
+  return out;
+}
+
+std::vector<std::string> RemoteFiles::fetch(const std::vector<std::string>& urls) {
+  if (urls.empty()) return {};
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<Request> requests;
+  std::vector<std::optional<std::uint64_t>> sizes;
+  for (const std::string& url : urls) {
+    const remote::Url parsed = remote::parse_url(url);
+    if (parsed.scheme == "s3") {
+      const remote::S3Config& s3 = pins_->s3_config();
+      requests.push_back(
+          {remote::s3_object_url(s3, parsed.host, parsed.path.substr(1)), url, &s3.auth, {}, {}});
+    } else {
+      requests.push_back({url, url, nullptr, {}, {}});
+    }
+    std::optional<std::uint64_t> size;
+    for (const auto& [listed, bytes] : listed_) {
+      if (listed == url) size = bytes;
+    }
+    sizes.push_back(size);
+  }
+  // The first shard is asked for before anything else: a wrong host, bucket or credential
+  // fails here, at once.
+  try {
+    HttpClient client(options_, pins_->retries);
+    sizes[0] = client.size_of(requests[0]);
+  } catch (...) {
+    stats_.retries = pins_->retries;
+    throw;
+  }
+  if (!options_.checksums.empty() && !pins_->sums) {
+    std::string text;
+    if (is_remote_url(options_.checksums)) {
+      HttpClient client(options_, pins_->retries);
+      const remote::Url manifest = remote::parse_url(options_.checksums);
+      if (manifest.scheme == "s3") {
+        const remote::S3Config& s3 = pins_->s3_config();
+        text = client.get_text({remote::s3_object_url(s3, manifest.host, manifest.path.substr(1)),
+                                options_.checksums,
+                                &s3.auth,
+                                {},
+                                {}});
+      } else {
+        text = client.get_text({options_.checksums, options_.checksums, nullptr, {}, {}});
+      }
+    } else {
+      std::ifstream in(options_.checksums, std::ios::binary);
+      if (!in) {
+        throw DataError(fmt::format("{}: cannot open the checksum manifest ({})",
+                                    options_.checksums, std::strerror(errno)));
+      }
+      text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    pins_->sums = remote::parse_checksums(text, options_.checksums);
+  }
+  const std::size_t transfers = std::min<std::size_t>(
+      urls.size(), options_.transfers > 0 ? static_cast<std::size_t>(options_.transfers) : 8);
+  // The check of a fetched shard against the manifest's sum, when it has one.
+  auto verify_of = [&](const std::string& url) -> std::function<void(int)> {
+    const std::string want = pins_->sums ? remote::checksum_for(*pins_->sums, url) : "";
+    if (want.empty()) return {};
+    return [want, url](int fd) {
+      const std::string got = remote::sha256_of(fd, url);
+      if (got != want) {
+        throw DataError(
+            fmt::format("{}: its SHA-256 is {}, the checksum manifest says {} (the "
+                        "shard was damaged or changed; it is not used)",
+                        url, got, want));
+      }
+    };
+  };
+  std::vector<std::optional<PinnedShard>> pinned(urls.size());
+  std::atomic<std::size_t> next{0};
+  std::atomic<bool> failed{false};
+  std::exception_ptr error;
+  std::mutex mutex;
+  auto work = [&] {
+    try {
+      HttpClient client(options_, pins_->retries);
+      for (std::size_t i = next++; i < urls.size() && !failed; i = next++) {
+        const Request& request = requests[i];
+        std::uint64_t received = 0;
+        CacheOutcome outcome;
+        // A shard in the cache is used without asking the server again (shards do not change;
+        // the first shard was asked for above). With a listed size, a copy of another size is
+        // fetched again.
+        std::optional<PinnedShard> cached = cache_->find(request.url, outcome);
+        if (cached && sizes[i] && std::filesystem::file_size(cached->path()) != *sizes[i]) {
+          cached.reset();
+          outcome = CacheOutcome{};
+        }
+        PinnedShard shard = cached ? std::move(*cached) : [&] {
+          const std::uint64_t size = sizes[i] ? *sizes[i] : client.size_of(request);
+          return cache_->get(
+              request.url, size,
+              [&](int fd, std::uint64_t have) {
+                received = client.download(request, fd, have, size);
+              },
+              outcome, verify_of(urls[i]));
+        }();
+        std::lock_guard<std::mutex> lock(mutex);
+        stats_.bytes_fetched += received;
+        stats_.cache_hits += outcome.hit ? 1 : 0;
+        stats_.evicted_bytes += outcome.evicted;
+        stats_.peak_cache_bytes = std::max(stats_.peak_cache_bytes, outcome.used);
+        pinned[i].emplace(std::move(shard));
+      }
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (!error) error = std::current_exception();
+      failed = true;
+    }
+  };
+  std::vector<std::thread> threads;
+  for (std::size_t t = 1; t < transfers; ++t) threads.emplace_back(work);
+  work();
+  for (std::thread& t : threads) t.join();
+  stats_.retries = pins_->retries;
+  stats_.fetch_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (error) std::rethrow_exception(error);
+  std::vector<std::string> paths;
+  for (std::size_t i = 0; i < urls.size(); ++i) {
+    paths.push_back(pinned[i]->path());
+    pins_->url_of[paths.back()] = urls[i];
+    pins_->shards.push_back(std::move(*pinned[i]));
+  }
+  stats_.shards += urls.size();
+  return paths;
+}
+
+std::string RemoteFiles::url_of(const std::string& local_path) const {
+  const auto it = pins_->url_of.find(local_path);
+  return it == pins_->url_of.end() ? std::string() : it->second;
+}
+
+}  // namespace flowfeed

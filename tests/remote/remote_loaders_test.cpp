@@ -1,0 +1,96 @@
+// The file loaders read shards named by URL exactly as the same shards named by path: every
+// sample's bytes and the order of every batch, from nginx on 127.0.0.1, cold and warm.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "tests/nodes/npy_storage_fixture.hpp"
+#include "tests/remote/servers.hpp"
+
+namespace flowfeed {
+namespace {
+
+using namespace testing_files;
+using remote_test::Nginx;
+
+class RemoteNpyTest : public NpyStorageTest {
+ protected:
+  std::string url_params(const Nginx& nginx, const std::string& extra = "") {
+    return "features: '" + nginx.url("train-{00..02}.npy") + "', labels: '" +
+           nginx.url("train-labels-{00..02}.npy") + "', cache_dir: '" + cache_.file("c") + "'" +
+           extra;
+  }
+  TempDir cache_;
+};
+
+TEST_F(RemoteNpyTest, SamplesAndOrderMatchTheLocalRunColdAndWarm) {
+  write_shards({20, 20, 7}, 40);
+  run(chain(glob_params(), "shuffle: true"));
+  const std::vector<std::uint32_t> local = check_bytes();
+  const auto local_samples = seen_->samples;
+  ASSERT_EQ(local.size(), 94u);
+  Nginx nginx(dir_.file(""), cache_.file("nginx"));
+  for (const char* transfers : {"1", "auto"}) {
+    SCOPED_TRACE(transfers);
+    std::filesystem::remove_all(cache_.file("c"));
+    for (int warm = 0; warm < 2; ++warm) {
+      const RunReport report =
+          run(chain(url_params(nginx, std::string(", transfers: ") + transfers), "shuffle: true"));
+      EXPECT_EQ(check_bytes(), local);
+      EXPECT_EQ(seen_->samples, local_samples);  // the same batches, in the same order
+      // Six files (features and labels of three shards): fetched cold, found warm.
+      EXPECT_EQ(report.extra.at("load.remote_shards"), 6.0);
+      EXPECT_EQ(report.extra.at("load.remote_cache_hits"), warm ? 6.0 : 0.0);
+      const double bytes =
+          static_cast<double>(std::filesystem::file_size(dir_.file("train-00.npy")) * 2 +
+                              std::filesystem::file_size(dir_.file("train-02.npy")) +
+                              std::filesystem::file_size(dir_.file("train-labels-00.npy")) * 2 +
+                              std::filesystem::file_size(dir_.file("train-labels-02.npy")));
+      EXPECT_EQ(report.extra.at("load.remote_bytes_fetched"), warm ? 0.0 : bytes);
+      EXPECT_EQ(report.extra.at("load.remote_retries"), 0.0);
+    }
+  }
+}
+
+// Stopped part way through an epoch, checkpointed and resumed by a new pipeline (which finds the
+// shards in the cache), a run by URL delivers what an uninterrupted run delivers, batch by batch.
+TEST_F(RemoteNpyTest, ResumeMidEpochEqualsTheUninterruptedRun) {
+  write_shards({20, 20, 7}, 40);
+  Nginx nginx(dir_.file(""), cache_.file("nginx"));
+  const std::string text = chain(url_params(nginx), "shuffle: true");
+  run(text);
+  const std::shared_ptr<Captured> whole = seen_;
+  ASSERT_EQ(whole->samples.size(), 12u);  // 6 batches an epoch
+  const auto parts = std::make_shared<Captured>();
+  Registry r;
+  register_builtin_nodes(r);
+  register_capture(r, parts);
+  const std::string ckpt = cache_.file("ckpt");
+  {
+    Pipeline p(load_config_string(text, r), r);
+    RunOptions options;
+    options.stop_after = 4;  // mid epoch 0
+    p.run(options);
+    p.save_checkpoint(ckpt);
+  }
+  ASSERT_EQ(parts->samples.size(), 4u);
+  PipelineConfig config = load_config_string(text, r);
+  config.pipeline.resume_from = ckpt;
+  const RunReport resumed = Pipeline(config, r).run();
+  EXPECT_EQ(resumed.extra.at("load.remote_cache_hits"), 6.0);
+  EXPECT_EQ(parts->samples, whole->samples);
+  EXPECT_EQ(parts->x, whole->x);
+  EXPECT_EQ(parts->y, whole->y);
+}
+
+TEST_F(RemoteNpyTest, AMissingShardFailsTheBuildNamingItsUrl) {
+  write_shards({5, 5}, 8);
+  Nginx nginx(dir_.file(""), cache_.file("nginx"));
+  EXPECT_EQ(build_error(chain(url_params(nginx))),
+            "node 'load' (npy, <string>:4): " + nginx.url("train-02.npy") +
+                ": HTTP 404 Not Found (no such object: check the URL (bucket, prefix and shard "
+                "names))");
+}
+
+}  // namespace
+}  // namespace flowfeed
