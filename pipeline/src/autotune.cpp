@@ -1,12 +1,11 @@
-// `concurrency: auto` and `prefetch_depth: auto` (docs/AUTOTUNE.md): the maxima fixed at build
-// (pools for the largest depth the memory budget allows, auto nodes built at the thread budget),
-// and the tuner that runs on the supervisor's ticks (a pull session's: the caller's next()),
-// measures each window, asks decide() for one change and moves the gates.
+// `concurrency: auto` and `prefetch_depth: auto` (docs/AUTOTUNE.md) while a run goes, below the
+// maxima the build plan fixed (plan.cpp): the tuner that runs on the supervisor's ticks (a pull
+// session's: the caller's next()), measures each window, asks decide() for one change and moves the
+// gates.
 
 #include "detail/autotune.hpp"
 
 #include <fmt/format.h>
-#include <oneapi/tbb/info.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -41,44 +40,6 @@ std::string knob_of(const Stage& stage) {
 
 }  // namespace
 
-int arena_threads(const PipelineConfig& config) {
-  return config.pipeline.threads > 0 ? config.pipeline.threads : tbb::info::default_concurrency();
-}
-
-void Autotuner::resolve(int auto_depth) {
-  const int threads = arena_threads(config_);
-  // By default the threads are the auto nodes': the bodies of fixed synchronous nodes (a staging
-  // copy, the serial train step) come on top, and so does the one body each further auto node
-  // always has, so that a loader may take every thread as a hand-set concurrency can.
-  int fixed_bodies = 0;
-  int auto_nodes = 0;
-  for (const auto& s : chain_.stages()) {
-    const bool tunable =
-        s->spec().auto_concurrency && !s->node().asynchronous() && s->spec().role != Role::train;
-    if (tunable) ++auto_nodes;
-    if (!tunable && !s->node().asynchronous()) {
-      fixed_bodies += s->spec().role == Role::train ? 1 : std::max(s->spec().concurrency, 1);
-    }
-  }
-  // In pull mode the caller's loop is the train step.
-  if (config_.pipeline.mode == RunMode::pull) ++fixed_bodies;
-  thread_budget_ = config_.pipeline.thread_budget > 0
-                       ? config_.pipeline.thread_budget
-                       : threads + fixed_bodies + std::max(auto_nodes - 1, 0);
-  // Built (and set up) for the most it may run: the budget less the fixed bodies.
-  for (const auto& s : chain_.stages()) {
-    const bool tunable =
-        s->spec().auto_concurrency && !s->node().asynchronous() && s->spec().role != Role::train;
-    if (tunable) s->set_bodies(std::max(thread_budget_ - fixed_bodies, 1), true);
-  }
-  if (!config_.pipeline.auto_prefetch_depth) return;
-  // Enough for every body the budget allows and a batch queued before each stage, twice over.
-  depth_wanted_ =
-      std::min(4096, 2 * (std::max(thread_budget_, 1) + static_cast<int>(chain_.size())));
-  depth_capped_ = auto_depth > 0 && auto_depth < depth_wanted_;
-  config_.pipeline.prefetch_depth = auto_depth > 0 ? auto_depth : depth_wanted_;
-}
-
 void Autotuner::begin_run() {
   const auto& stages = chain_.stages();
   tuning_ = config_.pipeline.auto_prefetch_depth ||
@@ -86,13 +47,13 @@ void Autotuner::begin_run() {
 }
 
 int Autotuner::start_depth() const noexcept {
-  return tunes_depth() ? start_depth_ : config_.pipeline.prefetch_depth;
+  return tunes_depth() ? start_depth_ : plan_.prefetch_depth;
 }
 
 void Autotuner::attach_depth(tbb::flow::limiter_node<Batch*, int>& limiter) {
   // prefetch_depth: auto: the pools hold prefetch_depth batches; the tuner moves how many of
   // them may be in flight.
-  if (tunes_depth()) depth_gate_.attach(limiter, config_.pipeline.prefetch_depth, start_depth_);
+  if (tunes_depth()) depth_gate_.attach(limiter, plan_.prefetch_depth, start_depth_);
 }
 
 void Autotuner::pull_tick(std::uint64_t now, std::uint64_t caller_wait_ns) {
@@ -102,37 +63,6 @@ void Autotuner::pull_tick(std::uint64_t now, std::uint64_t caller_wait_ns) {
   }
   tune_.last_tick_ns = now;
   tick(now, caller_wait_ns);
-}
-
-void Autotuner::note_claim(MemoryKind kind, std::uint64_t bytes, std::size_t count) {
-  const auto depth = static_cast<std::size_t>(config_.pipeline.prefetch_depth);
-  if (count == 0 || count % depth != 0) return;
-  (kind == MemoryKind::device ? scaled_device_ : scaled_host_) += bytes;
-}
-
-void Autotuner::retry_smaller_depth(MemoryKind kind, std::uint64_t bytes, std::size_t count) {
-  if (!config_.pipeline.auto_prefetch_depth) return;
-  const bool device = kind == MemoryKind::device;
-  const MemoryAvailable& a = chain_.budget().available();
-  const std::optional<std::uint64_t>& limit = device ? a.device : a.host;
-  if (!limit) return;
-  const std::uint64_t depth = static_cast<std::uint64_t>(config_.pipeline.prefetch_depth);
-  const bool scales = count > 0 && count % depth == 0;
-  const std::uint64_t claimed = device ? chain_.budget().claimed(MemoryKind::device)
-                                       : chain_.budget().claimed(MemoryKind::pageable) +
-                                             chain_.budget().claimed(MemoryKind::pinned);
-  std::uint64_t scaled = device ? scaled_device_ : scaled_host_;
-  std::uint64_t fixed = claimed - scaled;
-  (scales ? scaled : fixed) += bytes;
-  if (scaled == 0 || fixed >= *limit || depth == 1) return;
-  // The pools seen so far scale with the depth; the ones not yet seen may lower it again.
-  const long double per_depth = static_cast<long double>(scaled) / static_cast<long double>(depth);
-  const long double room = static_cast<long double>(*limit - fixed) / per_depth;
-  const int fits =
-      static_cast<int>(std::min<long double>(room, static_cast<long double>(depth - 1)));
-  // Too little even for the claims seen: try one batch in flight, so that the error (if it still
-  // does not fit) names the least the pipeline needs.
-  throw DepthRetry{std::max(fits, 1)};
 }
 
 void Autotuner::begin(bool print, bool bar, std::uint64_t start_ns) {
@@ -148,8 +78,8 @@ void Autotuner::begin(bool print, bool bar, std::uint64_t start_ns) {
   for (const auto& s : chain_.stages()) {
     if (!s->node().asynchronous()) bodies += s->tunable() ? 1 : s->bodies();
   }
-  start_depth_ = std::min(config_.pipeline.prefetch_depth, bodies + 1);
-  if (depth_capped_) {
+  start_depth_ = std::min(plan_.prefetch_depth, bodies + 1);
+  if (plan_.depth_capped_by_memory) {
     // Said once, at the start: the budget, not the cap, decided how deep the pools are.
     const MemoryAvailable& a = chain_.budget().available();
     TuningDecision note{0,
@@ -159,7 +89,7 @@ void Autotuner::begin(bool print, bool bar, std::uint64_t start_ns) {
                         0,
                         fmt::format("limit: pools sized for prefetch_depth {}, the most "
                                     "pipeline.memory_budget allows ({} wanted; host budget {}{})",
-                                    config_.pipeline.prefetch_depth, depth_wanted_,
+                                    plan_.prefetch_depth, plan_.depth_cap,
                                     a.host ? format_bytes(*a.host) : std::string("unknown"),
                                     a.device ? ", device budget " + format_bytes(*a.device) : "")};
     if (tune_.print) {
@@ -206,12 +136,12 @@ void Autotuner::tick(std::uint64_t now, std::optional<std::uint64_t> caller_wait
   }
   TunerSnapshot snap;
   snap.window_s = static_cast<double>(now - tune_.window.ns) * 1e-9;
-  snap.depth = config_.pipeline.auto_prefetch_depth ? depth_gate_.effective()
-                                                    : config_.pipeline.prefetch_depth;
-  snap.max_depth = config_.pipeline.prefetch_depth;
+  snap.depth =
+      config_.pipeline.auto_prefetch_depth ? depth_gate_.effective() : plan_.prefetch_depth;
+  snap.max_depth = plan_.prefetch_depth;
   snap.depth_tunable = config_.pipeline.auto_prefetch_depth;
-  snap.depth_capped_by_memory = depth_capped_;
-  snap.thread_budget = thread_budget_;
+  snap.depth_capped_by_memory = plan_.depth_capped_by_memory;
+  snap.thread_budget = plan_.thread_budget;
   snap.ordered = config_.pipeline.ordered;
   snap.fed_before = tune_.fed_before;
   // One sample per node of the config: a node copied into every branch is one sample of all its
@@ -281,7 +211,7 @@ void Autotuner::tick(std::uint64_t now, std::optional<std::uint64_t> caller_wait
   if (d.kind == TunerDecision::Kind::concurrency) {
     // Per copy, a raise within the thread budget.
     const int copies = static_cast<int>(groups[d.stage].size());
-    const int room = thread_budget_ - (used - snap.stages[d.stage].concurrency);
+    const int room = plan_.thread_budget - (used - snap.stages[d.stage].concurrency);
     d = per_copy(std::move(d), copies, room);
   }
   // A later window judges a raise by the capacity it added, once its bodies are in use (a depth
@@ -358,9 +288,9 @@ void Autotuner::keep_decision(TuningDecision entry, bool change) {
 void Autotuner::fill(RunReport& report) const {
   TuningReport& r = report.tuning;
   r.active = tuning_;
-  r.thread_budget = thread_budget_;
-  r.max_prefetch_depth = config_.pipeline.prefetch_depth;
-  r.depth_capped_by_memory = depth_capped_;
+  r.thread_budget = plan_.thread_budget;
+  r.max_prefetch_depth = plan_.prefetch_depth;
+  r.depth_capped_by_memory = plan_.depth_capped_by_memory;
   const MemoryAvailable& a = chain_.budget().available();
   r.host_budget_bytes = a.host.value_or(0);
   r.device_budget_bytes = a.device.value_or(0);
@@ -370,7 +300,7 @@ void Autotuner::fill(RunReport& report) const {
   r.within_budget = (!a.host || r.host_pool_bytes <= *a.host) &&
                     (!a.device || r.device_pool_bytes <= *a.device) &&
                     report.allocations_after_build == 0 &&
-                    report.max_in_flight <= config_.pipeline.prefetch_depth;
+                    report.max_in_flight <= plan_.prefetch_depth;
   if (!tuning_) return;
   r.decisions = tune_.log;
   r.state = tune_.state;
@@ -399,8 +329,8 @@ void Autotuner::fill(RunReport& report) const {
 int Autotuner::hold(std::size_t held, std::uint64_t now) {
   if (!tunes_depth()) return 0;
   const int effective = depth_gate_.effective();
-  if (static_cast<int>(held) < effective || effective >= config_.pipeline.prefetch_depth) return 0;
-  const int to = std::min(static_cast<int>(held) + 1, config_.pipeline.prefetch_depth);
+  if (static_cast<int>(held) < effective || effective >= plan_.prefetch_depth) return 0;
+  const int to = std::min(static_cast<int>(held) + 1, plan_.prefetch_depth);
   depth_gate_.set(to);
   recorder_.set_depth(to);
   const std::uint64_t finished = counters_.consumed();

@@ -27,10 +27,15 @@ int StageContext::replica() const {
   return std::max(stage_.branch(), 0);
 }
 std::size_t StageContext::batch_size() const {
-  return scope_.chain.layout().batch_size();
+  return scope_.plan.batch_size;
 }
 int StageContext::prefetch_depth() const {
-  return scope_.config.pipeline.prefetch_depth;
+  if (!scope_.depth_solved) {
+    throw std::logic_error(
+        "prefetch_depth is not known in the loader's setup with prefetch_depth: auto (it is "
+        "solved from what the loader claims); make per-batch pools with make_batch_pool");
+  }
+  return scope_.plan.prefetch_depth;
 }
 const BatchLayout& StageContext::layout() const {
   return *stage_.layout();
@@ -42,7 +47,7 @@ const LoaderNode& StageContext::loader() const {
   return scope_.chain.loader();
 }
 int StageContext::threads() const {
-  return arena_threads(scope_.config);
+  return scope_.plan.threads;
 }
 bool StageContext::after_staging() const {
   const Chain& chain = scope_.chain;
@@ -76,41 +81,47 @@ BufferPool& StageContext::make_fill_pool(const std::string& name) {
   chain.set_fill_pool(&pool);
   return pool;
 }
+void claim_pool(MemoryBudget& budget, const NodeSpec& spec, const std::string& pool,
+                MemoryKind kind, std::size_t count, std::size_t bytes) {
+  const auto total = checked_mul(count, bytes);
+  // The buffers' count follows pipeline.prefetch_depth, their size a batch's bytes.
+  const std::string keys = "pipeline.prefetch_depth, pipeline.batch_size";
+  if (!total) {
+    throw ConfigError({spec.loc.str() + ": " + keys + ": pool '" + pool + "' (" +
+                       std::to_string(count) + " buffers of " + std::to_string(bytes) +
+                       " bytes) would take more than 16 EiB lower " + keys});
+  }
+  budget.claim(
+      {kind, *total,
+       "pool '" + pool + "' (" + std::to_string(count) + " buffers of " + format_bytes(bytes) + ")",
+       spec.loc.str(), keys});
+}
+
 BufferPool& StageContext::make_pool(const std::string& name, MemoryKind kind, std::size_t count,
                                     std::size_t bytes, Allocator allocator) {
   const std::string pool = stage_.spec().name + "." + name;
-  if (allocator.owns_memory) {
-    const auto total = checked_mul(count, bytes);
-    // The buffers' count follows pipeline.prefetch_depth, their size a batch's bytes.
-    const std::string keys = "pipeline.prefetch_depth, pipeline.batch_size";
-    if (!total) {
-      throw ConfigError({stage_.spec().loc.str() + ": " + keys + ": pool '" + pool + "' (" +
-                         std::to_string(count) + " buffers of " + std::to_string(bytes) +
-                         " bytes) would take more than 16 EiB lower " + keys});
-    }
-    try {
-      scope_.chain.budget().claim({kind, *total,
-                                   "pool '" + pool + "' (" + std::to_string(count) +
-                                       " buffers of " + format_bytes(bytes) + ")",
-                                   stage_.spec().loc.str(), keys});
-    } catch (const ConfigError&) {
-      scope_.tuner.retry_smaller_depth(kind, *total, count);
-      throw;
-    }
-    scope_.tuner.note_claim(kind, *total, count);
-  }
+  if (allocator.owns_memory)
+    claim_pool(scope_.chain.budget(), stage_.spec(), pool, kind, count, bytes);
   return scope_.chain.add_pool(
       std::make_unique<BufferPool>(pool, kind, count, bytes, std::move(allocator)));
 }
+BufferPool& StageContext::make_batch_pool(const std::string& name, MemoryKind kind,
+                                          std::size_t bytes, Allocator allocator) {
+  if (scope_.depth_solved) {
+    return make_pool(name, kind, static_cast<std::size_t>(scope_.plan.prefetch_depth), bytes,
+                     std::move(allocator));
+  }
+  // The loader's, before the depth is solved: claimed and allocated once it is.
+  const bool owns = allocator.owns_memory;
+  return scope_.chain.add_deferred_pool(
+      std::make_unique<BufferPool>(stage_.spec().name + "." + name, kind, 0, bytes,
+                                   std::move(allocator)),
+      owns);
+}
 void StageContext::claim_memory(MemoryKind kind, std::uint64_t bytes, const std::string& what,
                                 const std::string& keys) {
-  try {
-    scope_.chain.budget().claim({kind, bytes, what + " of node '" + stage_.spec().name + "'",
-                                 stage_.spec().loc.str(), keys});
-  } catch (const ConfigError&) {
-    scope_.tuner.retry_smaller_depth(kind, bytes, 0);
-    throw;
-  }
+  scope_.chain.budget().claim(
+      {kind, bytes, what + " of node '" + stage_.spec().name + "'", stage_.spec().loc.str(), keys});
 }
 std::uint64_t StageContext::batches_per_epoch() const {
   if (!scope_.sequence.opened()) {

@@ -109,12 +109,16 @@ std::vector<std::vector<std::size_t>> Chain::sample_groups() const {
   return groups;
 }
 
-const BatchLayout* Chain::layout_into(std::size_t index) const {
-  if (index == 0) return &layout_;
+std::size_t Chain::predecessor(std::size_t index) const noexcept {
   // Each branch's first stage follows the last shared stage.
   const bool branch_head =
       branches_ > 1 && index >= branch_begin_ && (index - branch_begin_) % branch_len_ == 0;
-  return stages_[branch_head ? branch_begin_ - 1 : index - 1]->out_layout();
+  return branch_head ? branch_begin_ - 1 : index - 1;
+}
+
+const BatchLayout* Chain::layout_into(std::size_t index) const {
+  if (index == 0) return &layout_;
+  return stages_[predecessor(index)]->out_layout();
 }
 
 const BatchLayout& Chain::change_layout(Stage& stage, std::vector<TensorSpec> tensors) {
@@ -130,6 +134,16 @@ const BatchLayout& Chain::change_layout(Stage& stage, std::vector<TensorSpec> te
 BufferPool& Chain::add_pool(std::unique_ptr<BufferPool> pool) {
   pools_.push_back(std::move(pool));
   return *pools_.back();
+}
+
+BufferPool& Chain::add_deferred_pool(std::unique_ptr<BufferPool> pool, bool owns_memory) {
+  deferred_.push_back({pool.get(), owns_memory});
+  return add_pool(std::move(pool));
+}
+
+void Chain::allocate_deferred(std::size_t count) {
+  for (const Deferred& d : deferred_) d.pool->allocate(count);
+  deferred_.clear();
 }
 
 void Chain::make_slots(int count, std::size_t batch_size) {

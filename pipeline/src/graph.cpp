@@ -158,7 +158,7 @@ tbb::flow::limiter_node<Batch*, int>& PipelineImpl::wire_head(tbb::flow::graph& 
         }
       });
   wiring.limiter = std::make_unique<limiter_node<Batch*, int>>(
-      g, static_cast<std::size_t>(config_.pipeline.prefetch_depth));
+      g, static_cast<std::size_t>(plan_.prefetch_depth));
   make_edge(*wiring.source, *wiring.limiter);
   tuner_.attach_depth(*wiring.limiter);
   return *wiring.limiter;

@@ -11,6 +11,7 @@
 
 #include "detail/build_context.hpp"
 #include "detail/pipeline_impl.hpp"
+#include "detail/plan.hpp"
 #include "flowfeed/memory_budget.hpp"
 
 namespace flowfeed {
@@ -46,19 +47,13 @@ MemoryClaim sampling_order_claim(const NodeSpec& loader, const Sampler& sampler)
 
 }  // namespace
 
-PipelineImpl::PipelineImpl(PipelineConfig config, const Registry& registry, int auto_depth)
+PipelineImpl::PipelineImpl(PipelineConfig config, const Registry& registry)
     : config_(std::move(config)) {
+  // Plan: the nodes, and what the config resolves to (the config itself stays as written).
   chain_.create(config_, registry);
+  plan_ = resolve_plan(config_, chain_);
   const NodeSpec& loader_spec = config_.nodes.front();
-  std::size_t batch_size = config_.pipeline.batch_size;
-  std::size_t preferred = chain_.loader().preferred_batch_size();
-  if (batch_size != 0 && preferred != 0 && preferred != batch_size) {
-    throw ConfigError(
-        {loader_spec.loc.str() + ": nodes[0].params.batch_size: " + std::to_string(preferred) +
-         " differs from pipeline.batch_size " + std::to_string(batch_size) + " (set one of them)"});
-  }
-  if (batch_size == 0) batch_size = preferred ? preferred : 64;
-  config_.pipeline.batch_size = batch_size;
+  const std::size_t batch_size = plan_.batch_size;
   chain_.set_layout(BatchLayout(chain_.loader().sample_tensors(), batch_size));
   if (!chain_.layout().checked_capacity()) {
     std::string tensors;
@@ -74,7 +69,6 @@ PipelineImpl::PipelineImpl(PipelineConfig config, const Registry& registry, int 
   }
   // Pools and data sets are checked against what the machine offers as they are claimed, before
   // each is allocated. Device memory is checked for a pipeline on one device.
-  tuner_.resolve(auto_depth);
   MemoryAvailable available =
       available_memory(config_.backend == Backend::cuda && config_.pipeline.devices.size() <= 1
                            ? registry.device_free_memory(config_.pipeline.device_id)
@@ -82,9 +76,16 @@ PipelineImpl::PipelineImpl(PipelineConfig config, const Registry& registry, int 
   apply_memory_budget(available, config_.pipeline.memory_budget,
                       config_.pipeline.auto_prefetch_depth);
   chain_.open_budget(std::move(available));
-  const BuildScope scope{
-      config_, chain_,  sequence_,
-      tuner_,  cancel_, [this](const std::string& name) -> Gauge& { return gauge(name); }};
+  // With prefetch_depth: auto the depth is solved once the loader has claimed what it holds: its
+  // per-batch pools wait for it.
+  bool depth_solved = !config_.pipeline.auto_prefetch_depth;
+  const BuildScope scope{config_,
+                         plan_,
+                         depth_solved,
+                         chain_,
+                         sequence_,
+                         cancel_,
+                         [this](const std::string& name) -> Gauge& { return gauge(name); }};
   auto setup = [this, &scope](Stage& stage) {
     stage.set_layout(chain_.layout_into(stage.index()));
     if (stage.spec().role == Role::upload && stage.branch() <= 0) {
@@ -121,14 +122,27 @@ PipelineImpl::PipelineImpl(PipelineConfig config, const Registry& registry, int 
   setup(chain_.front());
   sequence_.open(config_.sampler, chain_.loader().size(), batch_size, config_.pipeline.epochs);
   const Sampler& sampler = sequence_.sampler();
-  // Claimed before the first order is made (ConfigError when it does not fit; with
-  // prefetch_depth: auto the pools shrink to make room, as for any claim).
-  try {
-    chain_.budget().claim(sampling_order_claim(loader_spec, sampler));
-  } catch (const ConfigError&) {
-    tuner_.retry_smaller_depth(MemoryKind::pageable, sampling_order_bytes(sampler), 0);
-    throw;
+  if (!depth_solved) {
+    // The depth in closed form: what the budget holds (the loader's data sets), the sampling
+    // order, the loader's per-batch pools and what the other nodes declare (Node::plan).
+    MemoryPlan memory;
+    memory.fixed(MemoryKind::pageable, sampling_order_bytes(sampler));
+    for (const Chain::Deferred& d : chain_.deferred_pools()) {
+      if (d.owns_memory) memory.per_batch(d.pool->kind(), d.pool->buffer_bytes());
+    }
+    plan_stages(config_, plan_, chain_, memory);
+    plan_.prefetch_depth = memory.solve(chain_.budget(), plan_.depth_cap);
+    plan_.depth_capped_by_memory = plan_.prefetch_depth < plan_.depth_cap;
+    depth_solved = true;
+    for (const Chain::Deferred& d : chain_.deferred_pools()) {
+      if (!d.owns_memory) continue;
+      claim_pool(chain_.budget(), loader_spec, d.pool->name(), d.pool->kind(),
+                 static_cast<std::size_t>(plan_.prefetch_depth), d.pool->buffer_bytes());
+    }
+    chain_.allocate_deferred(static_cast<std::size_t>(plan_.prefetch_depth));
   }
+  // Claimed before the first order is made.
+  chain_.budget().claim(sampling_order_claim(loader_spec, sampler));
   if (sampler.batches_per_epoch() == 0) {
     throw ConfigError({config_.file + ": pipeline.batch_size: the data set gives no batch (" +
                        std::to_string(sampler.shard_size()) + " samples in this shard, batch " +
@@ -136,9 +150,10 @@ PipelineImpl::PipelineImpl(PipelineConfig config, const Registry& registry, int 
                        (config_.sampler.drop_last ? ", drop_last" : "") +
                        ") use a smaller batch or keep the last partial batch"});
   }
+  // Allocate: every other node, as the plan gives it.
   for (std::size_t i = 1; i < chain_.size(); ++i) setup(chain_.stage(i));
   if (!config_.pipeline.resume_from.empty()) sequence_.resume_from_checkpoint(config_, chain_);
-  const int depth = config_.pipeline.prefetch_depth;
+  const int depth = plan_.prefetch_depth;
   sequence_.reset_cursor(static_cast<std::size_t>(depth));
   // One batch object per in-flight slot, plus the one the source holds while the limiter is shut.
   chain_.make_slots(depth + 1, batch_size);
@@ -196,7 +211,7 @@ RunReport PipelineImpl::base_report(double seconds, bool interrupted) const {
   report.seconds = seconds;
   report.batches_per_second = seconds > 0 ? static_cast<double>(report.batches) / seconds : 0;
   report.samples_per_second = seconds > 0 ? static_cast<double>(report.samples) / seconds : 0;
-  report.prefetch_depth = config_.pipeline.prefetch_depth;
+  report.prefetch_depth = plan_.prefetch_depth;
   report.max_in_flight = counters_.max_in_flight();
   report.allocations_after_build = allocation_count() - allocations_at_build_;
   report.interrupted = interrupted;
@@ -252,19 +267,8 @@ void PipelineImpl::fill_branch_report(RunReport& report, double seconds) const {
 
 }  // namespace detail
 
-Pipeline::Pipeline(PipelineConfig config, const Registry& registry) {
-  // prefetch_depth: auto sizes pools for the most the memory budget allows: a build that finds
-  // them too large is made again at the depth the claims it saw allow (a smaller one each time).
-  int depth = 0;
-  for (;;) {
-    try {
-      impl_ = std::make_unique<detail::PipelineImpl>(config, registry, depth);
-      return;
-    } catch (const detail::DepthRetry& retry) {
-      depth = retry.depth;
-    }
-  }
-}
+Pipeline::Pipeline(PipelineConfig config, const Registry& registry)
+    : impl_(std::make_unique<detail::PipelineImpl>(std::move(config), registry)) {}
 Pipeline::~Pipeline() {
   end_session();
 }
@@ -285,6 +289,9 @@ void Pipeline::request_abort() noexcept {
 }
 const PipelineConfig& Pipeline::config() const noexcept {
   return impl_->config();
+}
+const BuildPlan& Pipeline::plan() const noexcept {
+  return impl_->plan();
 }
 Checkpoint Pipeline::checkpoint() const {
   return impl_->checkpoint();

@@ -72,8 +72,7 @@ void detail::PipelineImpl::resume(const Checkpoint& checkpoint, const NodeStates
       fail("nodes." + s->spec().name, e.what());
     }
   }
-  sequence_.resume(start, checkpoint.steps,
-                   static_cast<std::size_t>(config_.pipeline.prefetch_depth));
+  sequence_.resume(start, checkpoint.steps, static_cast<std::size_t>(plan_.prefetch_depth));
 }
 
 }  // namespace flowfeed

@@ -47,10 +47,10 @@ void PipelineImpl::begin_run(bool pull, const RunOptions& options) {
   for (const auto& p : chain_.pools()) p->reset_counters();
   sequence_.begin(
       {options.stop_after, options.checkpoint_every, options.checkpoint_dir, options.checkpoint},
-      static_cast<std::size_t>(config_.pipeline.prefetch_depth));
+      static_cast<std::size_t>(plan_.prefetch_depth));
   counters_.begin(chain_.branches(), config_.pipeline.epochs, sequence_.first_epoch());
   tuner_.begin_run();
-  recorder_.set_depth(config_.pipeline.prefetch_depth);
+  recorder_.set_depth(plan_.prefetch_depth);
   // stop_ and abort_ are cleared when a run ends, not here: a request made just before run() (a
   // signal while the pipeline was being built) must not be lost.
   cancel_ = false;
@@ -109,7 +109,7 @@ RunReport PipelineImpl::run(const RunOptions& options) {
     ~Running() { flag = false; }
   } running_guard{running_};
 
-  const int threads = arena_threads(config_);
+  const int threads = plan_.threads;
   tbb::global_control parallelism(tbb::global_control::max_allowed_parallelism,
                                   static_cast<std::size_t>(std::max(threads, 1)) + 1);
   tbb::task_arena arena(threads);

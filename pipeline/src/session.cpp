@@ -164,7 +164,7 @@ class SessionState {
 RunReport SessionState::make_report(double seconds, bool complete, bool interrupted) const {
   const PipelineImpl& p = *impl;
   RunReport report = p.base_report(seconds, interrupted);
-  report.threads = std::max(detail::arena_threads(p.config()), 1);
+  report.threads = std::max(p.plan().threads, 1);
   // The caller's loop is the train step: it stalls while it waits inside next().
   const double waited = static_cast<double>(wait_ns) * 1e-9;
   report.train.stall_fraction = seconds > 0 ? std::min(1.0, waited / seconds) : 0;
@@ -245,7 +245,7 @@ Batch* Session::next() {
   if (st.error) std::rethrow_exception(st.error);
   if (st.ended || st.closed) return nullptr;
   PipelineImpl& p = *st.impl;
-  const std::size_t depth = static_cast<std::size_t>(p.config().pipeline.prefetch_depth);
+  const std::size_t depth = static_cast<std::size_t>(p.plan().prefetch_depth);
   if (st.held.size() >= depth) {
     std::string batches;
     for (const Batch* b : st.held) {
@@ -381,8 +381,8 @@ Session Pipeline::start() {
   auto state = std::make_unique<SessionState>();
   state->impl = &p;
   state->shared = std::make_shared<detail::PullShared>();
-  state->shared->ring.assign(static_cast<std::size_t>(p.config().pipeline.prefetch_depth), nullptr);
-  const int threads = std::max(detail::arena_threads(p.config()), 1);
+  state->shared->ring.assign(static_cast<std::size_t>(p.plan().prefetch_depth), nullptr);
+  const int threads = std::max(p.plan().threads, 1);
   // No slot is kept for an external thread: the caller never enters the arena, so all `threads`
   // slots go to workers.
   state->parallelism = std::make_unique<tbb::global_control>(

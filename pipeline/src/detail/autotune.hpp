@@ -14,6 +14,7 @@
 
 #include "detail/tuner.hpp"
 #include "flowfeed/batch.hpp"
+#include "flowfeed/build_plan.hpp"
 #include "flowfeed/config.hpp"
 #include "flowfeed/pool.hpp"
 #include "flowfeed/stats.hpp"
@@ -23,15 +24,6 @@ namespace flowfeed::detail {
 class Chain;
 class Recorder;
 class RunCounters;
-
-/// The TBB arena's size: `pipeline.threads`, else the core count.
-int arena_threads(const PipelineConfig& config);
-
-/// Thrown through a node's setup when `prefetch_depth: auto` pools do not fit the memory budget at
-/// the depth tried: the pipeline is built again at `depth`, the most that the claims seen allow.
-struct DepthRetry {
-  int depth = 0;
-};
 
 /// How often the tuner measures: the supervisor's tick in run(), the most often next() ticks it
 /// in a pull session.
@@ -75,16 +67,11 @@ struct TuneState {
 
 class Autotuner {
  public:
-  Autotuner(PipelineConfig& config, Chain& chain, const RunCounters& counters, Recorder& recorder)
-      : config_(config), chain_(chain), counters_(counters), recorder_(recorder) {}
-
-  /// At build: the thread budget, the maxima of auto nodes and the depth to size pools for.
-  void resolve(int auto_depth);
-  /// After a claim failed with `prefetch_depth: auto`: throws DepthRetry when a smaller depth
-  /// fits the claims seen so far (`kind`, `bytes`, a pool of `count` buffers; 0: not a pool).
-  void retry_smaller_depth(MemoryKind kind, std::uint64_t bytes, std::size_t count);
-  /// Counts a successful claim (per-depth when a pool of k × prefetch_depth buffers).
-  void note_claim(MemoryKind kind, std::uint64_t bytes, std::size_t count);
+  /// Tunes below the maxima of `plan` (the thread budget, the depth the pools hold, each auto
+  /// node's bodies).
+  Autotuner(const PipelineConfig& config, const BuildPlan& plan, Chain& chain,
+            const RunCounters& counters, Recorder& recorder)
+      : config_(config), plan_(plan), chain_(chain), counters_(counters), recorder_(recorder) {}
 
   /// Start of a run: whether the tuner runs in it (something is auto).
   void begin_run();
@@ -118,17 +105,11 @@ class Autotuner {
   /// also moves the settled time.
   void keep_decision(TuningDecision entry, bool change);
 
-  PipelineConfig& config_;
+  const PipelineConfig& config_;
+  const BuildPlan& plan_;
   Chain& chain_;
   const RunCounters& counters_;
   Recorder& recorder_;
-  // At build: the thread budget, whether pools were sized below the cap to fit the memory
-  // budget, the bytes of the pools that scale with prefetch_depth (host, device).
-  int thread_budget_ = 1;
-  bool depth_capped_ = false;
-  int depth_wanted_ = 0;
-  std::uint64_t scaled_host_ = 0;
-  std::uint64_t scaled_device_ = 0;
   // The run now: whether the tuner runs, the depth gate, and the tuner's run state.
   bool tuning_ = false;
   Gate depth_gate_;

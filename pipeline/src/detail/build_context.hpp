@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "detail/autotune.hpp"
 #include "detail/chain.hpp"
 #include "detail/sequence.hpp"
+#include "flowfeed/build_plan.hpp"
 #include "flowfeed/node.hpp"
 
 namespace flowfeed::detail {
@@ -18,12 +18,19 @@ namespace flowfeed::detail {
 /// What every stage's context reads and adds to while the pipeline is built.
 struct BuildScope {
   const PipelineConfig& config;
+  const BuildPlan& plan;
+  /// False while the loader is set up with `prefetch_depth: auto`: its per-batch pools wait.
+  const bool& depth_solved;
   Chain& chain;
   const Sequence& sequence;
-  Autotuner& tuner;
   const std::atomic<bool>& cancelled;
   std::function<Gauge&(const std::string&)> gauge;
 };
+
+/// Claims `count` buffers of `bytes` for pool `pool` of node `spec` against `budget`
+/// (ConfigError naming pipeline.prefetch_depth and pipeline.batch_size when they do not fit).
+void claim_pool(MemoryBudget& budget, const NodeSpec& spec, const std::string& pool,
+                MemoryKind kind, std::size_t count, std::size_t bytes);
 
 class StageContext final : public BuildContext {
  public:
@@ -45,6 +52,8 @@ class StageContext final : public BuildContext {
   BufferPool& make_fill_pool(const std::string& name) override;
   BufferPool& make_pool(const std::string& name, MemoryKind kind, std::size_t count,
                         std::size_t bytes, Allocator allocator) override;
+  BufferPool& make_batch_pool(const std::string& name, MemoryKind kind, std::size_t bytes,
+                              Allocator allocator) override;
   void claim_memory(MemoryKind kind, std::uint64_t bytes, const std::string& what,
                     const std::string& keys) override;
   std::uint64_t batches_per_epoch() const override;

@@ -149,6 +149,8 @@ class Chain {
   /// The layout batches have at the upload node (what bytes_uploaded counts).
   const BatchLayout& upload_layout() const noexcept { return *upload_layout_; }
   void set_upload_layout(const BatchLayout* layout) noexcept { upload_layout_ = layout; }
+  /// The stage before stage `index` (> 0): a branch's first stage follows the last shared one.
+  std::size_t predecessor(std::size_t index) const noexcept;
   /// The layout of the batches stage `index` receives: its predecessor's output layout.
   const BatchLayout* layout_into(std::size_t index) const;
   /// BuildContext::change_layout for `stage` (std::logic_error unless a transform, once).
@@ -165,6 +167,17 @@ class Chain {
   MemoryBudget& budget() noexcept { return *budget_; }
   const MemoryBudget& budget() const noexcept { return *budget_; }
   BufferPool& add_pool(std::unique_ptr<BufferPool> pool);
+  /// A per-batch pool made with no buffers, before the depth is solved (a loader's, with
+  /// `prefetch_depth: auto`); allocate_deferred() gives it its buffers.
+  /// `owns_memory`: its allocator's (a pool that owns no memory claims none).
+  BufferPool& add_deferred_pool(std::unique_ptr<BufferPool> pool, bool owns_memory);
+  struct Deferred {
+    BufferPool* pool = nullptr;
+    bool owns_memory = true;
+  };
+  const std::vector<Deferred>& deferred_pools() const noexcept { return deferred_; }
+  /// `count` buffers for every deferred pool (claimed by the caller first).
+  void allocate_deferred(std::size_t count);
   const std::vector<std::unique_ptr<BufferPool>>& pools() const noexcept { return pools_; }
 
   // Batch objects: one per in-flight slot.
@@ -205,6 +218,7 @@ class Chain {
   BufferPool* fill_pool_ = nullptr;
   std::optional<MemoryBudget> budget_;
   std::vector<std::unique_ptr<BufferPool>> pools_;
+  std::vector<Deferred> deferred_;
   std::vector<std::unique_ptr<Batch>> batches_;
   tbb::concurrent_queue<Batch*> free_batches_;
   // Which stage is processing each batch object (-1: none) and that batch's seq, so that a stall

@@ -20,6 +20,7 @@
 
 #include "detail/autotune.hpp"
 #include "detail/chain.hpp"
+#include "detail/plan.hpp"
 #include "detail/recorder.hpp"
 #include "detail/run_counters.hpp"
 #include "detail/sequence.hpp"
@@ -54,12 +55,15 @@ using OnThrow = std::function<void(std::exception_ptr)>;
 class PipelineImpl {
  public:
   // pipeline.cpp: build and report.
-  /// `auto_depth`: with `prefetch_depth: auto`, the depth to size pools for (0: the cap); the
-  /// constructor throws DepthRetry when a smaller one is needed to fit the memory budget.
-  PipelineImpl(PipelineConfig config, const Registry& registry, int auto_depth = 0);
+  /// Plans (BuildPlan, the depth of `prefetch_depth: auto` in closed form), then sets every node
+  /// up as the plan gives it; each node's setup() runs once.
+  PipelineImpl(PipelineConfig config, const Registry& registry);
   PipelineImpl(const PipelineImpl&) = delete;
   PipelineImpl& operator=(const PipelineImpl&) = delete;
+  /// The validated config, as written.
   const PipelineConfig& config() const noexcept { return config_; }
+  /// What the build resolved: batch size, threads, thread budget, depth, each node's bodies.
+  const BuildPlan& plan() const noexcept { return plan_; }
   /// The figures run() and a session share: totals, nodes, pools (not the train figures).
   RunReport base_report(double seconds, bool interrupted) const;
   /// Adds the per-branch figures to a report of a run with several branches.
@@ -186,12 +190,13 @@ class PipelineImpl {
   /// Where a stalled run is stuck: the node holding the oldest batch, else the first that stopped.
   std::string stuck_stage() const;
 
-  PipelineConfig config_;
+  const PipelineConfig config_;
+  BuildPlan plan_;  // set in the constructor, before anything is allocated; not changed after
   Chain chain_;
   Sequence sequence_;
   RunCounters counters_;
   Recorder recorder_;  // stats, trace, progress
-  Autotuner tuner_{config_, chain_, counters_, recorder_};
+  Autotuner tuner_{config_, plan_, chain_, counters_, recorder_};
   std::vector<std::pair<std::string, std::unique_ptr<Gauge>>> gauges_;
   std::uint64_t allocations_at_build_ = 0;
   std::atomic<bool> stop_{false};
