@@ -385,9 +385,8 @@ PYBIND11_MODULE(flowfeed, m) {
           "Batches the caller holds (a Batch or an exported tensor still alive).")
       .def_property_readonly("epochs",
                              [](PipelineHolder& h) { return h.get().config().pipeline.epochs; })
-      .def_property_readonly(
-          "prefetch_depth",
-          [](PipelineHolder& h) { return h.get().config().pipeline.prefetch_depth; })
+      .def_property_readonly("prefetch_depth",
+                             [](PipelineHolder& h) { return h.get().plan().prefetch_depth; })
       .def_property_readonly("backend",
                              [](PipelineHolder& h) {
                                return h.get().config().backend == Backend::cuda ? "cuda" : "host";

@@ -74,9 +74,10 @@ class ViewIterator {
     // Batches go back in groups of a quarter of the batches in flight (at most 8), with one
     // event recorded on the stream for the group instead of one per batch; one at a time below 8
     // and under prefetch_depth: auto (whose tuner may keep fewer in flight than the pools hold).
-    const PipelineOptions& options = state_->holder->get().config().pipeline;
-    if (options.prefetch_depth >= 8 && !options.auto_prefetch_depth) {
-      group_ = std::min<std::size_t>(8, static_cast<std::size_t>(options.prefetch_depth) / 4);
+    const Pipeline& pipeline = state_->holder->get();
+    const int depth = pipeline.plan().prefetch_depth;
+    if (depth >= 8 && !pipeline.config().pipeline.auto_prefetch_depth) {
+      group_ = std::min<std::size_t>(8, static_cast<std::size_t>(depth) / 4);
     }
     returning_.reserve(group_);
   }

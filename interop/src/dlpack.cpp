@@ -215,7 +215,7 @@ TensorSession::TensorSession(Pipeline& pipeline, std::weak_ptr<const void> owner
   state_->pipeline = &pipeline;
   state_->owner = std::move(owner);
   state_->session.emplace(pipeline.start());
-  const auto depth = static_cast<std::size_t>(pipeline.config().pipeline.prefetch_depth);
+  const auto depth = static_cast<std::size_t>(pipeline.plan().prefetch_depth);
   for (std::size_t i = 0; i < depth; ++i) {
     state_->slots.push_back(std::make_unique<detail::HeldBatch>());
   }
@@ -260,7 +260,7 @@ BatchHandle TensorSession::next() {
   st.drain_returned();
   if (!st.session || st.ended) return {};
   const PipelineOptions& options = st.pipeline->config().pipeline;
-  const auto depth = static_cast<std::size_t>(options.prefetch_depth);
+  const auto depth = static_cast<std::size_t>(st.pipeline->plan().prefetch_depth);
   if (st.session->held() >= depth) {
     // Every batch in flight is the caller's: wait for one to come back from another thread.
     const double timeout = options.stall_timeout_s > 0 ? options.stall_timeout_s : 10.0;

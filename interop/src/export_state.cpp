@@ -169,7 +169,7 @@ DLDevice ExportState::device_of(const Batch& b) {
 
 std::string ExportState::held_message(double waited_s) const {
   std::ostringstream out;
-  const auto depth = pipeline->config().pipeline.prefetch_depth;
+  const auto depth = pipeline->plan().prefetch_depth;
   out << "run stalled: the caller holds all " << depth
       << " batches the pipeline may have in flight (pipeline.prefetch_depth) and none came back "
          "for "

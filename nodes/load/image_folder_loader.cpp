@@ -76,9 +76,8 @@ class ImageFolderLoader final : public LoaderNode {
     policy_.max_skipped = pipeline.max_skipped;
     node_name_ = context.spec().name;
     drops_.set_who(fmt::format("node '{}' (image_folder)", node_name_));
-    pool_ = &context.make_pool("host", MemoryKind::pageable,
-                               static_cast<std::size_t>(context.prefetch_depth()),
-                               context.layout().capacity(), Allocator::host());
+    pool_ = &context.make_batch_pool("host", MemoryKind::pageable, context.layout().capacity(),
+                                     Allocator::host());
   }
   void begin_run() override { drops_.reset(); }
   std::size_t size() const override { return index_.files().size(); }

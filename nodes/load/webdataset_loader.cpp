@@ -155,9 +155,8 @@ void WebDatasetLoader::setup(BuildContext& context) {
       }
     }
   }
-  pool_ = &context.make_pool("host", MemoryKind::pageable,
-                             static_cast<std::size_t>(context.prefetch_depth()),
-                             context.layout().capacity(), Allocator::host());
+  pool_ = &context.make_batch_pool("host", MemoryKind::pageable, context.layout().capacity(),
+                                   Allocator::host());
 }
 
 void WebDatasetLoader::begin_run() {

@@ -15,6 +15,10 @@ namespace flowfeed {
 class HostCopy {
  public:
   explicit HostCopy(Tier to) : to_(to) {}
+  /// Declares the pool setup() makes (Node::plan).
+  void plan(PlanContext& plan) const {
+    plan.batch_pool(MemoryKind::pageable, plan.layout().capacity());
+  }
   /// Makes the pool: one pageable buffer per batch in flight, named after the tier.
   void setup(BuildContext& context) {
     pool_ =

@@ -18,6 +18,10 @@ class HostStaging final : public Node {
   std::optional<FillMemory> fill_memory(const BuildContext& /*context*/) const override {
     return FillMemory{MemoryKind::pageable, Allocator::host()};
   }
+  void plan(PlanContext& plan) const override {
+    if (plan.fill_tier() == Tier::staging) return;
+    plan.batch_pool(MemoryKind::pageable, plan.layout().capacity());
+  }
   void setup(BuildContext& context) override {
     name_ = context.spec().name;
     // The loader fills this node's memory itself: nothing to copy into.
@@ -57,11 +61,12 @@ class HostStaging final : public Node {
 }  // namespace
 
 void register_host_staging(Registry& registry) {
-  registry.set(factory_type("host_staging", Role::staging, {},
-                            [](const NodeSpec&) { return std::make_unique<HostStaging>(); },
-                            "copies each batch into a pooled host buffer (stands in for "
-                            "pinned_staging); passes through batches a loader read straight into "
-                            "staging memory")
+  registry.set(factory_type(
+                   "host_staging", Role::staging, {},
+                   [](const NodeSpec&) { return std::make_unique<HostStaging>(); },
+                   "copies each batch into a pooled host buffer (stands in for "
+                   "pinned_staging); passes through batches a loader read straight into "
+                   "staging memory")
                    .runs_on(TypeBackend::host, "pinned_staging"));
 }
 

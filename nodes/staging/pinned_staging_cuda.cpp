@@ -61,6 +61,12 @@ class PinnedStaging final : public Node {
     return FillMemory{MemoryKind::pinned, cuda::pinned_allocator_on(context.device_id())};
   }
 
+  void plan(PlanContext& plan) const override {
+    const auto* memory = dynamic_cast<const MemoryLoader*>(&plan.loader());
+    if ((memory && memory->pinned()) || plan.fill_tier() == Tier::staging) return;
+    plan.batch_pool(MemoryKind::pinned, plan.layout().capacity());
+  }
+
   void setup(BuildContext& context) override {
     device_ = context.device_id();
     name_ = context.spec().name;

@@ -32,6 +32,12 @@ class DeviceNormalize final : public Node {
     cudaGetLastError();
   }
 
+  void plan(PlanContext& plan) const override {
+    const BatchLayout& out =
+        plan.change_layout(normalized_tensors(plan.layout().tensors(), options_, plan.spec()));
+    plan.batch_pool(MemoryKind::device, out.capacity());
+  }
+
   void setup(BuildContext& context) override {
     const NodeSpec& spec = context.spec();
     type_ = spec.type;

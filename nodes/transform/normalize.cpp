@@ -86,6 +86,12 @@ class Normalize final : public Node {
  public:
   explicit Normalize(NormalizeOptions options) : options_(std::move(options)) {}
 
+  void plan(PlanContext& plan) const override {
+    const BatchLayout& out =
+        plan.change_layout(normalized_tensors(plan.layout().tensors(), options_, plan.spec()));
+    plan.batch_pool(MemoryKind::pageable, out.capacity());
+  }
+
   void setup(BuildContext& context) override {
     const NodeSpec& spec = context.spec();
     if (context.backend() != Backend::host) {

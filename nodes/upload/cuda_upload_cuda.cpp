@@ -10,6 +10,7 @@
 #include <atomic>
 #include <mutex>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include "flowfeed/cuda/check.hpp"
@@ -46,6 +47,14 @@ class CudaUpload final : public AsynchronousNode {
     // One device's upload reads the loader's buffers; replicas on several devices do not.
     if (context.replicas() > 1) return std::nullopt;
     return FillMemory{MemoryKind::pinned, cuda::pinned_allocator_on(context.device_id())};
+  }
+
+  void plan(PlanContext& plan) const override {
+    plan.batch_pool(MemoryKind::device, plan.layout().capacity());
+    if (bounce_wanted(plan.after_staging(), plan.loader(), plan.fill_tier())) {
+      const auto [count, bytes] = bounce_size(plan.threads(), plan.layout().capacity());
+      plan.fixed_memory(MemoryKind::pinned, static_cast<std::uint64_t>(count) * bytes);
+    }
   }
 
   void setup(BuildContext& context) override {
@@ -179,21 +188,29 @@ class CudaUpload final : public AsynchronousNode {
   }
 
  private:
-  void setup_bounce(BuildContext& context) {
+  /// Whether batches are bounced through pinned buffers: asked for, or (automatic) when they
+  /// arrive pageable (the data set and the loader's buffers are not page-locked).
+  bool bounce_wanted(bool after_staging, const LoaderNode& loader, Tier fill_tier) const {
     using Bounce = CudaUploadOptions::Bounce;
-    bool wanted = options_.bounce == Bounce::on;
-    if (options_.bounce == Bounce::automatic && !context.after_staging()) {
-      // Batches arrive pageable unless the data set or the loader's buffers are page-locked.
-      const auto* memory = dynamic_cast<const MemoryLoader*>(&context.loader());
-      wanted = !(memory && memory->pinned()) && context.fill_tier() != Tier::staging;
+    if (options_.bounce == Bounce::automatic && !after_staging) {
+      const auto* memory = dynamic_cast<const MemoryLoader*>(&loader);
+      return !(memory && memory->pinned()) && fill_tier != Tier::staging;
     }
-    if (!wanted) return;
-    if (options_.bounce_bytes == 0) throw Error("cuda_upload: bounce_bytes must be > 0");
-    const int threads =
-        context.threads() > 0 ? context.threads() : tbb::this_task_arena::max_concurrency();
+    return options_.bounce == Bounce::on;
+  }
+  /// The bounce pool's buffers and their bytes.
+  std::pair<std::size_t, std::size_t> bounce_size(int threads, std::size_t capacity) const {
+    if (threads <= 0) threads = tbb::this_task_arena::max_concurrency();
     const std::size_t count = options_.bounce_buffers > 0 ? options_.bounce_buffers
                                                           : 2 * static_cast<std::size_t>(threads);
-    bounce_.create(context, count, std::min(options_.bounce_bytes, context.layout().capacity()));
+    return {count, std::min(options_.bounce_bytes, capacity)};
+  }
+
+  void setup_bounce(BuildContext& context) {
+    if (!bounce_wanted(context.after_staging(), context.loader(), context.fill_tier())) return;
+    if (options_.bounce_bytes == 0) throw Error("cuda_upload: bounce_bytes must be > 0");
+    const auto [count, bytes] = bounce_size(context.threads(), context.layout().capacity());
+    bounce_.create(context, count, bytes);
   }
 
   /// A bounced batch while its chunks are copied (from batch->host): one per device buffer (a

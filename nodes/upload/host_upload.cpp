@@ -10,6 +10,7 @@ namespace {
 /// cuda_upload, with the same inputs (a staging or host buffer) and output (a device buffer).
 class HostUpload final : public Node {
  public:
+  void plan(PlanContext& plan) const override { copy_.plan(plan); }
   void setup(BuildContext& context) override { copy_.setup(context); }
   void process(Batch& batch) override { copy_.copy(batch); }
   bool copies_external_bytes() const noexcept override { return true; }

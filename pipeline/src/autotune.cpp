@@ -1,14 +1,19 @@
-// `concurrency: auto` and `prefetch_depth: auto` (docs/AUTOTUNE.md): the maxima fixed at build
-// (pools for the largest depth the memory budget allows, auto nodes built at the thread budget),
-// and the tuner that runs on the supervisor's ticks (a pull session's: the caller's next()),
-// measures each window, asks decide() for one change and moves the gates.
+// `concurrency: auto` and `prefetch_depth: auto` (docs/AUTOTUNE.md) while a run goes, below the
+// maxima the build plan fixed (plan.cpp): the tuner that runs on the supervisor's ticks (a pull
+// session's: the caller's next()), measures each window, asks decide() for one change and moves the
+// gates.
+
+#include "detail/autotune.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cstdio>
 
-#include "detail/pipeline_impl.hpp"
+#include "detail/chain.hpp"
+#include "detail/recorder.hpp"
+#include "detail/run_counters.hpp"
+#include "flowfeed/memory_budget.hpp"
 
 namespace flowfeed::detail {
 
@@ -25,8 +30,8 @@ constexpr std::size_t kMaxLogged = 1000;
 
 /// The node's name in the config: a branch's copy is named `name@device`.
 std::string config_name(const Stage& stage) {
-  return stage.branch >= 0 ? stage.spec.name.substr(0, stage.spec.name.rfind('@'))
-                           : stage.spec.name;
+  return stage.branch() >= 0 ? stage.spec().name.substr(0, stage.spec().name.rfind('@'))
+                             : stage.spec().name;
 }
 
 std::string knob_of(const Stage& stage) {
@@ -35,104 +40,48 @@ std::string knob_of(const Stage& stage) {
 
 }  // namespace
 
-void PipelineImpl::resolve_auto(int auto_depth) {
-  const int threads = arena_threads(config_);
-  // By default the threads are the auto nodes': the bodies of fixed synchronous nodes (a staging
-  // copy, the serial train step) come on top, and so does the one body each further auto node
-  // always has, so that a loader may take every thread as a hand-set concurrency can.
-  int fixed_bodies = 0;
-  int auto_nodes = 0;
-  for (auto& s : stages_) {
-    s->tunable =
-        s->spec.auto_concurrency && !s->node->asynchronous() && s->spec.role != Role::train;
-    if (s->tunable) ++auto_nodes;
-    if (!s->tunable && !s->node->asynchronous()) {
-      fixed_bodies += s->spec.role == Role::train ? 1 : std::max(s->spec.concurrency, 1);
-    }
+void Autotuner::begin_run() {
+  const auto& stages = chain_.stages();
+  tuning_ = config_.pipeline.auto_prefetch_depth ||
+            std::any_of(stages.begin(), stages.end(), [](const auto& s) { return s->tunable(); });
+}
+
+int Autotuner::start_depth() const noexcept {
+  return tunes_depth() ? start_depth_ : plan_.prefetch_depth;
+}
+
+void Autotuner::attach_depth(tbb::flow::limiter_node<Batch*, int>& limiter) {
+  // prefetch_depth: auto: the pools hold prefetch_depth batches; the tuner moves how many of
+  // them may be in flight.
+  if (tunes_depth()) depth_gate_.attach(limiter, plan_.prefetch_depth, start_depth_);
+}
+
+void Autotuner::pull_tick(std::uint64_t now, std::uint64_t caller_wait_ns) {
+  if (now - tune_.last_tick_ns <
+      static_cast<std::uint64_t>(std::chrono::nanoseconds(kTunerTick).count())) {
+    return;
   }
-  // In pull mode the caller's loop is the train step.
-  if (config_.pipeline.mode == RunMode::pull) ++fixed_bodies;
-  thread_budget_ = config_.pipeline.thread_budget > 0
-                       ? config_.pipeline.thread_budget
-                       : threads + fixed_bodies + std::max(auto_nodes - 1, 0);
-  // Built (and set up) for the most it may run: the budget less the fixed bodies.
-  for (auto& s : stages_) {
-    if (s->tunable) s->spec.concurrency = std::max(thread_budget_ - fixed_bodies, 1);
-  }
-  if (!config_.pipeline.auto_prefetch_depth) return;
-  // Enough for every body the budget allows and a batch queued before each stage, twice over.
-  depth_wanted_ =
-      std::min(4096, 2 * (std::max(thread_budget_, 1) + static_cast<int>(stages_.size())));
-  depth_capped_ = auto_depth > 0 && auto_depth < depth_wanted_;
-  config_.pipeline.prefetch_depth = auto_depth > 0 ? auto_depth : depth_wanted_;
+  tune_.last_tick_ns = now;
+  tick(now, caller_wait_ns);
 }
 
-std::vector<std::vector<std::size_t>> PipelineImpl::sample_groups() const {
-  const std::size_t shared = branches_ > 1 ? branch_begin_ : stages_.size();
-  std::vector<std::vector<std::size_t>> groups;
-  for (std::size_t i = 0; i < shared; ++i) groups.push_back({i});
-  for (std::size_t j = 0; branches_ > 1 && j < branch_len_; ++j) {
-    groups.emplace_back();
-    for (int b = 0; b < branches_; ++b) {
-      groups.back().push_back(branch_begin_ + static_cast<std::size_t>(b) * branch_len_ + j);
-    }
-  }
-  return groups;
-}
-
-bool PipelineImpl::tunes() const noexcept {
-  if (config_.pipeline.auto_prefetch_depth) return true;
-  return std::any_of(stages_.begin(), stages_.end(), [](const auto& s) { return s->tunable; });
-}
-
-void PipelineImpl::note_claim(MemoryKind kind, std::uint64_t bytes, std::size_t count) {
-  const auto depth = static_cast<std::size_t>(config_.pipeline.prefetch_depth);
-  if (count == 0 || count % depth != 0) return;
-  (kind == MemoryKind::device ? scaled_device_ : scaled_host_) += bytes;
-}
-
-void PipelineImpl::retry_smaller_depth(MemoryKind kind, std::uint64_t bytes, std::size_t count) {
-  if (!config_.pipeline.auto_prefetch_depth) return;
-  const bool device = kind == MemoryKind::device;
-  const MemoryAvailable& a = budget_->available();
-  const std::optional<std::uint64_t>& limit = device ? a.device : a.host;
-  if (!limit) return;
-  const std::uint64_t depth = static_cast<std::uint64_t>(config_.pipeline.prefetch_depth);
-  const bool scales = count > 0 && count % depth == 0;
-  const std::uint64_t claimed =
-      device ? budget_->claimed(MemoryKind::device)
-             : budget_->claimed(MemoryKind::pageable) + budget_->claimed(MemoryKind::pinned);
-  std::uint64_t scaled = device ? scaled_device_ : scaled_host_;
-  std::uint64_t fixed = claimed - scaled;
-  (scales ? scaled : fixed) += bytes;
-  if (scaled == 0 || fixed >= *limit || depth == 1) return;
-  // The pools seen so far scale with the depth; the ones not yet seen may lower it again.
-  const long double per_depth = static_cast<long double>(scaled) / static_cast<long double>(depth);
-  const long double room = static_cast<long double>(*limit - fixed) / per_depth;
-  const int fits =
-      static_cast<int>(std::min<long double>(room, static_cast<long double>(depth - 1)));
-  // Too little even for the claims seen: try one batch in flight, so that the error (if it still
-  // does not fit) names the least the pipeline needs.
-  throw DepthRetry{std::max(fits, 1)};
-}
-
-void PipelineImpl::tune_begin(const RunOptions& options, std::uint64_t start_ns) {
+void Autotuner::begin(bool print, bool bar, std::uint64_t start_ns) {
   tune_ = TuneState{};
   tune_.start_ns = start_ns;
-  tune_.print = options.progress;
-  tune_.bar = options.progress_bar;
-  tune_.items.assign(stages_.size(), 0);
-  tune_.busy_ns.assign(stages_.size(), 0);
+  tune_.print = print;
+  tune_.bar = bar;
+  tune_.window.items.assign(chain_.size(), 0);
+  tune_.window.busy_ns.assign(chain_.size(), 0);
   // Start low, so that what the run needs shows: one body per auto node, and a batch in flight
   // for every body and one more (the tuner raises them from the first window's figures).
   int bodies = 0;
-  for (const auto& s : stages_) {
-    if (!s->node->asynchronous()) bodies += s->tunable ? 1 : s->spec.concurrency;
+  for (const auto& s : chain_.stages()) {
+    if (!s->node().asynchronous()) bodies += s->tunable() ? 1 : s->bodies();
   }
-  start_depth_ = std::min(config_.pipeline.prefetch_depth, bodies + 1);
-  if (depth_capped_) {
+  start_depth_ = std::min(plan_.prefetch_depth, bodies + 1);
+  if (plan_.depth_capped_by_memory) {
     // Said once, at the start: the budget, not the cap, decided how deep the pools are.
-    const MemoryAvailable& a = budget_->available();
+    const MemoryAvailable& a = chain_.budget().available();
     TuningDecision note{0,
                         0,
                         "",
@@ -140,7 +89,7 @@ void PipelineImpl::tune_begin(const RunOptions& options, std::uint64_t start_ns)
                         0,
                         fmt::format("limit: pools sized for prefetch_depth {}, the most "
                                     "pipeline.memory_budget allows ({} wanted; host budget {}{})",
-                                    config_.pipeline.prefetch_depth, depth_wanted_,
+                                    plan_.prefetch_depth, plan_.depth_cap,
                                     a.host ? format_bytes(*a.host) : std::string("unknown"),
                                     a.device ? ", device budget " + format_bytes(*a.device) : "")};
     if (tune_.print) {
@@ -150,84 +99,83 @@ void PipelineImpl::tune_begin(const RunOptions& options, std::uint64_t start_ns)
   }
 }
 
-void PipelineImpl::tune_tick(std::uint64_t now, std::optional<std::uint64_t> caller_wait_ns) {
+void Autotuner::tick(std::uint64_t now, std::optional<std::uint64_t> caller_wait_ns) {
   const bool pull = caller_wait_ns.has_value();
-  const std::vector<std::vector<std::size_t>> groups = sample_groups();
+  const std::vector<std::vector<std::size_t>> groups = chain_.sample_groups();
   tune_.saturated.resize(groups.size());
-  const Stage& train = *stages_.back();
-  if (!pull && train.node->asynchronous()) {
+  const Stage& train = chain_.back();
+  if (!pull && train.node().asynchronous()) {
     // An asynchronous train node's busy time is its submit()s: sample whether it is occupied,
     // with work submitted and not completed or a batch waiting for it (each branch's).
-    ++tune_.ticks;
+    ++tune_.window.ticks;
     for (std::size_t k : groups.back()) {
-      const Stage& t = *stages_[k];
-      const std::uint64_t arrived = t.arrived.load(std::memory_order_acquire);
-      if (arrived > t.items.load(std::memory_order_acquire) ||
-          t.queued.load(std::memory_order_acquire) > arrived) {
-        ++tune_.occupied_ticks;
+      const Stage& t = chain_.stage(k);
+      const std::uint64_t arrived = t.arrived();
+      if (arrived > t.items_acquire() || t.queued() > arrived) {
+        ++tune_.window.occupied_ticks;
       }
     }
   }
-  const std::uint64_t finished = consumed_.load(std::memory_order_relaxed);
-  if (!tune_.window_open) {
+  const std::uint64_t finished = counters_.consumed();
+  if (!tune_.window.open) {
     if (finished < tune_.settle_until) return;
-    tune_.window_open = true;
-    tune_.window_ns = now;
-    tune_.window_finished = finished;
-    tune_.ticks = tune_.occupied_ticks = 0;
-    tune_.caller_wait_ns = caller_wait_ns.value_or(0);
-    for (std::size_t i = 0; i < stages_.size(); ++i) {
-      tune_.items[i] = stages_[i]->items.load(std::memory_order_relaxed);
-      tune_.busy_ns[i] = stages_[i]->busy_ns.load(std::memory_order_relaxed);
+    tune_.window.open = true;
+    tune_.window.ns = now;
+    tune_.window.finished = finished;
+    tune_.window.ticks = tune_.window.occupied_ticks = 0;
+    tune_.window.caller_wait_ns = caller_wait_ns.value_or(0);
+    for (std::size_t i = 0; i < chain_.size(); ++i) {
+      tune_.window.items[i] = chain_.stage(i).items();
+      tune_.window.busy_ns[i] = chain_.stage(i).busy_ns();
     }
     return;
   }
-  if (finished - tune_.window_finished < kWindowBatches || now - tune_.window_ns < kMinWindowNs ||
-      (!pull && train.node->asynchronous() && tune_.ticks < kMinAsyncTicks)) {
+  if (finished - tune_.window.finished < kWindowBatches || now - tune_.window.ns < kMinWindowNs ||
+      (!pull && train.node().asynchronous() && tune_.window.ticks < kMinAsyncTicks)) {
     return;
   }
   TunerSnapshot snap;
-  snap.window_s = static_cast<double>(now - tune_.window_ns) * 1e-9;
-  snap.depth = config_.pipeline.auto_prefetch_depth ? depth_gate_.effective()
-                                                    : config_.pipeline.prefetch_depth;
-  snap.max_depth = config_.pipeline.prefetch_depth;
+  snap.window_s = static_cast<double>(now - tune_.window.ns) * 1e-9;
+  snap.depth =
+      config_.pipeline.auto_prefetch_depth ? depth_gate_.effective() : plan_.prefetch_depth;
+  snap.max_depth = plan_.prefetch_depth;
   snap.depth_tunable = config_.pipeline.auto_prefetch_depth;
-  snap.depth_capped_by_memory = depth_capped_;
-  snap.thread_budget = thread_budget_;
+  snap.depth_capped_by_memory = plan_.depth_capped_by_memory;
+  snap.thread_budget = plan_.thread_budget;
   snap.ordered = config_.pipeline.ordered;
   snap.fed_before = tune_.fed_before;
   // One sample per node of the config: a node copied into every branch is one sample of all its
   // copies (their items, bodies and busy time summed; a train node's busy time is per branch, so
   // that its wait and the rate it takes are the branches' together).
   int used = 0;  // bodies of the synchronous nodes, every copy
-  const bool long_window = finished - tune_.window_finished >= kTunerLongWindow;
+  const bool long_window = finished - tune_.window.finished >= kTunerLongWindow;
   for (std::size_t g = 0; g < groups.size(); ++g) {
-    const Stage& s = *stages_[groups[g].front()];
+    const Stage& s = chain_.stage(groups[g].front());
     StageSample x;
     x.name = config_name(s);
-    x.tunable = s.tunable;
+    x.tunable = s.tunable();
     x.train = !pull && g + 1 == groups.size();
-    x.asynchronous = s.node->asynchronous();
+    x.asynchronous = s.node().asynchronous();
     x.concurrency = x.max_concurrency = 0;
     double busy_ns = 0;
     for (std::size_t i : groups[g]) {
-      const Stage& c = *stages_[i];
-      x.concurrency += c.tunable ? c.gate.effective() : c.spec.concurrency;
-      x.max_concurrency += c.spec.concurrency;
-      x.items += c.items.load(std::memory_order_relaxed) - tune_.items[i];
-      busy_ns += static_cast<double>(c.busy_ns.load(std::memory_order_relaxed) - tune_.busy_ns[i]);
+      const Stage& c = chain_.stage(i);
+      x.concurrency += c.tunable() ? c.gate().effective() : c.bodies();
+      x.max_concurrency += c.bodies();
+      x.items += c.items() - tune_.window.items[i];
+      busy_ns += static_cast<double>(c.busy_ns() - tune_.window.busy_ns[i]);
     }
     x.busy_s = busy_ns * 1e-9 / (x.train ? static_cast<double>(groups[g].size()) : 1.0);
-    if (x.train && s.node->asynchronous() && tune_.ticks > 0) {
+    if (x.train && s.node().asynchronous() && tune_.window.ticks > 0) {
       // Occupied whenever a batch waited for it.
-      x.busy_s = snap.window_s * static_cast<double>(tune_.occupied_ticks) /
-                 static_cast<double>(tune_.ticks * groups[g].size());
+      x.busy_s = snap.window_s * static_cast<double>(tune_.window.occupied_ticks) /
+                 static_cast<double>(tune_.window.ticks * groups[g].size());
     }
     if (!x.asynchronous) used += x.concurrency;
     x.saturated = tune_.saturated[g].recheck(x.concurrency, x.items, snap.window_s, long_window);
-    if (tune_.raised == g) {
-      x.raised_from = tune_.raised_from;
-      x.capacity_before = tune_.capacity_before;
+    if (tune_.raise.sample == g) {
+      x.raised_from = tune_.raise.from;
+      x.capacity_before = tune_.raise.capacity_before;
     }
     snap.stages.push_back(std::move(x));
   }
@@ -236,8 +184,8 @@ void PipelineImpl::tune_tick(std::uint64_t now, std::optional<std::uint64_t> cal
     StageSample caller;
     caller.name = "the caller's loop";
     caller.train = true;
-    caller.items = finished - tune_.window_finished;
-    const double waited = static_cast<double>(*caller_wait_ns - tune_.caller_wait_ns) * 1e-9;
+    caller.items = finished - tune_.window.finished;
+    const double waited = static_cast<double>(*caller_wait_ns - tune_.window.caller_wait_ns) * 1e-9;
     caller.busy_s = std::max(0.0, snap.window_s - waited);
     snap.stages.push_back(std::move(caller));
     snap.train_label = "the caller's loop";
@@ -258,25 +206,25 @@ void PipelineImpl::tune_tick(std::uint64_t now, std::optional<std::uint64_t> cal
   }
   if (d.saturate) {
     tune_.saturated[d.stage] =
-        Saturation::of(d, snap.stages[d.stage].concurrency, tune_.rate_before);
+        Saturation::of(d, snap.stages[d.stage].concurrency, tune_.raise.rate_before);
   }
   if (d.kind == TunerDecision::Kind::concurrency) {
     // Per copy, a raise within the thread budget.
     const int copies = static_cast<int>(groups[d.stage].size());
-    const int room = thread_budget_ - (used - snap.stages[d.stage].concurrency);
+    const int room = plan_.thread_budget - (used - snap.stages[d.stage].concurrency);
     d = per_copy(std::move(d), copies, room);
   }
   // A later window judges a raise by the capacity it added, once its bodies are in use (a depth
   // change or a limit in between leaves it to judge); another concurrency change or the judgement
   // ends it.
-  if (d.saturate || d.kind == TunerDecision::Kind::concurrency) tune_.raised = groups.size();
+  if (d.saturate || d.kind == TunerDecision::Kind::concurrency) tune_.raise.sample = groups.size();
   if (d.kind == TunerDecision::Kind::concurrency && d.to > d.from) {
     const StageSample& st = snap.stages[d.stage];
-    tune_.raised = d.stage;
-    tune_.raised_from = st.concurrency;
-    tune_.capacity_before =
+    tune_.raise.sample = d.stage;
+    tune_.raise.from = st.concurrency;
+    tune_.raise.capacity_before =
         st.busy_s > 0 ? st.concurrency * static_cast<double>(st.items) / st.busy_s : 0;
-    tune_.rate_before = static_cast<double>(st.items) / snap.window_s;
+    tune_.raise.rate_before = static_cast<double>(st.items) / snap.window_s;
   }
   const double t = static_cast<double>(now - tune_.start_ns) * 1e-9;
   TuningDecision entry{t, finished, "", d.from, d.to, d.why};
@@ -284,8 +232,8 @@ void PipelineImpl::tune_tick(std::uint64_t now, std::optional<std::uint64_t> cal
   switch (d.kind) {
     case TunerDecision::Kind::none: break;
     case TunerDecision::Kind::concurrency:
-      for (std::size_t i : groups[d.stage]) stages_[i]->gate.set(d.to);
-      entry.knob = knob_of(*stages_[groups[d.stage].front()]);
+      for (std::size_t i : groups[d.stage]) chain_.stage(i).gate().set(d.to);
+      entry.knob = knob_of(chain_.stage(groups[d.stage].front()));
       changed = true;
       break;
     case TunerDecision::Kind::depth:
@@ -324,11 +272,11 @@ void PipelineImpl::tune_tick(std::uint64_t now, std::optional<std::uint64_t> cal
   // No decision: the window grows. After a change the next window opens once the batches in
   // flight now have finished.
   if (d.kind == TunerDecision::Kind::none) return;
-  tune_.window_open = false;
+  tune_.window.open = false;
   if (changed) tune_.settle_until = finished + static_cast<std::uint64_t>(snap.depth);
 }
 
-void PipelineImpl::keep_decision(TuningDecision entry, bool change) {
+void Autotuner::keep_decision(TuningDecision entry, bool change) {
   if (change) {
     tune_.settled_s = entry.seconds;
     tune_.settled_batches = entry.batch;
@@ -337,31 +285,32 @@ void PipelineImpl::keep_decision(TuningDecision entry, bool change) {
   if (tune_.log.size() < kMaxLogged) tune_.log.push_back(std::move(entry));
 }
 
-void PipelineImpl::tune_fill(RunReport& report) const {
+void Autotuner::fill(RunReport& report) const {
   TuningReport& r = report.tuning;
   r.active = tuning_;
-  r.thread_budget = thread_budget_;
-  r.max_prefetch_depth = config_.pipeline.prefetch_depth;
-  r.depth_capped_by_memory = depth_capped_;
-  const MemoryAvailable& a = budget_->available();
+  r.thread_budget = plan_.thread_budget;
+  r.max_prefetch_depth = plan_.prefetch_depth;
+  r.depth_capped_by_memory = plan_.depth_capped_by_memory;
+  const MemoryAvailable& a = chain_.budget().available();
   r.host_budget_bytes = a.host.value_or(0);
   r.device_budget_bytes = a.device.value_or(0);
-  r.host_pool_bytes = budget_->claimed(MemoryKind::pageable) + budget_->claimed(MemoryKind::pinned);
-  r.device_pool_bytes = budget_->claimed(MemoryKind::device);
+  r.host_pool_bytes =
+      chain_.budget().claimed(MemoryKind::pageable) + chain_.budget().claimed(MemoryKind::pinned);
+  r.device_pool_bytes = chain_.budget().claimed(MemoryKind::device);
   r.within_budget = (!a.host || r.host_pool_bytes <= *a.host) &&
                     (!a.device || r.device_pool_bytes <= *a.device) &&
                     report.allocations_after_build == 0 &&
-                    report.max_in_flight <= config_.pipeline.prefetch_depth;
+                    report.max_in_flight <= plan_.prefetch_depth;
   if (!tuning_) return;
   r.decisions = tune_.log;
   r.state = tune_.state;
   r.settled_seconds = tune_.settled_s;
   r.settled_batches = tune_.settled_batches;
   std::string nodes;
-  for (std::size_t i = 0; i < stages_.size(); ++i) {
-    const Stage& s = *stages_[i];
-    if (!s.spec.auto_concurrency) continue;
-    const int c = s.tunable ? s.gate.effective() : s.spec.concurrency;
+  for (std::size_t i = 0; i < chain_.size(); ++i) {
+    const Stage& s = chain_.stage(i);
+    if (!s.spec().auto_concurrency) continue;
+    const int c = s.tunable() ? s.gate().effective() : s.bodies();
     report.nodes[i].concurrency = c;
     report.nodes[i].utilization =
         report.seconds > 0 ? report.nodes[i].busy_seconds / (report.seconds * c) : 0;
@@ -377,21 +326,21 @@ void PipelineImpl::tune_fill(RunReport& report) const {
   if (!nodes.empty()) r.yaml += "nodes:   # merge into the entries of the same name\n" + nodes;
 }
 
-int PipelineImpl::tune_hold(std::size_t held, std::uint64_t now) {
-  if (!tuning_ || !config_.pipeline.auto_prefetch_depth) return 0;
+int Autotuner::hold(std::size_t held, std::uint64_t now) {
+  if (!tunes_depth()) return 0;
   const int effective = depth_gate_.effective();
-  if (static_cast<int>(held) < effective || effective >= config_.pipeline.prefetch_depth) return 0;
-  const int to = std::min(static_cast<int>(held) + 1, config_.pipeline.prefetch_depth);
+  if (static_cast<int>(held) < effective || effective >= plan_.prefetch_depth) return 0;
+  const int to = std::min(static_cast<int>(held) + 1, plan_.prefetch_depth);
   depth_gate_.set(to);
   recorder_.set_depth(to);
-  const std::uint64_t finished = consumed_.load(std::memory_order_relaxed);
+  const std::uint64_t finished = counters_.consumed();
   keep_decision(
       {static_cast<double>(now - tune_.start_ns) * 1e-9, finished, "pipeline.prefetch_depth",
        effective, to,
        fmt::format("the caller holds {} batches and asks for another: {} may be in flight", held,
                    to)},
       true);
-  tune_.window_open = false;
+  tune_.window.open = false;
   tune_.settle_until = finished;
   // Nothing may finish while the caller holds every batch in flight: the raise goes to the
   // limiter now, not with the next finished batch.

@@ -43,147 +43,103 @@ std::string what_of(const std::exception_ptr& e) {
 }
 
 void PipelineImpl::on_failure(Stage& stage, Batch& batch, std::exception_ptr error) {
-  stage.failures.fetch_add(1, std::memory_order_relaxed);
-  std::string message = stage.label + " batch " + std::to_string(batch.seq) + " (epoch " +
+  stage.add_failure();
+  std::string message = stage.label() + " batch " + std::to_string(batch.seq) + " (epoch " +
                         std::to_string(batch.epoch) + "): " + what_of(error);
   if (config_.pipeline.on_error == OnError::skip && is_dropped_batch(error)) {
     // The node dropped, counted and reported each of the batch's samples already.
-    skipped_.fetch_add(1);
+    counters_.count_skipped();
     batch.skipped = true;
     batch.error = nullptr;
     return;
   }
   if (config_.pipeline.on_error == OnError::skip && is_data_error(error)) {
-    std::uint64_t n = skipped_.fetch_add(1) + 1;
+    const std::uint64_t n = counters_.count_skipped();
     if (n > static_cast<std::uint64_t>(config_.pipeline.max_skipped)) {
       cancel_.store(true);
       throw NodeError(message + " (" + std::to_string(n) + (n == 1 ? " batch" : " batches") +
                           " skipped, more than pipeline.max_skipped = " +
                           std::to_string(config_.pipeline.max_skipped) + ")",
-                      stage.spec.name, stage.spec.type, static_cast<long long>(batch.seq));
+                      stage.spec().name, stage.spec().type, static_cast<long long>(batch.seq));
     }
-    skipped_samples_.fetch_add(batch.rows(), std::memory_order_relaxed);
+    counters_.count_skipped_samples(batch.rows());
     batch.skipped = true;
     batch.error = nullptr;
-    std::lock_guard<std::mutex> lock(warn_mutex_);
-    if (warnings_.size() < 20) warnings_.push_back("skipped: " + message);
+    counters_.warn("skipped: " + message);
     return;
   }
   // Lets bodies still running elsewhere (a long wait) end early: the graph is about to cancel.
   cancel_.store(true);
-  throw NodeError(message, stage.spec.name, stage.spec.type, static_cast<long long>(batch.seq));
+  throw NodeError(message, stage.spec().name, stage.spec().type, static_cast<long long>(batch.seq));
 }
 
 void PipelineImpl::run_stage(Stage& stage, Batch& batch) {
   const std::uint64_t t0 = now_ns();
-  recorder_.enter(stage.index, batch, t0);
+  recorder_.enter(stage.index(), batch, t0);
   if (batch.skipped) {
-    recorder_.leave(stage.index, batch, t0);
+    recorder_.leave(stage.index(), batch, t0);
     return;
   }
-  mark(batch, static_cast<int>(stage.index));
-  stage.active.fetch_add(1, std::memory_order_relaxed);
+  chain_.mark(batch, static_cast<int>(stage.index()));
+  stage.body_started();
   try {
-    stage.node->process(batch);
+    stage.node().process(batch);
   } catch (...) {
-    mark(batch, -1);
+    chain_.mark(batch, -1);
     const std::uint64_t t1 = now_ns();
-    stage.active.fetch_sub(1, std::memory_order_relaxed);
-    stage.busy_ns.fetch_add(t1 - t0, std::memory_order_relaxed);
-    recorder_.leave(stage.index, batch, t1);
+    stage.body_ended();
+    stage.add_busy(t1 - t0);
+    recorder_.leave(stage.index(), batch, t1);
     on_failure(stage, batch, std::current_exception());
     return;
   }
   const std::uint64_t t1 = now_ns();
-  stage.busy_ns.fetch_add(t1 - t0, std::memory_order_relaxed);
-  stage.items.fetch_add(1, std::memory_order_relaxed);
-  mark(batch, -1);
-  stage.active.fetch_sub(1, std::memory_order_relaxed);
-  recorder_.leave(stage.index, batch, t1);
+  stage.add_busy(t1 - t0);
+  stage.add_item();
+  chain_.mark(batch, -1);
+  stage.body_ended();
+  recorder_.leave(stage.index(), batch, t1);
 }
 
 Batch* PipelineImpl::next_batch(tbb::flow_control& fc) {
-  // Batches a resumed unordered run had finished out of order are not delivered again.
-  while (source_skip_ < start_.skip.size() && start_.skip[source_skip_] <= source_pos_) {
-    if (start_.skip[source_skip_] == source_pos_) ++source_pos_;
-    ++source_skip_;
-  }
   if (stop_.load(std::memory_order_relaxed) || abort_.load(std::memory_order_relaxed) ||
-      source_pos_ >= sequence_end() || (stop_after_ > 0 && source_seq_ >= stop_after_)) {
+      sequence_.exhausted()) {
     fc.stop();
     return nullptr;
   }
-  const std::uint64_t per_epoch = sampler_->batches_per_epoch();
-  const auto epoch = static_cast<std::uint32_t>(source_pos_ / per_epoch);
-  const std::uint64_t index = source_pos_ % per_epoch;
-  if (epoch != order_epoch_) {
-    source_order_ = sampler_->epoch_order(epoch);
-    order_epoch_ = epoch;
-  }
-  Batch* b = nullptr;
-  if (!free_batches_.try_pop(b)) {
-    throw std::logic_error("no free batch slot: the in-flight bound was broken");
-  }
-  b->seq = source_seq_++;
-  b->layout = &layout_;  // a transform may have pointed it at its own layout last time
-  b->epoch = epoch;
-  b->index_in_epoch = index;
-  sampler_->batch_samples(source_order_, index, b->samples);
-  ++source_pos_;
-  const std::uint64_t produced = produced_.fetch_add(1, std::memory_order_relaxed) + 1;
-  recorder_.admission(produced, consumed_.load(std::memory_order_relaxed));
+  Batch* b = chain_.take_free();
+  if (!b) throw std::logic_error("no free batch slot: the in-flight bound was broken");
+  b->layout = &chain_.layout();  // a transform may have pointed it at its own layout last time
+  sequence_.assign(*b);
+  const std::uint64_t produced = counters_.count_produced();
+  recorder_.admission(produced, counters_.consumed());
   return b;
 }
 
 std::uint64_t PipelineImpl::finish_batch(Batch* b) {
-  cursor_.finish(b->epoch * sampler_->batches_per_epoch() + b->index_in_epoch);
-  if (!b->skipped) {
-    // Only batches that reached a device buffer were uploaded (a resident run's batches carry only
-    // indices).
-    if (b->device) bytes_.fetch_add(upload_layout_->bytes(b->rows()), std::memory_order_relaxed);
-    samples_.fetch_add(b->rows(), std::memory_order_relaxed);
-  }
+  sequence_.finish(*b);
   recorder_.finish(*b);
+  const std::uint64_t consumed =
+      counters_.count_finished(*b, chain_.upload_layout().bytes(b->rows()));
   b->reset();
-  in_flight_.fetch_sub(1, std::memory_order_relaxed);
-  const std::uint64_t consumed = consumed_.fetch_add(1, std::memory_order_relaxed) + 1;
-  free_batches_.push(b);
-  recorder_.admission(produced_.load(std::memory_order_relaxed), consumed);
+  chain_.put_free(b);
+  recorder_.admission(counters_.produced(), consumed);
   return consumed;
-}
-
-void PipelineImpl::reclaim() {
-  // Every batch object (and so every lease) comes back, wherever the graph left it.
-  free_batches_.clear();
-  for (auto& b : batches_) {
-    b->reset();
-    free_batches_.push(b.get());
-  }
 }
 
 std::string PipelineImpl::stuck_stage() const {
   // The oldest batch a node holds is the one the others wait for.
-  int stuck = -1;
-  std::uint64_t oldest = 0;
-  for (std::size_t i = 0; i < batches_.size(); ++i) {
-    const int stage = slot_stage_[i].load(std::memory_order_acquire);
-    const std::uint64_t seq = slot_seq_[i].load(std::memory_order_relaxed);
-    if (stage >= 0 && (stuck < 0 || seq < oldest)) {
-      stuck = stage;
-      oldest = seq;
+  if (const auto held = chain_.oldest_held()) {
+    return chain_.stage(held->stage).label() + " is still processing batch " +
+           std::to_string(held->seq) + " (epoch " +
+           std::to_string(sequence_.epoch_of_run_batch(held->seq)) + ")";
+  }
+  for (std::size_t i = 1; i < chain_.size(); ++i) {
+    if (chain_.stage(i).items() < chain_.stage(i - 1).items()) {
+      return chain_.stage(i).label() + " has stopped taking batches";
     }
   }
-  if (stuck >= 0) {
-    return stages_[static_cast<std::size_t>(stuck)]->label + " is still processing batch " +
-           std::to_string(oldest) + " (epoch " +
-           std::to_string((start_.first + oldest) / sampler_->batches_per_epoch()) + ")";
-  }
-  for (std::size_t i = 1; i < stages_.size(); ++i) {
-    if (stages_[i]->items.load() < stages_[i - 1]->items.load()) {
-      return stages_[i]->label + " has stopped taking batches";
-    }
-  }
-  return stages_.front()->label + " is not producing batches";
+  return chain_.front().label() + " is not producing batches";
 }
 
 tbb::flow::limiter_node<Batch*, int>& PipelineImpl::wire_head(tbb::flow::graph& g, Wiring& wiring,
@@ -202,13 +158,9 @@ tbb::flow::limiter_node<Batch*, int>& PipelineImpl::wire_head(tbb::flow::graph& 
         }
       });
   wiring.limiter = std::make_unique<limiter_node<Batch*, int>>(
-      g, static_cast<std::size_t>(config_.pipeline.prefetch_depth));
+      g, static_cast<std::size_t>(plan_.prefetch_depth));
   make_edge(*wiring.source, *wiring.limiter);
-  // prefetch_depth: auto: the pools hold prefetch_depth batches; the tuner moves how many of
-  // them may be in flight.
-  if (tuning_ && config_.pipeline.auto_prefetch_depth) {
-    depth_gate_.attach(*wiring.limiter, config_.pipeline.prefetch_depth, start_depth_);
-  }
+  tuner_.attach_depth(*wiring.limiter);
   return *wiring.limiter;
 }
 
@@ -217,7 +169,7 @@ tbb::flow::sender<Batch*>* PipelineImpl::wire_order(tbb::flow::graph& g,
                                                     Wiring& wiring) {
   if (!config_.pipeline.ordered) return tail;
   // Branch b of N takes seq b, b+N, b+2N, ...: seq / N numbers them 0, 1, 2, ...
-  const auto n = static_cast<std::uint64_t>(branches_);
+  const auto n = static_cast<std::uint64_t>(chain_.branches());
   auto sequencer = std::make_unique<tbb::flow::sequencer_node<Batch*>>(
       g, [n](Batch* b) -> std::size_t { return static_cast<std::size_t>(b->seq / n); });
   tbb::flow::make_edge(*tail, *sequencer);
@@ -244,21 +196,21 @@ tbb::flow::sender<Batch*>* PipelineImpl::wire_stages(tbb::flow::graph& g,
     }
   };
   for (std::size_t i = begin; i < end; ++i) {
-    Stage* st = stages_[i].get();
-    const std::size_t conc = static_cast<std::size_t>(st->spec.concurrency);
+    Stage* st = &chain_.stage(i);
+    const std::size_t conc = static_cast<std::size_t>(st->bodies());
     const bool first = i == 0;
     std::atomic<std::uint64_t>* count = i + 1 == end ? passed : nullptr;
-    if (!st->node->asynchronous()) {
+    if (!st->node().asynchronous()) {
       // concurrency: auto: a limiter of the node's most bodies before it, of which the tuner
       // lets `effective` through (fed by a queue_node: a limiter must not reject a discarding
       // node's output); each body hands its slot back when it is done.
       limiter_node<Batch*, int>* gate = nullptr;
-      if (tuning_ && st->tunable) {
+      if (tuner_.active() && st->tunable()) {
         auto queue = std::make_unique<queue_node<Batch*>>(g);
         auto limiter = std::make_unique<limiter_node<Batch*, int>>(g, conc);
         make_edge(*tail, *queue);
         make_edge(*queue, *limiter);
-        st->gate.attach(*limiter, static_cast<int>(conc), 1);
+        st->gate().attach(*limiter, static_cast<int>(conc), 1);
         gate = limiter.get();
         tail = limiter.get();
         out.nodes.push_back(std::move(queue));
@@ -266,9 +218,9 @@ tbb::flow::sender<Batch*>* PipelineImpl::wire_stages(tbb::flow::graph& g,
       }
       auto node = std::make_unique<function_node<Batch*, Batch*>>(
           g, conc, [this, st, first, reporting, count, gate](Batch* b) {
-            if (first) note_in_flight();
+            if (first) counters_.note_in_flight();
             reporting([&] { run_stage(*st, *b); });
-            if (gate) gate->decrementer().try_put(st->gate.on_finished());
+            if (gate) gate->decrementer().try_put(st->gate().on_finished());
             if (count) count->fetch_add(1, std::memory_order_acq_rel);
             return b;
           });
@@ -281,38 +233,38 @@ tbb::flow::sender<Batch*>* PipelineImpl::wire_stages(tbb::flow::graph& g,
     ctx->stage = st;
     ctx->impl = this;
     Wiring::AsyncContext* c = ctx.get();
-    const bool flushes = st->spec.role == Role::train;
+    const bool flushes = st->spec().role == Role::train;
     auto node = std::make_unique<AsyncNode>(
         g, conc, [this, c, first, flushes](Batch* b, AsyncNode::gateway_type& gw) {
-          if (first) note_in_flight();
+          if (first) counters_.note_in_flight();
           const std::uint64_t t0 = now_ns();
-          auto* async = static_cast<AsynchronousNode*>(c->stage->node.get());
+          auto* async = static_cast<AsynchronousNode*>(&c->stage->node());
           // A train node that holds batches back completes them when no other batch can come.
           auto arrived = [&] {
             if (!flushes) return;
             Stage& t = *c->stage;
-            const std::uint64_t n = t.arrived.fetch_add(1, std::memory_order_acq_rel) + 1;
-            if (t.queued.load(std::memory_order_acquire) <= n) async->flush();
+            const std::uint64_t n = t.arrive();
+            if (t.queued() <= n) async->flush();
           };
-          recorder_.enter(c->stage->index, *b, t0);
+          recorder_.enter(c->stage->index(), *b, t0);
           if (b->skipped) {
             recorder_.submitted();
-            recorder_.complete(c->stage->index, *b, t0);
+            recorder_.complete(c->stage->index(), *b, t0);
             gw.try_put(b);
             arrived();
             return;
           }
           // Outstanding device work counts as processing, so that a stall names a completion
           // that never comes.
-          mark(*b, static_cast<int>(c->stage->index));
+          chain_.mark(*b, static_cast<int>(c->stage->index()));
           gw.reserve_wait();
           Completion done(
               [](void* context, Batch* batch, std::exception_ptr error) noexcept {
                 auto* ac = static_cast<Wiring::AsyncContext*>(context);
                 if (error) batch->error = std::move(error);
-                ac->stage->items.fetch_add(1, std::memory_order_relaxed);
-                ac->impl->mark(*batch, -1);
-                ac->impl->recorder_.complete(ac->stage->index, *batch, now_ns());
+                ac->stage->add_item();
+                ac->impl->chain_.mark(*batch, -1);
+                ac->impl->recorder_.complete(ac->stage->index(), *batch, now_ns());
                 ac->gateway->try_put(batch);
                 ac->gateway->release_wait();
               },
@@ -321,19 +273,19 @@ tbb::flow::sender<Batch*>* PipelineImpl::wire_stages(tbb::flow::graph& g,
             async->submit(*b, done);
           } catch (...) {
             b->error = std::current_exception();
-            mark(*b, -1);
+            chain_.mark(*b, -1);
             recorder_.submitted();
-            recorder_.complete(c->stage->index, *b, now_ns());
+            recorder_.complete(c->stage->index(), *b, now_ns());
             gw.try_put(b);
             gw.release_wait();
             arrived();
-            c->stage->busy_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
+            c->stage->add_busy(now_ns() - t0);
             return;
           }
           // The batch may have moved on already: touch only the node's own counters.
           recorder_.submitted();
           arrived();
-          c->stage->busy_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
+          c->stage->add_busy(now_ns() - t0);
         });
     // Set once, before the graph runs: completions read it from other threads.
     c->gateway = &node->gateway();
@@ -358,34 +310,26 @@ tbb::flow::sender<Batch*>* PipelineImpl::wire_stages(tbb::flow::graph& g,
   return tail;
 }
 
-const BatchLayout* PipelineImpl::layout_into(std::size_t index) const {
-  if (index == 0) return &layout_;
-  // Each branch's first stage follows the last shared stage.
-  const bool branch_head =
-      branches_ > 1 && index >= branch_begin_ && (index - branch_begin_) % branch_len_ == 0;
-  return stages_[branch_head ? branch_begin_ - 1 : index - 1]->out_layout;
-}
-
 std::uint64_t PipelineImpl::branch_share(int branch, std::uint32_t epoch) const {
-  const std::uint64_t n = static_cast<std::uint64_t>(branches_);
+  const std::uint64_t n = static_cast<std::uint64_t>(chain_.branches());
   const std::uint64_t b = static_cast<std::uint64_t>(branch);
   // Sequence numbers below x that go to branch b.
   auto below = [n, b](std::uint64_t x) { return x / n + (x % n > b ? 1 : 0); };
-  const std::uint64_t per_epoch = sampler_->batches_per_epoch();
+  const std::uint64_t per_epoch = sequence_.batches_per_epoch();
   // The run's batches of this epoch have the seqs [first, last): fewer in a resumed epoch.
-  return below(run_batches_before((epoch + 1ull) * per_epoch)) -
-         below(run_batches_before(epoch * per_epoch));
+  return below(sequence_.run_batches_before((epoch + 1ull) * per_epoch)) -
+         below(sequence_.run_batches_before(epoch * per_epoch));
 }
 
 void PipelineImpl::wire_branches(tbb::flow::graph& g, tbb::flow::limiter_node<Batch*, int>& limiter,
                                  Wiring& wiring) {
   using namespace tbb::flow;
-  if (branches_ == 1) {
-    wire_branch(g, &limiter, 0, stages_.size() - 1, 0, limiter, wiring);
+  if (chain_.branches() == 1) {
+    wire_branch(g, &limiter, 0, chain_.size() - 1, 0, limiter, wiring);
     return;
   }
-  const auto n = static_cast<std::size_t>(branches_);
-  sender<Batch*>* shared = wire_stages(g, &limiter, 0, branch_begin_, {}, wiring);
+  const auto n = static_cast<std::size_t>(chain_.branches());
+  sender<Batch*>* shared = wire_stages(g, &limiter, 0, chain_.branch_begin(), {}, wiring);
   // Each branch starts at a queue_node, which never rejects: the router puts into it directly.
   std::vector<queue_node<Batch*>*> entries;
   for (std::size_t b = 0; b < n; ++b) {
@@ -401,8 +345,8 @@ void PipelineImpl::wire_branches(tbb::flow::graph& g, tbb::flow::limiter_node<Ba
   make_edge(*shared, *router);
   wiring.nodes.push_back(std::move(router));
   for (std::size_t b = 0; b < n; ++b) {
-    const std::size_t begin = branch_begin_ + b * branch_len_;
-    wire_branch(g, entries[b], begin, begin + branch_len_ - 1, static_cast<int>(b), limiter,
+    const std::size_t begin = chain_.branch_begin() + b * chain_.branch_len();
+    wire_branch(g, entries[b], begin, begin + chain_.branch_len() - 1, static_cast<int>(b), limiter,
                 wiring);
   }
 }
@@ -411,34 +355,27 @@ void PipelineImpl::wire_branch(tbb::flow::graph& g, tbb::flow::sender<Batch*>* t
                                std::size_t begin, std::size_t last, int branch,
                                tbb::flow::limiter_node<Batch*, int>& limiter, Wiring& wiring) {
   using namespace tbb::flow;
-  Stage* train = stages_[last].get();
-  tail = wire_stages(g, tail, begin, last, {}, wiring, &train->queued);
+  Stage* train = &chain_.stage(last);
+  tail = wire_stages(g, tail, begin, last, {}, wiring, &train->queued_counter());
   tail = wire_order(g, tail, wiring);
   // The train node: a serial function_node, or (asynchronous) an async_node whose completions
   // reach a serial node that finishes them. Either way a finished batch decrements the limiter.
-  const bool async_train = train->node->asynchronous();
+  const bool async_train = train->node().asynchronous();
   if (async_train) tail = wire_stages(g, tail, last, last + 1, {}, wiring);
   const bool first = last == 0;
   auto finish = std::make_unique<function_node<Batch*, int>>(
       g, serial, [this, train, branch, async_train, first](Batch* b) {
         if (!async_train) {
-          if (first) note_in_flight();
+          if (first) counters_.note_in_flight();
           run_stage(*train, *b);
         }
-        if (branches_ > 1 && !b->skipped) {
-          const auto i = static_cast<std::size_t>(branch);
-          branch_batches_[i].fetch_add(1, std::memory_order_relaxed);
-          branch_samples_[i].fetch_add(b->rows(), std::memory_order_relaxed);
-          if (b->device) {
-            branch_bytes_[i].fetch_add(upload_layout_->bytes(b->rows()), std::memory_order_relaxed);
-          }
+        if (chain_.branches() > 1 && !b->skipped) {
+          counters_.count_branch(branch, *b, chain_.upload_layout().bytes(b->rows()));
         }
         const std::uint32_t epoch = b->epoch;
         const std::uint64_t finished = finish_batch(b);
         end_finished_epochs(*train, branch, epoch);
-        if (checkpoint_every_ > 0 && finished % checkpoint_every_ == 0) {
-          save_checkpoint(*checkpoint_dir_);
-        }
+        sequence_.checkpoint_after(chain_, finished);
         return depth_release();
       });
   make_edge(*tail, *finish);
@@ -447,25 +384,22 @@ void PipelineImpl::wire_branch(tbb::flow::graph& g, tbb::flow::sender<Batch*>* t
 }
 
 void PipelineImpl::end_finished_epochs(Stage& train, int branch, std::uint32_t epoch) {
-  std::vector<std::uint64_t>& done = epoch_done_[static_cast<std::size_t>(branch)];
-  std::size_t& next = next_epoch_end_[static_cast<std::size_t>(branch)];
-  ++done[epoch];
+  counters_.count_epoch_batch(branch, epoch);
   // In order, each after all of its batches: an asynchronous train node may complete the first
   // batches of the next epoch before the last of this one.
-  while (next < done.size() &&
-         done[next] == branch_share(branch, static_cast<std::uint32_t>(next))) {
-    const auto ending = static_cast<std::uint32_t>(next++);
+  auto share = [this, branch](std::uint32_t e) { return branch_share(branch, e); };
+  while (const std::optional<std::uint32_t> ending = counters_.take_ended_epoch(branch, share)) {
     const std::uint64_t t0 = now_ns();
     try {
-      train.node->end_epoch(ending);
+      train.node().end_epoch(*ending);
     } catch (...) {
-      train.failures.fetch_add(1);
+      train.add_failure();
       cancel_.store(true);
-      throw NodeError(train.label + " end of epoch " + std::to_string(ending) + ": " +
+      throw NodeError(train.label() + " end of epoch " + std::to_string(*ending) + ": " +
                           what_of(std::current_exception()),
-                      train.spec.name, train.spec.type, -1);
+                      train.spec().name, train.spec().type, -1);
     }
-    train.busy_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
+    train.add_busy(now_ns() - t0);
   }
 }
 

@@ -78,6 +78,11 @@ void Lease::reset() noexcept {
 BufferPool::BufferPool(std::string name, MemoryKind kind, std::size_t count, std::size_t bytes,
                        Allocator allocator)
     : name_(std::move(name)), kind_(kind), bytes_(bytes), allocator_(std::move(allocator)) {
+  allocate(count);
+}
+
+void BufferPool::allocate(std::size_t count) {
+  const std::size_t bytes = bytes_;
   buffers_.reserve(count);
   free_.reserve(count);
   loans_.assign(count, 0);

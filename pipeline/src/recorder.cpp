@@ -46,9 +46,9 @@ void Recorder::configure(std::vector<TraceNode> nodes, int prefetch_depth, bool 
   names_.clear();
   for (const auto& n : nodes_) names_.push_back(n.name);
   probes_ = std::make_unique<NodeProbe[]>(count_);
-  sampled_.assign(count_, {});
-  sample_started_.assign(count_, 0);
-  sample_passed_.assign(count_, 0);
+  monitor_.sampled.assign(count_, {});
+  monitor_.sample_started.assign(count_, 0);
+  monitor_.sample_passed.assign(count_, 0);
   depth_.store(static_cast<std::uint64_t>(std::max(prefetch_depth, 1)));
   ordered_ = ordered;
   in_order_.reset();
@@ -77,26 +77,26 @@ void Recorder::begin_run(RunSetup setup, std::uint64_t start_ns) {
     probes_[k].queue_high.store(0, std::memory_order_relaxed);
   }
   for (std::size_t i = 0; i < in_order_size_; ++i) in_order_[i].store(0, std::memory_order_relaxed);
-  sampled_.assign(count_, {});
-  full_seconds_ = 0;
-  sampled_seconds_ = 0;
-  bar_drawn_ = false;
+  monitor_.sampled.assign(count_, {});
+  monitor_.full_seconds = 0;
+  monitor_.sampled_seconds = 0;
+  monitor_.bar_drawn = false;
   for (auto& g : setup_.gauges) g.second->clear();
   if (tracing_) setup_.trace->begin(nodes_, setup_.config);
   if (setup_.stats || setup_.progress) {
-    stop_ = false;
-    thread_ = std::thread([this] { monitor(); });
+    monitor_.stop = false;
+    monitor_.thread = std::thread([this] { monitor(); });
   }
 }
 
 void Recorder::stop_monitor() {
-  if (!thread_.joinable()) return;
+  if (!monitor_.thread.joinable()) return;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stop_ = true;
+    std::lock_guard<std::mutex> lock(monitor_.mutex);
+    monitor_.stop = true;
   }
-  wake_.notify_all();
-  thread_.join();
+  monitor_.wake.notify_all();
+  monitor_.thread.join();
 }
 
 void Recorder::end_run(std::uint64_t end_ns) {
@@ -132,12 +132,12 @@ void Recorder::monitor() {
                                                                    : 1.0));
   auto next_print = std::chrono::steady_clock::now() + interval;
   std::uint64_t last = now_ns();
-  std::unique_lock<std::mutex> lock(mutex_);
-  while (!stop_) {
+  std::unique_lock<std::mutex> lock(monitor_.mutex);
+  while (!monitor_.stop) {
     auto wake_at = setup_.stats ? std::chrono::steady_clock::now() + kSamplePeriod : next_print;
     if (setup_.progress && next_print < wake_at) wake_at = next_print;
-    wake_.wait_until(lock, wake_at, [this] { return stop_; });
-    if (stop_) break;
+    monitor_.wake.wait_until(lock, wake_at, [this] { return monitor_.stop; });
+    if (monitor_.stop) break;
     const std::uint64_t t = now_ns();
     if (setup_.stats) sample(static_cast<double>(t - last) * 1e-9);
     last = t;
@@ -150,7 +150,7 @@ void Recorder::monitor() {
     const std::uint64_t t = now_ns();
     sample(static_cast<double>(t - last) * 1e-9);
   }
-  if (setup_.progress && setup_.bar && bar_drawn_) print_progress(now_ns(), true);
+  if (setup_.progress && setup_.bar && monitor_.bar_drawn) print_progress(now_ns(), true);
 }
 
 void Recorder::sample(double dt) {
@@ -158,8 +158,8 @@ void Recorder::sample(double dt) {
   // Counters only grow, so reading them downstream first keeps what is read consistent:
   // consumed <= passed(train) <= started(train) <= passed(k-1) <= ... <= admitted.
   const std::uint64_t consumed = setup_.consumed->load(std::memory_order_relaxed);
-  std::vector<std::uint64_t>& started = sample_started_;
-  std::vector<std::uint64_t>& passed = sample_passed_;
+  std::vector<std::uint64_t>& started = monitor_.sample_started;
+  std::vector<std::uint64_t>& passed = monitor_.sample_passed;
   for (std::size_t k = count_; k-- > 0;) {
     passed[k] = probes_[k].passed.load(std::memory_order_relaxed);
     started[k] = probes_[k].started.load(std::memory_order_relaxed);
@@ -168,8 +168,8 @@ void Recorder::sample(double dt) {
   const std::uint64_t depth = depth_.load(std::memory_order_relaxed);
   const std::uint64_t admitted = std::min(produced, consumed + depth);
   const bool full = admitted >= consumed + depth;
-  sampled_seconds_ += dt;
-  if (full) full_seconds_ += dt;
+  monitor_.sampled_seconds += dt;
+  if (full) monitor_.full_seconds += dt;
   for (std::size_t k = 0; k < count_; ++k) {
     const std::uint64_t arrived = k == 0            ? admitted
                                   : branch_entry(k) ? branch_share(passed[branch_begin_ - 1], k)
@@ -181,7 +181,7 @@ void Recorder::sample(double dt) {
     const std::uint64_t admitted_here =
         in_branch ? branch_share(admitted, k - (k - branch_begin_) % branch_len_) : admitted;
     const std::uint64_t upstream = admitted_here > arrived ? admitted_here - arrived : 0;
-    NodeSampled& s = sampled_[k];
+    NodeSampled& s = monitor_.sampled[k];
     // At the train node of an ordered run, a batch that has arrived may wait in the sequencer for
     // an earlier one: then the train waits for input, not for a thread.
     bool waits_for_order = false;
@@ -244,7 +244,7 @@ void Recorder::print_progress(std::uint64_t t, bool last) {
         setup_.epochs, bar, fraction * 100, static_cast<unsigned long long>(done),
         static_cast<unsigned long long>(expected), rate, format_eta(eta).c_str(), gauges.c_str(),
         last ? "\n" : "");
-    bar_drawn_ = true;
+    monitor_.bar_drawn = true;
   } else {
     line =
         fmt::format("flowfeed: epoch {}/{}, {}/{} batches ({:.0f}%), {:.0f} batches/s, ETA {}{}\n",
@@ -258,17 +258,18 @@ void Recorder::print_progress(std::uint64_t t, bool last) {
 
 void Recorder::fill(RunReport& report, bool pull) const {
   report.sampled = setup_.stats;
-  if (setup_.stats && sampled_seconds_ > 0) report.full_fraction = full_seconds_ / sampled_seconds_;
+  if (setup_.stats && monitor_.sampled_seconds > 0)
+    report.full_fraction = monitor_.full_seconds / monitor_.sampled_seconds;
   for (std::size_t k = 0; k < count_ && k < report.nodes.size(); ++k) {
     NodeReport& n = report.nodes[k];
     n.asynchronous = nodes_[k].asynchronous;
     if (!counted_) continue;
     n.queue_high_water = probes_[k].queue_high.load(std::memory_order_relaxed);
     if (!setup_.stats) continue;
-    n.wait_input_seconds = sampled_[k].wait_input;
-    n.wait_output_seconds = sampled_[k].wait_output;
-    n.wait_cpu_seconds = sampled_[k].wait_cpu;
-    n.pending_seconds = sampled_[k].pending;
+    n.wait_input_seconds = monitor_.sampled[k].wait_input;
+    n.wait_output_seconds = monitor_.sampled[k].wait_output;
+    n.wait_cpu_seconds = monitor_.sampled[k].wait_cpu;
+    n.pending_seconds = monitor_.sampled[k].pending;
   }
   if (report.seconds > 0) {
     report.upload_gbps = static_cast<double>(report.bytes_uploaded) / report.seconds * 1e-9;

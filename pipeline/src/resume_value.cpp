@@ -15,24 +15,17 @@
 namespace flowfeed {
 
 Checkpoint Pipeline::checkpoint(NodeStates& states) const {
-  const detail::PipelineImpl& p = *impl_;
-  // One writer at a time, as save_checkpoint(): the cursor and the states are taken together.
-  std::lock_guard<std::mutex> lock(p.checkpoint_mutex_);
-  states.clear();
-  const Checkpoint c = p.checkpoint();
-  for (const auto& s : p.stages_) {
-    if (!s->node->has_state()) continue;
-    std::string bytes;
-    s->node->save_state(bytes);
-    states[s->spec.name] = {s->spec.type, std::move(bytes)};
-  }
-  return c;
+  return impl_->checkpoint(states);
 }
 
 void Pipeline::resume(const Checkpoint& checkpoint, const NodeStates& states,
                       const std::string& where) {
-  detail::PipelineImpl& p = *impl_;
-  if (p.running_) {
+  impl_->resume(checkpoint, states, where);
+}
+
+void detail::PipelineImpl::resume(const Checkpoint& checkpoint, const NodeStates& states,
+                                  const std::string& where) {
+  if (running_) {
     throw std::logic_error(
         "Pipeline::resume: the pipeline is running (resume between runs: end the run or session "
         "first)");
@@ -42,27 +35,28 @@ void Pipeline::resume(const Checkpoint& checkpoint, const NodeStates& states,
   };
   // The same checks as a checkpoint file: the sample order, and a cursor inside this run.
   const ResumePoint start = resume_point(
-      checkpoint, *p.sampler_, static_cast<std::uint32_t>(p.config_.pipeline.epochs), where);
+      checkpoint, sequence_.sampler(), static_cast<std::uint32_t>(config_.pipeline.epochs), where);
   // Every node that keeps state finds its own, of its type, before any loads it.
-  for (const auto& s : p.stages_) {
-    if (!s->node->has_state()) continue;
-    auto it = states.find(s->spec.name);
+  for (const auto& s : chain_.stages()) {
+    if (!s->node().has_state()) continue;
+    auto it = states.find(s->spec().name);
     if (it == states.end()) {
-      fail("nodes." + s->spec.name,
+      fail("nodes." + s->spec().name,
            fmt::format("missing (the state has none for node '{}', which keeps some) resume "
                        "from a state of this pipeline",
-                       s->spec.name));
+                       s->spec().name));
     }
-    if (it->second.first != s->spec.type) {
-      fail("nodes." + s->spec.name + ".type",
+    if (it->second.first != s->spec().type) {
+      fail("nodes." + s->spec().name + ".type",
            fmt::format("the state is that of a '{}' node, this node is a '{}' (a resume continues "
                        "the same pipeline) resume with the same node types",
-                       it->second.first, s->spec.type));
+                       it->second.first, s->spec().type));
     }
   }
   for (const auto& [name, state] : states) {
     bool known = false;
-    for (const auto& s : p.stages_) known = known || (s->spec.name == name && s->node->has_state());
+    for (const auto& s : chain_.stages())
+      known = known || (s->spec().name == name && s->node().has_state());
     if (!known) {
       fail("nodes." + name,
            fmt::format("this pipeline has no node '{}' that keeps state (the state is from "
@@ -70,18 +64,15 @@ void Pipeline::resume(const Checkpoint& checkpoint, const NodeStates& states,
                        name));
     }
   }
-  for (const auto& s : p.stages_) {
-    if (!s->node->has_state()) continue;
+  for (const auto& s : chain_.stages()) {
+    if (!s->node().has_state()) continue;
     try {
-      s->node->load_state(states.at(s->spec.name).second);
+      s->node().load_state(states.at(s->spec().name).second);
     } catch (const std::exception& e) {
-      fail("nodes." + s->spec.name, e.what());
+      fail("nodes." + s->spec().name, e.what());
     }
   }
-  p.start_ = start;
-  p.resumed_steps_ = checkpoint.steps;
-  p.cursor_.reset(p.start_.first, p.start_.skip,
-                  static_cast<std::size_t>(p.config_.pipeline.prefetch_depth));
+  sequence_.resume(start, checkpoint.steps, static_cast<std::size_t>(plan_.prefetch_depth));
 }
 
 }  // namespace flowfeed

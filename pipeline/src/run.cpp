@@ -27,7 +27,7 @@ void PipelineImpl::begin_run(bool pull, const RunOptions& options) {
     throw ConfigError({where +
                        ": pipeline.mode: Pipeline::start() hands batches to the caller's "
                        "loop, and this pipeline has mode: run (its train node '" +
-                       stages_.back()->spec.name +
+                       chain_.back().spec().name +
                        "' takes them) set pipeline.mode: pull and "
                        "remove the train node, or call Pipeline::run()"});
   }
@@ -40,42 +40,27 @@ void PipelineImpl::begin_run(bool pull, const RunOptions& options) {
   std::vector<std::string> chain = chain_problems(config_);
   if (!chain.empty()) throw ConfigError(chain);
 
-  for (auto& s : stages_) {
+  for (const auto& s : chain_.stages()) {
     s->clear();
-    s->node->begin_run();
+    s->node().begin_run();
   }
-  for (auto& p : pools_) p->reset_counters();
-  in_flight_ = 0;
-  max_in_flight_ = 0;
-  produced_ = consumed_ = skipped_ = skipped_samples_ = bytes_ = samples_ = 0;
-  begin_sequence(options);
-  epoch_done_.assign(static_cast<std::size_t>(branches_),
-                     std::vector<std::uint64_t>(static_cast<std::size_t>(config_.pipeline.epochs)));
-  // A resumed run's first epoch is the checkpoint's; the ones before it never end in this run.
-  next_epoch_end_.assign(static_cast<std::size_t>(branches_),
-                         static_cast<std::size_t>(start_.first / sampler_->batches_per_epoch()));
-  for (int b = 0; branches_ > 1 && b < branches_; ++b) {
-    branch_batches_[b] = 0;
-    branch_samples_[b] = 0;
-    branch_bytes_[b] = 0;
-  }
-  warnings_.clear();
-  tuning_ = tunes();
-  recorder_.set_depth(config_.pipeline.prefetch_depth);
+  for (const auto& p : chain_.pools()) p->reset_counters();
+  sequence_.begin(
+      {options.stop_after, options.checkpoint_every, options.checkpoint_dir, options.checkpoint},
+      static_cast<std::size_t>(plan_.prefetch_depth));
+  counters_.begin(chain_.branches(), config_.pipeline.epochs, sequence_.first_epoch());
+  tuner_.begin_run();
+  recorder_.set_depth(plan_.prefetch_depth);
   // stop_ and abort_ are cleared when a run ends, not here: a request made just before run() (a
   // signal while the pipeline was being built) must not be lost.
   cancel_ = false;
-  for (std::size_t i = 0; i < batches_.size(); ++i) slot_stage_[i] = -1;
-}
-
-std::uint64_t PipelineImpl::expected_batches() const {
-  return run_batches_before(sequence_end());
+  chain_.clear_marks();
 }
 
 std::string PipelineImpl::lost_batches(const std::string& end) const {
-  const std::uint64_t expected = expected_batches();
-  const std::uint64_t produced = produced_.load();
-  const std::uint64_t consumed = consumed_.load();
+  const std::uint64_t expected = sequence_.expected_batches();
+  const std::uint64_t produced = counters_.produced();
+  const std::uint64_t consumed = counters_.consumed();
   if (consumed == expected && produced == expected) return {};
   return "run lost batches: " + std::to_string(consumed) + " of " + std::to_string(expected) +
          " reached " + end + " (" + std::to_string(produced) +
@@ -89,19 +74,25 @@ void PipelineImpl::begin_recording(const RunOptions& options, int threads) {
   record.progress = options.progress;
   record.bar = options.progress_bar;
   record.progress_interval_s = options.progress_interval_s;
-  record.expected = expected_batches();
-  record.per_epoch = sampler_->batches_per_epoch();
+  record.expected = sequence_.expected_batches();
+  record.per_epoch = sequence_.batches_per_epoch();
   record.epochs = config_.pipeline.epochs;
   record.threads = threads;
-  record.produced = &produced_;
-  record.consumed = &consumed_;
+  record.produced = &counters_.produced_counter();
+  record.consumed = &counters_.consumed_counter();
   for (auto& g : gauges_) record.gauges.emplace_back(g.first, g.second.get());
   record.config = config_.file;
   recorder_.begin_run(std::move(record), now_ns());
-  if (tuning_) tune_begin(options, now_ns());
-  recorder_.set_depth(tuning_ && config_.pipeline.auto_prefetch_depth
-                          ? start_depth_
-                          : config_.pipeline.prefetch_depth);
+  if (tuner_.active()) tuner_.begin(options.progress, options.progress_bar, now_ns());
+  recorder_.set_depth(tuner_.start_depth());
+}
+
+void PipelineImpl::quiesce_nodes() noexcept {
+  for (const auto& s : chain_.stages()) s->node().quiesce();
+}
+
+void PipelineImpl::finish_nodes(RunReport& report) {
+  for (const auto& s : chain_.stages()) s->node().finish(report);
 }
 
 std::string PipelineImpl::stall_message(const std::string& what) const {
@@ -118,7 +109,7 @@ RunReport PipelineImpl::run(const RunOptions& options) {
     ~Running() { flag = false; }
   } running_guard{running_};
 
-  const int threads = arena_threads(config_);
+  const int threads = plan_.threads;
   tbb::global_control parallelism(tbb::global_control::max_allowed_parallelism,
                                   static_cast<std::size_t>(std::max(threads, 1)) + 1);
   tbb::task_arena arena(threads);
@@ -136,7 +127,7 @@ RunReport PipelineImpl::run(const RunOptions& options) {
   const auto t_start = Clock::now();
   begin_recording(options, threads);
   // The tuner measures on the supervisor's ticks: finer ones while it runs.
-  const auto tick = tuning_ ? kTunerTick : std::chrono::milliseconds(20);
+  const auto tick = tuner_.active() ? kTunerTick : std::chrono::milliseconds(20);
   std::thread supervisor([&] {
     std::uint64_t last_progress = ~0ull;
     auto last_change = Clock::now();
@@ -146,7 +137,7 @@ RunReport PipelineImpl::run(const RunOptions& options) {
       if (done) break;
       tbb::flow::graph* g = graph_ptr.load();
       if (!g) continue;
-      if (tuning_ && !cancel_.load()) tune_tick(now_ns());
+      if (tuner_.active() && !cancel_.load()) tuner_.tick(now_ns());
       // Cancel first, then release bodies waiting on cancel_: a released body must find the graph
       // cancelled, or the batch it held would still travel on.
       if (abort_.load() && !cancelled_by_us.exchange(true)) {
@@ -156,14 +147,14 @@ RunReport PipelineImpl::run(const RunOptions& options) {
       // A cancelled graph waits for every outstanding asynchronous batch: a train node that
       // holds some back must let them go (again each tick: one may have arrived since).
       if (cancel_.load()) {
-        for (const auto& s : stages_) {
-          if (s->spec.role == Role::train && s->node->asynchronous()) {
-            static_cast<AsynchronousNode*>(s->node.get())->flush();
+        for (const auto& s : chain_.stages()) {
+          if (s->spec().role == Role::train && s->node().asynchronous()) {
+            static_cast<AsynchronousNode&>(s->node()).flush();
           }
         }
       }
-      std::uint64_t progress = consumed_.load();
-      for (const auto& s : stages_) progress += s->items.load();
+      std::uint64_t progress = counters_.consumed();
+      for (const auto& s : chain_.stages()) progress += s->items();
       auto now = Clock::now();
       if (progress != last_progress) {
         last_progress = progress;
@@ -205,7 +196,7 @@ RunReport PipelineImpl::run(const RunOptions& options) {
   supervisor.join();
   recorder_.end_run(now_ns());
 
-  for (auto& s : stages_) s->node->quiesce();
+  quiesce_nodes();
   reclaim();
   const bool interrupted = stop_.load() || abort_.load();
   stop_ = false;
@@ -222,13 +213,13 @@ RunReport PipelineImpl::run(const RunOptions& options) {
   report.threads = threads;
   const double train_busy = report.nodes.back().busy_seconds;
   report.train.stall_fraction = seconds > 0 ? std::max(0.0, 1.0 - train_busy / seconds) : 0;
-  report.warnings = warnings_;  // before finish(): a node may add its own (a dropped sample)
-  for (auto& s : stages_) s->node->finish(report);
+  report.warnings = counters_.warnings();  // before finish(): a node may add its own
+  finish_nodes(report);
   check_something_delivered(report);
-  if (branches_ > 1) fill_branch_report(report, seconds);
+  if (chain_.branches() > 1) fill_branch_report(report, seconds);
   recorder_.fill(report);
-  tune_fill(report);
-  if (tuning_ && options.progress && !report.tuning.yaml.empty()) {
+  tuner_.fill(report);
+  if (tuner_.active() && options.progress && !report.tuning.yaml.empty()) {
     std::fputs(("flowfeed: tuned values (paste to pin them):\n" + report.tuning.yaml).c_str(),
                stderr);
   }

@@ -68,7 +68,7 @@ void run_pull_graph(PipelineImpl& impl, PullShared& s) {
       },
       [&s](std::exception_ptr e) { s.fail(std::move(e)); });
   sender<Batch*>* tail = impl.wire_stages(
-      g, &limiter, 0, impl.stages_.size(), [&s](std::exception_ptr e) { s.fail(std::move(e)); },
+      g, &limiter, 0, impl.chain().size(), [&s](std::exception_ptr e) { s.fail(std::move(e)); },
       wiring);
   tail = impl.wire_order(g, tail, wiring);
   // Serial, so that batches enter the ring in the order the sequencer emits them. The body only
@@ -140,21 +140,14 @@ class SessionState {
   /// The tuner's tick on the caller's thread, at most every kTunerTick; `waiting_ns`: how long the
   /// caller has been waiting in this next() call so far.
   void tune(std::uint64_t waiting_ns) {
-    PipelineImpl& p = *impl;
-    if (!p.tuning_ || p.cancel_.load()) return;
-    const std::uint64_t now = detail::now_ns();
-    if (now - p.tune_.last_tick_ns <
-        static_cast<std::uint64_t>(std::chrono::nanoseconds(detail::kTunerTick).count())) {
-      return;
-    }
-    p.tune_.last_tick_ns = now;
-    p.tune_tick(now, wait_ns + waiting_ns);
+    if (!impl->tuner().active() || impl->cancelled()) return;
+    impl->tuner().pull_tick(detail::now_ns(), wait_ns + waiting_ns);
   }
 
   /// Before the caller waits for a batch: a depth the tuner keeps at or below the batches the
   /// caller holds would let none come.
   void raise_past_held() {
-    const int slots = impl->tune_hold(held.size(), detail::now_ns());
+    const int slots = impl->tuner().hold(held.size(), detail::now_ns());
     if (slots <= 0) return;
     PullShared::Deliver::gateway_type* gw;
     {
@@ -171,27 +164,22 @@ class SessionState {
 RunReport SessionState::make_report(double seconds, bool complete, bool interrupted) const {
   const PipelineImpl& p = *impl;
   RunReport report = p.base_report(seconds, interrupted);
-  report.threads = std::max(detail::arena_threads(p.config_), 1);
+  report.threads = std::max(p.plan().threads, 1);
   // The caller's loop is the train step: it stalls while it waits inside next().
   const double waited = static_cast<double>(wait_ns) * 1e-9;
   report.train.stall_fraction = seconds > 0 ? std::min(1.0, waited / seconds) : 0;
   report.extra["caller_wait_seconds"] = waited;
-  {
-    std::lock_guard<std::mutex> lock(const_cast<PipelineImpl&>(p).warn_mutex_);
-    report.warnings = p.warnings_;  // before finish(): a node may add its own (a dropped sample)
-  }
-  if (complete) {
-    for (auto& s : p.stages_) s->node->finish(report);
-  }
-  p.tune_fill(report);
+  report.warnings = p.counters().warnings();  // before finish(): a node may add its own
+  if (complete) impl->finish_nodes(report);
+  impl->tuner().fill(report);
   return report;
 }
 
 void SessionState::close() noexcept {
   if (closed) return;
   PipelineImpl& p = *impl;
-  const bool interrupted = p.stop_.load() || p.abort_.load() || !ended;
-  p.stop_.store(true);
+  const bool interrupted = p.stop_requested() || p.abort_requested() || !ended;
+  p.request_stop();
   // Batches the caller still holds and ones it never took go back; the graph can only finish
   // once every delivered batch was given back.
   for (Batch* b : held) give_back(b);
@@ -211,10 +199,10 @@ void SessionState::close() noexcept {
     if (shared->error && !error) error = shared->error;
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
-  p.recorder_.end_run(detail::now_ns());
+  p.end_recording();
   arena.reset();
   parallelism.reset();
-  for (auto& s : p.stages_) s->node->quiesce();
+  p.quiesce_nodes();
   if (!error && !interrupted) {
     const std::string lost = p.lost_batches("the end of the pipeline");
     if (!lost.empty()) error = std::make_exception_ptr(Error(lost));
@@ -222,14 +210,13 @@ void SessionState::close() noexcept {
   try {
     final_report = make_report(seconds, !error && !interrupted, interrupted);
     // Once the monitor has stopped: the sampled figures are final.
-    p.recorder_.fill(final_report, true);
+    p.fill_recording(final_report, true);
     if (!error && !interrupted) check_something_delivered(final_report);
   } catch (...) {
     if (!error) error = std::current_exception();
   }
   p.reclaim();
-  p.running_ = false;
-  p.pull_ = nullptr;
+  p.set_session(nullptr);
   closed = true;
 }
 
@@ -258,7 +245,7 @@ Batch* Session::next() {
   if (st.error) std::rethrow_exception(st.error);
   if (st.ended || st.closed) return nullptr;
   PipelineImpl& p = *st.impl;
-  const std::size_t depth = static_cast<std::size_t>(p.config_.pipeline.prefetch_depth);
+  const std::size_t depth = static_cast<std::size_t>(p.plan().prefetch_depth);
   if (st.held.size() >= depth) {
     std::string batches;
     for (const Batch* b : st.held) {
@@ -270,9 +257,10 @@ Batch* Session::next() {
                            batches + "; no other batch can come, release() one first");
   }
   detail::PullShared& s = *st.shared;
-  const double timeout = p.config_.pipeline.stall_timeout_s;
+  const double timeout = p.config().pipeline.stall_timeout_s;
   const auto t0 = Clock::now();
-  if (p.tuning_) {
+  const bool tuning = p.tuner().active();
+  if (tuning) {
     st.raise_past_held();
     st.tune(0);
   }
@@ -286,11 +274,11 @@ Batch* Session::next() {
         st.error = s.error;
         break;
       }
-      if (p.abort_.load()) {
+      if (p.abort_requested()) {
         // Cancel at once: what is in flight never arrives, and what did is not handed out any
         // more; close() gives it back.
         if (s.graph) s.graph->cancel();
-        p.cancel_.store(true);  // after the cancel: lets bodies in a long wait return
+        p.cancel();  // after the cancel: lets bodies in a long wait return
         st.aborted = true;
         st.ended = true;
         break;
@@ -299,7 +287,7 @@ Batch* Session::next() {
         out = s.pop();
         break;
       }
-      if (s.finished || (s.source_done && s.arrived == p.produced_.load())) {
+      if (s.finished || (s.source_done && s.arrived == p.counters().produced())) {
         st.ended = true;
         break;
       }
@@ -307,7 +295,7 @@ Batch* Session::next() {
       if (timeout > 0 && std::chrono::duration<double>(now - t0).count() > timeout) {
         s.error = std::make_exception_ptr(Error(p.stall_message("batch")));
         if (s.graph) s.graph->cancel();
-        p.cancel_.store(true);
+        p.cancel();
         continue;
       }
       if (spins < kSpins) {
@@ -319,7 +307,7 @@ Batch* Session::next() {
         lock.lock();
         continue;
       }
-      if (p.tuning_) {
+      if (tuning) {
         lock.unlock();
         st.tune(static_cast<std::uint64_t>(
             std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count()));
@@ -327,7 +315,7 @@ Batch* Session::next() {
         if (s.count > 0 || s.error || s.finished) continue;
       }
       // Short slices: request_abort() from a signal handler cannot notify.
-      s.cv.wait_for(lock, p.tuning_ ? detail::kTunerTick : std::chrono::milliseconds(50));
+      s.cv.wait_for(lock, tuning ? detail::kTunerTick : std::chrono::milliseconds(50));
     }
   }
   st.wait_ns += static_cast<std::uint64_t>(
@@ -376,26 +364,25 @@ RunReport Session::report() const {
   if (state_->closed) return state_->final_report;
   const PipelineImpl& p = *state_->impl;
   return state_->make_report(std::chrono::duration<double>(Clock::now() - state_->started).count(),
-                             false, p.stop_.load() || p.abort_.load());
+                             false, p.stop_requested() || p.abort_requested());
 }
 
 Session Pipeline::start() {
   PipelineImpl& p = *impl_;
-  if (p.running_) {
+  if (p.running()) {
     throw std::logic_error(
         "Pipeline::start: the pipeline is already running (one run or session "
         "at a time)");
   }
   p.begin_run(true);
   // start() clears a stop or abort request made before it (run() keeps one; see request_stop).
-  p.stop_ = false;
-  p.abort_ = false;
+  p.clear_requests();
 
   auto state = std::make_unique<SessionState>();
   state->impl = &p;
   state->shared = std::make_shared<detail::PullShared>();
-  state->shared->ring.assign(static_cast<std::size_t>(p.config_.pipeline.prefetch_depth), nullptr);
-  const int threads = std::max(detail::arena_threads(p.config_), 1);
+  state->shared->ring.assign(static_cast<std::size_t>(p.plan().prefetch_depth), nullptr);
+  const int threads = std::max(p.plan().threads, 1);
   // No slot is kept for an external thread: the caller never enters the arena, so all `threads`
   // slots go to workers.
   state->parallelism = std::make_unique<tbb::global_control>(
@@ -418,8 +405,7 @@ Session Pipeline::start() {
   // first depth.
   p.begin_recording(RunOptions{}, threads);
   state->started = Clock::now();
-  p.running_ = true;
-  p.pull_ = state.get();
+  p.set_session(state.get());
   // The graph is built, run and destroyed inside this task, so it lives in the session's arena,
   // and the caller's thread is never inside wait_for_all.
   state->arena->enqueue([impl = &p, shared = state->shared] {
@@ -436,7 +422,7 @@ Session Pipeline::start() {
 }
 
 void Pipeline::end_session() noexcept {
-  if (impl_ && impl_->pull_) impl_->pull_->close();
+  if (impl_ && impl_->session()) impl_->session()->close();
 }
 
 }  // namespace flowfeed

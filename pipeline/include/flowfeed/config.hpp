@@ -52,8 +52,9 @@ struct PipelineOptions {
   int epochs = 1;              ///< passes over the data set
   std::size_t batch_size = 0;  ///< 0: take the loader's preferred size, else 64
   int prefetch_depth = 8;      ///< most batches in flight between source and end of train
-  /// `prefetch_depth: auto`: the pools are sized for the largest depth memory_budget allows (the
-  /// pipeline then sets prefetch_depth to it) and the tuner moves the effective depth below it.
+  /// `prefetch_depth: auto`: the pools are sized for the largest depth memory_budget allows
+  /// (Pipeline::plan().prefetch_depth; this config keeps what was written) and the tuner moves the
+  /// effective depth below it.
   bool auto_prefetch_depth = false;
   bool ordered = true;                            ///< train sees batches in sequence order
   DeviceChoice device = DeviceChoice::automatic;  ///< which backend the types resolve to

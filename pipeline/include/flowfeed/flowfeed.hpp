@@ -3,6 +3,7 @@
 /// Umbrella header of the flowfeed framework. CUDA stays out: nothing here includes a CUDA header.
 
 #include "flowfeed/batch.hpp"
+#include "flowfeed/build_plan.hpp"
 #include "flowfeed/builder.hpp"
 #include "flowfeed/checkpoint.hpp"
 #include "flowfeed/config.hpp"

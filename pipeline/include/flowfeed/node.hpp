@@ -99,7 +99,10 @@ class BuildContext {
   virtual int replica() const { return 0; }
   /// Samples per batch (the last batch of an epoch may have fewer).
   virtual std::size_t batch_size() const = 0;
-  /// The most batches that can be in flight at once; size pools from this, never more.
+  /// The most batches that can be in flight at once (BuildPlan::prefetch_depth); size pools from
+  /// this, never more. With `prefetch_depth: auto` it is solved after the loader's setup() (from
+  /// its claims and the other nodes' plan()), so the loader's setup() may not ask for it
+  /// (std::logic_error): it makes its per-batch pools with make_batch_pool() or make_fill_pool().
   virtual int prefetch_depth() const = 0;
   /// Where each tensor sits in a batch buffer; `layout().capacity()` is a full batch's bytes.
   virtual const BatchLayout& layout() const = 0;
@@ -147,9 +150,13 @@ class BuildContext {
                                 std::size_t bytes, Allocator allocator) = 0;
   /// Creates the pool of a node's per-batch buffers: one buffer for every batch that can be in
   /// flight (prefetch_depth()), each `bytes` long (usually `layout().capacity()`). The pipeline
-  /// owns the in-flight bound, so a stage never waits for or fails to get such a buffer.
-  BufferPool& make_batch_pool(const std::string& name, MemoryKind kind, std::size_t bytes,
-                              Allocator allocator);
+  /// owns the in-flight bound, so a stage never waits for or fails to get such a buffer. Such a
+  /// pool scales with the depth; one made with make_pool() is fixed. A node after the loader
+  /// declares both kinds in Node::plan() first. With `prefetch_depth: auto` the loader's pools
+  /// are allocated once its setup() has returned and the depth is solved: it may keep the
+  /// reference, and must not use the pool's buffers in setup().
+  virtual BufferPool& make_batch_pool(const std::string& name, MemoryKind kind, std::size_t bytes,
+                                      Allocator allocator);
   /// Claims `bytes` of `kind` memory that the node is about to allocate itself (a data set held
   /// whole), before it allocates it. `what` names it in a message ("the data set (60000
   /// samples)"), `keys` are the config keys that drive its size ("nodes[0].params.samples").
@@ -185,6 +192,40 @@ class BuildContext {
   }
 };
 
+/// What a node after the loader sees while the pipeline is planned (Node::plan), after the
+/// loader's setup() and before any other node's. It declares the memory its setup() will claim,
+/// so that the pipeline solves `prefetch_depth: auto` against the memory budget in closed form
+/// before allocating anything: per-batch pools scale with the depth, the rest is fixed.
+class PlanContext {
+ public:
+  virtual ~PlanContext() = default;
+  /// The node being planned, as validated.
+  virtual const NodeSpec& spec() const = 0;
+  /// The backend the pipeline resolved to.
+  virtual Backend backend() const = 0;
+  /// Samples per batch.
+  virtual std::size_t batch_size() const = 0;
+  /// The layout batches have when they reach this node (after the layouts planned before it).
+  virtual const BatchLayout& layout() const = 0;
+  /// The pipeline's loader, set up already.
+  virtual const LoaderNode& loader() const = 0;
+  /// As BuildContext::after_staging().
+  virtual bool after_staging() const = 0;
+  /// As BuildContext::fill_tier() for a node after the loader.
+  virtual Tier fill_tier() const = 0;
+  /// As BuildContext::threads().
+  virtual int threads() const = 0;
+  /// setup() will make a pool of one `bytes` buffer of `kind` per batch in flight
+  /// (BuildContext::make_batch_pool).
+  virtual void batch_pool(MemoryKind kind, std::uint64_t bytes) = 0;
+  /// setup() will claim `bytes` of `kind` that do not scale with the depth (a make_pool() of a
+  /// fixed count, or claim_memory()).
+  virtual void fixed_memory(MemoryKind kind, std::uint64_t bytes) = 0;
+  /// A transform whose setup() calls BuildContext::change_layout(tensors): the tensors its
+  /// batches leave with, so that the nodes after it are planned with them. Returns that layout.
+  virtual const BatchLayout& change_layout(std::vector<TensorSpec> tensors) = 0;
+};
+
 /// Completion handle passed to an AsynchronousNode: call it exactly once per batch, from any thread
 /// (including a CUDA callback thread), with null on success or the failure. Cheap to copy.
 class Completion {
@@ -217,8 +258,13 @@ class Node {
  public:
   /// Called when the pipeline is destroyed (after its last run; device work already quiesced).
   virtual ~Node() = default;
+  /// Called once while the pipeline is planned, for every node after the loader, in chain order,
+  /// before its setup(): declare the pools and memory setup() will claim and a changed layout
+  /// (PlanContext). The default declares nothing: a pool that was not declared is still claimed
+  /// against the memory budget in setup(), at the depth solved without it.
+  virtual void plan(PlanContext& /*plan*/) const {}
   /// Called once while the pipeline is built, in chain order (the loader first). Allocate every
-  /// buffer the node will need here; nothing may be allocated per batch.
+  /// buffer the node will need here, as the plan gives it; nothing may be allocated per batch.
   virtual void setup(BuildContext& /*context*/) {}
   /// For a staging or upload node: the memory it takes a loader's batch in without a copy, or
   /// nullopt (the default). When this node is the first after the loader that is not a

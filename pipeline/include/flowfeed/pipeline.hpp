@@ -8,6 +8,7 @@
 #include <string>
 #include <utility>
 
+#include "flowfeed/build_plan.hpp"
 #include "flowfeed/checkpoint.hpp"
 #include "flowfeed/config.hpp"
 #include "flowfeed/registry.hpp"
@@ -124,8 +125,12 @@ class Pipeline {
   /// save_checkpoint() into a directory the caller holds open (CheckpointDir::write).
   void save_checkpoint(CheckpointDir& dir) const;
 
-  /// The validated config the pipeline was built from (batch size resolved).
+  /// The validated config the pipeline was built from, as written (`batch_size: 0`,
+  /// `prefetch_depth: auto` and `concurrency: auto` stay so; plan() has what they resolved to).
   const PipelineConfig& config() const noexcept;
+  /// What the build resolved and sized everything for: the batch size, the threads and thread
+  /// budget, the depth the pools hold and each node's most bodies (build_plan.hpp).
+  const BuildPlan& plan() const noexcept;
   /// Pools' free buffers right now; after a run every pool is full (tests check it).
   std::size_t free_buffers() const;
   /// Buffers in all pools.

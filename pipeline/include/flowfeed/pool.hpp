@@ -38,6 +38,9 @@ std::uint64_t allocation_count() noexcept;
 void note_allocation() noexcept;
 
 class BufferPool;  ///< below
+namespace detail {
+class Chain;  ///< pipeline/src/detail/chain.hpp (private)
+}  // namespace detail
 
 /// A buffer on loan from a BufferPool; move-only. Destroying or reset()ting it returns the buffer.
 class Lease {
@@ -124,6 +127,10 @@ class BufferPool {
 
  private:
   friend class Lease;
+  // The build makes a loader's per-batch pool with no buffers before prefetch_depth: auto is
+  // solved, and allocates them once it is (a pool keeps its address for the nodes that hold it).
+  friend class detail::Chain;
+  void allocate(std::size_t count);
   void release(std::size_t index) noexcept;
 
   std::string name_;

@@ -221,16 +221,19 @@ class Recorder {
   std::vector<TraceSpan> scratch_;  // one batch's spans, filled on the train thread
 
   // Monitor thread and what only it writes (read after it joined).
-  std::thread thread_;
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  bool stop_ = false;
-  std::vector<NodeSampled> sampled_;
-  std::vector<std::uint64_t> sample_started_;
-  std::vector<std::uint64_t> sample_passed_;
-  double full_seconds_ = 0;
-  double sampled_seconds_ = 0;
-  bool bar_drawn_ = false;
+  struct Monitor {
+    std::thread thread;
+    std::mutex mutex;
+    std::condition_variable wake;
+    bool stop = false;
+    std::vector<NodeSampled> sampled;
+    std::vector<std::uint64_t> sample_started;
+    std::vector<std::uint64_t> sample_passed;
+    double full_seconds = 0;
+    double sampled_seconds = 0;
+    bool bar_drawn = false;
+  };
+  Monitor monitor_;
 };
 
 }  // namespace flowfeed::detail
