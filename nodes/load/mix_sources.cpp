@@ -20,6 +20,14 @@ BufferPool& MixSourceContext::make_pool(const std::string& name, MemoryKind kind
                         std::move(allocator));
 }
 
+BufferPool& MixSourceContext::make_batch_pool(const std::string& name, MemoryKind kind,
+                                              std::size_t bytes, Allocator allocator) {
+  // The mix's own per-batch pools: with prefetch_depth: auto their count is solved after the
+  // mix's setup, as a plain loader's are.
+  return mix_.make_batch_pool("source" + std::to_string(index_) + "." + name, kind, bytes,
+                              std::move(allocator));
+}
+
 void MixSourceContext::claim_memory(MemoryKind kind, std::uint64_t bytes, const std::string& what,
                                     const std::string& keys) {
   mix_.claim_memory(kind, bytes,

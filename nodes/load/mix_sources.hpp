@@ -31,6 +31,8 @@ class MixSourceContext final : public BuildContext {
   Tier fill_tier() const override { return Tier::host; }
   BufferPool& make_pool(const std::string& name, MemoryKind kind, std::size_t count,
                         std::size_t bytes, Allocator allocator) override;
+  BufferPool& make_batch_pool(const std::string& name, MemoryKind kind, std::size_t bytes,
+                              Allocator allocator) override;
   void claim_memory(MemoryKind kind, std::uint64_t bytes, const std::string& what,
                     const std::string& keys) override;
   std::uint64_t batches_per_epoch() const override { return mix_.batches_per_epoch(); }

@@ -238,6 +238,20 @@ TEST(Mix, TheSameBytesInTheSameOrderOnOneThreadAndOnFour) {
   EXPECT_EQ(on(4, 4), one);
 }
 
+TEST(Mix, PrefetchDepthAutoSolvesTheSourcesPoolsAndDeliversTheSameRows) {
+  // The sources' per-batch pools are the mix's: with prefetch_depth: auto they are sized after
+  // the mix's setup, at the solved depth, as a plain loader's are.
+  const Identify identify(300, 200);
+  const auto on = [&](const std::string& depth) {
+    return bytes_of(run_all(mix_config("batch_size: 8, epochs: 2, prefetch_depth: " + depth,
+                                       "shuffle: true, seed: 21", "epoch: first_exhausted"),
+                            identify));
+  };
+  const std::vector<std::string> fixed = on("6");
+  ASSERT_EQ(fixed.size(), 2u * 428);
+  EXPECT_EQ(on("auto"), fixed);
+}
+
 /// Rows of a run stopped after `stop` batches, then of runs resumed from its cursor on `world`
 /// ranks (batch_size each 8 / world), merged back into the global order step by step.
 std::vector<std::string> stopped_and_resumed(long stop, int world, const Identify& identify) {
