@@ -119,7 +119,7 @@ std::vector<std::pair<std::string, std::uint64_t>> s3_list(HttpClient& client,
   std::vector<std::pair<std::string, std::uint64_t>> out;
   std::string token;
   const std::string base = s3_object_url(config, bucket, "");
-  for (int page = 0;; ++page) {
+  for (;;) {
     // Parameters in byte order, encoded: the form SigV4's canonical query string has.
     std::string query;
     if (!token.empty()) query += "continuation-token=" + percent_encode(token, false) + "&";
