@@ -280,6 +280,15 @@ void check_config(PipelineConfig& config, const Registry& registry, Problems& pr
   for (const NodeSpec& node : config.nodes) {
     const NodeType* type = node.type.empty() ? nullptr : registry.find(node.type);
     if (!type || !type->check) continue;
+    // A param with a default or a required one that is not set failed its own check (reported
+    // above): the type's checks, which may read any of them, wait for a config that has them all.
+    const auto& declared = type->schema.params();
+    if (std::any_of(declared.begin(), declared.end(), [&](const ParamSpec& param) {
+          return (param.required || !std::holds_alternative<std::monostate>(param.default_value)) &&
+                 !node.params.has(param.name);
+        })) {
+      continue;
+    }
     for (const ConfigProblem& p : type->check(node, config)) {
       std::string where = at.locate ? at.locate(p.path) : "";
       if (where.empty()) {

@@ -350,6 +350,26 @@ nodes:
                 "combines loaders does, e.g. mix) remove them"}));
 }
 
+TEST(Mix, AParamThatFailedItsOwnCheckIsReportedOnceAndNotReadByTheTypesChecks) {
+  // epoch fails its choices: the mix's cross-key checks (which read epoch) do not run on it.
+  const Registry r = builtin_registry();
+  EXPECT_EQ(test::problems_of([&] {
+              (void)load_config_string(R"(pipeline: { mode: pull }
+nodes:
+  - name: load
+    type: mix
+    params: { epoch: firstexhausted }
+    sources:
+      - { type: synthetic, params: { samples: 3 } }
+  - { name: upload, type: host_upload }
+)",
+                                       r, {}, "mix.yaml");
+            }),
+            (std::vector<std::string>{"mix.yaml:5:22: nodes[0].params.epoch: 'firstexhausted' is "
+                                      "not one of first_exhausted, samples (did you mean "
+                                      "'first_exhausted'?)"}));
+}
+
 TEST(Mix, APythonIterableSourceNeedsAnUnshuffledMix) {
   Registry r = builtin_registry();
   register_python_placeholders(r);
