@@ -210,21 +210,14 @@ std::uint64_t ShardCache::used_bytes() const {
   return used;
 }
 
-std::uint64_t ShardCache::make_room(std::uint64_t size, const std::string& url,
-                                    std::uint64_t& evicted) {
-  if (size > budget_) {
-    throw DataError(
-        fmt::format("{}: the shard's {} bytes are more than the cache's cache_bytes "
-                    "({}) raise the loader's cache_bytes",
-                    url, size, budget_));
-  }
+std::uint64_t ShardCache::evict_oldest(std::uint64_t target, std::uint64_t& evicted) {
   std::vector<Entry> all = entries(dir_);
   std::uint64_t used = 0;
   for (const Entry& e : all) used += e.bytes;
   std::sort(all.begin(), all.end(),
             [](const Entry& a, const Entry& b) { return a.mtime_ns < b.mtime_ns; });
   for (const Entry& e : all) {
-    if (used + size <= budget_) break;
+    if (used <= target) break;
     const int fd = open_file(e.path, O_RDONLY);
     if (fd < 0) continue;
     // In use (a reader's shared lock, a live transfer's exclusive one): kept.
@@ -234,6 +227,18 @@ std::uint64_t ShardCache::make_room(std::uint64_t size, const std::string& url,
     }
     ::close(fd);
   }
+  return used;
+}
+
+std::uint64_t ShardCache::make_room(std::uint64_t size, const std::string& url,
+                                    std::uint64_t& evicted) {
+  if (size > budget_) {
+    throw DataError(
+        fmt::format("{}: the shard's {} bytes are more than the cache's cache_bytes "
+                    "({}) raise the loader's cache_bytes",
+                    url, size, budget_));
+  }
+  const std::uint64_t used = evict_oldest(budget_ - size, evicted);
   if (used + size > budget_) {
     throw DataError(fmt::format(
         "{}: no room in the cache {} for the shard's {} bytes: {} of its cache_bytes ({}) are "
@@ -246,22 +251,8 @@ std::uint64_t ShardCache::make_room(std::uint64_t size, const std::string& url,
 
 std::uint64_t ShardCache::trim() {
   Lock lock(*this);
-  std::vector<Entry> all = entries(dir_);
-  std::uint64_t used = 0;
-  for (const Entry& e : all) used += e.bytes;
-  std::sort(all.begin(), all.end(),
-            [](const Entry& a, const Entry& b) { return a.mtime_ns < b.mtime_ns; });
   std::uint64_t evicted = 0;
-  for (const Entry& e : all) {
-    if (used <= budget_) break;
-    const int fd = open_file(e.path, O_RDONLY);
-    if (fd < 0) continue;
-    if (try_flock(fd, LOCK_EX) && ::unlink(e.path.c_str()) == 0) {
-      used -= e.bytes;
-      evicted += e.bytes;
-    }
-    ::close(fd);
-  }
+  evict_oldest(budget_, evicted);
   return evicted;
 }
 

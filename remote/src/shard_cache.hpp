@@ -71,6 +71,9 @@ class ShardCache {
 
  private:
   class Lock;
+  /// Under the directory lock: removes the oldest shards not in use until at most `target` bytes
+  /// remain (adding what it removed to `evicted`); returns the bytes left.
+  std::uint64_t evict_oldest(std::uint64_t target, std::uint64_t& evicted);
   std::uint64_t make_room(std::uint64_t size, const std::string& url, std::uint64_t& evicted);
 
   std::string dir_;
