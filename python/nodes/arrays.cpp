@@ -11,7 +11,8 @@ std::optional<DType> dtype_of(const py::array& array) {
   // the copy of a small one.
   const auto* d = py::detail::array_descriptor_proxy(py::detail::array_proxy(array.ptr())->descr);
   const char kind = d->kind;
-  const auto size = static_cast<std::size_t>(d->elsize);
+  // array::itemsize(): numpy 2 moved the descriptor's elsize, which pybind11 3's proxy lacks.
+  const auto size = static_cast<std::size_t>(array.itemsize());
   // Only the machine's byte order: a swapped array would be copied as raw bytes.
   if (d->byteorder == '>') return std::nullopt;
   if (kind == 'f' && size == 4) return DType::float32;
