@@ -191,7 +191,9 @@ TEST(Mix, LongRunsOfOneSourceCrossingItsSlicesAndCyclesGiveEachRowItsSample) {
       longest = std::max(longest, run);
     }
     // Unshuffled, source 0 takes 9 positions of 10: runs of 9 rows, past the batches of 8.
-    if (!shuffle) EXPECT_GE(longest, 9u);
+    if (!shuffle) {
+      EXPECT_GE(longest, 9u);
+    }
   }
 }
 
