@@ -415,8 +415,9 @@ TEST(PipelineBench, ImageFolderQuickReadsTheSameImagesAsTheShardsFromATreeWritte
   fs::remove_all(dir);
 }
 
-// A --dir that holds anything but a tree the scenario wrote is refused, and left as it was.
-TEST(PipelineBench, ImageFolderRefusesADirectoryItDidNotWrite) {
+// A --dir that holds anything but a tree the scenario wrote from the same shards is refused, and
+// left as it was.
+TEST(PipelineBench, ImageFolderRefusesADirectoryItDidNotWriteFromTheseShards) {
   const fs::path dir = fs::temp_directory_path() / "pipeline_bench_image_folder_refused";
   ASSERT_NO_FATAL_FAILURE(make_shards(dir / "shards"));
   const fs::path tree = dir / "mine";
@@ -441,6 +442,25 @@ TEST(PipelineBench, ImageFolderRefusesADirectoryItDidNotWrite) {
   for (const auto& e : fs::directory_iterator(dir)) {
     EXPECT_EQ(e.path().filename().string().find(".partial"), std::string::npos) << e.path();
   }
+  // A tree it wrote from other shards (the first of the two only) is refused too, and kept.
+  const fs::path kept = dir / "kept";
+  const BenchRun first =
+      run_bench("image_folder --quick --keep --shards " +
+                    (dir / "shards" / "images-00000.tar").string() + " --dir " + kept.string(),
+                "image_folder_first");
+  ASSERT_EQ(first.code, 0) << first.output;
+  const BenchRun other = run_bench("image_folder --quick --shards '" + (dir / "shards").string() +
+                                       "/*.tar' --dir " + kept.string(),
+                                   "image_folder_other");
+  EXPECT_EQ(other.code, 1) << other.output;
+  EXPECT_NE(other.output.find("pipeline_bench: image_folder: " + kept.string() +
+                              " holds a tree written from other shards (see its "
+                              ".flowfeed_image_folder_bench) remove it, or give another --dir\n"),
+            std::string::npos)
+      << other.output;
+  std::size_t files = 0;
+  for (const auto& e : fs::recursive_directory_iterator(kept)) files += e.is_regular_file();
+  EXPECT_EQ(files, 5u + 1u);  // the first shard's 5 images and the manifest
   fs::remove_all(dir);
 }
 #endif
