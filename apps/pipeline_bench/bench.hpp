@@ -108,6 +108,11 @@ struct Options {
   std::vector<int> image_threads;  ///< pipeline.threads of each run; empty: 1, 4, all cores
   int image_epochs = 2;            ///< epochs of each run
   int decode_images = 1000;        ///< JPEGs decoded on one thread for the baseline
+  // image_folder (and the images options: shards, config, epochs)
+  std::string folder_dir;    ///< where the class tree is written (empty: <temp dir>/...)
+  bool folder_keep = false;  ///< keep the tree for the next run (it is reused when found)
+  int folder_threads = 0;    ///< pipeline.threads of both runs; 0: every core
+  int folder_repeats = 3;    ///< runs of each, alternated (the best is reported)
   // remote
   std::uint64_t remote_bytes = std::uint64_t{512} << 20;  ///< npy feature bytes in all shards
   int remote_shards = 16;           ///< shards (each a features and a labels file)
@@ -205,6 +210,8 @@ void tokens(Bench& bench);
 void packing(Bench& bench);
 void mix(Bench& bench);
 void images(Bench& bench);
+/// The same JPEGs as WebDataset shards and as a class tree written from them (image_folder).
+void image_folder(Bench& bench);
 /// Shards over loopback HTTP (nginx) cold, warm and with faults vs local disk (docs/REMOTE.md).
 void remote(Bench& bench);
 

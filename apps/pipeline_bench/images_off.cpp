@@ -1,12 +1,20 @@
-// A build without the image family: the images scenario is not there.
+// A build without the image family: the images and image_folder scenarios are not there.
 #include "bench.hpp"
 
 namespace flowfeed::bench {
 
+namespace {
+constexpr const char* kNoImages =
+    "this build has no image support (reconfigure with -DFLOWFEED_IMAGES=ON, with "
+    "libturbojpeg0-dev, libjpeg62-turbo-dev and libpng-dev installed)";
+}  // namespace
+
 void images(Bench&) {
-  throw NeedsCuda(
-      "this build has no image support (reconfigure with -DFLOWFEED_IMAGES=ON, with "
-      "libturbojpeg0-dev, libjpeg62-turbo-dev and libpng-dev installed)");
+  throw NeedsCuda(kNoImages);
+}
+
+void image_folder(Bench&) {
+  throw NeedsCuda(kNoImages);
 }
 
 }  // namespace flowfeed::bench

@@ -19,6 +19,8 @@
 //   mix                   a mix of two memory sources vs one memory loader of the same samples
 //   images                JPEG shards to float32 on the device (configs/images.yaml) at 1, 4 and
 //                         all cores vs TurboJPEG's one-thread full decode rate x threads
+//   image_folder          the same JPEGs as a class tree written from the shards (image_folder)
+//                         vs as the shards (webdataset), configs/images.yaml, alternated
 //   all                   every scenario; those needing a GPU are skipped, with the reason, without
 // The last lines are `RESULT <name> <figure> <unit> baseline <baseline> ratio <ratio>`; --json FILE
 // writes them (with targets) and every scenario's details; --record FILE makes each row that
@@ -195,6 +197,26 @@ int main(int argc, char** argv) {
                    "JPEGs decoded on one thread for the baseline")
       ->check(positive_integer<int>());
   images->add_option("--set", o.overrides, "override a config value, e.g. pipeline.batch_size=128");
+  auto* folder = app.add_subcommand(
+      "image_folder",
+      "the shards' JPEGs written once as a class tree: image_folder vs webdataset, images/s");
+  folder
+      ->add_option("--shards", o.image_shards,
+                   "WebDataset shards: a glob or list (scripts/make_image_shards.py)")
+      ->check(non_empty_path());
+  folder->add_option("--config", o.images_config, "the images config (a webdataset loader)")
+      ->check(non_empty_path());
+  folder->add_option("--dir", o.folder_dir, "where the class tree is written (or found)")
+      ->check(non_empty_path());
+  folder->add_flag("--keep", o.folder_keep, "keep the tree (a later run reuses it)");
+  folder->add_option("--threads", o.folder_threads, "pipeline.threads of both (all cores)")
+      ->check(positive_integer<int>());
+  folder->add_option("--epochs", o.image_epochs, "epochs of each run")
+      ->check(positive_integer<int>());
+  folder->add_option("--repeats", o.folder_repeats, "runs of each, alternated")
+      ->check(int_range(1, 1000));
+  folder->add_option("--set", o.overrides,
+                     "override a config value of both, e.g. pipeline.batch_size=128");
   auto* remote = app.add_subcommand(
       "remote", "npy shards by URL from nginx (cold, warm, 5% faults) vs the same local shards");
   remote->add_option("--bytes", o.remote_bytes, "feature bytes of all shards")
@@ -266,6 +288,7 @@ int main(int argc, char** argv) {
       {"resident_vs_streamed", flowfeed::bench::resident_vs_streamed},
       {"storage", flowfeed::bench::storage},
       {"images", flowfeed::bench::images},
+      {"image_folder", flowfeed::bench::image_folder},
       {"remote", flowfeed::bench::remote},
   };
   int rc = 0;

@@ -132,7 +132,8 @@ void MemoryLoader::process(Batch& batch) {
 bool MemoryLoader::fill_rows(const RowTarget& target) {
   const std::size_t tensors = row_bytes_.size();
   const std::size_t full_slices = size_ / batch_size_;
-  for (std::size_t i = 0; i < target.samples.size(); ++i) {
+  const std::size_t n = target.samples.size();
+  for (std::size_t i = 0; i < n;) {
     const std::size_t sample = target.samples[i];
     if (sample >= size_) {
       throw Error("memory: sample " + std::to_string(sample) + " is past the data set's " +
@@ -140,15 +141,23 @@ bool MemoryLoader::fill_rows(const RowTarget& target) {
     }
     const std::size_t k = sample / batch_size_;
     const std::size_t r = sample - k * batch_size_;
-    const std::byte* slice = data_ + k * stride_;
     const std::size_t row = target.rows[i];
+    // A run of consecutive samples of one slice going to consecutive rows: one copy per tensor.
+    const std::size_t slice_end = std::min(size_, (k + 1) * batch_size_);
+    std::size_t run = 1;
+    while (i + run < n && sample + run < slice_end && target.samples[i + run] == sample + run &&
+           target.rows[i + run] == row + run) {
+      ++run;
+    }
+    const std::byte* slice = data_ + k * stride_;
     for (std::size_t t = 0; t < tensors; ++t) {
       const std::size_t bytes = row_bytes_[t];
       // Every slice but a last partial one has the full batch's offsets.
       const std::size_t offset =
           k < full_slices ? full_offsets_[t] : layout_.offset(t, size_ - k * batch_size_);
-      std::memcpy(target.tensors[t] + row * bytes, slice + offset + r * bytes, bytes);
+      std::memcpy(target.tensors[t] + row * bytes, slice + offset + r * bytes, run * bytes);
     }
+    i += run;
   }
   return true;
 }

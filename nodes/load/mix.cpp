@@ -8,6 +8,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -58,6 +59,10 @@ class MixLoader final : public LoaderNode {
   };
   // What one body needs while it fills a batch; kept for the next body (no allocation per batch).
   struct Work {
+    std::vector<std::uint8_t> row_source;   // each row's source
+    std::vector<std::uint32_t> row_sample;  // and its sample of that source
+    std::vector<std::uint32_t> row_index;   // 0, 1, 2, ...: the rows of a run
+    // The rows of each source that fills through process(), and their samples.
     std::vector<std::vector<std::uint32_t>> samples, rows;
     std::vector<std::unique_ptr<Batch>> batches;
     std::vector<std::byte*> bases;
@@ -261,6 +266,10 @@ std::unique_ptr<MixLoader::Work> MixLoader::take_work() {
     w->batches.push_back(std::make_unique<Batch>());
     w->batches.back()->samples.reserve(batch_size_);
   }
+  w->row_source.resize(batch_size_);
+  w->row_sample.resize(batch_size_);
+  w->row_index.resize(batch_size_);
+  for (std::size_t r = 0; r < batch_size_; ++r) w->row_index[r] = static_cast<std::uint32_t>(r);
   w->bases.resize(tensors_.size());
   w->dropped.reserve(batch_size_);
   return w;
@@ -279,37 +288,50 @@ void MixLoader::process(Batch& batch) {
     ~Return() { mix.give_back(std::move(work)); }
   } give{*this, work};
   Work& w = *work;
+  const std::size_t rows = batch.rows();
   for (std::size_t k = 0; k < sources_.size(); ++k) {
     w.samples[k].clear();
     w.rows[k].clear();
+    w.kept[k] = 0;
   }
   {
     const MixTable& table = tables_->acquire(batch.epoch);
-    for (std::size_t r = 0; r < batch.rows(); ++r) {
+    for (std::size_t r = 0; r < rows; ++r) {
       const std::uint32_t at = batch.samples[r];
       const std::uint8_t k = table.source[at];
-      w.samples[k].push_back(table.sample[at]);
-      w.rows[k].push_back(static_cast<std::uint32_t>(r));
+      w.row_source[r] = k;
+      w.row_sample[r] = table.sample[at];
+      ++w.kept[k];
+      if (!sources_[k].fills_rows) {
+        w.samples[k].push_back(table.sample[at]);
+        w.rows[k].push_back(static_cast<std::uint32_t>(r));
+      }
     }
     tables_->release(table);
   }
   batch.lease(tier_) = pool_->acquire();
   for (std::size_t t = 0; t < tensors_.size(); ++t) w.bases[t] = batch.tensor(tier_, t);
   w.dropped.clear();
-  for (std::size_t k = 0; k < sources_.size(); ++k) {
-    w.kept[k] = w.samples[k].size();
-    if (w.samples[k].empty()) continue;
+  // Rows that fill in place are written in row order, a run of consecutive rows of one source at
+  // a time: the buffer is written front to back (cheaper than a pass per source, each striding
+  // over the others' rows), and a source may copy a run of consecutive samples as one block.
+  for (std::size_t r = 0; r < rows;) {
+    const std::uint8_t k = w.row_source[r];
+    std::size_t end = r + 1;
+    while (end < rows && w.row_source[end] == k) ++end;
     const Source& s = sources_[k];
     if (s.fills_rows) {
-      as_source(s, [&] {
-        return s.node->fill_rows(RowTarget{w.samples[k], w.rows[k], w.bases, &batch});
-      });
-    } else {
-      fill_by_process(k, batch, w);
+      const std::span<const std::uint32_t> samples(w.row_sample.data() + r, end - r);
+      const std::span<const std::uint32_t> at(w.row_index.data() + r, end - r);
+      as_source(s, [&] { return s.node->fill_rows(RowTarget{samples, at, w.bases, &batch}); });
     }
+    r = end;
+  }
+  for (std::size_t k = 0; k < sources_.size(); ++k) {
+    if (!w.samples[k].empty()) fill_by_process(k, batch, w);
   }
   if (!w.dropped.empty()) {
-    if (w.dropped.size() == batch.rows()) {
+    if (w.dropped.size() == rows) {
       // Each source counted its own drops.
       throw BatchDroppedError("every sample of batch " + std::to_string(batch.seq) +
                               " was dropped by its source");

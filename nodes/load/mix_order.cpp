@@ -196,7 +196,7 @@ const MixTable& MixTables::acquire(std::uint32_t epoch) {
   for (;;) {
     Slot* free = nullptr;
     for (Slot& s : slots_) {
-      if (s.built && s.table.epoch == epoch) {
+      if (s.built && (s.table.epoch == epoch || order_.same_every_epoch())) {
         ++s.users;
         return s.table;
       }

@@ -44,6 +44,8 @@ class MixOrder {
  public:
   MixOrder(MixPlan plan, std::vector<std::uint64_t> sizes, bool shuffle, std::uint64_t seed);
   const MixPlan& plan() const noexcept { return plan_; }
+  /// Whether every epoch's table is the same (unshuffled): one build serves them all.
+  bool same_every_epoch() const noexcept { return !shuffle_; }
   /// Fills `table` for `epoch` (its vectors keep their capacity).
   void build(std::uint32_t epoch, MixTable& table) const;
   /// Bytes one table holds, and the scratch a build needs.
@@ -59,7 +61,8 @@ class MixOrder {
 
 /// At most two epoch tables, shared by the bodies that fill batches: a body holds its epoch's
 /// table while it reads it; a third epoch waits until a table is free (only when an epoch has
-/// fewer batches than bodies run at once). Thread-safe.
+/// fewer batches than bodies run at once). An unshuffled order's one table serves every epoch,
+/// built once. Thread-safe.
 class MixTables {
  public:
   explicit MixTables(const MixOrder& order) : order_(order) {}

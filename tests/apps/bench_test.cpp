@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -325,8 +326,8 @@ namespace {
 // JPEG shards from scripts/make_image_shards.py through configs/images.yaml (on the host types
 // here): a row per thread count against the one-thread decode rate times the threads, and the
 // bytes that were uploaded are the uint8 images, not the floats normalize makes of them.
-TEST(PipelineBench, ImagesQuickRunsTheImagesConfigPerThreadCount) {
-  const fs::path dir = fs::temp_directory_path() / "pipeline_bench_images";
+/// Writes 8 JPEGs in 2 shards (5 + 3) with scripts/make_image_shards.py into a new `dir`.
+void make_shards(const fs::path& dir) {
   fs::remove_all(dir);
   std::string made;
   const char* python = std::getenv("FLOWFEED_PYTHON");
@@ -338,6 +339,11 @@ TEST(PipelineBench, ImagesQuickRunsTheImagesConfigPerThreadCount) {
                       &made),
             0)
       << made;
+}
+
+TEST(PipelineBench, ImagesQuickRunsTheImagesConfigPerThreadCount) {
+  const fs::path dir = fs::temp_directory_path() / "pipeline_bench_images";
+  ASSERT_NO_FATAL_FAILURE(make_shards(dir));
   const BenchRun r =
       run_bench("images --quick --threads 1 2 --shards '" + dir.string() + "/*.tar'", "images");
   ASSERT_EQ(r.code, 0) << r.output;
@@ -356,6 +362,105 @@ TEST(PipelineBench, ImagesQuickRunsTheImagesConfigPerThreadCount) {
     EXPECT_EQ(run.at("bytes_uploaded"), 2 * (4 * 224 * 224 * 3 + 4 * 4));
     EXPECT_DOUBLE_EQ(run.at("decode_ceiling").get<double>(), one * run.at("threads").get<int>());
   }
+  fs::remove_all(dir);
+}
+
+// The shards' JPEGs written as a class tree (one directory per label), then configs/images.yaml
+// with webdataset over the shards and image_folder over the tree: the same 8 images each way,
+// the same bytes uploaded. The tree goes afterwards; with --keep it stays and the next run reads
+// it again instead of writing it.
+TEST(PipelineBench, ImageFolderQuickReadsTheSameImagesAsTheShardsFromATreeWrittenOnce) {
+  const fs::path dir = fs::temp_directory_path() / "pipeline_bench_image_folder";
+  ASSERT_NO_FATAL_FAILURE(make_shards(dir / "shards"));
+  const fs::path tree = dir / "tree";
+  const std::string args = "image_folder --quick --shards '" + (dir / "shards").string() +
+                           "/*.tar' --dir " + tree.string();
+  for (const bool keep : {true, true, false}) {
+    SCOPED_TRACE(keep);
+    const bool reused = fs::exists(tree);
+    const BenchRun r = run_bench(args + (keep ? " --keep" : ""), "image_folder");
+    ASSERT_EQ(r.code, 0) << r.output;
+    expect_row(r, "image_folder_vs_webdataset", "images/s");
+    expect_row(r, "image_folder_vs_webdataset_cpu", "images/cpu-s");
+    const nlohmann::json& d = r.json.at("scenarios").at("image_folder");
+    EXPECT_EQ(d.at("samples"), 8);
+    EXPECT_EQ(d.at("tree").at("images"), 8);
+    EXPECT_EQ(d.at("tree").at("written"), !reused);
+    std::size_t files = 0;
+    std::set<std::string> classes;
+    if (fs::exists(tree)) {
+      for (const auto& e : fs::recursive_directory_iterator(tree)) {
+        if (e.path().extension() == ".jpg") {
+          ++files;
+          classes.insert(e.path().parent_path().filename().string());
+        }
+      }
+    }
+    EXPECT_EQ(files, keep ? 8u : 0u);
+    EXPECT_EQ(fs::exists(tree), keep);
+    if (keep) {
+      EXPECT_EQ(d.at("tree").at("classes"), classes.size());
+    }
+    ASSERT_EQ(d.at("runs").size(), 1u);
+    const nlohmann::json& run = d.at("runs").at(0);
+    for (const char* loader : {"webdataset", "image_folder"}) {
+      SCOPED_TRACE(loader);
+      EXPECT_EQ(run.at(loader).at("samples"), 8);
+      EXPECT_EQ(run.at(loader).at("skipped_samples"), 0);
+      // Two batches of 4: x uint8 [224, 224, 3], then y int32 at the next 256-byte boundary.
+      EXPECT_EQ(run.at(loader).at("bytes_uploaded"), 2 * (4 * 224 * 224 * 3 + 4 * 4));
+    }
+    EXPECT_EQ(run.at("image_folder").at("files"), 8);
+  }
+  fs::remove_all(dir);
+}
+
+// A --dir that holds anything but a tree the scenario wrote from the same shards is refused, and
+// left as it was.
+TEST(PipelineBench, ImageFolderRefusesADirectoryItDidNotWriteFromTheseShards) {
+  const fs::path dir = fs::temp_directory_path() / "pipeline_bench_image_folder_refused";
+  ASSERT_NO_FATAL_FAILURE(make_shards(dir / "shards"));
+  const fs::path tree = dir / "mine";
+  fs::create_directories(tree);
+  std::ofstream(tree / "notes.txt") << "mine\n";
+  const BenchRun r = run_bench("image_folder --quick --shards '" + (dir / "shards").string() +
+                                   "/*.tar' --dir " + tree.string(),
+                               "image_folder_refused");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("pipeline_bench: image_folder: " + tree.string() +
+                          " exists and is not a tree this scenario wrote (it has no "
+                          ".flowfeed_image_folder_bench) give a new or empty --dir\n"),
+            std::string::npos)
+      << r.output;
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(tree)) left.push_back(e.path().filename());
+  EXPECT_EQ(left, std::vector<std::string>{"notes.txt"});
+  std::ifstream in(tree / "notes.txt");
+  std::string text;
+  std::getline(in, text);
+  EXPECT_EQ(text, "mine");
+  for (const auto& e : fs::directory_iterator(dir)) {
+    EXPECT_EQ(e.path().filename().string().find(".partial"), std::string::npos) << e.path();
+  }
+  // A tree it wrote from other shards (the first of the two only) is refused too, and kept.
+  const fs::path kept = dir / "kept";
+  const BenchRun first =
+      run_bench("image_folder --quick --keep --shards " +
+                    (dir / "shards" / "images-00000.tar").string() + " --dir " + kept.string(),
+                "image_folder_first");
+  ASSERT_EQ(first.code, 0) << first.output;
+  const BenchRun other = run_bench("image_folder --quick --shards '" + (dir / "shards").string() +
+                                       "/*.tar' --dir " + kept.string(),
+                                   "image_folder_other");
+  EXPECT_EQ(other.code, 1) << other.output;
+  EXPECT_NE(other.output.find("pipeline_bench: image_folder: " + kept.string() +
+                              " holds a tree written from other shards (see its "
+                              ".flowfeed_image_folder_bench) remove it, or give another --dir\n"),
+            std::string::npos)
+      << other.output;
+  std::size_t files = 0;
+  for (const auto& e : fs::recursive_directory_iterator(kept)) files += e.is_regular_file();
+  EXPECT_EQ(files, 5u + 1u);  // the first shard's 5 images and the manifest
   fs::remove_all(dir);
 }
 #endif
@@ -382,7 +487,7 @@ TEST(PipelineBench, AllWithoutAGpuRunsTheHostScenariosAndSaysWhatItSkipped) {
         << r.output;
   }
   EXPECT_EQ(skipped, (std::vector<std::string>{"naive", "small_batches", "bandwidth",
-                                               "resident_vs_streamed", "images"}));
+                                               "resident_vs_streamed", "images", "image_folder"}));
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // epoch ends, determinism across thread counts, exact resume (also on two ranks) and its errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <string>
@@ -161,6 +162,38 @@ TEST(Mix, EveryRowIsTheSampleTheEpochTableNamesForItsPosition) {
     EXPECT_EQ(report.extra.at("load.source1.samples"), 2 * 128);
     EXPECT_DOUBLE_EQ(report.extra.at("load.source0.weight"), 0.7);
     EXPECT_EQ(report.extra.at("load.source1.epoch_samples"), 128);
+  }
+}
+
+// The rows a source fills in place are written run by run (consecutive rows of one source), and
+// the memory source copies consecutive samples of one of its slices as one block: runs that cross
+// its slices' ends (batches of 8, a last slice of 6), its cycles' wrap (30 samples, 90 positions)
+// and the mix's batches must each still give every row its own sample.
+TEST(Mix, LongRunsOfOneSourceCrossingItsSlicesAndCyclesGiveEachRowItsSample) {
+  const Identify identify(30, 20);
+  for (const bool shuffle : {false, true}) {
+    SCOPED_TRACE(shuffle);
+    const std::vector<Row> rows =
+        run_all(mix_config("batch_size: 8, prefetch_depth: 4, epochs: 2",
+                           std::string("shuffle: ") + (shuffle ? "true" : "false") + ", seed: 7",
+                           "epoch: samples, samples: 100", 30, 20, "9, 1"),
+                identify);
+    ASSERT_EQ(rows.size(), 200u);
+    const MixOrder order(plan_mix({30, 20}, {9, 1}, 100), {30, 20}, shuffle, 7);
+    MixTable table;
+    std::size_t longest = 0, run = 0;
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const Row& row = rows[i];
+      order.build(row.epoch, table);
+      ASSERT_EQ(row.source, table.source[row.position]) << i;
+      ASSERT_EQ(row.sample, table.sample[row.position]) << i;
+      run = row.source == 0 && i > 0 && rows[i - 1].source == 0 ? run + 1 : 1;
+      longest = std::max(longest, run);
+    }
+    // Unshuffled, source 0 takes 9 positions of 10: runs of 9 rows, past the batches of 8.
+    if (!shuffle) {
+      EXPECT_GE(longest, 9u);
+    }
   }
 }
 
