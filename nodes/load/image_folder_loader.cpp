@@ -13,12 +13,12 @@
 #include "fd.hpp"
 #include "flowfeed/config.hpp"
 #include "flowfeed/extend.hpp"
+#include "flowfeed/nodes/detail/image_folder_index.hpp"
+#include "flowfeed/nodes/detail/image_samples.hpp"
 #include "flowfeed/nodes/image_folder.hpp"
 #include "flowfeed/pool.hpp"
 #include "flowfeed/registry.hpp"
 #include "flowfeed/stats.hpp"
-#include "image_folder_index.hpp"
-#include "image_samples.hpp"
 
 namespace flowfeed {
 

@@ -1,4 +1,4 @@
-#include "webdataset_loader.hpp"
+#include "flowfeed/nodes/detail/webdataset_loader.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -13,9 +13,9 @@
 #include <cstring>
 #include <limits>
 
-#include "file_set.hpp"
 #include "flowfeed/config.hpp"
 #include "flowfeed/data_file.hpp"
+#include "flowfeed/nodes/detail/file_set.hpp"
 #include "flowfeed/pool.hpp"
 #include "flowfeed/stats.hpp"
 

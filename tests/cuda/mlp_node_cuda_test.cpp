@@ -9,10 +9,10 @@
 #include <iostream>
 
 #include "flowfeed/config.hpp"
+#include "flowfeed/mlp/mlp_node.hpp"
 #include "flowfeed/nodes/builtin.hpp"
 #include "flowfeed/nodes/resident.hpp"
 #include "flowfeed/pipeline.hpp"
-#include "nodes/train/mlp/mlp_node.hpp"
 #include "tests/cuda/gpu_test.hpp"
 #include "tests/nodes/mlp_registry.hpp"
 #include "tests/nodes/test_files.hpp"

@@ -1,4 +1,4 @@
-#include "nodes/load/idx_file.hpp"
+#include "flowfeed/nodes/detail/idx_file.hpp"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>

@@ -9,11 +9,11 @@
 #include <vector>
 
 #include "flowfeed/nodes/builtin.hpp"
+#include "flowfeed/nodes/detail/mix_order.hpp"
 #include "flowfeed/nodes/python_types.hpp"
 #include "flowfeed/nodes/synthetic.hpp"
 #include "flowfeed/pipeline.hpp"
 #include "flowfeed/session.hpp"
-#include "nodes/load/mix_order.hpp"
 #include "tests/error_of.hpp"
 
 namespace flowfeed {

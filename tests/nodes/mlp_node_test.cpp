@@ -1,6 +1,6 @@
 // The mlp train node wired into the graph on the host backend: it learns Fashion-MNIST, reports
 // per-epoch figures, trains resident exactly as streamed, and fails with full messages.
-#include "nodes/train/mlp/mlp_node.hpp"
+#include "flowfeed/mlp/mlp_node.hpp"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -12,10 +12,10 @@
 
 #include "flowfeed/config.hpp"
 #include "flowfeed/nodes/builtin.hpp"
+#include "flowfeed/nodes/detail/idx_file.hpp"
 #include "flowfeed/nodes/resident.hpp"
 #include "flowfeed/nodes/synthetic.hpp"
 #include "flowfeed/pipeline.hpp"
-#include "nodes/load/idx_file.hpp"
 #include "tests/nodes/mlp_registry.hpp"
 #include "tests/nodes/test_files.hpp"
 

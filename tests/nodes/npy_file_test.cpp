@@ -1,4 +1,4 @@
-#include "nodes/load/npy_file.hpp"
+#include "flowfeed/nodes/detail/npy_file.hpp"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -13,7 +13,7 @@
 #include "tests/nodes/npy_storage_fixture.hpp"
 #include "tests/nodes/token_corpus.hpp"
 #if FLOWFEED_TEST_IMAGES
-#include "nodes/load/webdataset_loader.hpp"
+#include "flowfeed/nodes/detail/webdataset_loader.hpp"
 #include "tests/nodes/webdataset_fixture.hpp"
 #endif
 

@@ -2,7 +2,7 @@
 // not a multiple of the token width, Megatron-LM indexes with a bad magic, version, dtype, counts,
 // lengths, pointers or document indices, a .bin that does not match its index, missing files,
 // a context larger than the data, and a file truncated while a run reads it.
-#include "nodes/load/token_stream.hpp"
+#include "flowfeed/nodes/detail/token_stream.hpp"
 
 #include <gtest/gtest.h>
 

@@ -10,8 +10,8 @@
 
 #include "flowfeed/config.hpp"
 #include "flowfeed/nodes/builtin.hpp"
+#include "flowfeed/nodes/detail/token_stream.hpp"
 #include "flowfeed/pipeline.hpp"
-#include "nodes/load/token_stream.hpp"
 #include "tests/nodes/test_files.hpp"
 #include "tests/nodes/token_corpus.hpp"
 

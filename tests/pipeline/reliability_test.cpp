@@ -1,7 +1,8 @@
-// Failure paths of a pipeline, driven by the test-only fault nodes (nodes/testing/fault_nodes.hpp):
-// a node of each family that throws, reports a data error, corrupts or stalls at batch N (first,
-// middle, last), on_error: skip, stall_timeout_s, stop/abort, and reruns after a failure. After
-// every run, failed or not, every pool buffer must be back.
+// Failure paths of a pipeline, driven by the test-only fault nodes
+// (flowfeed/testing/fault_nodes.hpp): a node of each family that throws, reports a data error,
+// corrupts or stalls at batch N (first, middle, last), on_error: skip, stall_timeout_s,
+// stop/abort, and reruns after a failure. After every run, failed or not, every pool buffer must
+// be back.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -12,7 +13,7 @@
 
 #include "flowfeed/flowfeed.hpp"
 #include "flowfeed/nodes/builtin.hpp"
-#include "testing/fault_nodes.hpp"
+#include "flowfeed/testing/fault_nodes.hpp"
 #include "tests/pipeline/run_stopped.hpp"
 
 namespace flowfeed {

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "flowfeed/drop_log.hpp"
+#include "flowfeed/nodes/detail/image_decode.hpp"
 #include "flowfeed/nodes/webdataset.hpp"
-#include "image_decode.hpp"
 
 namespace flowfeed {
 
