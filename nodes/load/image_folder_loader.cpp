@@ -70,10 +70,7 @@ class ImageFolderLoader final : public LoaderNode {
   }
 
   void setup(BuildContext& context) override {
-    const PipelineOptions& pipeline = context.pipeline_options();
-    policy_.parallel = options_.parallel;
-    policy_.skip = pipeline.on_error == OnError::skip;
-    policy_.max_skipped = pipeline.max_skipped;
+    policy_ = row_policy(options_.parallel, context.pipeline_options());
     node_name_ = context.spec().name;
     drops_.set_who(fmt::format("node '{}' (image_folder)", node_name_));
     pool_ = &context.make_batch_pool("host", MemoryKind::pageable, context.layout().capacity(),

@@ -107,8 +107,22 @@ nodes:
                 "sampler.shuffle: false, or use a map-style python source"}));
 }
 
-TEST(Mix, SourcesOfDifferentSamplesAreAConfigErrorNamingBothAndTheTensor) {
+/// How a memory budget error goes on after "... is available ", when `claimed` of the host
+/// budget was claimed before, up to the keys to lower.
+std::string host_budget_claimed(const std::string& claimed) {
+  return "(pipeline.memory_budget.host, " + claimed +
+         " of it already claimed by the pools and data sets before it; the process would be "
+         "killed for want of memory mid-run) lower ";
+}
+
+/// The error of type E that building the pipeline of `yaml` (read as m.yaml) throws.
+template <class E>
+std::string build_error(const std::string& yaml) {
   const Registry r = builtin_registry();
+  return test::error_of<E>([&] { Pipeline(load_config_string(yaml, r, {}, "m.yaml"), r); });
+}
+
+TEST(Mix, SourcesOfDifferentSamplesAreAConfigErrorNamingBothAndTheTensor) {
   const std::string yaml = R"(pipeline: { mode: pull, device: host }
 nodes:
   - name: load
@@ -118,15 +132,13 @@ nodes:
       - { type: synthetic, params: { sample_shape: [4], dtype: float32 } }
   - { name: upload, type: host_upload }
 )";
-  EXPECT_EQ(
-      test::error_of<ConfigError>([&] { Pipeline(load_config_string(yaml, r, {}, "m.yaml"), r); }),
-      "m.yaml:3:5: node 'load': sources 0 (synthetic) and 1 (synthetic) give different "
-      "samples: tensor 'x' is uint8 [4] in source 0 and float32 [4] in source 1 (a mix's "
-      "batches have one layout) make every source give the same tensors");
+  EXPECT_EQ(build_error<ConfigError>(yaml),
+            "m.yaml:3:5: node 'load': sources 0 (synthetic) and 1 (synthetic) give different "
+            "samples: tensor 'x' is uint8 [4] in source 0 and float32 [4] in source 1 (a mix's "
+            "batches have one layout) make every source give the same tensors");
 }
 
 TEST(Mix, ASourcesOwnBuildErrorNamesTheSource) {
-  const Registry r = builtin_registry();
   const std::string yaml = R"(pipeline: { mode: pull, device: host, batch_size: 4 }
 nodes:
   - name: load
@@ -136,7 +148,7 @@ nodes:
       - { type: npy, params: { features: /nonexistent/x.npy, labels: /nonexistent/y.npy } }
   - { name: upload, type: host_upload }
 )";
-  EXPECT_EQ(test::error_of<Error>([&] { Pipeline(load_config_string(yaml, r, {}, "m.yaml"), r); }),
+  EXPECT_EQ(build_error<Error>(yaml),
             "node 'load' (mix, m.yaml:3): source 1 (npy): /nonexistent/x.npy: cannot open (No "
             "such file or directory)");
   // A config error a source finds while it is built: at the source's place in the config.
@@ -151,18 +163,15 @@ nodes:
   - { name: upload, type: host_upload }
 )";
   EXPECT_EQ(
-      test::error_of<ConfigError>(
-          [&] { Pipeline(load_config_string(budget, r, {}, "m.yaml"), r); }),
+      build_error<ConfigError>(budget),
       "m.yaml:7:17: node 'load' source 1 (memory): nodes[0].params.samples, "
       "nodes[0].params.sample_shape: the data set (1000 samples) of source 1 (memory) of node "
-      "'load' needs 3.9 MiB of host memory, and 976.6 KiB is available "
-      "(pipeline.memory_budget.host, 126.1 KiB of it already claimed by the pools and data sets "
-      "before it; the process would be killed for want of memory mid-run) lower "
-      "nodes[0].params.samples, nodes[0].params.sample_shape");
+      "'load' needs 3.9 MiB of host memory, and 976.6 KiB is available " +
+          host_budget_claimed("126.1 KiB") +
+          "nodes[0].params.samples, nodes[0].params.sample_shape");
 }
 
 TEST(Mix, TheEpochTablesAreClaimedFromTheMemoryBudget) {
-  const Registry r = builtin_registry();
   // 100,000,000 positions: two tables of 500 MB, against a budget of 100 MB.
   const std::string yaml =
       R"(pipeline: { mode: pull, device: host, batch_size: 4, memory_budget: { host: 100000000 } }
@@ -175,13 +184,12 @@ nodes:
       - { type: synthetic, params: { samples: 8, sample_shape: [4] } }
   - { name: upload, type: host_upload }
 )";
+  const std::string tables = build_error<ConfigError>(yaml);
   EXPECT_EQ(
-      test::error_of<ConfigError>([&] { Pipeline(load_config_string(yaml, r, {}, "m.yaml"), r); }),
+      tables,
       "m.yaml:3:5: nodes.load.params.samples: the epoch tables (2 epochs of 100000000 positions, "
-      "5 bytes each) of node 'load' needs 953.7 MiB of host memory, and 95.4 MiB is available "
-      "(pipeline.memory_budget.host, 4.2 KiB of it already claimed by the pools and data sets "
-      "before it; the process would be killed for want of memory mid-run) lower "
-      "nodes.load.params.samples");
+      "5 bytes each) of node 'load' needs 953.7 MiB of host memory, and 95.4 MiB is available " +
+          host_budget_claimed("4.2 KiB") + "nodes.load.params.samples");
 }
 
 TEST(Mix, AConfigBuiltInCppHasItsSourcesCheckedAndDefaulted) {

@@ -123,6 +123,17 @@ std::vector<Row> run_all(const std::string& yaml, const Identify& identify,
   return rows;
 }
 
+/// Every row of a shuffled mix (sampler seed `seed`) of `first` and `second` samples by `weights`,
+/// whose epoch is `samples` positions, identified.
+std::vector<Row> shuffled_rows(std::uint32_t first, std::uint32_t second,
+                               const std::string& pipeline, int seed, int samples,
+                               const std::string& weights) {
+  return run_all(
+      mix_config(pipeline, "shuffle: true, seed: " + std::to_string(seed),
+                 "epoch: samples, samples: " + std::to_string(samples), first, second, weights),
+      Identify(first, second));
+}
+
 TEST(Mix, EveryRowIsTheSampleTheEpochTableNamesForItsPosition) {
   const Identify identify(300, 200);
   for (const bool shuffle : {false, true}) {
@@ -167,11 +178,8 @@ TEST(Mix, RealizedProportionsAreWithinABinomialBoundOfTheWeights) {
   // 2,000 positions of epoch samples: 4,000 from two sources of 500 and 100 samples (both cycle),
   // weights 0.8 / 0.2: the first 400 delivered rows hold a hypergeometric share of each, tighter
   // than a binomial one; allow 4 binomial standard deviations.
-  const Identify identify(500, 100);
   const std::vector<Row> rows =
-      run_all(mix_config("batch_size: 10, prefetch_depth: 4, epochs: 1", "shuffle: true, seed: 11",
-                         "epoch: samples, samples: 2000", 500, 100, "4, 1"),
-              identify);
+      shuffled_rows(500, 100, "batch_size: 10, prefetch_depth: 4, epochs: 1", 11, 2000, "4, 1");
   ASSERT_EQ(rows.size(), 2000u);
   for (const std::size_t n : {std::size_t{400}, std::size_t{2000}}) {
     std::size_t first = 0;
@@ -195,11 +203,8 @@ TEST(Mix, RealizedProportionsAreWithinABinomialBoundOfTheWeights) {
 }
 
 TEST(Mix, AFixedEpochCyclesTheSourcesReshufflingEachCycle) {
-  const Identify identify(30, 20);
   const std::vector<Row> rows =
-      run_all(mix_config("batch_size: 7, prefetch_depth: 4, epochs: 2", "shuffle: true, seed: 3",
-                         "epoch: samples, samples: 100", 30, 20, "1, 1"),
-              identify);
+      shuffled_rows(30, 20, "batch_size: 7, prefetch_depth: 4, epochs: 2", 3, 100, "1, 1");
   ASSERT_EQ(rows.size(), 200u);
   for (std::uint32_t e = 0; e < 2; ++e) {
     // The source's samples in the order of its positions (the sampler visits them shuffled).

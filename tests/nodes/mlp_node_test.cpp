@@ -211,11 +211,8 @@ TEST(MlpNode, ResidentNeedsOrderedBatches) {
   const auto [images, labels] = write_idx_pair(dir, make_idx_pair(64, 4, 4, 10), "a", false);
   const std::string yaml =
       "pipeline: { device: host, ordered: false }\n"
-      "nodes:\n"
-      "  - { name: load, type: idx, params: { images: " +
-      images + ", labels: " + labels +
-      ", resident: true } }\n"
-      "  - { name: train, type: mlp }\n";
+      "nodes:\n" +
+      idx_load_line(images, labels, ", resident: true") + "  - { name: train, type: mlp }\n";
   EXPECT_EQ(config_error(yaml),
             "<string>:4:5: nodes.train.type: resident training takes batches in the sampler's "
             "order (pipeline.ordered is false) set pipeline.ordered: true");

@@ -18,9 +18,7 @@
 namespace flowfeed {
 namespace {
 
-using test::autotune::chain;
-using test::autotune::expect_within_budget;
-using test::autotune::run_yaml;
+using namespace test::autotune;
 
 TEST(Autotune, ABudgetBelowOneBatchInFlightIsAConfigErrorNamingTheKey) {
   EXPECT_EQ(

@@ -18,9 +18,7 @@
 namespace flowfeed {
 namespace {
 
-using test::autotune::expect_within_budget;
-using test::autotune::first_load_raise;
-using test::autotune::settled;
+using namespace test::autotune;
 
 /// The chain without its train node, in pull mode: the caller's loop is the train step.
 std::string pull_chain(int batches, double load_ms) {

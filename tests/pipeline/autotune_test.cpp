@@ -28,12 +28,7 @@
 namespace flowfeed {
 namespace {
 
-using test::autotune::chain;
-using test::autotune::expect_within_budget;
-using test::autotune::first_load_raise;
-using test::autotune::needed;
-using test::autotune::run_yaml;
-using test::autotune::settled;
+using namespace test::autotune;
 
 TEST(Autotune, ASlowLoaderGetsTheBodiesItNeeds) {
   // 4 ms a batch against a 1 ms train step: 4 bodies keep up, 5 with the tuner's headroom. A
