@@ -109,12 +109,7 @@ class Tensor {
     // The consumer synchronizes on the upload stream; its own stream is unknown to us, so the
     // reuse event goes on the legacy default stream too (see docs/PYTHON.md).
     handle_.note_reader(-1);
-    py::dict d;
-    d["shape"] = shape_tuple();
-    d["typestr"] = typestr(dtype_);
-    d["data"] = py::make_tuple(data_, false);
-    d["version"] = 3;
-    d["strides"] = py::none();
+    py::dict d = interface();
     d["stream"] = upload_stream_ ? py::object(py::int_(upload_stream_)) : py::object(py::none());
     return d;
   }
@@ -123,6 +118,12 @@ class Tensor {
     if (device_.device_type != kDLCPU) {
       throw py::attribute_error("__array_interface__: the tensor is in device memory");
     }
+    return interface();
+  }
+
+  /// What __array_interface__ and __cuda_array_interface__ (version 3) share: shape, type, the
+  /// data pointer (writable), C order.
+  py::dict interface() const {
     py::dict d;
     d["shape"] = shape_tuple();
     d["typestr"] = typestr(dtype_);

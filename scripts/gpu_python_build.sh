@@ -66,7 +66,7 @@ case $step in
       g++ -std=c++20 -O2 -DNDEBUG -DFMT_HEADER_ONLY -fPIC -shared -fvisibility=hidden \
         $includes -I"$dir/include" -I"$root/python" -I"$root/pipeline/include" \
         -I"$root/nodes/include" -I"$root/interop/include" -I"$root/cuda_support/include" \
-        -I"$root/nodes" "$@" -o "$out" \
+        -I"$root/nodes/testing/include" "$@" -o "$out" \
         -Wl,--start-group "$dir"/lib/libflowfeed_*.a -Wl,--end-group "$dir/lib/libcudart_static.a" \
         "$dir"/_libs/*.so* -L/usr/local/cuda/lib64 -lcublas -lcublasLt -ldl -lrt -lpthread \
         -Wl,-rpath,'$ORIGIN/../_libs' -Wl,-rpath,/usr/local/cuda/lib64

@@ -36,4 +36,13 @@ inline std::string replace_once(std::string text, const std::string& from, const
   return at == std::string::npos ? text : text.replace(at, from.size(), to);
 }
 
+/// A row of a table of edited files: its name, the edit (the first `from` replaced by `to`) and
+/// the message that the edited file gets.
+struct EditCase {
+  const char* name;
+  const char* from;
+  const char* to;
+  const char* message;
+};
+
 }  // namespace flowfeed::test

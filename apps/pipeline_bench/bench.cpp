@@ -1,6 +1,8 @@
 #include "bench.hpp"
 
 #include <cstdio>
+#include <fstream>
+#include <vector>
 
 #include "flowfeed/nodes/builtin.hpp"
 
@@ -59,6 +61,13 @@ nlohmann::json Bench::to_json() const {
     rows.push_back(row);
   }
   return {{"results", rows}, {"scenarios", details_}, {"skipped", skipped_}, {"failed", failed_}};
+}
+
+void read_into_page_cache(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<char> sink(std::size_t{8} << 20);
+  while (in.read(sink.data(), static_cast<std::streamsize>(sink.size())) || in.gcount() > 0) {
+  }
 }
 
 void print_run(const char* what, const RunReport& r) {

@@ -186,6 +186,8 @@ void write_records(const std::string& path, const nlohmann::json& results, const
 
 /// Prints one line about a finished run (batches, bytes, rates, pools).
 void print_run(const char* what, const RunReport& r);
+/// Reads the file at `path` once, so that the page cache holds it (a warm run's data).
+void read_into_page_cache(const std::string& path);
 
 // The scenarios; each records its RESULT rows on `bench`. Those needing a GPU throw NeedsCuda.
 void bandwidth(Bench& bench);

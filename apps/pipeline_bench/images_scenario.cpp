@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "bench.hpp"
+#include "flowfeed/nodes/detail/webdataset_index.hpp"
 #include "flowfeed/nodes/webdataset.hpp"
-#include "nodes/load/webdataset_index.hpp"
 
 namespace flowfeed::bench {
 

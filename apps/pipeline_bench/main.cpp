@@ -42,10 +42,7 @@
 
 namespace {
 
-using flowfeed::apps::int_range;
-using flowfeed::apps::non_empty_path;
-using flowfeed::apps::positive_integer;
-using flowfeed::apps::positive_number;
+using namespace flowfeed::apps;  // the option checks: int_range, positive_integer, ...
 using flowfeed::bench::Bench;
 
 constexpr int kNeedsCuda = 3;
@@ -143,18 +140,22 @@ int main(int argc, char** argv) {
   storage->add_option("--warm-epochs", o.storage_warm_epochs, "epochs of the warm runs")
       ->check(int_range(1, 1000));
   storage->add_flag("--keep", o.storage_keep, "keep the data set (a later run reuses it)");
+  // The tokens loader's windows per batch, concurrency and depth: the tokens and packing scenarios.
+  const auto add_tokens_loader_options = [&o](CLI::App* sub) {
+    sub->add_option("--batch", o.tokens_batch, "windows per batch")->check(int_range(1, 65536));
+    sub->add_option("--loaders", o.tokens_loaders, "tokens loader concurrency")
+        ->check(int_range(1, 256));
+    sub->add_option("--depth", o.tokens_depth, "prefetch_depth")->check(int_range(1, 4096));
+  };
   auto* tokens = app.add_subcommand(
       "tokens", "language-model windows from a warm token file vs the same bytes from memory");
   tokens->add_option("--file-mib", o.tokens_file_mib, "size of the uint16 token file written")
       ->check(int_range(1, 1 << 20));
   tokens->add_option("--windows", o.tokens_windows, "windows per run (whole epochs)")
       ->check(positive_integer<std::size_t>());
-  tokens->add_option("--batch", o.tokens_batch, "windows per batch")->check(int_range(1, 65536));
-  tokens->add_option("--loaders", o.tokens_loaders, "tokens loader concurrency")
-      ->check(int_range(1, 256));
+  add_tokens_loader_options(tokens);
   tokens->add_option("--stage-concurrency", o.tokens_stage_concurrency, "staging concurrency")
       ->check(int_range(1, 256));
-  tokens->add_option("--depth", o.tokens_depth, "prefetch_depth")->check(int_range(1, 4096));
   auto* packing = app.add_subcommand(
       "packing", "documents packed into windows of 1,024: padding and packed windows/s");
   packing->add_option("--documents", o.packing_documents, "documents generated (log-normal)")
@@ -167,10 +168,7 @@ int main(int argc, char** argv) {
       ->check(int_range(1, 1000));
   packing->add_option("--io", o.packing_io, "the loader's io")
       ->check(CLI::IsMember({"pread", "io_uring", "mmap"}));
-  packing->add_option("--batch", o.tokens_batch, "windows per batch")->check(int_range(1, 65536));
-  packing->add_option("--loaders", o.tokens_loaders, "tokens loader concurrency")
-      ->check(int_range(1, 256));
-  packing->add_option("--depth", o.tokens_depth, "prefetch_depth")->check(int_range(1, 4096));
+  add_tokens_loader_options(packing);
   auto* mix = app.add_subcommand(
       "mix", "a mix of two memory sources vs one memory loader of the same samples: batches/s");
   mix->add_option("--samples", o.mix_samples, "samples of each source")

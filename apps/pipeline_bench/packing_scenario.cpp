@@ -45,10 +45,7 @@ std::size_t write_documents(const std::string& path, std::size_t documents, doub
   }
   out.close();
   if (!out) throw std::runtime_error("packing: cannot write " + path);
-  std::ifstream in(path, std::ios::binary);
-  std::vector<char> sink(std::size_t{8} << 20);
-  while (in.read(sink.data(), static_cast<std::streamsize>(sink.size())) || in.gcount() > 0) {
-  }
+  read_into_page_cache(path);
   return tokens;
 }
 

@@ -7,8 +7,8 @@
 
 #include "flowfeed/cuda/check.hpp"
 #include "flowfeed/cuda/device.hpp"
+#include "flowfeed/nodes/detail/checksum_kernel.hpp"
 #include "flowfeed/nodes/synthetic_formula.hpp"
-#include "nodes/train/checksum_kernel.hpp"
 #include "raw_copies.hpp"
 
 namespace flowfeed::bench {

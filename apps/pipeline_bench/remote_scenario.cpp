@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "bench.hpp"
-#include "nodes/load/npy_file.hpp"
+#include "flowfeed/nodes/detail/npy_file.hpp"
 #include "tests/remote/servers.hpp"
 
 namespace flowfeed::bench {

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "bench.hpp"
-#include "nodes/load/npy_file.hpp"
+#include "flowfeed/nodes/detail/npy_file.hpp"
 
 namespace flowfeed::bench {
 

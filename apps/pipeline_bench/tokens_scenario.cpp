@@ -38,10 +38,7 @@ void write_token_file(const std::string& path, std::size_t tokens) {
   }
   out.close();
   if (!out) throw std::runtime_error("tokens: cannot write " + path);
-  std::ifstream in(path, std::ios::binary);
-  std::vector<char> sink(std::size_t{8} << 20);
-  while (in.read(sink.data(), static_cast<std::streamsize>(sink.size())) || in.gcount() > 0) {
-  }
+  read_into_page_cache(path);
 }
 
 /// One thread copying each window's x and y (1,024 + 1,024 tokens) from the file's bytes in memory

@@ -37,7 +37,7 @@
 #if FLOWFEED_RUNNER_PYTHON
 #include "embedded.hpp"
 #endif
-#include "testing/fault_nodes.hpp"
+#include "flowfeed/testing/fault_nodes.hpp"
 
 namespace {
 

@@ -1,4 +1,4 @@
-#include "file_set.hpp"
+#include "flowfeed/nodes/detail/file_set.hpp"
 
 #include <fmt/format.h>
 #include <glob.h>

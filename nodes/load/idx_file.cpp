@@ -1,4 +1,4 @@
-#include "idx_file.hpp"
+#include "flowfeed/nodes/detail/idx_file.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>

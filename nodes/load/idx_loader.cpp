@@ -1,10 +1,10 @@
 #include <cstring>
 
 #include "flowfeed/extend.hpp"
+#include "flowfeed/nodes/detail/idx_file.hpp"
 #include "flowfeed/nodes/idx.hpp"
 #include "flowfeed/pool.hpp"
 #include "flowfeed/registry.hpp"
-#include "idx_file.hpp"
 
 namespace flowfeed {
 

@@ -1,4 +1,4 @@
-#include "image_augment.hpp"
+#include "flowfeed/nodes/detail/image_augment.hpp"
 
 #include <algorithm>
 #include <cmath>

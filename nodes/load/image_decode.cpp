@@ -1,4 +1,4 @@
-#include "image_decode.hpp"
+#include "flowfeed/nodes/detail/image_decode.hpp"
 
 #include <fmt/format.h>
 #include <png.h>

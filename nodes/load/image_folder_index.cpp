@@ -1,4 +1,4 @@
-#include "image_folder_index.hpp"
+#include "flowfeed/nodes/detail/image_folder_index.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>

@@ -13,12 +13,12 @@
 #include "fd.hpp"
 #include "flowfeed/config.hpp"
 #include "flowfeed/extend.hpp"
+#include "flowfeed/nodes/detail/image_folder_index.hpp"
+#include "flowfeed/nodes/detail/image_samples.hpp"
 #include "flowfeed/nodes/image_folder.hpp"
 #include "flowfeed/pool.hpp"
 #include "flowfeed/registry.hpp"
 #include "flowfeed/stats.hpp"
-#include "image_folder_index.hpp"
-#include "image_samples.hpp"
 
 namespace flowfeed {
 
@@ -70,10 +70,7 @@ class ImageFolderLoader final : public LoaderNode {
   }
 
   void setup(BuildContext& context) override {
-    const PipelineOptions& pipeline = context.pipeline_options();
-    policy_.parallel = options_.parallel;
-    policy_.skip = pipeline.on_error == OnError::skip;
-    policy_.max_skipped = pipeline.max_skipped;
+    policy_ = row_policy(options_.parallel, context.pipeline_options());
     node_name_ = context.spec().name;
     drops_.set_who(fmt::format("node '{}' (image_folder)", node_name_));
     pool_ = &context.make_batch_pool("host", MemoryKind::pageable, context.layout().capacity(),

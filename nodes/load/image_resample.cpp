@@ -1,4 +1,4 @@
-#include "image_resample.hpp"
+#include "flowfeed/nodes/detail/image_resample.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "image_samples.hpp"
+#include "flowfeed/nodes/detail/image_samples.hpp"
 
 #include <fmt/format.h>
 #include <oneapi/tbb/parallel_for.h>
@@ -11,8 +11,8 @@
 
 #include "flowfeed/config.hpp"
 #include "flowfeed/extend.hpp"
+#include "flowfeed/nodes/detail/image_augment.hpp"
 #include "flowfeed/schema.hpp"
-#include "image_augment.hpp"
 
 namespace flowfeed {
 

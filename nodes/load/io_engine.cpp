@@ -1,6 +1,6 @@
 // The I/O engine: files (buffered, O_DIRECT, mapped), its setup and report, and io_uring reads.
 // The pread and mapped reads are in io_pread.cpp.
-#include "io_engine.hpp"
+#include "flowfeed/nodes/detail/io_engine.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -3,8 +3,8 @@
 #include <cstdint>
 #include <string>
 
+#include "flowfeed/nodes/detail/io_engine.hpp"
 #include "flowfeed/schema.hpp"
-#include "io_engine.hpp"
 
 namespace flowfeed {
 

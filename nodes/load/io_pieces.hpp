@@ -10,7 +10,7 @@
 #include <string>
 
 #include "flowfeed/error.hpp"
-#include "io_engine.hpp"
+#include "flowfeed/nodes/detail/io_engine.hpp"
 
 namespace flowfeed::io_detail {
 

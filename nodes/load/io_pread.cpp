@@ -10,7 +10,7 @@
 #include <exception>
 #include <mutex>
 
-#include "io_engine.hpp"
+#include "flowfeed/nodes/detail/io_engine.hpp"
 #include "io_pieces.hpp"
 
 namespace flowfeed {

@@ -19,7 +19,7 @@
 #include "flowfeed/extend.hpp"
 #include "flowfeed/pool.hpp"
 #include "flowfeed/stats.hpp"
-#include "mix_order.hpp"
+#include "flowfeed/nodes/detail/mix_order.hpp"
 #include "mix_sources.hpp"
 
 namespace flowfeed {

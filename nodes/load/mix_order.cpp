@@ -1,4 +1,4 @@
-#include "mix_order.hpp"
+#include "flowfeed/nodes/detail/mix_order.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "npy_file.hpp"
+#include "flowfeed/nodes/detail/npy_file.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>

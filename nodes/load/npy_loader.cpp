@@ -6,16 +6,16 @@
 #include <cstring>
 #include <limits>
 
-#include "file_set.hpp"
 #include "flowfeed/config.hpp"
 #include "flowfeed/error.hpp"
 #include "flowfeed/extend.hpp"
+#include "flowfeed/nodes/detail/file_set.hpp"
+#include "flowfeed/nodes/detail/io_engine.hpp"
+#include "flowfeed/nodes/detail/npy_file.hpp"
 #include "flowfeed/nodes/npy.hpp"
 #include "flowfeed/pool.hpp"
 #include "flowfeed/registry.hpp"
 #include "flowfeed/stats.hpp"
-#include "io_engine.hpp"
-#include "npy_file.hpp"
 
 namespace flowfeed {
 

@@ -4,7 +4,7 @@
 #include <string>
 #include <variant>
 
-#include "file_set.hpp"
+#include "flowfeed/nodes/detail/file_set.hpp"
 #include "flowfeed/remote/remote_files.hpp"
 #include "flowfeed/schema.hpp"
 #include "flowfeed/stats.hpp"

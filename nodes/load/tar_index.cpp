@@ -1,4 +1,4 @@
-#include "tar_index.hpp"
+#include "flowfeed/nodes/detail/tar_index.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>

@@ -1,4 +1,4 @@
-#include "token_packed_reads.hpp"
+#include "flowfeed/nodes/detail/token_packed_reads.hpp"
 
 #include <fmt/format.h>
 
@@ -7,8 +7,8 @@
 #include <cstring>
 
 #include "flowfeed/error.hpp"
-#include "token_packing.hpp"
-#include "token_stream.hpp"
+#include "flowfeed/nodes/detail/token_packing.hpp"
+#include "flowfeed/nodes/detail/token_stream.hpp"
 
 namespace flowfeed {
 

@@ -1,4 +1,4 @@
-#include "token_packing.hpp"
+#include "flowfeed/nodes/detail/token_packing.hpp"
 
 #include <fmt/format.h>
 #include <tbb/parallel_for.h>

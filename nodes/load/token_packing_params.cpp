@@ -6,7 +6,7 @@
 
 #include "flowfeed/config.hpp"
 #include "flowfeed/error.hpp"
-#include "token_packing.hpp"
+#include "flowfeed/nodes/detail/token_packing.hpp"
 
 namespace flowfeed {
 

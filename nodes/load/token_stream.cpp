@@ -1,4 +1,4 @@
-#include "token_stream.hpp"
+#include "flowfeed/nodes/detail/token_stream.hpp"
 
 #include <fmt/format.h>
 #include <sys/mman.h>
@@ -11,10 +11,10 @@
 #include <fstream>
 #include <stdexcept>
 
-#include "file_set.hpp"
 #include "flowfeed/data_file.hpp"
 #include "flowfeed/error.hpp"
 #include "flowfeed/memory_budget.hpp"
+#include "flowfeed/nodes/detail/file_set.hpp"
 
 namespace flowfeed {
 

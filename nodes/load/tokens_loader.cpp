@@ -3,16 +3,16 @@
 #include <array>
 #include <stdexcept>
 
-#include "file_set.hpp"
 #include "flowfeed/error.hpp"
 #include "flowfeed/extend.hpp"
+#include "flowfeed/nodes/detail/file_set.hpp"
+#include "flowfeed/nodes/detail/io_engine.hpp"
+#include "flowfeed/nodes/detail/token_packed_reads.hpp"
+#include "flowfeed/nodes/detail/token_packing.hpp"
+#include "flowfeed/nodes/detail/token_stream.hpp"
 #include "flowfeed/nodes/tokens.hpp"
 #include "flowfeed/pool.hpp"
 #include "flowfeed/registry.hpp"
-#include "io_engine.hpp"
-#include "token_packed_reads.hpp"
-#include "token_packing.hpp"
-#include "token_stream.hpp"
 #include "token_windows.hpp"
 
 namespace flowfeed {

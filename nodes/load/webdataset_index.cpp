@@ -1,4 +1,4 @@
-#include "webdataset_index.hpp"
+#include "flowfeed/nodes/detail/webdataset_index.hpp"
 
 #include <fmt/format.h>
 
@@ -6,10 +6,10 @@
 #include <cctype>
 #include <limits>
 
-#include "file_set.hpp"
 #include "flowfeed/error.hpp"
+#include "flowfeed/nodes/detail/file_set.hpp"
+#include "flowfeed/nodes/detail/tar_index.hpp"
 #include "flowfeed/nodes/webdataset.hpp"
-#include "tar_index.hpp"
 
 namespace flowfeed {
 

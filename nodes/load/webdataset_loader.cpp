@@ -1,4 +1,4 @@
-#include "webdataset_loader.hpp"
+#include "flowfeed/nodes/detail/webdataset_loader.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -13,9 +13,9 @@
 #include <cstring>
 #include <limits>
 
-#include "file_set.hpp"
 #include "flowfeed/config.hpp"
 #include "flowfeed/data_file.hpp"
+#include "flowfeed/nodes/detail/file_set.hpp"
 #include "flowfeed/pool.hpp"
 #include "flowfeed/stats.hpp"
 
@@ -139,10 +139,7 @@ std::vector<TensorSpec> WebDatasetLoader::sample_tensors() const {
 }
 
 void WebDatasetLoader::setup(BuildContext& context) {
-  const PipelineOptions& pipeline = context.pipeline_options();
-  policy_.parallel = options_.parallel;
-  policy_.skip = pipeline.on_error == OnError::skip;
-  policy_.max_skipped = pipeline.max_skipped;
+  policy_ = row_policy(options_.parallel, context.pipeline_options());
   node_name_ = context.spec().name;
   drops_.set_who(fmt::format("node '{}' (webdataset)", node_name_));
   if (!policy_.skip) {

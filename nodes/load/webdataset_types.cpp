@@ -1,12 +1,12 @@
 // Registers the `webdataset` loader and the `random_flip` host transform.
 #include <fmt/format.h>
 
-#include "file_set.hpp"
 #include "flowfeed/extend.hpp"
+#include "flowfeed/nodes/detail/file_set.hpp"
+#include "flowfeed/nodes/detail/image_augment.hpp"
+#include "flowfeed/nodes/detail/image_samples.hpp"
+#include "flowfeed/nodes/detail/webdataset_loader.hpp"
 #include "flowfeed/registry.hpp"
-#include "image_augment.hpp"
-#include "image_samples.hpp"
-#include "webdataset_loader.hpp"
 
 namespace flowfeed {
 

@@ -1,4 +1,4 @@
-#include "staging/streaming_copy.hpp"
+#include "flowfeed/nodes/detail/streaming_copy.hpp"
 
 #include <algorithm>
 #include <cstdint>

@@ -1,4 +1,4 @@
-#include "testing/fault_nodes.hpp"
+#include "flowfeed/testing/fault_nodes.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "flowfeed/error.hpp"
+#include "flowfeed/nodes/detail/host_copy.hpp"
 #include "flowfeed/nodes/synthetic.hpp"
 #include "flowfeed/pool.hpp"
-#include "staging/host_copy.hpp"
 
 namespace flowfeed {
 

@@ -10,7 +10,7 @@
 #include "flowfeed/cuda/handoff.hpp"
 #include "flowfeed/extend.hpp"
 #include "flowfeed/node.hpp"
-#include "late_write.hpp"
+#include "flowfeed/testing/late_write.hpp"
 #include "late_write_kernel.hpp"
 
 namespace flowfeed {

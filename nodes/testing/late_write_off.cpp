@@ -1,5 +1,5 @@
 // late_write in a build without CUDA: not registered (configs that name it fail validation).
-#include "late_write.hpp"
+#include "flowfeed/testing/late_write.hpp"
 
 namespace flowfeed {
 

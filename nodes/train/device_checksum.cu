@@ -1,5 +1,5 @@
 // The device_checksum kernel: every byte of x and y against the synthetic formula.
-#include "train/checksum_kernel.hpp"
+#include "flowfeed/nodes/detail/checksum_kernel.hpp"
 #include "flowfeed/nodes/synthetic_formula.hpp"
 
 namespace flowfeed::cuda {

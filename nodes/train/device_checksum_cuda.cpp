@@ -15,10 +15,10 @@
 #include "flowfeed/cuda/nvtx.hpp"
 #include "flowfeed/extend.hpp"
 #include "flowfeed/nodes/cuda.hpp"
+#include "flowfeed/nodes/detail/checksum_kernel.hpp"
 #include "flowfeed/nodes/synthetic.hpp"
 #include "flowfeed/registry.hpp"
 #include "flowfeed/stats.hpp"
-#include "train/checksum_kernel.hpp"
 #include "train/device_sink_cuda.hpp"
 
 namespace flowfeed {

@@ -33,9 +33,7 @@ class DeviceNormalize final : public Node {
   }
 
   void plan(PlanContext& plan) const override {
-    const BatchLayout& out =
-        plan.change_layout(normalized_tensors(plan.layout().tensors(), options_, plan.spec()));
-    plan.batch_pool(MemoryKind::device, out.capacity());
+    plan_normalize(plan, options_, MemoryKind::device);
   }
 
   void setup(BuildContext& context) override {
@@ -147,15 +145,10 @@ std::unique_ptr<Node> make_device_normalize(NormalizeOptions options) {
 }
 
 void register_device_normalize(Registry& registry) {
-  registry.set(
-      factory_type(
-          "device_normalize", Role::transform, normalize_schema(),
-          [](const NodeSpec& spec) {
-            return make_device_normalize(normalize_options_from(spec.params));
-          },
-          "uint8 images to float32/float16/bfloat16, (x - mean) / std per channel, in one kernel "
-          "on its own stream after cuda_upload")
-          .runs_on(TypeBackend::cuda, "normalize"));
+  registry.set(normalize_type("device_normalize", make_device_normalize,
+                              "uint8 images to float32/float16/bfloat16, (x - mean) / std per "
+                              "channel, in one kernel on its own stream after cuda_upload",
+                              TypeBackend::cuda, "normalize"));
 }
 
 }  // namespace flowfeed

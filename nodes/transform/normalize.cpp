@@ -87,9 +87,7 @@ class Normalize final : public Node {
   explicit Normalize(NormalizeOptions options) : options_(std::move(options)) {}
 
   void plan(PlanContext& plan) const override {
-    const BatchLayout& out =
-        plan.change_layout(normalized_tensors(plan.layout().tensors(), options_, plan.spec()));
-    plan.batch_pool(MemoryKind::pageable, out.capacity());
+    plan_normalize(plan, options_, MemoryKind::pageable);
   }
 
   void setup(BuildContext& context) override {
@@ -155,6 +153,12 @@ void normalize_values(const std::uint8_t* in, void* out, std::size_t elements, s
                      [](float v) { return v; });
       return;
   }
+}
+
+void plan_normalize(PlanContext& plan, const NormalizeOptions& options, MemoryKind kind) {
+  const BatchLayout& out =
+      plan.change_layout(normalized_tensors(plan.layout().tensors(), options, plan.spec()));
+  plan.batch_pool(kind, out.capacity());
 }
 
 std::vector<TensorSpec> normalized_tensors(const std::vector<TensorSpec>& tensors,
@@ -223,14 +227,20 @@ std::unique_ptr<Node> make_normalize(NormalizeOptions options) {
   return std::make_unique<Normalize>(std::move(options));
 }
 
+NodeType normalize_type(std::string name, std::unique_ptr<Node> (*make)(NormalizeOptions),
+                        std::string doc, TypeBackend backend, std::string counterpart) {
+  return factory_type(
+             std::move(name), Role::transform, normalize_schema(),
+             [make](const NodeSpec& spec) { return make(normalize_options_from(spec.params)); },
+             std::move(doc))
+      .runs_on(backend, std::move(counterpart));
+}
+
 void register_normalize(Registry& registry) {
-  registry.set(
-      factory_type(
-          "normalize", Role::transform, normalize_schema(),
-          [](const NodeSpec& spec) { return make_normalize(normalize_options_from(spec.params)); },
-          "uint8 images to float32/float16/bfloat16, (x - mean) / std per channel, on the host "
-          "(stands in for device_normalize)")
-          .runs_on(TypeBackend::host, "device_normalize"));
+  registry.set(normalize_type("normalize", make_normalize,
+                              "uint8 images to float32/float16/bfloat16, (x - mean) / std per "
+                              "channel, on the host (stands in for device_normalize)",
+                              TypeBackend::host, "device_normalize"));
 }
 
 }  // namespace flowfeed

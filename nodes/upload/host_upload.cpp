@@ -1,6 +1,6 @@
 #include "flowfeed/extend.hpp"
+#include "flowfeed/nodes/detail/host_copy.hpp"
 #include "flowfeed/registry.hpp"
-#include "staging/host_copy.hpp"
 
 namespace flowfeed {
 

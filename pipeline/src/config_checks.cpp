@@ -110,6 +110,21 @@ bool check_range(double x, const ParamSpec& spec, const std::string& path, const
   return true;
 }
 
+namespace {
+
+/// check_range of every item of a list param (`path`[i]); all of them are checked.
+template <class T>
+bool check_each(const std::vector<T>& list, const ParamSpec& spec, const std::string& path,
+                const std::string& where, Problems& problems) {
+  bool ok = true;
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    ok = check_range(list[i], spec, path + "[" + std::to_string(i) + "]", where, problems) && ok;
+  }
+  return ok;
+}
+
+}  // namespace
+
 bool check_value(const ParamValue& v, const ParamSpec& spec, const std::string& path,
                  const std::string& where, Problems& problems) {
   auto mismatch = [&](const std::string& expected) {
@@ -152,23 +167,11 @@ bool check_value(const ParamValue& v, const ParamSpec& spec, const std::string& 
              mismatch("a string or a list of strings");
     case ParamType::int_list: {
       const auto* list = std::get_if<std::vector<std::int64_t>>(&v);
-      if (!list) return mismatch("a list of ints");
-      bool ok = true;
-      for (std::size_t i = 0; i < list->size(); ++i) {
-        ok = check_range((*list)[i], spec, path + "[" + std::to_string(i) + "]", where, problems) &&
-             ok;
-      }
-      return ok;
+      return list ? check_each(*list, spec, path, where, problems) : mismatch("a list of ints");
     }
     case ParamType::number_list: {
       const auto* list = std::get_if<std::vector<double>>(&v);
-      if (!list) return mismatch("a list of numbers");
-      bool ok = true;
-      for (std::size_t i = 0; i < list->size(); ++i) {
-        ok = check_range((*list)[i], spec, path + "[" + std::to_string(i) + "]", where, problems) &&
-             ok;
-      }
-      return ok;
+      return list ? check_each(*list, spec, path, where, problems) : mismatch("a list of numbers");
     }
   }
   return false;

@@ -10,20 +10,12 @@ namespace flowfeed::detail {
 
 namespace {
 
-bool is_dropped_batch(const std::exception_ptr& e) {
+/// True when `e` holds an `Error` of type E (a dropped batch, a data error).
+template <class E>
+bool holds(const std::exception_ptr& e) {
   try {
     std::rethrow_exception(e);
-  } catch (const BatchDroppedError&) {
-    return true;
-  } catch (...) {
-    return false;
-  }
-}
-
-bool is_data_error(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const DataError&) {
+  } catch (const E&) {
     return true;
   } catch (...) {
     return false;
@@ -46,14 +38,14 @@ void PipelineImpl::on_failure(Stage& stage, Batch& batch, std::exception_ptr err
   stage.add_failure();
   std::string message = stage.label() + " batch " + std::to_string(batch.seq) + " (epoch " +
                         std::to_string(batch.epoch) + "): " + what_of(error);
-  if (config_.pipeline.on_error == OnError::skip && is_dropped_batch(error)) {
+  if (config_.pipeline.on_error == OnError::skip && holds<BatchDroppedError>(error)) {
     // The node dropped, counted and reported each of the batch's samples already.
     counters_.count_skipped();
     batch.skipped = true;
     batch.error = nullptr;
     return;
   }
-  if (config_.pipeline.on_error == OnError::skip && is_data_error(error)) {
+  if (config_.pipeline.on_error == OnError::skip && holds<DataError>(error)) {
     const std::uint64_t n = counters_.count_skipped();
     if (n > static_cast<std::uint64_t>(config_.pipeline.max_skipped)) {
       cancel_.store(true);

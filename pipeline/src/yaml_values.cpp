@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <optional>
 
 #include "detail/config_check.hpp"
 #include "detail/config_yaml.hpp"
@@ -113,6 +114,14 @@ ParamValue read_list(const YAML::Node& value, const ParamSpec& spec, const std::
   return out;
 }
 
+/// `value` as parse(text, &x) reads it, when it is a scalar that `parse` accepts.
+template <class T, class Parse>
+std::optional<T> scalar(const YAML::Node& value, Parse parse) {
+  T x;
+  if (!value.IsScalar() || !parse(value.Scalar(), &x)) return std::nullopt;
+  return x;
+}
+
 }  // namespace
 
 /// Converts one YAML value to its spec's type, then checks it (range, choices) with check_value.
@@ -131,14 +140,12 @@ ParamValue convert(const YAML::Node& value, const ParamSpec& spec, const std::st
   ParamValue v;
   if (spec.or_auto && value.IsScalar() && value.Scalar() == "auto") return std::string("auto");
   switch (spec.type) {
-    case ParamType::boolean: {
-      bool b;
-      if (!value.IsScalar() || !parse_bool_text(value.Scalar(), &b)) {
-        return expected(path, "true or false", value);
+    case ParamType::boolean:
+      if (const auto b = scalar<bool>(value, parse_bool_text)) {
+        v = *b;
+        break;
       }
-      v = b;
-      break;
-    }
+      return expected(path, "true or false", value);
     case ParamType::integer: {
       std::int64_t i;
       std::string why;
@@ -148,14 +155,12 @@ ParamValue convert(const YAML::Node& value, const ParamSpec& spec, const std::st
       v = i;
       break;
     }
-    case ParamType::number: {
-      double d;
-      if (!value.IsScalar() || !parse_number_text(value.Scalar(), &d)) {
-        return expected(path, "a number", value);
+    case ParamType::number:
+      if (const auto d = scalar<double>(value, parse_number_text)) {
+        v = *d;
+        break;
       }
-      v = d;
-      break;
-    }
+      return expected(path, "a number", value);
     case ParamType::string:
       if (!value.IsScalar()) return expected(path, "a string", value);
       v = value.Scalar();

@@ -213,51 +213,31 @@ void register_python_nodes(Registry& registry, std::shared_ptr<CallableTable> ta
   auto ready = [before_use] {
     if (before_use) before_use();
   };
-  {
+  // One Python type: made by `make` once the interpreter is ready, checked as its `role`.
+  using Make = std::unique_ptr<Node> (*)(const NodeSpec&, const CallableTable*);
+  auto add = [&](const char* name, Role role, Schema schema, Make make, const char* doc) {
     NodeType t = factory_type(
-        "python", Role::load, python_loader_schema(),
-        [table, ready](const NodeSpec& spec) {
+        name, role, std::move(schema),
+        [table, ready, make](const NodeSpec& spec) {
           ready();
-          return make_map_loader(spec, table.get());
+          return make(spec, table.get());
         },
-        "a map-style loader in Python: fn(index) -> {'x': array, ...} (or a Dataset's "
-        "__getitem__), or fn(indices) -> a batch; rows are written straight into the batch");
-    t.check = [table, ready](const NodeSpec& spec, const PipelineConfig& config) {
+        doc);
+    t.check = [table, ready, role](const NodeSpec& spec, const PipelineConfig& config) {
       ready();
-      return check_python(spec, config, table.get(), Role::load);
+      return check_python(spec, config, table.get(), role);
     };
     registry.set(std::move(t));
-  }
-  {
-    NodeType t = factory_type(
-        "python_iterable", Role::load, python_iterable_schema(),
-        [table, ready](const NodeSpec& spec) {
-          ready();
-          return make_iterable_loader(spec, table.get());
-        },
-        "samples read in order from a Python iterator (a generator function or an iterable), "
-        "made anew each epoch");
-    t.check = [table, ready](const NodeSpec& spec, const PipelineConfig& config) {
-      ready();
-      return check_python(spec, config, table.get(), Role::load);
-    };
-    registry.set(std::move(t));
-  }
-  {
-    NodeType t = factory_type(
-        "python_transform", Role::transform, python_transform_schema(),
-        [table, ready](const NodeSpec& spec) {
-          ready();
-          return make_transform(spec, table.get());
-        },
-        "fn(batch) on the host batch: a dict of writable numpy views of its tensors, changed in "
-        "place, or a dict of new arrays of the same layout returned");
-    t.check = [table, ready](const NodeSpec& spec, const PipelineConfig& config) {
-      ready();
-      return check_python(spec, config, table.get(), Role::transform);
-    };
-    registry.set(std::move(t));
-  }
+  };
+  add("python", Role::load, python_loader_schema(), make_map_loader,
+      "a map-style loader in Python: fn(index) -> {'x': array, ...} (or a Dataset's "
+      "__getitem__), or fn(indices) -> a batch; rows are written straight into the batch");
+  add("python_iterable", Role::load, python_iterable_schema(), make_iterable_loader,
+      "samples read in order from a Python iterator (a generator function or an iterable), "
+      "made anew each epoch");
+  add("python_transform", Role::transform, python_transform_schema(), make_transform,
+      "fn(batch) on the host batch: a dict of writable numpy views of its tensors, changed in "
+      "place, or a dict of new arrays of the same layout returned");
 }
 
 }  // namespace flowfeed::python

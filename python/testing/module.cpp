@@ -4,9 +4,9 @@
 // them. Built in the build tree (build/python-testing), never installed or packed by pip.
 #include <pybind11/pybind11.h>
 
+#include "flowfeed/testing/fault_nodes.hpp"
+#include "flowfeed/testing/late_write.hpp"
 #include "registration_hook.hpp"
-#include "testing/fault_nodes.hpp"
-#include "testing/late_write.hpp"
 
 namespace py = pybind11;
 

@@ -2,10 +2,8 @@
 // the checkpoint directory, two runs with one directory, a path that cannot be written, a device or
 // FIFO given to --resume, and a finished run resumed. Each is refused before any work, with a
 // message naming the path, and nothing of the user's is removed.
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -13,9 +11,11 @@
 #include <fstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "tests/apps/process_util.hpp"
+#include "tests/apps/runner_process.hpp"
 #include "tests/temp_fifo.hpp"
 
 namespace {
@@ -47,10 +47,26 @@ int run(const std::vector<std::string>& args, std::string* output) {
   return run_shell_bounded(command, output);
 }
 
+/// How a refused --resume path's message ends.
+const std::string kResumeHint =
+    " point pipeline.resume_from (--resume) at a directory --checkpoint wrote\n";
+
+/// run() of `config` quietly, its record sink writing to /dev/null, with `args` after.
+int run_unrecorded(const std::string& config, std::vector<std::string> args, std::string* output) {
+  args.insert(args.begin(), {config, "-q", "--set", "nodes.train.params.path=/dev/null"});
+  return run(args, output);
+}
+
+/// What run_unrecorded prints when it refuses `args`, with a failure unless it exits 2.
+std::string refused(const std::string& config, std::vector<std::string> args) {
+  std::string output;
+  EXPECT_EQ(run_unrecorded(config, std::move(args), &output), 2) << output;
+  return output;
+}
+
 TEST(RunnerCheckpoint, ADirectoryOfDataIsRefusedAndKept) {
   // The user's data directory given as --checkpoint: it used to lose train.bin and val.bin.
-  const fs::path data = temp_path("owt");
-  fs::remove_all(data);
+  const fs::path data = flowfeed::test::fresh_path("ckrun", "owt");
   fs::create_directories(data);
   std::ofstream(data / "train.bin") << "train tokens";
   std::ofstream(data / "val.bin") << "val tokens";
@@ -89,30 +105,12 @@ TEST(RunnerCheckpoint, AnUnwritablePathIsFoundBeforeTraining) {
 }
 
 TEST(RunnerCheckpoint, ASecondRunWithTheSameDirectoryIsRefusedWhileTheFirstWrites) {
-  const fs::path ck = temp_path("shared_ck");
-  fs::remove_all(ck);
+  const fs::path ck = flowfeed::test::fresh_path("ckrun", "shared_ck");
   const std::string slow = config("slow", 100000, 20);
-  std::vector<std::string> args = {FLOWFEED_RUNNER,
-                                   slow,
-                                   "-q",
-                                   "--set",
-                                   "nodes.train.params.path=/dev/null",
-                                   "--checkpoint",
-                                   ck.string(),
-                                   "--checkpoint-every",
-                                   "2"};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
   const fs::path log = temp_path("first.log");
-  const pid_t first = fork();
-  if (first == 0) {
-    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(fd, STDOUT_FILENO);
-    dup2(fd, STDERR_FILENO);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
+  flowfeed::test::LoggedRunner first({slow, "-q", "--set", "nodes.train.params.path=/dev/null",
+                                      "--checkpoint", ck.string(), "--checkpoint-every", "2"},
+                                     log.string());
   // Until the first run has written a checkpoint (it holds the lock from before its build).
   const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (!fs::exists(ck / "pipeline.json") && std::chrono::steady_clock::now() < end) {
@@ -120,21 +118,16 @@ TEST(RunnerCheckpoint, ASecondRunWithTheSameDirectoryIsRefusedWhileTheFirstWrite
   }
   ASSERT_TRUE(fs::exists(ck / "pipeline.json")) << read_file(log.string());
   std::string output;
-  EXPECT_EQ(
-      run({slow, "-q", "--set", "nodes.train.params.path=/dev/null", "--checkpoint", ck.string()},
-          &output),
-      2);
-  EXPECT_EQ(output, ck.string() + ": another run (pid " + std::to_string(first) +
-                        ") holds this checkpoint directory (its lock flowfeed.lock; two writers "
-                        "would remove each other's files) give this run its own --checkpoint "
-                        "directory, or wait until that run ends\n");
-  kill(first, SIGTERM);
-  int status = 0;
-  waitpid(first, &status, 0);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 143) << read_file(log.string());
+  EXPECT_EQ(refused(slow, {"--checkpoint", ck.string()}),
+            ck.string() + ": another run (pid " + std::to_string(first.pid()) +
+                ") holds this checkpoint directory (its lock flowfeed.lock; two writers "
+                "would remove each other's files) give this run its own --checkpoint "
+                "directory, or wait until that run ends\n");
+  first.signal(SIGTERM);
+  EXPECT_EQ(first.wait(), 143) << read_file(log.string());
   // The first run's checkpoint is whole, and the directory is free again.
-  EXPECT_EQ(run({slow, "-q", "--set", "nodes.train.params.path=/dev/null", "--stop-after", "1",
-                 "--resume", ck.string(), "--checkpoint", ck.string()},
+  EXPECT_EQ(run_unrecorded(
+                slow, {"--stop-after", "1", "--resume", ck.string(), "--checkpoint", ck.string()},
                 &output),
             0)
       << output;
@@ -142,70 +135,47 @@ TEST(RunnerCheckpoint, ASecondRunWithTheSameDirectoryIsRefusedWhileTheFirstWrite
 
 TEST(RunnerCheckpoint, ResumeFromADeviceOrAFifoIsRefusedUnread) {
   const std::string c = config("device", 40, 0);
-  std::string output;
-  EXPECT_EQ(run({c, "-q", "--set", "nodes.train.params.path=/dev/null", "--resume", "/dev/zero"},
-                &output),
-            2);
-  EXPECT_EQ(output,
+  EXPECT_EQ(refused(c, {"--resume", "/dev/zero"}),
             "/dev/zero: is a character device, not a checkpoint manifest file (a device such as "
-            "/dev/zero gives bytes without end) point pipeline.resume_from (--resume) at a "
-            "directory --checkpoint wrote\n");
+            "/dev/zero gives bytes without end)" +
+                kResumeHint);
   const flowfeed::test::TempFifo fifo(temp_path("resume.fifo").string());
   ASSERT_TRUE(fifo.made());
   // No writer: an open would wait for one for ever.
-  EXPECT_EQ(run({c, "-q", "--set", "nodes.train.params.path=/dev/null", "--resume", fifo.path()},
-                &output),
-            2);
-  EXPECT_EQ(output, fifo.path() +
-                        ": is a FIFO, not a checkpoint manifest file (a pipe waits for a writer "
-                        "and may give bytes without end) point pipeline.resume_from (--resume) at "
-                        "a directory --checkpoint wrote\n");
+  EXPECT_EQ(refused(c, {"--resume", fifo.path()}),
+            fifo.path() +
+                ": is a FIFO, not a checkpoint manifest file (a pipe waits for a writer "
+                "and may give bytes without end)" +
+                kResumeHint);
 }
 
 TEST(RunnerCheckpoint, ResumingAFinishedRunIsAnErrorNotAnEmptyRun) {
   const std::string c = config("finished", 40, 0);
-  const fs::path ck = temp_path("finished_ck");
-  fs::remove_all(ck);
+  const fs::path ck = flowfeed::test::fresh_path("ckrun", "finished_ck");
   std::string output;
-  ASSERT_EQ(
-      run({c, "-q", "--set", "nodes.train.params.path=/dev/null", "--checkpoint", ck.string()},
-          &output),
-      0)
-      << output;
-  EXPECT_EQ(run({c, "-q", "--set", "nodes.train.params.path=/dev/null", "--resume", ck.string()},
-                &output),
-            2);
-  EXPECT_EQ(output, (ck / "pipeline.json").string() +
-                        ": cursor.epoch: the checkpoint is at epoch 2, sample 0 of its order: "
-                        "nothing of this run's 2 epochs is left after it (allowed: an epoch below "
-                        "pipeline.epochs with a batch of this rank left in it) raise "
-                        "pipeline.epochs to train further, or start without "
-                        "pipeline.resume_from\n");
+  ASSERT_EQ(run_unrecorded(c, {"--checkpoint", ck.string()}, &output), 0) << output;
+  EXPECT_EQ(refused(c, {"--resume", ck.string()}),
+            (ck / "pipeline.json").string() +
+                ": cursor.epoch: the checkpoint is at epoch 2, sample 0 of its order: "
+                "nothing of this run's 2 epochs is left after it (allowed: an epoch below "
+                "pipeline.epochs with a batch of this rank left in it) raise "
+                "pipeline.epochs to train further, or start without "
+                "pipeline.resume_from\n");
   // With more epochs it continues.
-  EXPECT_EQ(run({c, "-q", "--set", "nodes.train.params.path=/dev/null", "--epochs", "3", "--resume",
-                 ck.string()},
-                &output),
-            0)
-      << output;
+  EXPECT_EQ(run_unrecorded(c, {"--epochs", "3", "--resume", ck.string()}, &output), 0) << output;
 }
 
 TEST(RunnerCheckpoint, AnEmptyResumeFromIsAnErrorNotAFreshRun) {
   const std::string c = config("empty_resume", 40, 0);
-  std::string output;
   // Before, '' read as "no checkpoint": the run started over, exit 0.
-  EXPECT_EQ(run({c, "-q", "--set", "nodes.train.params.path=/dev/null", "--set",
-                 "pipeline.resume_from=\"\""},
-                &output),
-            2);
-  EXPECT_EQ(output,
+  EXPECT_EQ(refused(c, {"--set", "pipeline.resume_from=\"\""}),
             "--set pipeline.resume_from=\"\": pipeline.resume_from: the path is empty "
             "give the checkpoint directory, or leave resume_from out\n");
 }
 
 TEST(RunnerCheckpoint, ARecordFileInsideTheCheckpointDirectoryIsRefusedAtBuild) {
   const std::string c = config("record_in_ck", 40, 0);
-  const fs::path ck = temp_path("record_in_ck");
-  fs::remove_all(ck);
+  const fs::path ck = flowfeed::test::fresh_path("ckrun", "record_in_ck");
   std::string output;
   // Before, the record file was written, then replaced by the manifest (exit 0), or (another
   // name) left in the directory, which the next --checkpoint refused as foreign.
@@ -220,10 +190,7 @@ TEST(RunnerCheckpoint, ARecordFileInsideTheCheckpointDirectoryIsRefusedAtBuild) 
     EXPECT_FALSE(fs::exists(ck / name));
   }
   // The directory a resume reads is the checkpoint's too, given by --set as by --resume.
-  ASSERT_EQ(run({c, "-q", "--set", "nodes.train.params.path=/dev/null", "--stop-after", "2",
-                 "--checkpoint", ck.string()},
-                &output),
-            0)
+  ASSERT_EQ(run_unrecorded(c, {"--stop-after", "2", "--checkpoint", ck.string()}, &output), 0)
       << output;
   const std::string manifest = read_file((ck / "pipeline.json").string());
   EXPECT_EQ(run({c, "-q", "--set", "nodes.train.params.path=" + (ck / "pipeline.json").string(),

@@ -7,10 +7,10 @@
 #include <vector>
 
 #include "flowfeed/config.hpp"
+#include "flowfeed/mlp/mlp_node.hpp"
 #include "flowfeed/nodes/builtin.hpp"
 #include "flowfeed/pipeline.hpp"
 #include "flowfeed/sampler.hpp"
-#include "nodes/train/mlp/mlp_node.hpp"
 
 int main(int argc, char** argv) {
   if (argc < 3) {

@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <exception>
 
-#include "nodes/load/image_folder_index.hpp"
+#include "flowfeed/nodes/detail/image_folder_index.hpp"
 
 namespace {
 long peak_rss_kib() {

@@ -133,4 +133,51 @@ class Runner {
   std::string out_, err_;
 };
 
+/// The runner in a child process with its stdout and stderr in the file `log`: for runs that are
+/// watched through the files they write and stopped with a signal.
+class LoggedRunner {
+ public:
+  LoggedRunner(std::vector<std::string> args, const std::string& log) {
+    args.insert(args.begin(), FLOWFEED_RUNNER);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_ = fork();
+    if (pid_ == 0) {
+      const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(fd, STDOUT_FILENO);
+      dup2(fd, STDERR_FILENO);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+  }
+  ~LoggedRunner() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  LoggedRunner(const LoggedRunner&) = delete;
+  LoggedRunner& operator=(const LoggedRunner&) = delete;
+  void signal(int sig) const { kill(pid_, sig); }
+  /// The child's process id (-1 once it was waited for).
+  pid_t pid() const { return pid_; }
+  /// The exit code; -1 when it has not exited within 60 s (then it is killed).
+  int wait() {
+    const auto end = Clock::now() + std::chrono::seconds(60);
+    for (;;) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 1000 + WTERMSIG(status);
+      }
+      if (Clock::now() > end) return -1;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  }
+
+ private:
+  pid_t pid_ = -1;
+};
+
 }  // namespace flowfeed::test

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "tests/apps/runner_process.hpp"
@@ -61,6 +62,15 @@ void interrupt_twice(Runner& r) {
   r.signal(SIGINT);
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   r.signal(SIGINT);
+}
+
+/// Paths for a run's --report (`name`.json) and --checkpoint (`name`_ck), neither there yet.
+std::pair<std::string, std::string> fresh_report_and_checkpoint(const std::string& name) {
+  std::pair<std::string, std::string> paths{runner_temp_path(name + ".json"),
+                                            runner_temp_path(name + "_ck")};
+  std::remove(paths.first.c_str());
+  std::filesystem::remove_all(paths.second);
+  return paths;
 }
 
 TEST(RunnerExit, NodeFailureExits1WithOneMessageNamingNodeLineAndBatch) {
@@ -183,10 +193,7 @@ TEST(RunnerSignal, SecondSigintExitsEvenWhenANodeNeverReturns) {
 TEST(RunnerSignal, SighupDrainsCheckpointsReportsAndExits129LikeSigterm) {
   const std::string path =
       write_config("sighup", long_run("{ name: train, type: sleep, params: { ms: 2 } }"));
-  const std::string report = runner_temp_path("sighup.json");
-  const std::string checkpoint = runner_temp_path("sighup_ck");
-  std::remove(report.c_str());
-  std::filesystem::remove_all(checkpoint);
+  const auto [report, checkpoint] = fresh_report_and_checkpoint("sighup");
   Runner r({path, "--report", report, "--checkpoint", checkpoint});
   ASSERT_TRUE(r.wait_for_stderr(kProgress, kExitBound)) << r.err();
   // Before, SIGHUP's default action killed the process: no drain, checkpoint or report.
@@ -256,10 +263,7 @@ TEST(RunnerSignal, ARecordFileWaitingForAFifoReaderEndsWithTheAbort) {
 TEST(RunnerSignal, AClosedStdoutDoesNotKillTheRunBeforeItsReportAndCheckpoint) {
   const std::string path =
       write_config("closed_stdout", long_run("{ name: train, type: checksum }"));
-  const std::string report = runner_temp_path("closed_stdout.json");
-  const std::string checkpoint = runner_temp_path("closed_stdout_ck");
-  std::remove(report.c_str());
-  std::filesystem::remove_all(checkpoint);
+  const auto [report, checkpoint] = fresh_report_and_checkpoint("closed_stdout");
   // `true` has exited before the summary is printed: writing it meets a pipe with no reader.
   // Before, SIGPIPE killed the runner there (exit 141 through pipefail) and no report was
   // written.
@@ -281,10 +285,7 @@ const std::string kSmallRunForClosedFds =
 
 TEST(RunnerSignal, AClosedStdoutAndStderrDoNotPrintIntoTheFilesTheRunOpens) {
   const std::string path = write_config("closed_fds", kSmallRunForClosedFds);
-  const std::string report = runner_temp_path("closed_fds.json");
-  const std::string checkpoint = runner_temp_path("closed_fds_ck");
-  std::remove(report.c_str());
-  std::filesystem::remove_all(checkpoint);
+  const auto [report, checkpoint] = fresh_report_and_checkpoint("closed_fds");
   // `>&- 2>&-`: descriptors 1 and 2 are free. Before, the checkpoint's lock file, opened first,
   // became descriptor 1, and the summary table and the checkpoint line were written into it.
   const int code = run_shell("sh -c 'exec " + std::string(FLOWFEED_RUNNER) + " " + path +

@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
+#include "flowfeed/mlp/mlp_node.hpp"
 #include "flowfeed/nodes/builtin.hpp"
 #include "flowfeed/nodes/nccl.hpp"
 #include "flowfeed/pipeline.hpp"
 #include "gpu_test.hpp"
-#include "nodes/train/mlp/mlp_node.hpp"
 #include "tests/apps/process_util.hpp"
 
 namespace flowfeed {

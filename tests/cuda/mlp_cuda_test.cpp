@@ -1,4 +1,4 @@
-#include "nodes/train/mlp/mlp_cuda.hpp"
+#include "flowfeed/mlp/mlp_cuda.hpp"
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "flowfeed/error.hpp"
-#include "nodes/train/mlp/mlp_model.hpp"
+#include "flowfeed/mlp/mlp_model.hpp"
 #include "tests/cuda/gpu_test.hpp"
 #include "tests/nodes/mlp_test_data.hpp"
 

@@ -9,10 +9,10 @@
 #include <iostream>
 
 #include "flowfeed/config.hpp"
+#include "flowfeed/mlp/mlp_node.hpp"
 #include "flowfeed/nodes/builtin.hpp"
 #include "flowfeed/nodes/resident.hpp"
 #include "flowfeed/pipeline.hpp"
-#include "nodes/train/mlp/mlp_node.hpp"
 #include "tests/cuda/gpu_test.hpp"
 #include "tests/nodes/mlp_registry.hpp"
 #include "tests/nodes/test_files.hpp"
@@ -55,13 +55,19 @@ double relative_difference(const MlpParams& a, const MlpParams& b) {
   return std::sqrt(diff / norm);
 }
 
+/// 1,232 images of 6x6 in 10 classes (20 batches of 64, the last of 16) and their labels, as the
+/// IDX files a-images and a-labels in `dir`, gzipped when asked.
+std::pair<std::string, std::string> six_by_six_images(const TempDir& dir, bool gzip) {
+  return write_idx_pair(dir, make_idx_pair(1232, 6, 6, 10), "a", gzip);
+}
+
 class MlpNodeCuda : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(MlpNodeCuda, ResidentOnTheGpuTrainsAsTheCpuReference) {
   FLOWFEED_REQUIRE_GPU();
   TempDir dir;
   // 20 batches of 64 (the last has 16 rows) of 6x6 images, two epochs.
-  const auto [images, labels] = write_idx_pair(dir, make_idx_pair(1232, 6, 6, 10), "a", false);
+  const auto [images, labels] = six_by_six_images(dir, false);
   std::vector<MlpNode*> nodes;
   Registry r = registry_keeping(&nodes);
   const PipelineConfig host =
@@ -100,7 +106,7 @@ TEST_P(MlpNodeCuda, StreamedThroughCudaUploadEqualsResident) {
   std::vector<MlpNode*> nodes;
   Registry r = registry_keeping(&nodes);
   TempDir dir;
-  const auto [images, labels] = write_idx_pair(dir, make_idx_pair(1232, 6, 6, 10), "a", true);
+  const auto [images, labels] = six_by_six_images(dir, true);
   // device: cuda swaps host_staging/host_upload for pinned_staging/cuda_upload.
   const PipelineConfig streamed = load_config_string(chain("cuda", images, labels, GetParam()), r);
   ASSERT_EQ(streamed.nodes[2].type, "cuda_upload");
@@ -131,10 +137,10 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, MlpNodeCuda, ::testing::Values("float32", "uint
 
 TEST(MlpCudaResume, StoppedMidEpochAndResumedEndsWithTheUninterruptedWeights) {
   FLOWFEED_REQUIRE_GPU();
+  TempDir dir;
+  const auto [images, labels] = six_by_six_images(dir, true);
   std::vector<MlpNode*> nodes;
   Registry r = registry_keeping(&nodes);
-  TempDir dir;
-  const auto [images, labels] = write_idx_pair(dir, make_idx_pair(1232, 6, 6, 10), "a", true);
   const PipelineConfig config = load_config_string(chain("cuda", images, labels, "uint8"), r);
   const std::string ckpt = dir.file("ckpt");
   {
@@ -163,18 +169,15 @@ TEST(MlpCudaResume, StoppedMidEpochAndResumedEndsWithTheUninterruptedWeights) {
 
 TEST(MlpNodeCudaErrors, StreamedBatchNotOnTheDevice) {
   FLOWFEED_REQUIRE_GPU();
-  TempDir dir;
-  const auto [images, labels] = write_idx_pair(dir, make_idx_pair(128, 4, 4, 10), "a", false);
   std::vector<MlpNode*> nodes;
   Registry r = registry_keeping(&nodes);
+  TempDir dir;
+  const auto [images, labels] = write_idx_pair(dir, make_idx_pair(128, 4, 4, 10), "a", false);
   // No upload node: on cuda the batch is still in host memory.
   const std::string yaml =
       "pipeline: { device: cuda }\n"
-      "nodes:\n"
-      "  - { name: load, type: idx, params: { images: " +
-      images + ", labels: " + labels +
-      " } }\n"
-      "  - { name: train, type: mlp, params: { hidden: [8] } }\n";
+      "nodes:\n" +
+      idx_load_line(images, labels) + "  - { name: train, type: mlp, params: { hidden: [8] } }\n";
   Pipeline p(load_config_string(yaml, r), r);
   EXPECT_EQ(error_of<NodeError>([&] { p.run(); }),
             "node 'train' (mlp, <string>:4) batch 0 (epoch 0): mlp (cuda): the batch is not on "

@@ -21,7 +21,7 @@ namespace flowfeed {
 namespace {
 
 struct Case {
-  std::string name;
+  std::string name{};
   std::string loader = "synthetic";
   bool pin = true;
   std::string dtype = "float32";
@@ -37,9 +37,9 @@ struct Case {
   bool ordered = true;
   bool shuffle = false;
   std::int64_t chunk_bytes = -1;     // -1: the default
-  std::string stores;                // pinned_staging's stores; empty: the default
+  std::string stores{};              // pinned_staging's stores; empty: the default
   bool staging = true;               // false: no staging node, so pageable batches are bounced
-  std::string bounce;                // cuda_upload's bounce; empty: the default (auto)
+  std::string bounce{};              // cuda_upload's bounce; empty: the default (auto)
   std::int64_t bounce_bytes = -1;    // -1: the default
   std::int64_t bounce_buffers = -1;  // -1: the default
 };
@@ -195,191 +195,145 @@ TEST_P(DeviceBytes, EveryByteArrivesInOrderWithNoAllocationAfterBuild) {
 
 std::vector<Case> cases() {
   std::vector<Case> v;
-  {
-    Case c;  // MNIST-like, shuffled (indices inside the checksum's launch), partial last batch
-    c.name = "mnist_shuffled_depth8";
-    c.shuffle = true;
-    v.push_back(c);
-  }
-  {
-    Case c;  // shuffled 300-row batches: too many indices for the launch, they use mapped slots
-    c.name = "shuffled_300_rows_index_slots";
-    c.shape = {17};
-    c.batch = 300;
-    c.samples = 300 * 40 + 7;
-    c.depth = 4;
-    c.shuffle = true;
-    c.epochs = 2;
-    v.push_back(c);
-  }
-  {
-    Case c;  // 13-byte samples (not a multiple of 16), 7-row batches, serial everything
-    c.name = "uint8_13_bytes_depth1";
-    c.dtype = "uint8";
-    c.shape = {13};
-    c.batch = 7;
-    c.samples = 100;
-    c.depth = 1;
-    c.load_concurrency = 1;
-    v.push_back(c);
-  }
-  {
-    Case c;  // concurrent staging and upload bodies, two streams, unordered
-    c.name = "float16_concurrent_unordered";
-    c.dtype = "float16";
-    c.shape = {5, 3};
-    c.batch = 33;
-    c.samples = 500;
-    c.depth = 3;
-    c.streams = 2;
-    c.load_concurrency = 3;
-    c.stage_concurrency = 3;
-    c.upload_concurrency = 2;
-    c.ordered = false;
-    v.push_back(c);
-  }
-  {
-    Case c;  // a last batch of one row, two epochs, four streams, depth 16
-    c.name = "int64_last_row_alone_4_streams";
-    c.dtype = "int64";
-    c.shape = {9};
-    c.samples = 64 * 20 + 1;
-    c.depth = 16;
-    c.streams = 4;
-    c.epochs = 2;
-    c.shuffle = true;
-    v.push_back(c);
-  }
-  {
-    Case c;  // more streams than device buffers
-    c.name = "int32_streams_over_depth";
-    c.dtype = "int32";
-    c.shape = {100};
-    c.batch = 50;
-    c.samples = 1234;
-    c.depth = 2;
-    c.streams = 3;
-    v.push_back(c);
-  }
-  {
-    Case c;  // the memory loader's pinned data set: staging passes batches through
-    c.name = "memory_pinned_pass_through";
-    c.loader = "memory";
-    c.shape = {1000};
-    c.batch = 16;
-    c.samples = 333;
-    c.depth = 4;
-    c.streams = 2;
-    c.epochs = 3;
-    v.push_back(c);
-  }
-  {
-    Case c;  // a pageable data set: staging copies, in 4 KiB chunks in parallel
-    c.name = "memory_pageable_chunked_copy";
-    c.loader = "memory";
-    c.pin = false;
-    c.shape = {1000};
-    c.batch = 16;
-    c.samples = 333;
-    c.depth = 4;
-    c.stage_concurrency = 2;
-    c.chunk_bytes = 4096;
-    v.push_back(c);
-  }
-  {
-    Case c;  // streaming stores at every alignment: 13-byte samples, 37-byte chunks
-    c.name = "memory_pageable_unaligned_chunks";
-    c.stores = "streaming";
-    c.loader = "memory";
-    c.pin = false;
-    c.dtype = "uint8";
-    c.shape = {13};
-    c.batch = 7;
-    c.samples = 100;
-    c.depth = 3;
-    c.stage_concurrency = 2;
-    c.chunk_bytes = 37;
-    v.push_back(c);
-  }
-  {
-    Case c;  // no staging node: 4 KiB bounce chunks through only 2 bounce buffers, so chunks of
-             // two concurrent batches on two streams keep waiting for a buffer's previous DMA
-    c.name = "synthetic_bounced_4KiB_chunks_2_buffers";
-    c.staging = false;
-    c.shape = {1000};
-    c.batch = 16;
-    c.samples = 333;
-    c.depth = 4;
-    c.streams = 2;
-    c.upload_concurrency = 2;
-    c.bounce_bytes = 4096;
-    c.bounce_buffers = 2;
-    v.push_back(c);
-  }
-  {
-    Case c;  // a pageable memory data set bounced in chunks that end at odd offsets (9,100-byte x)
-    c.name = "memory_pageable_bounced_odd_chunks";
-    c.staging = false;
-    c.loader = "memory";
-    c.pin = false;
-    c.dtype = "uint8";
-    c.shape = {13};
-    c.batch = 700;
-    c.samples = 700 * 5 + 3;
-    c.depth = 3;
-    c.upload_concurrency = 3;
-    c.bounce_bytes = 4100;
-    c.bounce_buffers = 5;
-    c.epochs = 2;
-    v.push_back(c);
-  }
-  {
-    Case c;  // 4 MiB batches bounced in 1 MiB chunks (the last one 256 bytes), default ring
-    c.name = "float32_4MiB_batches_bounced";
-    c.staging = false;
-    c.shape = {131072};
-    c.batch = 8;
-    c.samples = 8 * 10 + 3;
-    c.depth = 4;
-    c.streams = 2;
-    c.load_concurrency = 4;
-    c.upload_concurrency = 2;
-    c.bounce_bytes = 1 << 20;
-    v.push_back(c);
-  }
-  {
-    Case c;  // bounce: off: cudaMemcpyAsync straight from pageable batches
-    c.name = "synthetic_pageable_bounce_off";
-    c.staging = false;
-    c.bounce = "off";
-    c.shape = {300};
-    c.batch = 32;
-    c.samples = 1000;
-    c.depth = 4;
-    v.push_back(c);
-  }
-  {
-    Case c;  // the memory loader's pinned data set, no staging node: nothing to bounce
-    c.name = "memory_pinned_no_staging_no_bounce";
-    c.staging = false;
-    c.loader = "memory";
-    c.shape = {1000};
-    c.batch = 16;
-    c.samples = 333;
-    c.depth = 4;
-    v.push_back(c);
-  }
-  {
-    Case c;  // 4 MiB batches: the default 1 MiB chunks copy in parallel
-    c.name = "float32_4MiB_batches";
-    c.shape = {131072};
-    c.batch = 8;
-    c.samples = 8 * 10 + 3;
-    c.depth = 4;
-    c.streams = 2;
-    c.load_concurrency = 4;
-    v.push_back(c);
-  }
+  // MNIST-like, shuffled (indices inside the checksum's launch), partial last batch
+  v.push_back({.name = "mnist_shuffled_depth8", .shuffle = true});
+  // shuffled 300-row batches: too many indices for the launch, they use mapped slots
+  v.push_back({.name = "shuffled_300_rows_index_slots",
+               .shape = {17},
+               .batch = 300,
+               .samples = 300 * 40 + 7,
+               .epochs = 2,
+               .depth = 4,
+               .shuffle = true});
+  // 13-byte samples (not a multiple of 16), 7-row batches, serial everything
+  v.push_back({.name = "uint8_13_bytes_depth1",
+               .dtype = "uint8",
+               .shape = {13},
+               .batch = 7,
+               .samples = 100,
+               .depth = 1,
+               .load_concurrency = 1});
+  // concurrent staging and upload bodies, two streams, unordered
+  v.push_back({.name = "float16_concurrent_unordered",
+               .dtype = "float16",
+               .shape = {5, 3},
+               .batch = 33,
+               .samples = 500,
+               .depth = 3,
+               .streams = 2,
+               .load_concurrency = 3,
+               .stage_concurrency = 3,
+               .upload_concurrency = 2,
+               .ordered = false});
+  // a last batch of one row, two epochs, four streams, depth 16
+  v.push_back({.name = "int64_last_row_alone_4_streams",
+               .dtype = "int64",
+               .shape = {9},
+               .samples = 64 * 20 + 1,
+               .epochs = 2,
+               .depth = 16,
+               .streams = 4,
+               .shuffle = true});
+  // more streams than device buffers
+  v.push_back({.name = "int32_streams_over_depth",
+               .dtype = "int32",
+               .shape = {100},
+               .batch = 50,
+               .samples = 1234,
+               .depth = 2,
+               .streams = 3});
+  // the memory loader's pinned data set: staging passes batches through
+  v.push_back({.name = "memory_pinned_pass_through",
+               .loader = "memory",
+               .shape = {1000},
+               .batch = 16,
+               .samples = 333,
+               .epochs = 3,
+               .depth = 4,
+               .streams = 2});
+  // a pageable data set: staging copies, in 4 KiB chunks in parallel
+  v.push_back({.name = "memory_pageable_chunked_copy",
+               .loader = "memory",
+               .pin = false,
+               .shape = {1000},
+               .batch = 16,
+               .samples = 333,
+               .depth = 4,
+               .stage_concurrency = 2,
+               .chunk_bytes = 4096});
+  // streaming stores at every alignment: 13-byte samples, 37-byte chunks
+  v.push_back({.name = "memory_pageable_unaligned_chunks",
+               .loader = "memory",
+               .pin = false,
+               .dtype = "uint8",
+               .shape = {13},
+               .batch = 7,
+               .samples = 100,
+               .depth = 3,
+               .stage_concurrency = 2,
+               .chunk_bytes = 37,
+               .stores = "streaming"});
+  // no staging node: 4 KiB bounce chunks through only 2 bounce buffers, so chunks of
+  // two concurrent batches on two streams keep waiting for a buffer's previous DMA
+  v.push_back({.name = "synthetic_bounced_4KiB_chunks_2_buffers",
+               .shape = {1000},
+               .batch = 16,
+               .samples = 333,
+               .depth = 4,
+               .streams = 2,
+               .upload_concurrency = 2,
+               .staging = false,
+               .bounce_bytes = 4096,
+               .bounce_buffers = 2});
+  // a pageable memory data set bounced in chunks that end at odd offsets (9,100-byte x)
+  v.push_back({.name = "memory_pageable_bounced_odd_chunks",
+               .loader = "memory",
+               .pin = false,
+               .dtype = "uint8",
+               .shape = {13},
+               .batch = 700,
+               .samples = 700 * 5 + 3,
+               .epochs = 2,
+               .depth = 3,
+               .upload_concurrency = 3,
+               .staging = false,
+               .bounce_bytes = 4100,
+               .bounce_buffers = 5});
+  // 4 MiB batches bounced in 1 MiB chunks (the last one 256 bytes), default ring
+  v.push_back({.name = "float32_4MiB_batches_bounced",
+               .shape = {131072},
+               .batch = 8,
+               .samples = 8 * 10 + 3,
+               .depth = 4,
+               .streams = 2,
+               .load_concurrency = 4,
+               .upload_concurrency = 2,
+               .staging = false,
+               .bounce_bytes = 1 << 20});
+  // bounce: off: cudaMemcpyAsync straight from pageable batches
+  v.push_back({.name = "synthetic_pageable_bounce_off",
+               .shape = {300},
+               .batch = 32,
+               .samples = 1000,
+               .depth = 4,
+               .staging = false,
+               .bounce = "off"});
+  // the memory loader's pinned data set, no staging node: nothing to bounce
+  v.push_back({.name = "memory_pinned_no_staging_no_bounce",
+               .loader = "memory",
+               .shape = {1000},
+               .batch = 16,
+               .samples = 333,
+               .depth = 4,
+               .staging = false});
+  // 4 MiB batches: the default 1 MiB chunks copy in parallel
+  v.push_back({.name = "float32_4MiB_batches",
+               .shape = {131072},
+               .batch = 8,
+               .samples = 8 * 10 + 3,
+               .depth = 4,
+               .streams = 2,
+               .load_concurrency = 4});
   return v;
 }
 

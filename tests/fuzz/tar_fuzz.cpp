@@ -11,8 +11,8 @@
 #include <string>
 
 #include "flowfeed/error.hpp"
-#include "nodes/load/tar_index.hpp"
-#include "nodes/load/webdataset_index.hpp"
+#include "flowfeed/nodes/detail/tar_index.hpp"
+#include "flowfeed/nodes/detail/webdataset_index.hpp"
 
 namespace {
 

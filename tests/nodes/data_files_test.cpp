@@ -17,9 +17,9 @@
 #include <thread>
 
 #include "flowfeed/data_file.hpp"
-#include "nodes/load/file_set.hpp"
-#include "nodes/load/npy_file.hpp"
-#include "nodes/load/token_stream.hpp"
+#include "flowfeed/nodes/detail/file_set.hpp"
+#include "flowfeed/nodes/detail/npy_file.hpp"
+#include "flowfeed/nodes/detail/token_stream.hpp"
 #include "tests/nodes/test_files.hpp"
 #include "tests/temp_fifo.hpp"
 

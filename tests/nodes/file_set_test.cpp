@@ -1,6 +1,6 @@
 // expand_file_set: lists and globs of data set files in a stable order, every file checked up
 // front with the bad one named.
-#include "nodes/load/file_set.hpp"
+#include "flowfeed/nodes/detail/file_set.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "nodes/load/idx_file.hpp"
+#include "flowfeed/nodes/detail/idx_file.hpp"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -186,28 +186,30 @@ TEST_F(IdxFileTest, DirectoryInsteadOfFile) {
                                "regular file) give the path of the data file itself");
 }
 
+/// How a message about a file that is not IDX ends.
+constexpr char kNotIdx[] = " check that the path names an IDX file";
+
 TEST_F(IdxFileTest, BadMagic) {
   std::string p = dir_.file("x.idx");
   EXPECT_EQ(error_reading(p, {0x12, 0x34, 0x56, 0x78, 0, 0, 0, 1, 0}),
-            p + ": bad magic 0x12345678 (an IDX file starts with 0x0000 followed "
-                "by a type byte and a dimension count) check that the path names "
-                "an IDX file");
+            p +
+                ": bad magic 0x12345678 (an IDX file starts with 0x0000 followed by a type byte "
+                "and a dimension count)" +
+                kNotIdx);
 }
 
 TEST_F(IdxFileTest, UnknownTypeCode) {
   std::string p = dir_.file("x.idx");
+  const std::string types = "IDX types are 0x08, 0x09, 0x0B, 0x0C, 0x0D and 0x0E";
   EXPECT_EQ(error_reading(p, {0x00, 0x00, 0x07, 0x01, 0, 0, 0, 1, 0}),
-            p + ": unknown type code 0x07 in magic 0x00000701 (IDX types are "
-                "0x08, 0x09, 0x0B, 0x0C, 0x0D and 0x0E) check that the path names "
-                "an IDX file");
+            p + ": unknown type code 0x07 in magic 0x00000701 (" + types + ")" + kNotIdx);
 }
 
 TEST_F(IdxFileTest, ZeroDimensions) {
-  std::string p = dir_.file("x.idx");
+  const std::string p = dir_.file("x.idx");
+  const std::string why = "the dimension count is 0; an IDX array has at least one dimension";
   EXPECT_EQ(error_reading(p, {0x00, 0x00, 0x08, 0x00}),
-            p + ": bad magic 0x00000800 (the dimension count is 0; an IDX array "
-                "has at least one dimension) check that the path names an IDX "
-                "file");
+            p + ": bad magic 0x00000800 (" + why + ")" + kNotIdx);
 }
 
 TEST_F(IdxFileTest, TruncatedHeader) {

@@ -130,6 +130,11 @@ class IdxBadFiles : public ::testing::Test {
   static std::string node_error(const std::string& file, const std::string& problem) {
     return "node 'load' (idx, <string>:4): " + file + ": " + problem;
   }
+  /// Expects the build to fail with the idx node's message `problem` about `file` (one of the two).
+  void expect_refused(const std::string& file, const std::string& images, const std::string& labels,
+                      const std::string& problem) {
+    EXPECT_EQ(build_error(images, labels), node_error(file, problem));
+  }
   /// a-images and a-labels: 10 good 2 x 2 images and their labels, for a test to damage.
   std::pair<std::string, std::string> write_good_pair() {
     return write_idx_pair(dir_, make_idx_pair(10, 2, 2, 10), "a", false);
@@ -151,43 +156,38 @@ TEST_F(IdxBadFiles, LabelOutOfRange) {
   IdxPair data = make_idx_pair(10, 2, 2, 10);
   data.labels[7] = 11;
   const auto [images, labels] = write_idx_pair(dir_, data, "a", true);
-  EXPECT_EQ(build_error(images, labels),
-            node_error(labels, "label 11 out of range at index 7 (num_classes is 10)"));
+  expect_refused(labels, images, labels, "label 11 out of range at index 7 (num_classes is 10)");
 }
 
 TEST_F(IdxBadFiles, TruncatedImageFile) {
   const auto [images, labels] = write_good_pair();
   std::filesystem::resize_file(images, 16 + 39);
-  EXPECT_EQ(build_error(images, labels),
-            node_error(images,
-                       "truncated at byte 55 (header promises 56 bytes) re-download or re-extract "
-                       "the file"));
+  const std::string refetch = "re-download or re-extract the file";
+  expect_refused(images, images, labels,
+                 "truncated at byte 55 (header promises 56 bytes) " + refetch);
 }
 
 TEST_F(IdxBadFiles, NotGzipThoughNamedGz) {
   const auto [images, labels] = write_good_pair();
   const std::string gz = dir_.file("a-images.gz");
   std::filesystem::copy_file(images, gz);
-  EXPECT_EQ(build_error(gz, labels),
-            node_error(gz,
-                       "not gzip (the name ends in .gz but the file starts with 00 00, not the "
-                       "gzip magic 1f 8b) decompress it or remove the .gz suffix"));
+  expect_refused(gz, gz, labels,
+                 "not gzip (the name ends in .gz but the file starts with 00 00, not the "
+                 "gzip magic 1f 8b) decompress it or remove the .gz suffix");
 }
 
 TEST_F(IdxBadFiles, ImagesWithNoPixelsAreBlamedOnTheFile) {
   const auto [images, labels] = write_good_pair();
   write_bytes(images, idx_bytes(0x08, {10, 5, 0}, {}), false);
-  EXPECT_EQ(build_error(images, labels),
-            node_error(images,
-                       "each image holds no pixels (10 x 5 x 0: rows or columns are 0) use an "
-                       "image file with images of at least 1 x 1"));
+  expect_refused(images, images, labels,
+                 "each image holds no pixels (10 x 5 x 0: rows or columns are 0) use an "
+                 "image file with images of at least 1 x 1");
 }
 
 TEST_F(IdxBadFiles, MissingFile) {
   const auto [images, labels] = write_good_pair();
   const std::string missing = dir_.file("nope");
-  EXPECT_EQ(build_error(missing, labels),
-            node_error(missing, "cannot open (No such file or directory)"));
+  expect_refused(missing, missing, labels, "cannot open (No such file or directory)");
 }
 
 TEST(IdxConfig, ImagesAndLabelsAreRequired) {

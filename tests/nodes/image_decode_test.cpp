@@ -1,6 +1,6 @@
 // ImageDecoder: one decoder per thread decodes every image that thread loads, the bad ones too.
 
-#include "nodes/load/image_decode.hpp"
+#include "flowfeed/nodes/detail/image_decode.hpp"
 
 #include <gtest/gtest.h>
 #include <turbojpeg.h>

@@ -1,9 +1,9 @@
-// The resample the image loader crops with (nodes/load/image_resample.hpp). Its bytes against
-// Pillow's are checked through the loader
+// The resample the image loader crops with (flowfeed/nodes/detail/image_resample.hpp). Its bytes
+// against Pillow's are checked through the loader
 // (WebDataset.CenterCropGeometryMatchesPilsResizeOfTheSameBox); here: every instruction set gives
 // the same bytes, flip and CHW are the mirror and the planes of the plain output, and a plan's
 // rectangle holds every pixel the resize reads.
-#include "nodes/load/image_resample.hpp"
+#include "flowfeed/nodes/detail/image_resample.hpp"
 
 #include <gtest/gtest.h>
 

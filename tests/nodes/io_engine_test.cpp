@@ -1,6 +1,6 @@
 // The I/O engine on its own: reads split into a buffered head, a direct middle and a buffered
 // tail land byte-exact, for pread and io_uring.
-#include "nodes/load/io_engine.hpp"
+#include "flowfeed/nodes/detail/io_engine.hpp"
 
 #include <gtest/gtest.h>
 

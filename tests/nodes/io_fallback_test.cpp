@@ -72,6 +72,9 @@ class IoFallbackTest : public NpyStorageTest {
   }
 };
 
+/// How a build error of the npy node starts, as a regex.
+const std::string kNpyError = "error: node 'load' \\(npy, <string>:4\\): ";
+
 TEST_F(IoFallbackTest, IoUringBlockedBySeccompFallsBackToPread) {
   write_shards({30}, 4096, 4096);
   EXPECT_EXIT(run_refused(Refuse::io_uring, ", io: io_uring"), ::testing::ExitedWithCode(0),
@@ -83,9 +86,9 @@ TEST_F(IoFallbackTest, IoUringBlockedWithoutFallbackFailsAtBuild) {
   write_shards({30}, 4096, 4096);
   EXPECT_EXIT(build_refused(Refuse::io_uring, ", io: io_uring, io_fallback: false"),
               ::testing::ExitedWithCode(0),
-              "error: node 'load' \\(npy, <string>:4\\): io: io_uring is unavailable "
-              "\\(io_uring_queue_init: Operation not permitted\\) set io: pread, or io_fallback: "
-              "true to fall back to it\n");
+              kNpyError +
+                  "io: io_uring is unavailable \\(io_uring_queue_init: Operation not permitted\\) "
+                  "set io: pread, or io_fallback: true to fall back to it\n");
 }
 
 TEST_F(IoFallbackTest, ODirectRefusedReadsThroughThePageCache) {
@@ -101,11 +104,11 @@ TEST_F(IoFallbackTest, ODirectRefusedReadsThroughThePageCache) {
 
 TEST_F(IoFallbackTest, ODirectRefusedWithoutFallbackFailsAtBuild) {
   write_shards({30}, 4096, 4096);
+  const std::string why =
+      "/[^\n]*/train-00.npy: cannot open with O_DIRECT \\(Invalid argument\\) set direct: false, "
+      "or io_fallback: true to read it through the page cache\n";
   EXPECT_EXIT(build_refused(Refuse::direct, ", direct: true, io_fallback: false"),
-              ::testing::ExitedWithCode(0),
-              "error: node 'load' \\(npy, <string>:4\\): /[^\n]*/train-00.npy: cannot open with "
-              "O_DIRECT \\(Invalid argument\\) set direct: false, or io_fallback: true to read it "
-              "through the page cache\n");
+              ::testing::ExitedWithCode(0), kNpyError + why);
 }
 
 /// On tmpfs: before Linux 6.6 it refuses O_DIRECT (the loader falls back, saying so); since then

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "nodes/train/mlp/mlp_model.hpp"
+#include "flowfeed/mlp/mlp_model.hpp"
 #include "tests/nodes/mlp_test_data.hpp"
 
 namespace flowfeed {

@@ -1,6 +1,6 @@
 // The mlp train node wired into the graph on the host backend: it learns Fashion-MNIST, reports
 // per-epoch figures, trains resident exactly as streamed, and fails with full messages.
-#include "nodes/train/mlp/mlp_node.hpp"
+#include "flowfeed/mlp/mlp_node.hpp"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -12,10 +12,10 @@
 
 #include "flowfeed/config.hpp"
 #include "flowfeed/nodes/builtin.hpp"
+#include "flowfeed/nodes/detail/idx_file.hpp"
 #include "flowfeed/nodes/resident.hpp"
 #include "flowfeed/nodes/synthetic.hpp"
 #include "flowfeed/pipeline.hpp"
-#include "nodes/load/idx_file.hpp"
 #include "tests/nodes/mlp_registry.hpp"
 #include "tests/nodes/test_files.hpp"
 
@@ -211,11 +211,8 @@ TEST(MlpNode, ResidentNeedsOrderedBatches) {
   const auto [images, labels] = write_idx_pair(dir, make_idx_pair(64, 4, 4, 10), "a", false);
   const std::string yaml =
       "pipeline: { device: host, ordered: false }\n"
-      "nodes:\n"
-      "  - { name: load, type: idx, params: { images: " +
-      images + ", labels: " + labels +
-      ", resident: true } }\n"
-      "  - { name: train, type: mlp }\n";
+      "nodes:\n" +
+      idx_load_line(images, labels, ", resident: true") + "  - { name: train, type: mlp }\n";
   EXPECT_EQ(config_error(yaml),
             "<string>:4:5: nodes.train.type: resident training takes batches in the sampler's "
             "order (pipeline.ordered is false) set pipeline.ordered: true");

@@ -5,8 +5,8 @@
 #include <memory>
 #include <vector>
 
+#include "flowfeed/mlp/mlp_node.hpp"
 #include "flowfeed/nodes/builtin.hpp"
-#include "nodes/train/mlp/mlp_node.hpp"
 
 namespace flowfeed {
 

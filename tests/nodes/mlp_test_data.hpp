@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "nodes/train/mlp/mlp_model.hpp"
+#include "flowfeed/mlp/mlp_model.hpp"
 
 namespace flowfeed {
 

@@ -211,18 +211,17 @@ std::string build_error(const std::string& yaml) {
 }
 
 TEST(Normalize, RejectsTensorsItCannotConvert) {
+  const std::string at = "images.yaml:6:5: nodes.norm.params.";
   EXPECT_EQ(build_error(config("[4, 5, 3]", "tensor: image")),
-            "images.yaml:6:5: nodes.norm.params.tensor: the batches have no tensor 'image' (they "
-            "have x, y) name one of those");
+            at + "tensor: the batches have no tensor 'image' (they have x, y) name one of those");
   EXPECT_EQ(build_error(config("[4, 5]", "")),
-            "images.yaml:6:5: nodes.norm.params.tensor: 'x' is uint8 [4, 5] (normalize takes "
-            "uint8 images of rank 3, [H, W, C] or [C, H, W]) have the loader emit uint8 images");
+            at + "tensor: 'x' is uint8 [4, 5] (normalize takes uint8 images of rank 3, [H, W, C] "
+                 "or [C, H, W]) have the loader emit uint8 images");
+  const std::string channels = " channels in layout hwc (give one per channel, or set layout: chw)";
   EXPECT_EQ(build_error(config("[3, 4, 5]", "")),
-            "images.yaml:6:5: nodes.norm.params.mean: 3 means and 3 stds for 'x' uint8 [3, 4, 5] "
-            "with 5 channels in layout hwc (give one per channel, or set layout: chw)");
+            at + "mean: 3 means and 3 stds for 'x' uint8 [3, 4, 5] with 5" + channels);
   EXPECT_EQ(build_error(config("[4, 5, 3]", "mean: [1, 2], std: [1, 2, 3]")),
-            "images.yaml:6:5: nodes.norm.params.mean: 2 means and 3 stds for 'x' uint8 [4, 5, 3] "
-            "with 3 channels in layout hwc (give one per channel, or set layout: chw)");
+            at + "mean: 2 means and 3 stds for 'x' uint8 [4, 5, 3] with 3" + channels);
 }
 
 TEST(Normalize, ValidatesItsParams) {

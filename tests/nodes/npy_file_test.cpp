@@ -1,4 +1,4 @@
-#include "nodes/load/npy_file.hpp"
+#include "flowfeed/nodes/detail/npy_file.hpp"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -57,6 +57,12 @@ class NpyFileTest : public ::testing::Test {
   std::string error_opening(const std::string& path, const std::string& bytes) {
     write_file(path, bytes);
     return open_error(path);
+  }
+  /// What opening a version 1 file of header `dict` and `payload` says, after its path.
+  std::string v1_error(const std::string& dict, const std::string& payload) {
+    const std::string p = dir_.file("f.npy");
+    const std::string message = error_opening(p, npy_bytes(1, dict, payload));
+    return message.rfind(p + ": ", 0) == 0 ? message.substr(p.size() + 2) : message;
   }
 
   TempDir dir_;
@@ -279,19 +285,15 @@ TEST_F(NpyFileTest, UnsupportedDtype) {
 }
 
 TEST_F(NpyFileTest, FortranOrder) {
-  std::string p = dir_.file("f.npy");
   EXPECT_EQ(
-      error_opening(p, npy_bytes(1, "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 2), }",
-                                 std::string(16, '\0'))),
-      p + ": fortran_order arrays are not supported (save with np.ascontiguousarray)");
+      v1_error("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 2), }", std::string(16, '\0')),
+      "fortran_order arrays are not supported (save with np.ascontiguousarray)");
 }
 
 TEST_F(NpyFileTest, TruncatedPayload) {
-  std::string p = dir_.file("f.npy");
-  EXPECT_EQ(
-      error_opening(p, npy_bytes(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (10, 3), }",
-                                 std::string(100, '\0'))),
-      p + ": truncated: header promises 120 data bytes but the file holds 100");
+  const std::string ten_by_three = "{'descr': '<f4', 'fortran_order': False, 'shape': (10, 3), }";
+  EXPECT_EQ(v1_error(ten_by_three, std::string(100, '\0')),
+            "truncated: header promises 120 data bytes but the file holds 100");
 }
 
 TEST_F(NpyFileTest, UnsupportedVersion) {

@@ -7,8 +7,8 @@
 
 #include "flowfeed/config.hpp"
 #include "flowfeed/nodes/builtin.hpp"
+#include "flowfeed/nodes/detail/npy_file.hpp"
 #include "flowfeed/pipeline.hpp"
-#include "nodes/load/npy_file.hpp"
 #include "tests/nodes/test_files.hpp"
 
 namespace flowfeed {

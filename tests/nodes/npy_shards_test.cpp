@@ -96,25 +96,25 @@ TEST_F(NpyStorageTest, AShardMissingAtBuildIsNamed) {
 TEST_F(NpyStorageTest, ShardsMustAgree) {
   write_shards({20, 7}, 40);
   write_shards({5}, 32, 64, "other");
-  const std::string params = "features: [" + dir_.file("train-00.npy") + ", " +
-                             dir_.file("other-00.npy") + "], labels: [" +
-                             dir_.file("train-labels-00.npy") + ", " +
-                             dir_.file("other-labels-00.npy") + "]";
-  EXPECT_EQ(build_error(chain(params)),
-            "node 'load' (npy, <string>:4): " + dir_.file("other-00.npy") +
-                ": dtype |u1 and sample shape (32,) differ from " + dir_.file("train-00.npy") +
+  const auto file = [&](const char* name) { return dir_.file(name); };
+  const auto list = [&](const char* a, const char* b) {
+    return "[" + file(a) + ", " + file(b) + "]";
+  };
+  const std::string glob = "'" + file("train-[0-9]*.npy") + "'";
+  const std::string node = "node 'load' (npy, <string>:4): ";
+  EXPECT_EQ(build_error(chain("features: " + list("train-00.npy", "other-00.npy") +
+                              ", labels: " + list("train-labels-00.npy", "other-labels-00.npy"))),
+            node + file("other-00.npy") + ": dtype |u1 and sample shape (32,) differ from " +
+                file("train-00.npy") +
                 "'s |u1 and (40,) (every shard needs the same dtype and sample shape)");
-  EXPECT_EQ(build_error(chain("features: '" + dir_.file("train-[0-9]*.npy") +
-                              "', labels: " + dir_.file("train-labels-00.npy"))),
-            "node 'load' (npy, <string>:4): labels: 1 files but features names 2 (each features "
-            "file needs the labels file of its rows, in the same order)");
+  EXPECT_EQ(build_error(chain("features: " + glob + ", labels: " + file("train-labels-00.npy"))),
+            node +
+                "labels: 1 files but features names 2 (each features file needs the labels "
+                "file of its rows, in the same order)");
   // Shard 1's labels with shard 0's features: the row counts differ.
-  const std::string swapped = "features: '" + dir_.file("train-[0-9]*.npy") + "', labels: [" +
-                              dir_.file("train-labels-01.npy") + ", " +
-                              dir_.file("train-labels-00.npy") + "]";
-  EXPECT_EQ(build_error(chain(swapped)),
-            "node 'load' (npy, <string>:4): " + dir_.file("train-labels-01.npy") +
-                ": 7 labels but " + dir_.file("train-00.npy") +
+  EXPECT_EQ(build_error(chain("features: " + glob +
+                              ", labels: " + list("train-labels-01.npy", "train-labels-00.npy"))),
+            node + file("train-labels-01.npy") + ": 7 labels but " + file("train-00.npy") +
                 " holds 20 samples (both files need the same first dimension)");
 }
 

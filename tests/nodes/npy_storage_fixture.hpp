@@ -11,10 +11,10 @@
 
 #include "flowfeed/config.hpp"
 #include "flowfeed/nodes/builtin.hpp"
+#include "flowfeed/nodes/detail/io_engine.hpp"
+#include "flowfeed/nodes/detail/npy_file.hpp"
 #include "flowfeed/pipeline.hpp"
 #include "flowfeed/stats.hpp"
-#include "nodes/load/io_engine.hpp"
-#include "nodes/load/npy_file.hpp"
 #include "tests/nodes/test_files.hpp"
 
 namespace flowfeed::testing_files {
@@ -56,7 +56,8 @@ class NpyStorageTest : public ::testing::Test {
     row_bytes_ = row_bytes;
     std::size_t first = 0;
     for (std::size_t i = 0; i < rows.size(); ++i) {
-      const std::string n = (i < 10 ? "0" : "") + std::to_string(i);
+      std::string n = i < 10 ? "0" : "";  // appended: GCC 12 misreads "0" + to_string (-Wrestrict)
+      n += std::to_string(i);
       write_feature_rows(dir_, stem + "-" + n + ".npy", stem + "-labels-" + n + ".npy", rows[i],
                          row_bytes, align, first);
       first += rows[i];

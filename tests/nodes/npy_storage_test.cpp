@@ -14,6 +14,16 @@ namespace {
 
 using namespace testing_files;
 
+/// `order` is two shuffled epochs of `n` samples: each holds every sample once, in its own order.
+void expect_two_shuffled_epochs(const std::vector<std::uint32_t>& order, std::size_t n) {
+  ASSERT_EQ(order.size(), 2 * n);
+  const auto half = order.begin() + static_cast<std::ptrdiff_t>(n);
+  EXPECT_EQ(std::set<std::uint32_t>(order.begin(), half).size(), n);
+  EXPECT_EQ(std::set<std::uint32_t>(half, order.end()).size(), n);
+  EXPECT_NE(std::vector<std::uint32_t>(order.begin(), half),
+            std::vector<std::uint32_t>(half, order.end()));
+}
+
 TEST_F(NpyStorageTest, ReadsLandInTheStagingBufferAndStagingCopiesNothing) {
   write_shards({50}, 24);
   const RunReport report = run(chain(glob_params(), "shuffle: false"));
@@ -44,10 +54,8 @@ TEST_F(NpyStorageTest, IdxLoaderFillsTheStagingBufferToo) {
   const auto [images, labels] = write_idx_pair(dir_, pair, "mnist", false);
   const RunReport report =
       run("pipeline: { epochs: 1, batch_size: 8, prefetch_depth: 3, device: host }\n"
-          "nodes:\n"
-          "  - { name: load, type: idx, params: { images: " +
-          images + ", labels: " + labels +
-          ", dtype: uint8 } }\n"
+          "nodes:\n" +
+          idx_load_line(images, labels, ", dtype: uint8") +
           "  - { name: stage, type: host_staging }\n"
           "  - { name: upload, type: host_upload }\n"
           "  - { name: train, type: capture }\n");
@@ -127,12 +135,7 @@ TEST_P(NpyEngineTest, EveryByteArrivesInOrder) {
 
   // Shuffled: one request per row (runs are rare), many in flight.
   report = run(chain(glob_params(io), "shuffle: true"));
-  order = check_bytes();
-  ASSERT_EQ(order.size(), 90u);
-  EXPECT_EQ(std::set<std::uint32_t>(order.begin(), order.begin() + 45).size(), 45u);
-  EXPECT_EQ(std::set<std::uint32_t>(order.begin() + 45, order.end()).size(), 45u);
-  EXPECT_NE(std::vector<std::uint32_t>(order.begin(), order.begin() + 45),
-            std::vector<std::uint32_t>(order.begin() + 45, order.end()));
+  expect_two_shuffled_epochs(check_bytes(), 45);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -172,12 +175,7 @@ TEST_F(NpyStorageTest, PinnedRowsStayInTheMappingAndTheUploadCopiesThemFromThere
 
     // Shuffled: single rows, copied; a run of seven or more would stay in place.
     report = run(chain(glob_params(", io: mmap, pin: true"), "shuffle: true", stages));
-    order = check_bytes();
-    ASSERT_EQ(order.size(), 96u);
-    EXPECT_EQ(std::set<std::uint32_t>(order.begin(), order.begin() + 48).size(), 48u);
-    EXPECT_EQ(std::set<std::uint32_t>(order.begin() + 48, order.end()).size(), 48u);
-    EXPECT_NE(std::vector<std::uint32_t>(order.begin(), order.begin() + 48),
-              std::vector<std::uint32_t>(order.begin() + 48, order.end()));
+    expect_two_shuffled_epochs(check_bytes(), 48);
     EXPECT_EQ(extra(report, "load.in_place_bytes") + extra(report, "load.io_bytes"), 96 * kRow);
   }
   // Two ranks: each epoch's samples of the two are disjoint and cover the set.

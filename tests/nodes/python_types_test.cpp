@@ -20,16 +20,19 @@ Registry placeholder_registry() {
   return r;
 }
 
+/// A host chain whose first nodes (from line 3) are `python_nodes`, then staging, upload, discard.
+std::string chain(const std::string& python_nodes) {
+  return "pipeline: { batch_size: 8, device: host }\nnodes:\n" + python_nodes +
+         "  - { name: stage, type: host_staging }\n"
+         "  - { name: upload, type: host_upload }\n"
+         "  - { name: train, type: discard }\n";
+}
+
 TEST(PythonPlaceholders, AreUnavailableInThisBuildWithTheFullText) {
   const Registry r = placeholder_registry();
-  const std::string text =
-      "pipeline: { batch_size: 8, device: host }\n"
-      "nodes:\n"
+  const std::string text = chain(
       "  - { name: load, type: python, params: { callable: 'data:load', samples: 10 } }\n"
-      "  - { name: aug, type: python_transform, params: { callable: 'data:aug' } }\n"
-      "  - { name: stage, type: host_staging }\n"
-      "  - { name: upload, type: host_upload }\n"
-      "  - { name: train, type: discard }\n";
+      "  - { name: aug, type: python_transform, params: { callable: 'data:aug' } }\n");
   const auto problems = test::problems_of([&] { load_config_string(text, r); });
   const std::string why =
       "is unavailable in this build (it was built without Python) reconfigure with "
@@ -41,13 +44,8 @@ TEST(PythonPlaceholders, AreUnavailableInThisBuildWithTheFullText) {
 
 TEST(PythonPlaceholders, CheckTheirParamsAsTheRealTypesDo) {
   const Registry r = placeholder_registry();
-  const std::string text =
-      "pipeline: { batch_size: 8, device: host }\n"
-      "nodes:\n"
-      "  - { name: load, type: python_iterable, params: { callable: 'data:read', sample: 3 } }\n"
-      "  - { name: stage, type: host_staging }\n"
-      "  - { name: upload, type: host_upload }\n"
-      "  - { name: train, type: discard }\n";
+  const std::string text = chain(
+      "  - { name: load, type: python_iterable, params: { callable: 'data:read', sample: 3 } }\n");
   const auto problems = test::problems_of([&] { load_config_string(text, r); });
   ASSERT_GE(problems.size(), 1u);
   EXPECT_NE(problems[0].find("nodes[0].params.sample: unknown key (did you mean 'samples'?)"),

@@ -13,7 +13,7 @@
 #include "tests/nodes/npy_storage_fixture.hpp"
 #include "tests/nodes/token_corpus.hpp"
 #if FLOWFEED_TEST_IMAGES
-#include "nodes/load/webdataset_loader.hpp"
+#include "flowfeed/nodes/detail/webdataset_loader.hpp"
 #include "tests/nodes/webdataset_fixture.hpp"
 #endif
 
@@ -169,10 +169,7 @@ TEST_F(ShardOrderNpy, TheOrderAndItsShardsAreClaimedFromTheMemoryBudget) {
   register_builtin_nodes(r);
   register_capture(r, seen_);
   const PipelineConfig config = load_config_string(yaml(1, 0, 8), r);
-  setenv("FLOWFEED_AVAILABLE_MEMORY", "1000", 1);
-  const std::string message = test::error_of<ConfigError>([&] { Pipeline p(config, r); });
-  unsetenv("FLOWFEED_AVAILABLE_MEMORY");
-  EXPECT_EQ(message,
+  EXPECT_EQ(testing_files::build_error_with_memory(config, r, "1000"),
             "<string>:4:5: nodes.load.params (the data set's size): the sampling order of node "
             "'load' (npy: 60 samples x 4 bytes, twice while an epoch's order replaces the last, "
             "and 4 shards x 12 bytes) needs 528 B of host memory, and 1000 B is available "

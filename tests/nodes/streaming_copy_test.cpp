@@ -1,6 +1,6 @@
 // streaming_copy (pinned_staging's copy into page-locked buffers): every byte, at every alignment
 // of source and destination, and nothing outside the destination range.
-#include "nodes/staging/streaming_copy.hpp"
+#include "flowfeed/nodes/detail/streaming_copy.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // The tar shard index on hostile headers: sizes near 2^64 on directories and links, a size that
 // would send the reader back to the start, base-256 sizes, sizes past the end of the file. Each is
 // a DataError naming the shard and the header's offset, found in one pass (never a loop).
-#include "nodes/load/tar_index.hpp"
+#include "flowfeed/nodes/detail/tar_index.hpp"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>

@@ -24,6 +24,7 @@
 #include "flowfeed/pipeline.hpp"
 #include "flowfeed/registry.hpp"
 #include "tests/error_of.hpp"
+#include "tests/nodes/recording_sink.hpp"
 
 namespace flowfeed::testing_files {
 
@@ -122,6 +123,14 @@ inline std::pair<std::string, std::string> write_idx_pair(const TempDir& dir, co
   return {images, labels};
 }
 
+/// The `nodes:` entry of an idx loader `load` over `images` and `labels`, with `more` params
+/// (", key: value, ...").
+inline std::string idx_load_line(const std::string& images, const std::string& labels,
+                                 const std::string& more = "") {
+  return "  - { name: load, type: idx, params: { images: " + images + ", labels: " + labels + more +
+         " } }\n";
+}
+
 /// What a `capture` train node saw: per batch its samples, x bytes and y labels.
 struct Captured {
   std::mutex mutex;
@@ -133,30 +142,14 @@ struct Captured {
 
 /// Registers `capture` (train role): copies x and y of each batch's newest tier into `out`.
 inline void register_capture(Registry& registry, std::shared_ptr<Captured> out) {
-  class Capture final : public Node {
-   public:
-    explicit Capture(std::shared_ptr<Captured> out) : out_(std::move(out)) {}
-    void setup(BuildContext& context) override { out_->tensors = context.layout().tensors(); }
-    void process(Batch& batch) override {
-      const Tier tier = batch.newest_tier();
-      const std::size_t xbytes = batch.rows() * batch.layout->tensors()[0].sample_bytes();
-      const std::byte* x = batch.tensor(tier, 0);
-      const auto* y = reinterpret_cast<const std::int32_t*>(batch.tensor(tier, 1));
-      std::lock_guard<std::mutex> lock(out_->mutex);
-      out_->samples.push_back(batch.samples);
-      out_->x.emplace_back(x, x + xbytes);
-      out_->y.emplace_back(y, y + batch.rows());
-    }
-
-   private:
-    std::shared_ptr<Captured> out_;
-  };
-  NodeType t;
-  t.name = "capture";
-  t.role = Role::train;
-  t.doc = "test sink: records every batch";
-  t.create = [out](const NodeSpec&) { return std::make_unique<Capture>(out); };
-  registry.set(std::move(t));
+  test::register_recording_sink(registry, "capture", "test sink: records every batch",
+                                std::move(out), [](Captured& seen, Batch& batch, Tier tier) {
+                                  const auto* y =
+                                      reinterpret_cast<const std::int32_t*>(batch.tensor(tier, 1));
+                                  seen.samples.push_back(batch.samples);
+                                  seen.x.push_back(test::tensor_bytes(batch, tier, 0));
+                                  seen.y.emplace_back(y, y + batch.rows());
+                                });
 }
 
 /// Runs `yaml` with the built-in types and those `add` registers (a test's sink); expects every
@@ -168,6 +161,24 @@ inline RunReport run_with(const std::string& yaml, const std::function<void(Regi
   Pipeline p(load_config_string(yaml, r), r);
   RunReport report = p.run();
   EXPECT_EQ(p.free_buffers(), p.total_buffers());
+  return report;
+}
+
+/// The ConfigError that building `config` throws while FLOWFEED_AVAILABLE_MEMORY says the machine
+/// has `available` (a byte count as the variable takes it).
+inline std::string build_error_with_memory(const PipelineConfig& config, const Registry& registry,
+                                           const char* available) {
+  setenv("FLOWFEED_AVAILABLE_MEMORY", available, 1);
+  const std::string message = test::error_of<ConfigError>([&] { Pipeline p(config, registry); });
+  unsetenv("FLOWFEED_AVAILABLE_MEMORY");
+  return message;
+}
+
+/// run_with, expecting no allocation after the build either (the pools sized at build suffice).
+inline RunReport run_preallocated(const std::string& yaml,
+                                  const std::function<void(Registry&)>& add) {
+  RunReport report = run_with(yaml, add);
+  EXPECT_EQ(report.allocations_after_build, 0u);
   return report;
 }
 

@@ -19,6 +19,7 @@
 #include "flowfeed/batch.hpp"
 #include "flowfeed/registry.hpp"
 #include "flowfeed/sampler.hpp"
+#include "tests/nodes/recording_sink.hpp"
 
 namespace flowfeed::token_corpus {
 
@@ -132,29 +133,13 @@ struct Seen {
 
 /// Registers `windows` (train role): copies x and y of each batch's newest tier into `out`.
 inline void register_window_sink(Registry& registry, std::shared_ptr<Seen> out) {
-  class Sink final : public Node {
-   public:
-    explicit Sink(std::shared_ptr<Seen> out) : out_(std::move(out)) {}
-    void setup(BuildContext& context) override { out_->tensors = context.layout().tensors(); }
-    void process(Batch& batch) override {
-      const Tier tier = batch.newest_tier();
-      const std::size_t bytes = batch.rows() * batch.layout->tensors()[0].sample_bytes();
-      const std::byte* x = batch.tensor(tier, 0);
-      const std::byte* y = batch.tensor(tier, 1);
-      std::lock_guard<std::mutex> lock(out_->mutex);
-      out_->batches.push_back(
-          {batch.epoch, batch.seq, batch.samples, {x, x + bytes}, {y, y + bytes}});
-    }
-
-   private:
-    std::shared_ptr<Seen> out_;
-  };
-  NodeType t;
-  t.name = "windows";
-  t.role = Role::train;
-  t.doc = "test sink: records every batch's x and y bytes";
-  t.create = [out](const NodeSpec&) { return std::make_unique<Sink>(out); };
-  registry.set(std::move(t));
+  test::register_recording_sink(registry, "windows",
+                                "test sink: records every batch's x and y bytes", std::move(out),
+                                [](Seen& seen, Batch& batch, Tier tier) {
+                                  seen.batches.push_back({batch.epoch, batch.seq, batch.samples,
+                                                          test::tensor_bytes(batch, tier, 0),
+                                                          test::tensor_bytes(batch, tier, 1)});
+                                });
 }
 
 /// Token `i` of row `row` of a recorded tensor of `context` tokens of `width` bytes.

@@ -13,8 +13,9 @@
 #include "flowfeed/checkpoint.hpp"
 #include "flowfeed/config.hpp"
 #include "flowfeed/nodes/builtin.hpp"
+#include "flowfeed/nodes/detail/token_stream.hpp"
 #include "flowfeed/pipeline.hpp"
-#include "nodes/load/token_stream.hpp"
+#include "tests/nodes/recording_sink.hpp"
 #include "tests/nodes/test_files.hpp"
 #include "tests/nodes/token_corpus.hpp"
 
@@ -69,40 +70,26 @@ struct PackedSeen {
 
 /// Registers `packed` (train role): copies each batch's four tensors into `out`.
 void register_packed_sink(Registry& registry, std::shared_ptr<PackedSeen> out) {
-  class Sink final : public Node {
-   public:
-    explicit Sink(std::shared_ptr<PackedSeen> out) : out_(std::move(out)) {}
-    void setup(BuildContext& context) override { out_->tensors = context.layout().tensors(); }
-    void process(Batch& batch) override {
-      const Tier tier = batch.newest_tier();
-      const auto& tensors = batch.layout->tensors();
-      const std::size_t context = static_cast<std::size_t>(tensors[0].shape[0]);
-      const std::size_t width = dtype_size(tensors[0].dtype);
-      const std::size_t n = batch.rows() * context;
-      PackedBatch b{batch.epoch, batch.samples, {}, {}, {}, {}};
-      for (std::size_t i = 0; i < n; ++i) {
-        b.x.push_back(0);
-        b.y.push_back(0);
-        std::memcpy(&b.x.back(), batch.tensor(tier, 0) + i * width, width);
-        std::memcpy(&b.y.back(), batch.tensor(tier, 1) + i * width, width);
-      }
-      b.positions.resize(n);
-      b.documents.resize(n);
-      std::memcpy(b.positions.data(), batch.tensor(tier, 2), n * 4);
-      std::memcpy(b.documents.data(), batch.tensor(tier, 3), n * 4);
-      std::lock_guard<std::mutex> lock(out_->mutex);
-      out_->batches.push_back(std::move(b));
-    }
-
-   private:
-    std::shared_ptr<PackedSeen> out_;
-  };
-  NodeType t;
-  t.name = "packed";
-  t.role = Role::train;
-  t.doc = "test sink: records x, y, position_ids and doc_ids of every batch";
-  t.create = [out](const NodeSpec&) { return std::make_unique<Sink>(out); };
-  registry.set(std::move(t));
+  test::register_recording_sink(
+      registry, "packed", "test sink: records x, y, position_ids and doc_ids of every batch",
+      std::move(out), [](PackedSeen& seen, Batch& batch, Tier tier) {
+        const auto& tensors = batch.layout->tensors();
+        const std::size_t context = static_cast<std::size_t>(tensors[0].shape[0]);
+        const std::size_t width = dtype_size(tensors[0].dtype);
+        const std::size_t n = batch.rows() * context;
+        PackedBatch b{batch.epoch, batch.samples, {}, {}, {}, {}};
+        for (std::size_t i = 0; i < n; ++i) {
+          b.x.push_back(0);
+          b.y.push_back(0);
+          std::memcpy(&b.x.back(), batch.tensor(tier, 0) + i * width, width);
+          std::memcpy(&b.y.back(), batch.tensor(tier, 1) + i * width, width);
+        }
+        b.positions.resize(n);
+        b.documents.resize(n);
+        std::memcpy(b.positions.data(), batch.tensor(tier, 2), n * 4);
+        std::memcpy(b.documents.data(), batch.tensor(tier, 3), n * 4);
+        seen.batches.push_back(std::move(b));
+      });
 }
 
 std::string yaml(const std::string& params, const std::string& sampler = "shuffle: true, seed: 3",
@@ -199,10 +186,8 @@ class TokenPackingLoaderTest : public ::testing::Test {
  protected:
   RunReport run(const std::string& text) {
     seen_ = std::make_shared<PackedSeen>();
-    RunReport report =
-        testing_files::run_with(text, [&](Registry& r) { register_packed_sink(r, seen_); });
-    EXPECT_EQ(report.allocations_after_build, 0u);
-    return report;
+    return testing_files::run_preallocated(text,
+                                           [&](Registry& r) { register_packed_sink(r, seen_); });
   }
   /// Runs `params` for two epochs and checks that each unpacks into `documents` exactly.
   void expect_round_trip(const std::string& params,

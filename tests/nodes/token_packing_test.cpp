@@ -2,7 +2,7 @@
 // that fit are never split, longer ones are cut into window-sized pieces, best-fit pads no more
 // than first-fit, blocks bound where a document may go. The loader through the graph, over real
 // files, is token_packing_loader_test.cpp.
-#include "nodes/load/token_packing.hpp"
+#include "flowfeed/nodes/detail/token_packing.hpp"
 
 #include <gtest/gtest.h>
 

@@ -10,8 +10,8 @@
 
 #include "flowfeed/config.hpp"
 #include "flowfeed/nodes/builtin.hpp"
+#include "flowfeed/nodes/detail/token_stream.hpp"
 #include "flowfeed/pipeline.hpp"
-#include "nodes/load/token_stream.hpp"
 #include "tests/nodes/test_files.hpp"
 #include "tests/nodes/token_corpus.hpp"
 
@@ -29,10 +29,8 @@ class TokensLoaderTest : public ::testing::Test {
   }
   RunReport run(const std::string& text) {
     seen_ = std::make_shared<Seen>();
-    RunReport report =
-        testing_files::run_with(text, [&](Registry& r) { register_window_sink(r, seen_); });
-    EXPECT_EQ(report.allocations_after_build, 0u);
-    return report;
+    return testing_files::run_preallocated(text,
+                                           [&](Registry& r) { register_window_sink(r, seen_); });
   }
   /// The windows each epoch saw, by sample index (each exactly once).
   void expect_each_window_once_per_epoch(std::size_t windows, int epochs) {
@@ -347,10 +345,7 @@ TEST_F(TokensLoaderTest, TheSamplingOrderOfAllWindowsIsCheckedAgainstTheBudget) 
   register_window_sink(r, std::make_shared<Seen>());
   const PipelineConfig config = load_config_string(
       yaml("files: " + path + ", context: 8, positions: random, windows: 4294967295"), r);
-  setenv("FLOWFEED_AVAILABLE_MEMORY", "1G", 1);
-  const std::string message = test::error_of<ConfigError>([&] { Pipeline p(config, r); });
-  unsetenv("FLOWFEED_AVAILABLE_MEMORY");
-  EXPECT_EQ(message,
+  EXPECT_EQ(testing_files::build_error_with_memory(config, r, "1G"),
             "<string>:4:5: nodes.load.params (the data set's size): the sampling order of node "
             "'load' (tokens: 4294967295 samples x 4 bytes, twice while an epoch's order replaces "
             "the last) needs 32.0 GiB of host memory, and 1.0 GiB is available "

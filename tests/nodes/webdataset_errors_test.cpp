@@ -11,13 +11,43 @@ namespace {
 
 using namespace webdataset_testing;
 
+/// The message of batch 0 failing for sample `index` of `tar` (member s00`index`.`ext`, at its
+/// offset in the shard `name`): `why`.
+std::string bad_sample_in_batch_0(const std::string& tar, const std::string& name, int index,
+                                  const std::string& why, const char* ext = "jpg") {
+  return fmt::format(
+      "{} batch 0 (epoch 0): {}: sample 's00{}' (member 's00{}.{}' at offset {}): {}", kLoad, tar,
+      index, index, ext, header_of(name, index, ext), why);
+}
+
+/// The message of batch 0 when its sample `sample` of `tar` (at `offset`), a text and not a
+/// JPEG, is dropped once more than max_skipped allows: `dropped` samples dropped in all.
+std::string not_a_jpeg_past_max_skipped(const std::string& tar, const std::string& sample,
+                                        std::uint64_t offset, int dropped, int max_skipped) {
+  return fmt::format(
+      "{} batch 0 (epoch 0): {}: sample '{}' (member '{}.jpg' at offset {}): not a decodable JPEG "
+      "(Not a JPEG file: starts with 0x68 0x65) ({} samples dropped, more than "
+      "pipeline.max_skipped = {})",
+      kLoad, tar, sample, sample, offset, dropped, max_skipped);
+}
+
+/// Under on_error: skip (one sample at most), the run over `tar` with `params` drops its one bad
+/// sample and delivers the other three.
+void expect_bad_sample_skipped(const std::string& tar, const std::string& params) {
+  const Outcome r = run(chain(tar, params, ", on_error: skip, max_skipped: 1"));
+  EXPECT_EQ(r.report.samples, 3u);
+  EXPECT_EQ(r.report.skipped_samples, 1u);
+}
+
 TEST(WebDatasetErrors, TruncatedTarFailsTheBuildWithItsOffset) {
   const std::string tar = corrupt_tar("truncated");
+  // The shard is "whole" cut 100 bytes into the header of its sample 3.
+  const std::uint64_t cut = header_of("whole", 3);
   EXPECT_EQ(build_error(chain(tar, "")),
             fmt::format("{}: {}: truncated tar: the file ends 100 bytes into the header block at "
                         "offset {} (a header is 512 bytes; was the shard cut short while it was "
                         "written or copied?)",
-                        kLoad, tar, header_of("whole", 3)));
+                        kLoad, tar, cut));
 }
 
 TEST(WebDatasetErrors, MemberCutShortFailsTheBuildUnlessSkipped) {
@@ -27,9 +57,7 @@ TEST(WebDatasetErrors, MemberCutShortFailsTheBuildUnlessSkipped) {
                         "short (the shard ends before the size its header declares) (set "
                         "pipeline.on_error: skip to drop such samples)",
                         kLoad, tar, header_of("whole", 3)));
-  Outcome r = run(chain(tar, "", ", on_error: skip, max_skipped: 1"));
-  EXPECT_EQ(r.report.samples, 3u);
-  EXPECT_EQ(r.report.skipped_samples, 1u);
+  expect_bad_sample_skipped(tar, "");
 }
 
 TEST(WebDatasetErrors, SampleWithoutLabelFailsTheBuild) {
@@ -43,23 +71,18 @@ TEST(WebDatasetErrors, SampleWithoutLabelFailsTheBuild) {
 TEST(WebDatasetErrors, UndecodableImagesFailTheirBatchNamingShardMemberAndOffset) {
   const std::string text = corrupt_tar("not_image");
   EXPECT_EQ(run_error(chain(text, "")),
-            fmt::format("{} batch 0 (epoch 0): {}: sample 's002' (member 's002.jpg' at offset "
-                        "{}): not a decodable JPEG (Not a JPEG file: starts with 0x68 0x65)",
-                        kLoad, text, header_of("not_image", 2)));
+            bad_sample_in_batch_0(text, "not_image", 2,
+                                  "not a decodable JPEG (Not a JPEG file: starts with 0x68 0x65)"));
   const std::string empty = corrupt_tar("zero_byte");
   EXPECT_EQ(run_error(chain(empty, "")),
-            fmt::format("{} batch 0 (epoch 0): {}: sample 's002' (member 's002.jpg' at offset "
-                        "{}): empty image (0 bytes)",
-                        kLoad, empty, header_of("zero_byte", 2)));
+            bad_sample_in_batch_0(empty, "zero_byte", 2, "empty image (0 bytes)"));
   const std::string label = corrupt_tar("bad_label");
   EXPECT_EQ(run_error(chain(label, "")),
-            fmt::format("{} batch 0 (epoch 0): {}: sample 's002' (member 's002.jpg' at offset "
-                        "{}): label 'two' in its .cls member is not an integer",
-                        kLoad, label, header_of("bad_label", 2)));
-  EXPECT_EQ(run_error(chain(corrupt_tar("whole"), ", num_classes: 3")),
-            fmt::format("{} batch 0 (epoch 0): {}: sample 's003' (member 's003.jpg' at offset "
-                        "{}): label 3 is out of range [0, 3)",
-                        kLoad, corrupt_tar("whole"), header_of("whole", 3)));
+            bad_sample_in_batch_0(label, "bad_label", 2,
+                                  "label 'two' in its .cls member is not an integer"));
+  EXPECT_EQ(
+      run_error(chain(corrupt_tar("whole"), ", num_classes: 3")),
+      bad_sample_in_batch_0(corrupt_tar("whole"), "whole", 3, "label 3 is out of range [0, 3)"));
 }
 
 TEST(WebDatasetErrors, AJpegCutShortFailsWhenItsCropNeedsTheMissingRows) {
@@ -67,14 +90,10 @@ TEST(WebDatasetErrors, AJpegCutShortFailsWhenItsCropNeedsTheMissingRows) {
   // (it would fill them with grey) and the sample fails.
   const Shards& s = corrupt();
   const std::string tar = s.file("cut_jpeg.tar");
-  EXPECT_EQ(run_error(chain(tar, ", height: 24, width: 32, crop: center, resize: 24")),
-            fmt::format("{} batch 0 (epoch 0): {}: sample 's002' (member 's002.jpg' at offset "
-                        "{}): corrupt JPEG data (Premature end of JPEG file)",
-                        kLoad, tar, header_of("cut_jpeg", 2)));
-  Outcome r = run(chain(tar, ", height: 24, width: 32, crop: center, resize: 24",
-                        ", on_error: skip, max_skipped: 1"));
-  EXPECT_EQ(r.report.samples, 3u);
-  EXPECT_EQ(r.report.skipped_samples, 1u);
+  EXPECT_EQ(
+      run_error(chain(tar, ", height: 24, width: 32, crop: center, resize: 24")),
+      bad_sample_in_batch_0(tar, "cut_jpeg", 2, "corrupt JPEG data (Premature end of JPEG file)"));
+  expect_bad_sample_skipped(tar, ", height: 24, width: 32, crop: center, resize: 24");
 }
 
 TEST(WebDatasetErrors, AJpegClosedEarlyIsABadSampleNotAGreyCrop) {
@@ -83,33 +102,26 @@ TEST(WebDatasetErrors, AJpegClosedEarlyIsABadSampleNotAGreyCrop) {
   const std::string tar = corrupt_tar("cut_jpeg_eoi");
   const std::string params = ", height: 24, width: 32, crop: center, resize: 24";
   EXPECT_EQ(run_error(chain(tar, params)),
-            fmt::format("{} batch 0 (epoch 0): {}: sample 's002' (member 's002.jpg' at offset "
-                        "{}): corrupt JPEG data (Corrupt JPEG data: premature end of data "
-                        "segment)",
-                        kLoad, tar, header_of("cut_jpeg_eoi", 2)));
-  Outcome r = run(chain(tar, params, ", on_error: skip, max_skipped: 1"));
-  EXPECT_EQ(r.report.samples, 3u);
-  EXPECT_EQ(r.report.skipped_samples, 1u);
+            bad_sample_in_batch_0(tar, "cut_jpeg_eoi", 2,
+                                  "corrupt JPEG data (Corrupt JPEG data: premature end of data "
+                                  "segment)"));
+  expect_bad_sample_skipped(tar, params);
 }
 
 TEST(WebDatasetErrors, ACutProgressiveJpegFailsWhateverItsCrop) {
   // Every scan is read before the first row comes out: even a crop of the top rows lacks data.
   const std::string tar = corrupt_tar("cut_progressive");
   EXPECT_EQ(run_error(chain(tar, ", height: 4, width: 4, scale_min: 0.05, scale_max: 0.1")),
-            fmt::format("{} batch 0 (epoch 0): {}: sample 's002' (member 's002.jpg' at offset "
-                        "{}): corrupt JPEG data (Premature end of JPEG file)",
-                        kLoad, tar, header_of("cut_progressive", 2)));
+            bad_sample_in_batch_0(tar, "cut_progressive", 2,
+                                  "corrupt JPEG data (Premature end of JPEG file)"));
 }
 
 TEST(WebDatasetErrors, ACutPngIsABadSample) {
   const std::string tar = corrupt_tar("cut_png");
   EXPECT_EQ(run_error(chain(tar, ", height: 24, width: 32, crop: center, resize: 24")),
-            fmt::format("{} batch 0 (epoch 0): {}: sample 's002' (member 's002.png' at offset "
-                        "{}): not a decodable PNG (Not enough image data)",
-                        kLoad, tar, header_of("cut_png", 2, "png")));
-  Outcome r = run(chain(tar, ", height: 8, width: 8", ", on_error: skip, max_skipped: 1"));
-  EXPECT_EQ(r.report.samples, 3u);
-  EXPECT_EQ(r.report.skipped_samples, 1u);
+            bad_sample_in_batch_0(tar, "cut_png", 2, "not a decodable PNG (Not enough image data)",
+                                  "png"));
+  expect_bad_sample_skipped(tar, ", height: 8, width: 8");
 }
 
 TEST(WebDatasetErrors, ADecompressionBombIsRefusedFromItsHeader) {
@@ -121,26 +133,21 @@ TEST(WebDatasetErrors, ADecompressionBombIsRefusedFromItsHeader) {
       "image than expected: raise nodes.load.params.max_pixels to accept it)",
       tar, header_of("bomb", 2, "png"));
   EXPECT_EQ(run_error(chain(tar, "")), fmt::format("{} batch 0 (epoch 0): {}", kLoad, bad));
-  Outcome r = run(chain(tar, ", height: 8, width: 8", ", on_error: skip, max_skipped: 1"));
-  EXPECT_EQ(r.report.samples, 3u);
-  EXPECT_EQ(r.report.skipped_samples, 1u);
+  expect_bad_sample_skipped(tar, ", height: 8, width: 8");
   // The limit is a param: a lower one refuses the 32x24 pictures too.
-  EXPECT_EQ(run_error(chain(corrupt_tar("whole"), ", height: 8, width: 8, max_pixels: 767")),
-            fmt::format("{} batch 0 (epoch 0): {}: sample 's000' (member 's000.jpg' at offset "
-                        "{}): the image declares 32x24 = 768 pixels, more than max_pixels = 767 "
-                        "(a decompression bomb, or a larger image than expected: raise "
-                        "nodes.load.params.max_pixels to accept it)",
-                        kLoad, corrupt_tar("whole"), header_of("whole", 0)));
+  EXPECT_EQ(
+      run_error(chain(corrupt_tar("whole"), ", height: 8, width: 8, max_pixels: 767")),
+      bad_sample_in_batch_0(corrupt_tar("whole"), "whole", 0,
+                            "the image declares 32x24 = 768 pixels, more than max_pixels = 767 "
+                            "(a decompression bomb, or a larger image than expected: raise "
+                            "nodes.load.params.max_pixels to accept it)"));
 }
 
 TEST(WebDatasetErrors, EachSampleOfAWhollyBadBatchCountsAgainstMaxSkipped) {
   const std::string tar = corrupt_tar("all_bad");
   // One batch of four bad samples is four dropped samples, not one skipped batch.
   EXPECT_EQ(run_error(chain(tar, "", ", batch_size: 4, on_error: skip, max_skipped: 3")),
-            fmt::format("{} batch 0 (epoch 0): {}: sample 'b0' (member 'b0.jpg' at offset {}): "
-                        "not a decodable JPEG (Not a JPEG file: starts with 0x68 0x65) (4 samples "
-                        "dropped, more than pipeline.max_skipped = 3)",
-                        kLoad, tar, header_of("all_bad", 0)));
+            not_a_jpeg_past_max_skipped(tar, "b0", header_of("all_bad", 0), 4, 3));
 }
 
 TEST(WebDatasetErrors, ARunThatDeliversNoSampleFails) {
@@ -223,12 +230,8 @@ TEST(WebDatasetErrors, SkipDropsExactlyTheBadSamplesAndNamesThem) {
                         tar, header_of("mixed", 3)));
 
   // One more than max_skipped ends the run.
-  EXPECT_EQ(
-      run_error(chain(tar, "", ", batch_size: 13, on_error: skip, max_skipped: 2")),
-      fmt::format("{} batch 0 (epoch 0): {}: sample 'bad_text' (member 'bad_text.jpg' at offset "
-                  "{}): not a decodable JPEG (Not a JPEG file: starts with 0x68 0x65) (3 samples "
-                  "dropped, more than pipeline.max_skipped = 2)",
-                  kLoad, tar, header_of("mixed", 3)));
+  EXPECT_EQ(run_error(chain(tar, "", ", batch_size: 13, on_error: skip, max_skipped: 2")),
+            not_a_jpeg_past_max_skipped(tar, "bad_text", header_of("mixed", 3), 3, 2));
 }
 
 TEST(WebDatasetErrors, BytesFieldsArriveZeroPaddedWithTheirLengths) {

@@ -8,8 +8,8 @@
 #include <sstream>
 #include <tuple>
 
-#include "nodes/load/image_augment.hpp"
-#include "nodes/load/image_resample.hpp"
+#include "flowfeed/nodes/detail/image_augment.hpp"
+#include "flowfeed/nodes/detail/image_resample.hpp"
 #include "tests/nodes/webdataset_fixture.hpp"
 
 namespace flowfeed {

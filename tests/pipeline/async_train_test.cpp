@@ -18,7 +18,7 @@
 #include "flowfeed/extend.hpp"
 #include "flowfeed/flowfeed.hpp"
 #include "flowfeed/nodes/builtin.hpp"
-#include "testing/fault_nodes.hpp"
+#include "flowfeed/testing/fault_nodes.hpp"
 #include "tests/error_of.hpp"
 #include "tests/pipeline/run_stopped.hpp"
 

@@ -1,7 +1,9 @@
-// `concurrency: auto` and `prefetch_depth: auto` on real graphs whose stages cost what their delay
-// params say: the tuner gives the slow stage the bodies it needs and leaves the rest, follows a
-// cost that changes mid-run, and memory never grows past the pools sized at build, which fit
-// pipeline.memory_budget. Also the config errors of the new keys.
+// `concurrency: auto` and `prefetch_depth: auto` on real push-mode graphs whose stages cost what
+// their delay params say: the tuner gives the slow stage the bodies it needs and leaves the rest,
+// follows a cost that changes mid-run, serves an asynchronous train node and several devices'
+// branches, stops growing a node whose bodies share one resource, and memory never grows past the
+// pools sized at build, which fit pipeline.memory_budget. Pull mode: autotune_pull_test.cpp; the
+// keys: autotune_config_test.cpp.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -16,83 +18,17 @@
 #include <string>
 #include <thread>
 
-#include "flowfeed/builder.hpp"
 #include "flowfeed/config.hpp"
-#include "flowfeed/error.hpp"
 #include "flowfeed/extend.hpp"
 #include "flowfeed/nodes/builtin.hpp"
 #include "flowfeed/pipeline.hpp"
 #include "flowfeed/registry.hpp"
-#include "tests/error_of.hpp"
+#include "tests/pipeline/autotune_chain.hpp"
 
 namespace flowfeed {
 namespace {
 
-/// A chain of host nodes: synthetic (load_ms), an optional delay transform, staging, upload and a
-/// sleep train step; 8 threads so that sleeping bodies are not short of workers on 2 cores.
-std::string chain(int batches, double load_ms, const std::string& transform, double train_ms,
-                  const std::string& pipeline_extra = "") {
-  return fmt::format(
-      "pipeline: {{ epochs: 1, batch_size: 64, prefetch_depth: auto, threads: 8, device: host{} "
-      "}}\n"
-      "nodes:\n"
-      "  - {{ name: load, type: synthetic, concurrency: auto, params: {{ batches: {}, "
-      "sample_shape: [64], delay_ms: {:g} }} }}\n"
-      "{}"
-      "  - {{ name: stage, type: host_staging, concurrency: 2 }}\n"
-      "  - {{ name: upload, type: host_upload }}\n"
-      "  - {{ name: train, type: sleep, params: {{ ms: {:g} }} }}\n",
-      pipeline_extra, batches, load_ms, transform, train_ms);
-}
-
-RunReport run_yaml(const std::string& yaml) {
-  Registry registry = builtin_registry();
-  Pipeline pipeline(load_config_string(yaml, registry, {}, "auto.yaml"), registry);
-  return pipeline.run();
-}
-
-/// Memory stayed inside what was allocated at build, and that inside the budget.
-void expect_within_budget(const RunReport& r) {
-  const int depth = r.tuning.max_prefetch_depth;
-  EXPECT_TRUE(r.tuning.active);
-  EXPECT_TRUE(r.tuning.within_budget);
-  EXPECT_EQ(r.allocations_after_build, 0u);
-  EXPECT_LE(r.max_in_flight, depth);
-  EXPECT_LE(r.tuning.host_pool_bytes, r.tuning.host_budget_bytes);
-  for (const PoolReport& p : r.pools) {
-    EXPECT_EQ(p.buffers, static_cast<std::size_t>(depth)) << p.name;
-    EXPECT_LE(p.high_water, static_cast<std::size_t>(depth)) << p.name;
-  }
-}
-
-/// Bodies of node `i` that keep the train node busy, from the run's own figures: its time per
-/// batch over the train node's (a loaded machine makes both slower).
-double needed(const RunReport& r, std::size_t i) {
-  const NodeReport& n = r.nodes[i];
-  const NodeReport& train = r.nodes.back();
-  return (n.busy_seconds / static_cast<double>(n.items)) /
-         (train.busy_seconds / static_cast<double>(train.items));
-}
-
-/// The run stayed within its budgets, at a thread budget of `bodies`, and its first decision
-/// raised the loader from its first body.
-TuningDecision first_load_raise(const RunReport& r, int bodies) {
-  expect_within_budget(r);
-  EXPECT_EQ(r.tuning.thread_budget, bodies);
-  if (r.tuning.decisions.empty()) {
-    ADD_FAILURE() << "no decision\n" << r.to_table();
-    return {};
-  }
-  const TuningDecision& first = r.tuning.decisions.front();
-  EXPECT_EQ(first.knob, "nodes.load.concurrency");
-  EXPECT_EQ(first.from, 1);
-  return first;
-}
-
-int settled(const RunReport& r, const std::string& knob) {
-  auto it = r.tuning.settled.find(knob);
-  return it == r.tuning.settled.end() ? -1 : it->second;
-}
+using namespace test::autotune;
 
 TEST(Autotune, ASlowLoaderGetsTheBodiesItNeeds) {
   // 4 ms a batch against a 1 ms train step: 4 bodies keep up, 5 with the tuner's headroom. A
@@ -202,15 +138,6 @@ TEST(Autotune, AMemoryBudgetTooSmallForTheWantedDepthSizesThePoolsForTheMostItAl
             "wanted; host budget 300.0 KiB, device budget 1.0 GiB)");
 }
 
-TEST(Autotune, ABudgetBelowOneBatchInFlightIsAConfigErrorNamingTheKey) {
-  EXPECT_EQ(
-      test::error_of<ConfigError>([&] { run_yaml(chain(10, 0, "", 0, ", memory_budget: 10K")); }),
-      "auto.yaml:3:5: pipeline.prefetch_depth, pipeline.batch_size: pool 'load.host' (1 "
-      "buffers of 16.2 KiB) needs 16.2 KiB of host memory, and 10.0 KiB is available "
-      "(pipeline.memory_budget.host; the process would be killed for want of memory "
-      "mid-run) lower pipeline.prefetch_depth, pipeline.batch_size");
-}
-
 TEST(Autotune, ACostThatRisesMidRunIsFollowed) {
   // The transform costs 0.3 ms for 100 batches, then 4 ms (the data set's cold part).
   const RunReport r = run_yaml(
@@ -233,75 +160,6 @@ TEST(Autotune, ACostThatRisesMidRunIsFollowed) {
   }
   EXPECT_TRUE(followed) << r.to_table();
   EXPECT_GE(settled(r, "nodes.augment.concurrency"), 2) << r.to_table();
-}
-
-/// The chain without its train node, in pull mode: the caller's loop is the train step.
-std::string pull_chain(int batches, double load_ms) {
-  return fmt::format(
-      "pipeline: {{ mode: pull, epochs: 1, batch_size: 64, prefetch_depth: auto, threads: 8, "
-      "device: host }}\n"
-      "nodes:\n"
-      "  - {{ name: load, type: synthetic, concurrency: auto, params: {{ batches: {}, "
-      "sample_shape: [64], delay_ms: {:g} }} }}\n"
-      "  - {{ name: stage, type: host_staging, concurrency: 2 }}\n"
-      "  - {{ name: upload, type: host_upload }}\n",
-      batches, load_ms);
-}
-
-TEST(Autotune, InPullModeTheCallersLoopIsTheTrainStepTheTunerServes) {
-  Registry registry = builtin_registry();
-  Pipeline pipeline(load_config_string(pull_chain(240, 4), registry, {}, "pull.yaml"), registry);
-  Session session = pipeline.start();
-  std::uint64_t taken = 0;
-  while (Batch* b = session.next()) {
-    ++taken;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));  // the caller's step
-    session.release(b);
-  }
-  EXPECT_EQ(taken, 240u);
-  const RunReport r = session.report();
-  // 8 threads for the loader; staging 2, upload 1 and the caller's loop 1 on top.
-  const TuningDecision first = first_load_raise(r, 12);
-  EXPECT_EQ(first.why.rfind("the caller's loop waits ", 0), 0u) << first.why;
-  EXPECT_NE(first.why.find("and the caller's loop takes "), std::string::npos) << first.why;
-  // 4 ms a batch against a step of 1 ms and more: at least 3 bodies.
-  EXPECT_GE(settled(r, "nodes.load.concurrency"), 3) << r.to_table();
-  EXPECT_EQ(r.nodes[0].concurrency, settled(r, "nodes.load.concurrency"));
-  EXPECT_EQ(pipeline.free_buffers(), pipeline.total_buffers());
-}
-
-TEST(Autotune, APullCallerHoldingEveryBatchInFlightRaisesTheDepthInsteadOfStalling) {
-  Registry registry = builtin_registry();
-  Pipeline pipeline(
-      load_config_string(pull_chain(40, 0), registry, {"pipeline.stall_timeout_s=5"}, "pull.yaml"),
-      registry);
-  Session session = pipeline.start();
-  // The tuner starts at one batch per body and one more (load 1, staging 2, upload 1: 5); the
-  // caller keeps 12 before it gives any back.
-  std::vector<Batch*> held;
-  for (int i = 0; i < 12; ++i) {
-    Batch* b = session.next();
-    ASSERT_NE(b, nullptr) << i;
-    EXPECT_EQ(b->seq, static_cast<std::uint64_t>(i));
-    held.push_back(b);
-  }
-  for (Batch* b : held) session.release(b);
-  std::uint64_t rest = 0;
-  while (Batch* b = session.next()) {
-    ++rest;
-    session.release(b);
-  }
-  EXPECT_EQ(rest, 28u);
-  const RunReport r = session.report();
-  expect_within_budget(r);
-  EXPECT_GE(r.max_in_flight, 12);
-  bool said = false;
-  for (const TuningDecision& d : r.tuning.decisions) {
-    if (d.why == "the caller holds 5 batches and asks for another: 6 may be in flight") {
-      said = d.knob == "pipeline.prefetch_depth" && d.from == 5 && d.to == 6;
-    }
-  }
-  EXPECT_TRUE(said) << r.to_table();
 }
 
 TEST(Autotune, WithSeveralDevicesTheBranchesTrainNodesTogetherSetTheRateAndCopiesShareAKnob) {
@@ -342,44 +200,6 @@ TEST(Autotune, WithSeveralDevicesTheBranchesTrainNodesTogetherSetTheRateAndCopie
       EXPECT_EQ(n.concurrency, upload) << n.name;
     }
   }
-}
-
-TEST(Autotune, AutoIsAcceptedFromSetAndFixedValuesStayUntuned) {
-  Registry registry = builtin_registry();
-  const std::string yaml = chain(10, 0, "", 0);
-  const PipelineConfig c = load_config_string(
-      yaml, registry, {"pipeline.prefetch_depth=8", "nodes.load.concurrency=3"}, "auto.yaml");
-  EXPECT_FALSE(c.pipeline.auto_prefetch_depth);
-  EXPECT_EQ(c.pipeline.prefetch_depth, 8);
-  EXPECT_FALSE(c.nodes[0].auto_concurrency);
-  EXPECT_EQ(c.nodes[0].concurrency, 3);
-  Pipeline pipeline(c, registry);
-  const RunReport r = pipeline.run();
-  EXPECT_FALSE(r.tuning.active);
-  EXPECT_TRUE(r.tuning.decisions.empty());
-}
-
-TEST(Autotune, TheBuilderSetsTheSameKnobs) {
-  Registry registry = builtin_registry();
-  Pipeline pipeline = PipelineBuilder()
-                          .batch_size(64)
-                          .auto_prefetch_depth()
-                          .memory_budget(std::uint64_t{64} << 20)
-                          .threads(4)
-                          .thread_budget(4)
-                          .device(DeviceChoice::host)
-                          .load("synthetic", {{"batches", 60}, {"sample_shape", {64}}})
-                          .auto_concurrency()
-                          .train("sleep", {{"ms", 1.0}})
-                          .build(registry);
-  const RunReport r = pipeline.run();
-  EXPECT_EQ(r.batches, 60u);
-  EXPECT_TRUE(r.tuning.active);
-  EXPECT_EQ(r.tuning.thread_budget, 4);
-  EXPECT_EQ(r.tuning.host_budget_bytes, std::uint64_t{64} << 20);
-  // Pools for 2 × (4 threads + 2 nodes) batches.
-  EXPECT_EQ(r.tuning.max_prefetch_depth, 12);
-  expect_within_budget(r);
 }
 
 /// An asynchronous train node whose work takes `ms` per batch, one batch after another, on a
@@ -487,56 +307,6 @@ TEST(Autotune, ATransformWhoseBodiesShareOneResourceStopsGrowingWhenMoreBodiesGa
     }
   }
   EXPECT_LE(settled(r, "nodes.augment.concurrency"), raise.to);
-}
-
-std::string config_error(const std::string& yaml) {
-  Registry registry = builtin_registry();
-  return test::error_of<ConfigError>([&] { load_config_string(yaml, registry, {}, "auto.yaml"); });
-}
-
-TEST(Autotune, TheNewKeysBadValuesAreErrorsWithTheirPosition) {
-  EXPECT_EQ(config_error("pipeline: { prefetch_depth: lots }\n"
-                         "nodes:\n"
-                         "  - { name: load, type: synthetic, concurrency: fast }\n"
-                         "  - { name: train, type: discard }\n"),
-            "auto.yaml:1:29: pipeline.prefetch_depth: expected an int or auto, got 'lots'\n"
-            "auto.yaml:3:49: nodes[0].concurrency: expected an int or auto, got 'fast'");
-  EXPECT_EQ(config_error("pipeline:\n"
-                         "  memory_budget: { host: lots, hots: 1G, device: 120% }\n"
-                         "  thread_budget: -1\n"
-                         "nodes:\n"
-                         "  - { name: load, type: synthetic }\n"
-                         "  - { name: train, type: discard }\n"),
-            "auto.yaml:3:18: pipeline.thread_budget: -1 is out of range (must be between 0 and "
-            "4096)\n"
-            "auto.yaml:2:26: pipeline.memory_budget.host: expected a byte count above 0 "
-            "(1073741824, 512M, 16G) or a share of what is available (50%), got 'lots'\n"
-            "auto.yaml:2:32: pipeline.memory_budget.hots: unknown key (did you mean 'host'?)\n"
-            "auto.yaml:2:50: pipeline.memory_budget.device: expected a byte count above 0 "
-            "(1073741824, 512M, 16G) or a share of what is available (50%), got '120%'");
-}
-
-TEST(Autotune, MemoryBudgetTakesBytesOrAShare) {
-  Registry registry = builtin_registry();
-  const PipelineConfig c = load_config_string(
-      "pipeline: { memory_budget: { host: 25%, device: 16G }, thread_budget: 4 }\n"
-      "nodes:\n"
-      "  - { name: load, type: synthetic }\n"
-      "  - { name: train, type: discard }\n",
-      registry, {}, "auto.yaml");
-  EXPECT_DOUBLE_EQ(c.pipeline.memory_budget.host.share, 0.25);
-  EXPECT_EQ(c.pipeline.memory_budget.device.bytes, std::uint64_t{16} << 30);
-  EXPECT_EQ(c.pipeline.thread_budget, 4);
-  const std::string plain =
-      "nodes:\n  - { name: load, type: synthetic }\n  - { name: train, type: discard }\n";
-  const PipelineConfig h =
-      load_config_string("pipeline: { memory_budget: 2G }\n" + plain, registry, {}, "auto.yaml");
-  EXPECT_EQ(h.pipeline.memory_budget.host.bytes, std::uint64_t{2} << 30);
-  EXPECT_FALSE(h.pipeline.memory_budget.device.set());
-  const PipelineConfig d =
-      load_config_string(plain, registry, {"pipeline.memory_budget.device=50%"}, "auto.yaml");
-  EXPECT_DOUBLE_EQ(d.pipeline.memory_budget.device.share, 0.5);
-  EXPECT_FALSE(d.pipeline.memory_budget.host.set());
 }
 
 }  // namespace

@@ -26,10 +26,6 @@ fs::path temp_dir(const std::string& name) {
   return test::fresh_path("ckdir", name);
 }
 
-std::string slurp(const fs::path& path) {
-  return test::read_file(path.string());
-}
-
 std::set<std::string> names(const fs::path& dir) {
   std::set<std::string> out;
   for (const auto& e : fs::directory_iterator(dir)) out.insert(e.path().filename().string());
@@ -38,6 +34,12 @@ std::set<std::string> names(const fs::path& dir) {
 
 const std::map<std::string, std::pair<std::string, std::string>> kState = {
     {"train", {"mlp", "weights"}}};
+
+/// Replaces the directory's list of its files (flowfeed-files.json) with one naming `files`.
+void write_file_list(const fs::path& dir, const std::string& files) {
+  std::ofstream(dir / "flowfeed-files.json", std::ios::trunc)
+      << "{\"format\": \"flowfeed checkpoint files\", \"files\": [" << files << "]}";
+}
 
 Checkpoint at(std::uint64_t next) {
   return make_checkpoint(Sampler(SamplerOptions{true, 9, false, 0, 1}, 1000, 10), next, {}, next);
@@ -59,8 +61,8 @@ TEST(CheckpointDir, ADirectoryOfOtherFilesIsRefusedAndLeftAsItWas) {
   EXPECT_EQ(test::error_of<ConfigError>([&] { write_checkpoint(dir, at(3), kState); }),
             own_dir_refusal(dir, "train.bin"));
   EXPECT_EQ(names(dir), (std::set<std::string>{"train.bin", "val.bin", "x.tmp"}));
-  EXPECT_EQ(slurp(dir / "train.bin"), "tokens");
-  EXPECT_EQ(slurp(dir / "val.bin"), "more tokens");
+  EXPECT_EQ(test::read_file(dir / "train.bin"), "tokens");
+  EXPECT_EQ(test::read_file(dir / "val.bin"), "more tokens");
 }
 
 TEST(CheckpointDir, AFileAddedToACheckpointIsRefusedAndNotRemoved) {
@@ -69,7 +71,7 @@ TEST(CheckpointDir, AFileAddedToACheckpointIsRefusedAndNotRemoved) {
   std::ofstream(dir / "notes.bin") << "mine";
   EXPECT_EQ(test::error_of<ConfigError>([&] { write_checkpoint(dir, at(4), kState); }),
             own_dir_refusal(dir, "notes.bin"));
-  EXPECT_EQ(slurp(dir / "notes.bin"), "mine");
+  EXPECT_EQ(test::read_file(dir / "notes.bin"), "mine");
   EXPECT_EQ(read_checkpoint(dir).samples, 30u);
   // A report written over the manifest's name is not a manifest of ours either.
   const fs::path other = temp_dir("report");
@@ -97,9 +99,7 @@ TEST(CheckpointDir, AnExistingCheckpointIsContinuedAndWhatACrashLeftIsRemoved) {
   write_checkpoint(dir, at(3), kState);
   // A write that crashed after the list named generation 2 and its node file was half written,
   // and while the manifest was replaced.
-  std::ofstream(dir / "flowfeed-files.json", std::ios::trunc)
-      << "{\"format\": \"flowfeed checkpoint files\", \"files\": [\"train.1.bin\", "
-         "\"train.2.bin\", \"train.2.bin.tmp\"]}";
+  write_file_list(dir, "\"train.1.bin\", \"train.2.bin\", \"train.2.bin.tmp\"");
   std::ofstream(dir / "train.2.bin.tmp") << "wei";
   std::ofstream(dir / "pipeline.json.tmp") << "{\"form";
   EXPECT_EQ(read_checkpoint(dir).samples, 30u);
@@ -121,9 +121,7 @@ TEST(CheckpointDir, AListThatNamesAFileOtherThanANodeFileIsRefused) {
   // Otherwise the next write would remove what it names: here the manifest itself.
   const fs::path dir = temp_dir("bad_list");
   write_checkpoint(dir, at(3), kState);
-  std::ofstream(dir / "flowfeed-files.json", std::ios::trunc)
-      << "{\"format\": \"flowfeed checkpoint files\", \"files\": [\"train.1.bin\", "
-         "\"pipeline.json\"]}";
+  write_file_list(dir, "\"train.1.bin\", \"pipeline.json\"");
   EXPECT_EQ(test::error_of<ConfigError>([&] { write_checkpoint(dir, at(4), kState); }),
             dir.string() +
                 ": flowfeed-files.json: 'pipeline.json' is not a node file (node files are "
@@ -137,7 +135,7 @@ TEST(CheckpointDir, ASecondWriterIsRefusedNamingTheHolder) {
   {
     CheckpointDir first(dir.string());
     first.write(at(3), kState);
-    EXPECT_EQ(slurp(dir / "flowfeed.lock"),
+    EXPECT_EQ(test::read_file(dir / "flowfeed.lock"),
               "flowfeed checkpoint lock\npid " + std::to_string(getpid()) + "\n");
     EXPECT_EQ(test::error_of<ConfigError>([&] { CheckpointDir second(dir.string()); }),
               dir.string() + ": another run (pid " + std::to_string(getpid()) +
@@ -165,7 +163,7 @@ TEST(CheckpointDir, APathThatCannotBeAnOwnDirectoryIsRefusedBeforeAnyWrite) {
             (base / "file").string() +
                 ": is not a directory (a checkpoint is a directory of files) give --checkpoint an "
                 "empty or new directory");
-  EXPECT_EQ(slurp(base / "file"), "x");
+  EXPECT_EQ(test::read_file(base / "file"), "x");
 }
 
 /// The message of read_checkpoint(path), the manifest's path written as M.
@@ -224,7 +222,7 @@ std::string resume_message(const std::string& name,
   for (auto& a : ahead) a += next;
   write_checkpoint(dir, make_checkpoint(s, next, ahead, next), kState);
   const fs::path manifest = dir / "pipeline.json";
-  const std::string text = edit(slurp(manifest));
+  const std::string text = edit(test::read_file(manifest));
   std::ofstream(manifest, std::ios::trunc) << text;
   try {
     const Checkpoint c = read_checkpoint(dir);
@@ -301,45 +299,31 @@ TEST(CheckpointRead, PositionsOutsideTheRunAreErrorsNamingTheAllowedRange) {
             "M: cursor.finished_ahead: 300 is past the end of the run: 196 batches of this rank "
             "follow the cursor's in 2 epochs (allowed: ascending offsets 1 to 196; the checkpoint "
             "is corrupt or from a longer run) resume from a complete checkpoint of this run");
-  EXPECT_EQ(resume_message("ahead_negative",
-                           [](std::string t) {
-                             return test::replace_once(t, "\"finished_ahead\": []",
-                                                       "\"finished_ahead\": [-1]");
-                           }),
+  // Each field edited to a value out of its range or of another type, and what the resume says.
+  for (const test::EditCase& e : std::initializer_list<test::EditCase>{
+           {"ahead_negative", "\"finished_ahead\": []", "\"finished_ahead\": [-1]",
             "M: cursor.finished_ahead: expected a list of non-negative integers, found [-1] (the "
-            "checkpoint is corrupt) resume from a complete one");
-  EXPECT_EQ(
-      resume_message("ahead_type",
-                     [](std::string t) {
-                       return test::replace_once(t, "\"finished_ahead\": []",
-                                                 "\"finished_ahead\": {\"a\": 1}");
-                     }),
-      "M: cursor.finished_ahead: expected a list of non-negative integers, found {\"a\":1} (the "
-      "checkpoint is corrupt) resume from a complete one");
-  EXPECT_EQ(resume_message("negative",
-                           [](std::string t) {
-                             return test::replace_once(t, "\"epoch\": 0", "\"epoch\": -1");
-                           }),
+            "checkpoint is corrupt) resume from a complete one"},
+           {"ahead_type", "\"finished_ahead\": []", "\"finished_ahead\": {\"a\": 1}",
+            "M: cursor.finished_ahead: expected a list of non-negative integers, found {\"a\":1} "
+            "(the "
+            "checkpoint is corrupt) resume from a complete one"},
+           {"negative", "\"epoch\": 0", "\"epoch\": -1",
             "M: cursor.epoch: expected a non-negative integer, found -1 (the checkpoint is "
-            "corrupt) resume from a complete one");
-  EXPECT_EQ(resume_message("fraction",
-                           [](std::string t) {
-                             return test::replace_once(t, "\"samples\": 30", "\"samples\": 30.5");
-                           }),
+            "corrupt) resume from a complete one"},
+           {"fraction", "\"samples\": 30", "\"samples\": 30.5",
             "M: cursor.samples: expected a non-negative integer, found 30.5 (the checkpoint is "
-            "corrupt) resume from a complete one");
-  EXPECT_EQ(resume_message("epoch_range",
-                           [](std::string t) {
-                             return test::replace_once(t, "\"epoch\": 0", "\"epoch\": 4294967296");
-                           }),
+            "corrupt) resume from a complete one"},
+           {"epoch_range", "\"epoch\": 0", "\"epoch\": 4294967296",
             "M: cursor.epoch: 4294967296 is out of range (0 to 4294967295; the checkpoint is "
-            "corrupt) resume from a complete one");
-  EXPECT_EQ(resume_message("file_dots",
-                           [](std::string t) {
-                             return test::replace_once(t, "\"file\": \"train.1.bin\"",
-                                                       "\"file\": \"..\"");
-                           }),
-            "M: nodes.train.file: '..' is not a file name inside the checkpoint");
+            "corrupt) resume from a complete one"},
+           {"file_dots", "\"file\": \"train.1.bin\"", "\"file\": \"..\"",
+            "M: nodes.train.file: '..' is not a file name inside the checkpoint"},
+       }) {
+    EXPECT_EQ(
+        resume_message(e.name, [&](std::string t) { return test::replace_once(t, e.from, e.to); }),
+        e.message);
+  }
 }
 
 TEST(CheckpointRead, DeepNestingIsRefusedBeforeParsingAndAnyNodeNameIsFound) {
@@ -403,7 +387,7 @@ TEST(CheckpointRead, FuzzSeedCorpusReadsOrIsRefused) {
   int seeds = 0, accepted = 0;
   for (const auto& seed :
        fs::directory_iterator(fs::path(FLOWFEED_SOURCE_DIR) / "tests/fuzz/checkpoint_corpus")) {
-    const std::string input = slurp(seed.path());
+    const std::string input = test::read_file(seed.path());
     const std::size_t nul = input.find('\0');
     std::ofstream(dir / "pipeline.json", std::ios::trunc) << input.substr(0, nul);
     fs::remove(dir / "flowfeed-files.json");

@@ -27,10 +27,6 @@ fs::path temp_dir(const std::string& name) {
   return test::fresh_path("ckpt", name);
 }
 
-std::string slurp(const fs::path& path) {
-  return test::read_file(path.string());
-}
-
 /// The samples of global step `step`: every rank's batch `step`, together.
 std::multiset<std::uint32_t> global_step(std::size_t n, std::size_t batch, int world,
                                          std::uint32_t epoch, std::size_t step) {
@@ -162,7 +158,7 @@ std::string read_error(const std::string& name, const std::function<std::string(
   Sampler s(SamplerOptions{true, 9, false, 0, 1}, 1000, 10);
   write_checkpoint(dir, make_checkpoint(s, 3, {}, 3), {{"train", {"mlp", "weights"}}});
   const fs::path manifest = dir / "pipeline.json";
-  const std::string text = edit(slurp(manifest));
+  const std::string text = edit(test::read_file(manifest));
   std::ofstream(manifest, std::ios::trunc) << text;
   if (dir_out) *dir_out = dir;
   try {
@@ -181,35 +177,28 @@ TEST(CheckpointFiles, CorruptTruncatedAndFutureFilesNameTheField) {
             "M:4:8: not a checkpoint: syntax error while parsing object key - invalid string: "
             "missing closing quote; last read: '\"samp'; expected string literal (the file is "
             "truncated or corrupt) resume from a complete checkpoint");
-  EXPECT_EQ(read_error("future",
-                       [](std::string t) {
-                         return test::replace_once(t, "\"version\": 1", "\"version\": 3");
-                       }),
+  // A field edited to another value or type, and what reading the manifest says.
+  for (const test::EditCase& e : std::initializer_list<test::EditCase>{
+           {"future", "\"version\": 1", "\"version\": 3",
             "M: version: 3 is newer than this build reads (version 2; written by a newer "
-            "flowfeed) resume with the flowfeed that wrote it");
-  EXPECT_EQ(read_error("type",
-                       [](std::string t) {
-                         return test::replace_once(t, "\"samples\": 30", "\"samples\": \"30\"");
-                       }),
+            "flowfeed) resume with the flowfeed that wrote it"},
+           {"type", "\"samples\": 30", "\"samples\": \"30\"",
             "M: cursor.samples: expected a non-negative integer, found \"30\" (the checkpoint is "
-            "corrupt) resume from a complete one");
-  EXPECT_EQ(read_error("missing",
-                       [](std::string t) { return test::replace_once(t, "\"seed\": 9,", ""); }),
+            "corrupt) resume from a complete one"},
+           {"missing", "\"seed\": 9,", "",
             "M: sampler.seed: missing (the checkpoint is incomplete or corrupt) resume from a "
-            "complete one");
-  EXPECT_EQ(read_error("samples",
-                       [](std::string t) {
-                         return test::replace_once(t, "\"samples\": 30", "\"samples\": 35");
-                       }),
+            "complete one"},
+           {"samples", "\"samples\": 30", "\"samples\": 35",
             "M: cursor.samples: 35 is not a whole number of global batches of 10 inside the data "
-            "set of 1000 samples (the checkpoint is corrupt) resume from a complete one");
-  EXPECT_EQ(read_error("format",
-                       [](std::string t) {
-                         return test::replace_once(t, "\"flowfeed checkpoint\"",
-                                                   "\"something else\"");
-                       }),
+            "set of 1000 samples (the checkpoint is corrupt) resume from a complete one"},
+           {"format", "\"flowfeed checkpoint\"", "\"something else\"",
             "M: format: expected \"flowfeed checkpoint\", found \"something else\" (not a flowfeed "
-            "checkpoint) point pipeline.resume_from at a directory --checkpoint wrote");
+            "checkpoint) point pipeline.resume_from at a directory --checkpoint wrote"},
+       }) {
+    EXPECT_EQ(
+        read_error(e.name, [&](std::string t) { return test::replace_once(t, e.from, e.to); }),
+        e.message);
+  }
   fs::path dir;
   read_error(
       "node", [](std::string t) { return t; }, &dir);

@@ -72,18 +72,23 @@ TEST(Config, BadOverridesNameTheOverride) {
 }
 
 TEST(Config, AnIntWithALeadingZeroIsCalledOctalOnlyWhenItIs) {
-  EXPECT_EQ(error_of(kGood, {"pipeline.epochs=010"}),
-            "--set pipeline.epochs=010: pipeline.epochs: expected an int, got '010' (a leading "
-            "zero would make YAML read it as octal) write it without the zero");
+  // The message for --set pipeline.epochs=`value`, after its "--set ...: pipeline.epochs: ".
+  const auto epochs = [](const std::string& value) {
+    const std::string prefix = "--set pipeline.epochs=" + value + ": pipeline.epochs: ";
+    const std::string message = error_of(kGood, {"pipeline.epochs=" + value});
+    EXPECT_EQ(message.rfind(prefix, 0), 0u) << message;
+    return message.substr(std::min(prefix.size(), message.size()));
+  };
+  EXPECT_EQ(epochs("010"),
+            "expected an int, got '010' (a leading zero would make YAML read it as octal) write it "
+            "without the zero");
   // Before, each of these was said to be octal too.
-  EXPECT_EQ(error_of(kGood, {"pipeline.epochs=0x10"}),
-            "--set pipeline.epochs=0x10: pipeline.epochs: expected an int, got '0x10' "
-            "(hexadecimal, octal and binary forms are not read) write it in decimal");
-  EXPECT_EQ(error_of(kGood, {"pipeline.epochs=0.5"}),
-            "--set pipeline.epochs=0.5: pipeline.epochs: expected an int, got '0.5'");
-  EXPECT_EQ(error_of(kGood, {"pipeline.epochs=9223372036854775807"}),
-            "--set pipeline.epochs=9223372036854775807: pipeline.epochs: 9223372036854775807 is "
-            "out of range (must be between 1 and 1000000)");
+  EXPECT_EQ(epochs("0x10"),
+            "expected an int, got '0x10' (hexadecimal, octal and binary forms are not read) write "
+            "it in decimal");
+  EXPECT_EQ(epochs("0.5"), "expected an int, got '0.5'");
+  EXPECT_EQ(epochs("9223372036854775807"),
+            "9223372036854775807 is out of range (must be between 1 and 1000000)");
 }
 
 TEST(Config, UnknownKeysSuggestTheClosest) {

@@ -89,9 +89,9 @@ nodes:
   - { name: upload, type: host_upload }
   - { name: train, type: tally }
 )",
-                                             registry);
-  EXPECT_EQ(config.nodes[0].role, Role::load);
+                                             registry, {}, "custom.yaml");
   EXPECT_EQ(config.nodes[0].params.get_string("order"), "plain");  // the custom default
+  EXPECT_EQ(config.nodes[0].role, Role::load);
   Pipeline pipeline(std::move(config), registry);
   RunReport report = pipeline.run();
   EXPECT_EQ(report.batches, 3u);
@@ -246,8 +246,7 @@ nodes:
   - { name: train, type: collect }
 )",
                                              registry);
-  EXPECT_EQ(config.nodes[2].role, Role::transform);
-  EXPECT_EQ(config.nodes[4].role, Role::transform);
+  for (const int transform : {2, 4}) EXPECT_EQ(config.nodes[transform].role, Role::transform);
   Pipeline pipeline(std::move(config), registry);
   RunReport report = pipeline.run();
   EXPECT_EQ(report.batches, 3u);

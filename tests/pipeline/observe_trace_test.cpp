@@ -18,6 +18,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "flowfeed/flowfeed.hpp"
 #include "flowfeed/nodes/builtin.hpp"
@@ -78,6 +79,15 @@ bool has_label(const XmlCheck& xml, const std::string& prefix) {
                      [&](const std::string& t) { return t.rfind(prefix, 0) == 0; });
 }
 
+/// The timeline SVG of `trace`, parsed, and a failure for each of `labels` it does not show.
+XmlCheck timeline_showing(const Trace& trace, const std::vector<std::string>& labels) {
+  std::ostringstream svg;
+  trace.write_timeline_svg(svg);
+  XmlCheck xml = parse_xml(svg.str());
+  for (const std::string& label : labels) EXPECT_TRUE(has_label(xml, label)) << label;
+  return xml;
+}
+
 // Per track of a Chrome trace, "X" events must not overlap partially (viewers need nesting).
 void expect_tracks_well_nested(const nlohmann::json& events) {
   std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> tracks;
@@ -117,14 +127,9 @@ TEST(ObserveTrace, SvgAndChromeTraceParseAndShowEveryNode) {
     }
   }
 
-  std::ostringstream svg;
-  trace.write_timeline_svg(svg);
-  const XmlCheck xml = parse_xml(svg.str());
+  const XmlCheck xml = timeline_showing(trace, {"load (synthetic x3)", "stage (host_staging)",
+                                                "upload (host_upload)", "train (sleep)"});
   ASSERT_TRUE(xml.ok) << xml.error;
-  EXPECT_TRUE(has_label(xml, "load (synthetic x3)"));
-  EXPECT_TRUE(has_label(xml, "stage (host_staging)"));
-  EXPECT_TRUE(has_label(xml, "upload (host_upload)"));
-  EXPECT_TRUE(has_label(xml, "train (sleep)"));
   // One bar per batch and node (each with a tooltip title), plus the lane backgrounds.
   EXPECT_EQ(xml.elements.at("title"), 30 * 4);
   EXPECT_EQ(xml.elements.at("rect"), 30 * 4 + 4 + 1);
@@ -234,13 +239,14 @@ Registry registry_with_async() {
 
 TEST(ObserveTrace, AsynchronousNodesGetStreamLanes) {
   const Registry registry = registry_with_async();
-  const std::string yaml =
-      "pipeline: { epochs: 1, batch_size: 8, prefetch_depth: 4, threads: 2, device: host }\n"
-      "nodes:\n"
-      "  - { name: load, type: synthetic, params: { batches: 24, sample_shape: [8] } }\n"
-      "  - { name: stage, type: host_staging }\n"
-      "  - { name: up, type: threaded_upload }\n"
-      "  - { name: train, type: checksum }\n";
+  const std::string yaml = R"(
+pipeline: { epochs: 1, batch_size: 8, prefetch_depth: 4, threads: 2, device: host }
+nodes:
+  - { name: load, type: synthetic, params: { batches: 24, sample_shape: [8] } }
+  - { name: stage, type: host_staging }
+  - { name: up, type: threaded_upload }
+  - { name: train, type: checksum }
+)";
   Trace trace;
   const RunReport r = run_yaml(yaml, registry, traced_into(&trace));
   ASSERT_EQ(r.batches, 24u);
@@ -257,12 +263,8 @@ TEST(ObserveTrace, AsynchronousNodesGetStreamLanes) {
     EXPECT_GE(s.end - s.start, 0.002);  // submit to completion
   }
 
-  std::ostringstream svg;
-  trace.write_timeline_svg(svg);
-  const XmlCheck xml = parse_xml(svg.str());
-  ASSERT_TRUE(xml.ok) << xml.error;
-  EXPECT_TRUE(has_label(xml, "up stream 0"));
-  EXPECT_TRUE(has_label(xml, "up stream 1"));
+  const XmlCheck xml = timeline_showing(trace, {"up stream 0", "up stream 1"});
+  EXPECT_TRUE(xml.ok) << xml.error;
 
   std::ostringstream chrome;
   trace.write_chrome_trace(chrome);

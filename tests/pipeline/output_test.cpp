@@ -171,28 +171,34 @@ std::string paths_error(const std::vector<NamedPath>& paths) {
   return test::error_of<ConfigError>([&] { check_paths_apart(paths); });
 }
 
+/// paths_error with each `dir` in the message written as "D".
+std::string paths_error_in(const std::string& dir, const std::vector<NamedPath>& paths) {
+  std::string message = paths_error(paths);
+  for (std::size_t at = 0; (at = message.find(dir, at)) != std::string::npos;) {
+    message.replace(at, dir.size(), "D");
+  }
+  return message;
+}
+
 TEST(OutputPaths, AnOutputInsideTheCheckpointDirectoryIsRefusedThroughDotDotAndLinks) {
   using Use = NamedPath::Use;
   const std::string dir = temp_path("apart");
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir + "/ck");
   std::filesystem::create_directory_symlink(dir + "/ck", dir + "/link");
-  EXPECT_EQ(paths_error({{"--checkpoint", dir + "/ck", Use::directory},
-                         {"--report", dir + "/ck/pipeline.json", Use::output}}),
-            "--report " + dir + "/ck/pipeline.json: inside the --checkpoint directory " + dir +
-                "/ck (the files there are the checkpoint's) choose another path");
-  EXPECT_EQ(paths_error({{"--checkpoint", dir + "/ck/", Use::directory},
-                         {"--trace", dir + "/link/../ck/./t.json", Use::output},
-                         {"--timeline", dir + "/link/t.svg", Use::output}}),
-            "--trace " + dir + "/link/../ck/./t.json: inside the --checkpoint directory " + dir +
-                "/ck/ (the files there are the checkpoint's) choose another path\n"
-                "--timeline " +
-                dir + "/link/t.svg: inside the --checkpoint directory " + dir +
-                "/ck/ (the files there are the checkpoint's) choose another path");
-  EXPECT_EQ(paths_error({{"--checkpoint", dir + "/ck", Use::directory},
-                         {"--report", dir + "/link", Use::output}}),
-            "--report " + dir + "/link: the same path as the --checkpoint directory " + dir +
-                "/ck choose another path");
+  const std::string theirs = " (the files there are the checkpoint's) choose another path";
+  EXPECT_EQ(paths_error_in(dir, {{"--checkpoint", dir + "/ck", Use::directory},
+                                 {"--report", dir + "/ck/pipeline.json", Use::output}}),
+            "--report D/ck/pipeline.json: inside the --checkpoint directory D/ck" + theirs);
+  EXPECT_EQ(paths_error_in(dir, {{"--checkpoint", dir + "/ck/", Use::directory},
+                                 {"--trace", dir + "/link/../ck/./t.json", Use::output},
+                                 {"--timeline", dir + "/link/t.svg", Use::output}}),
+            "--trace D/link/../ck/./t.json: inside the --checkpoint directory D/ck/" + theirs +
+                "\n--timeline D/link/t.svg: inside the --checkpoint directory D/ck/" + theirs);
+  EXPECT_EQ(
+      paths_error_in(dir, {{"--checkpoint", dir + "/ck", Use::directory},
+                           {"--report", dir + "/link", Use::output}}),
+      "--report D/link: the same path as the --checkpoint directory D/ck choose another path");
   // A directory beside it whose name starts the same is not inside it.
   EXPECT_EQ(paths_error({{"--checkpoint", dir + "/ck", Use::directory},
                          {"--report", dir + "/ck2/r.json", Use::output}}),
@@ -207,15 +213,13 @@ TEST(OutputPaths, TwoOutputsOrAnOutputAndAnInputNamingOneFileAreRefused) {
   std::filesystem::create_directories(dir + "/sub");
   std::ofstream(dir + "/x.yaml") << "{}\n";
   std::filesystem::create_symlink(dir + "/x.yaml", dir + "/alias.json");
-  EXPECT_EQ(paths_error({{"config", dir + "/x.yaml", Use::input},
-                         {"--report", dir + "/out.json", Use::output},
-                         {"--trace", dir + "/sub/../out.json", Use::output},
-                         {"--timeline", dir + "/alias.json", Use::output}}),
-            "--trace " + dir + "/sub/../out.json: the same file as --report " + dir +
-                "/out.json (one would replace the other) choose another path\n"
-                "--timeline " +
-                dir + "/alias.json: the same file as config " + dir +
-                "/x.yaml (writing it would replace what was read) choose another path");
+  EXPECT_EQ(paths_error_in(dir, {{"config", dir + "/x.yaml", Use::input},
+                                 {"--report", dir + "/out.json", Use::output},
+                                 {"--trace", dir + "/sub/../out.json", Use::output},
+                                 {"--timeline", dir + "/alias.json", Use::output}}),
+            "--trace D/sub/../out.json: the same file as --report D/out.json (one would replace "
+            "the other) choose another path\n--timeline D/alias.json: the same file as config "
+            "D/x.yaml (writing it would replace what was read) choose another path");
   // Special files replace nothing: two outputs may share /dev/null.
   EXPECT_EQ(
       paths_error({{"--report", "/dev/null", Use::output}, {"--trace", "/dev/null", Use::output}}),

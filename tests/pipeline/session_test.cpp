@@ -282,8 +282,8 @@ TEST(Session, RequestStopEndsAfterTheBatchesInFlight) {
 TEST(Session, RequestAbortEndsAtOnce) {
   Registry registry = builtin_registry();
   Pipeline pipeline = feeder(64 * 100000, 64, 8).build(registry);
-  Session session = pipeline.start();
   std::uint64_t n = 0;
+  Session session = pipeline.start();
   while (Batch* b = session.next()) {
     if (++n == 3) pipeline.request_abort();
     session.release(b);
@@ -338,16 +338,20 @@ TEST(Session, AStalledGraphFailsNextAfterTheTimeout) {
                 at(l_slow) + ") is still processing batch 2 (epoch 0)");
 }
 
+/// A pipeline of the built-in types from `yaml`, read as the file `file`.
+Pipeline built_in(const Registry& registry, const std::string& yaml, const std::string& file) {
+  return Pipeline(load_config_string(yaml, registry, {}, file), registry);
+}
+
 TEST(Session, StartNeedsModePull) {
-  Registry registry = builtin_registry();
-  PipelineConfig config = load_config_string(R"(
+  const Registry registry = builtin_registry();
+  Pipeline pipeline = built_in(registry, R"(
 pipeline: { epochs: 1 }
 nodes:
   - { name: load, type: synthetic, params: { batches: 3 } }
   - { name: train, type: sleep }
 )",
-                                             registry, {}, "run.yaml");
-  Pipeline pipeline(std::move(config), registry);
+                               "run.yaml");
   EXPECT_EQ(test::error_of<ConfigError>([&] { pipeline.start(); }),
             "run.yaml:2:11: pipeline.mode: Pipeline::start() hands batches to the caller's "
             "loop, and this pipeline has mode: run (its train node 'train' takes them) set "
@@ -356,15 +360,12 @@ nodes:
 }
 
 TEST(Session, RunRefusesModePull) {
-  Registry registry = builtin_registry();
-  PipelineConfig config = load_config_string(R"(
-pipeline: { mode: pull }
-nodes:
-  - { name: load, type: synthetic, params: { batches: 3 } }
-  - { name: stage, type: host_staging }
-)",
-                                             registry, {}, "feed.yaml");
-  Pipeline pipeline(std::move(config), registry);
+  const Registry registry = builtin_registry();
+  Pipeline pipeline = built_in(registry,
+                               "\npipeline: { mode: pull }\nnodes:\n"
+                               "  - { name: load, type: synthetic, params: { batches: 3 } }\n"
+                               "  - { name: stage, type: host_staging }\n",
+                               "feed.yaml");
   EXPECT_EQ(test::error_of<ConfigError>([&] { pipeline.run(); }),
             "feed.yaml:2:11: pipeline.mode: this pipeline has mode: pull (no train node; a "
             "C++ loop takes its batches) step it with Pipeline::start(), or set "

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace flowfeed::detail {
@@ -132,6 +133,13 @@ std::string describe(const std::vector<TunerDecision>& decisions, const CostMode
   return text;
 }
 
+/// tune(m), expecting its decisions to read `summary` (describe()).
+std::vector<TunerDecision> tune_expecting(CostModel& m, const std::string& summary) {
+  std::vector<TunerDecision> decisions = tune(m);
+  EXPECT_EQ(describe(decisions, m), summary);
+  return decisions;
+}
+
 CostModel slow_loader() {
   // load 4 ms, staging 0.05 ms at 2 bodies, train 1 ms: the loader needs 4 bodies (5 with
   // headroom) to keep the train node's 1000 batches/s.
@@ -140,8 +148,7 @@ CostModel slow_loader() {
 
 TEST(Tuner, ASlowLoaderGetsTheBodiesItsCostNeedsThenTheDepthToKeepThemBusy) {
   CostModel m = slow_loader();
-  const auto decisions = tune(m);
-  EXPECT_EQ(describe(decisions, m), "load 1->5; depth 4->12; fed");
+  const auto decisions = tune_expecting(m, "load 1->5; depth 4->12; fed");
   EXPECT_EQ(decisions[0].why,
             "the train node waits 75%: load takes 4 ms a batch, 1 body gives 250 batches/s and "
             "the train node takes 1000 batches/s (1 ms): 4.00 bodies needed");
@@ -269,8 +276,7 @@ TEST(Tuner, ASlowTransformIsTheStageThatGrows) {
 
 TEST(Tuner, ASlowTrainNodeIsFedFromTheStartAndNothingChanges) {
   CostModel m{{"load", "augment", "train"}, {1, 2, 5}, {true, true, false}, {1, 1, 1}};
-  const auto decisions = tune(m);
-  EXPECT_EQ(describe(decisions, m), "fed");
+  const auto decisions = tune_expecting(m, "fed");
   EXPECT_EQ(decisions[0].why, "the train node waits 0% of the time (at most 5%)");
 }
 
@@ -291,8 +297,7 @@ TEST(Tuner, DecisionsAreTheSameForTheSameCosts) {
 TEST(Tuner, TheThreadBudgetStopsAStageAndSaysSoThenTheDepthServesWhatItAllows) {
   CostModel m = slow_loader();
   m.thread_budget = 6;  // staging 2 and train 1 leave 3 bodies for the loader
-  const auto decisions = tune(m);
-  EXPECT_EQ(describe(decisions, m), "load 1->3; depth 4->64; limit");
+  const auto decisions = tune_expecting(m, "load 1->3; depth 4->64; limit");
   EXPECT_EQ(decisions[0].why,
             "the train node waits 75%: load takes 4 ms a batch, 1 body gives 250 batches/s and "
             "the train node takes 1000 batches/s (1 ms): 4.00 bodies needed (the thread budget of "
@@ -329,8 +334,7 @@ TEST(Tuner, AMemoryBudgetTooSmallForTheDepthStopsAtTheMostItAllowsAndSaysSo) {
   CostModel m = slow_loader();
   m.max_depth = 8;  // what pipeline.memory_budget allowed the pools
   m.capped = true;
-  const auto decisions = tune(m);
-  EXPECT_EQ(describe(decisions, m), "load 1->5; depth 4->8; limit");
+  const auto decisions = tune_expecting(m, "load 1->5; depth 4->8; limit");
   EXPECT_EQ(decisions[1].why,
             "the train node waits 80% and every stage has the bodies it needs: 5.05 ms of work "
             "per batch at 1000 batches/s needs 12 batches in flight (5 of them for reordering) "
@@ -345,8 +349,7 @@ TEST(Tuner, AMemoryBudgetTooSmallForTheDepthStopsAtTheMostItAllowsAndSaysSo) {
 TEST(Tuner, AFixedBottleneckIsNamedNotTuned) {
   CostModel m = slow_loader();
   m.tunable[0] = false;
-  const auto decisions = tune(m);
-  EXPECT_EQ(describe(decisions, m), "depth 4->64; limit");
+  const auto decisions = tune_expecting(m, "depth 4->64; limit");
   EXPECT_EQ(decisions.back().why,
             "the train node waits 75%: load takes 4 ms a batch, 1 body gives 250 batches/s and "
             "the train node takes 1000 batches/s (1 ms): 4.00 bodies needed; its concurrency is "
@@ -363,8 +366,7 @@ TEST(Tuner, ACostThatChangesMidRunIsFollowedBothWays) {
   EXPECT_EQ(describe(tune(m), m), "load 5->10; depth 12->22; fed");
   // The cache is warm: the loader needs fewer bodies and gives the rest back.
   m.ms[0] = 1;
-  const auto decisions = tune(m);
-  EXPECT_EQ(describe(decisions, m), "load 10->2; fed");
+  const auto decisions = tune_expecting(m, "load 10->2; fed");
   EXPECT_EQ(decisions[0].why,
             "load takes 1 ms a batch and the train node 1 ms (1000 batches/s): 1.00 bodies keep "
             "up, 10 are busy 10%");
@@ -379,31 +381,25 @@ TEST(Tuner, ADecisionForACopiedNodeIsPerCopyAndAFallStaysAFall) {
     d.why = "w";
     return d;
   };
+  const auto kind_from_to = [](const TunerDecision& d) { return std::tuple(d.kind, d.from, d.to); };
+  using Kind = TunerDecision::Kind;
   // One copy: as decided, a fall included (the warm-cache give-back).
-  TunerDecision d = per_copy(decision(10, 2), 1, 6);
-  EXPECT_EQ(d.kind, TunerDecision::Kind::concurrency);
-  EXPECT_EQ(d.from, 10);
-  EXPECT_EQ(d.to, 2);
-  d = per_copy(decision(1, 5), 1, 8);
-  EXPECT_EQ(d.to, 5);
-  // Two copies of 1 body (2 in all) to 5 in all: 3 each, room for 8 more in all.
-  d = per_copy(decision(2, 5), 2, 8);
-  EXPECT_EQ(d.kind, TunerDecision::Kind::concurrency);
-  EXPECT_EQ(d.from, 1);
-  EXPECT_EQ(d.to, 3);
+  EXPECT_EQ(kind_from_to(per_copy(decision(10, 2), 1, 6)), std::tuple(Kind::concurrency, 10, 2));
+  EXPECT_EQ(per_copy(decision(1, 5), 1, 8).to, 5);
+  // Two copies of 1 body (2 in all) to 5 in all: 3 each, room for 8 more in all ...
+  EXPECT_EQ(kind_from_to(per_copy(decision(2, 5), 2, 8)), std::tuple(Kind::concurrency, 1, 3));
   // ... but room for 4 in all: 2 each.
-  d = per_copy(decision(2, 5), 2, 4);
-  EXPECT_EQ(d.to, 2);
+  EXPECT_EQ(per_copy(decision(2, 5), 2, 4).to, 2);
   // No room for one more in each copy: a limit that says so.
-  d = per_copy(decision(4, 5), 2, 5);
-  EXPECT_EQ(d.kind, TunerDecision::Kind::limit);
+  TunerDecision d = per_copy(decision(4, 5), 2, 5);
+  EXPECT_EQ(d.kind, Kind::limit);
   EXPECT_EQ(d.why, "w; the thread budget has no room for one more body in each of the 2 branches");
   // Two copies of 3 (6 in all) to 2 in all: 1 each; to 5 in all: 3 each, as now.
   d = per_copy(decision(6, 2), 2, 6);
-  EXPECT_EQ(d.kind, TunerDecision::Kind::concurrency);
+  EXPECT_EQ(d.kind, Kind::concurrency);
   EXPECT_EQ(d.to, 1);
   d = per_copy(decision(6, 5), 2, 6);
-  EXPECT_EQ(d.kind, TunerDecision::Kind::settled);
+  EXPECT_EQ(d.kind, Kind::settled);
   EXPECT_EQ(d.why, "w; its 2 copies keep 3 each");
 }
 

@@ -13,7 +13,7 @@
 
 #include "checksums.hpp"
 #include "flowfeed/error.hpp"
-#include "nodes/load/file_set.hpp"
+#include "flowfeed/nodes/detail/file_set.hpp"
 #include "shard_cache.hpp"
 #include "tests/error_of.hpp"
 #include "tests/remote/remote_fixture.hpp"

@@ -9,7 +9,7 @@
 #include <sstream>
 #include <thread>
 
-#include "nodes/load/npy_file.hpp"
+#include "flowfeed/nodes/detail/npy_file.hpp"
 #include "tests/apps/runner_process.hpp"
 #include "tests/nodes/test_files.hpp"
 #include "tests/remote/servers.hpp"

@@ -9,9 +9,9 @@
 #include <optional>
 
 #include "flowfeed/error.hpp"
+#include "flowfeed/nodes/detail/file_set.hpp"
 #include "flowfeed/remote/remote_files.hpp"
 #include "http_client.hpp"
-#include "nodes/load/file_set.hpp"
 #include "tests/error_of.hpp"
 #include "tests/remote/remote_fixture.hpp"
 

@@ -4,9 +4,9 @@
 #include <cstring>
 #include <utility>
 
+#include "flowfeed/mlp/mlp_node.hpp"
 #include "flowfeed/nodes/all_reduce.hpp"
 #include "flowfeed/nodes/dataset.hpp"
-#include "mlp_node.hpp"
 
 namespace flowfeed {
 

@@ -1,4 +1,4 @@
-#include "mlp_cuda.hpp"
+#include "flowfeed/mlp/mlp_cuda.hpp"
 
 #include <algorithm>
 #include <cstddef>

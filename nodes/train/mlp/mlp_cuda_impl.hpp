@@ -14,7 +14,7 @@
 #include "flowfeed/cuda/check.hpp"
 #include "flowfeed/cuda/device.hpp"
 #include "flowfeed/cuda/nvtx.hpp"
-#include "mlp_cuda.hpp"
+#include "flowfeed/mlp/mlp_cuda.hpp"
 #include "mlp_kernels.hpp"
 
 namespace flowfeed {

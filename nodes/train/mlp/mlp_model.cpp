@@ -1,4 +1,4 @@
-#include "mlp_model.hpp"
+#include "flowfeed/mlp/mlp_model.hpp"
 
 #include <oneapi/tbb/blocked_range.h>
 #include <oneapi/tbb/parallel_for.h>

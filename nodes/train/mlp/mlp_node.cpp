@@ -1,4 +1,4 @@
-#include "mlp_node.hpp"
+#include "flowfeed/mlp/mlp_node.hpp"
 
 #include <algorithm>
 #include <chrono>

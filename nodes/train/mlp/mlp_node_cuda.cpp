@@ -13,13 +13,13 @@
 #include "flowfeed/cuda/device.hpp"
 #include "flowfeed/cuda/handoff.hpp"
 #include "flowfeed/error.hpp"
+#include "flowfeed/mlp/mlp_cuda.hpp"
+#include "flowfeed/mlp/mlp_node.hpp"
 #include "flowfeed/nodes/all_reduce.hpp"
 #include "flowfeed/nodes/dataset.hpp"
 #include "flowfeed/nodes/nccl.hpp"
 #include "flowfeed/pool.hpp"
 #include "gather_kernels.hpp"
-#include "mlp_cuda.hpp"
-#include "mlp_node.hpp"
 
 namespace flowfeed {
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <string_view>
 
-#include "mlp_node.hpp"
+#include "flowfeed/mlp/mlp_node.hpp"
 
 namespace flowfeed {
 

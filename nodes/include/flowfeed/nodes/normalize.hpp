@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "flowfeed/node.hpp"
+#include "flowfeed/registry.hpp"
 
 namespace flowfeed {
 
@@ -44,6 +45,13 @@ Schema normalize_schema();
 /// rank 3, or its channel count differs from the mean's or std's.
 std::vector<TensorSpec> normalized_tensors(const std::vector<TensorSpec>& tensors,
                                            const NormalizeOptions& options, const NodeSpec& node);
+/// The registry entry of either type: `name`, made by `make` from the options of its validated
+/// params, running on `backend` with `counterpart` as the other backend's type.
+NodeType normalize_type(std::string name, std::unique_ptr<Node> (*make)(NormalizeOptions),
+                        std::string doc, TypeBackend backend, std::string counterpart);
+/// Node::plan of both types: the layout normalized_tensors gives, and a pool of `kind` for the
+/// converted batches.
+void plan_normalize(PlanContext& plan, const NormalizeOptions& options, MemoryKind kind);
 
 /// Converts `elements` uint8 values (whole samples of `channels` channels, each channel a plane of
 /// `plane` values for chw, interleaved for hwc) into `out` of options.dtype: value v of channel c

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "image_augment.hpp"
-#include "image_resample.hpp"
+#include "flowfeed/nodes/detail/image_augment.hpp"
+#include "flowfeed/nodes/detail/image_resample.hpp"
 
 namespace flowfeed {
 

@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "image_decode.hpp"
+#include "flowfeed/nodes/detail/image_decode.hpp"
 
 namespace flowfeed {
 

@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "flowfeed/nodes/detail/token_packed_reads.hpp"
 #include "flowfeed/nodes/tokens.hpp"
 #include "flowfeed/registry.hpp"
 #include "flowfeed/stats.hpp"
-#include "token_packed_reads.hpp"
 
 namespace flowfeed {
 

@@ -8,7 +8,7 @@
 #include <functional>
 #include <memory>
 
-#include "mlp_model.hpp"
+#include "flowfeed/mlp/mlp_model.hpp"
 
 namespace flowfeed {
 

@@ -11,10 +11,10 @@
 #include <string_view>
 #include <vector>
 
+#include "flowfeed/mlp/mlp_model.hpp"
 #include "flowfeed/node.hpp"
 #include "flowfeed/sampler.hpp"
 #include "flowfeed/stats.hpp"
-#include "mlp_model.hpp"
 
 namespace flowfeed {
 

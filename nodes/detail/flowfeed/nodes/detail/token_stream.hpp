@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "flowfeed/batch.hpp"
+#include "flowfeed/nodes/detail/io_engine.hpp"
 #include "flowfeed/nodes/tokens.hpp"
-#include "io_engine.hpp"
 
 namespace flowfeed {
 

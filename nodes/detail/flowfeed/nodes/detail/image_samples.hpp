@@ -11,9 +11,10 @@
 #include <string_view>
 #include <vector>
 
+#include "flowfeed/config.hpp"
 #include "flowfeed/drop_log.hpp"
+#include "flowfeed/nodes/detail/image_decode.hpp"
 #include "flowfeed/nodes/webdataset.hpp"
-#include "image_decode.hpp"
 
 namespace flowfeed {
 
@@ -57,6 +58,11 @@ struct RowPolicy {
   bool skip = false;     ///< pipeline.on_error: skip
   int max_skipped = 0;   ///< pipeline.max_skipped
 };
+
+/// The policy of a loader that loads its rows in parallel or not, under the pipeline's on_error.
+inline RowPolicy row_policy(bool parallel, const PipelineOptions& pipeline) {
+  return {parallel, pipeline.on_error == OnError::skip, pipeline.max_skipped};
+}
 
 /// Calls load(row) for every row of `batch` (in parallel under policy.parallel). When rows throw:
 /// an exception other than DataError is rethrown (as std::runtime_error with its message);

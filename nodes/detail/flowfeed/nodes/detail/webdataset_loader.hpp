@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "flowfeed/drop_log.hpp"
+#include "flowfeed/nodes/detail/image_decode.hpp"
+#include "flowfeed/nodes/detail/image_samples.hpp"
+#include "flowfeed/nodes/detail/webdataset_index.hpp"
 #include "flowfeed/nodes/webdataset.hpp"
-#include "image_decode.hpp"
-#include "image_samples.hpp"
-#include "webdataset_index.hpp"
 
 namespace flowfeed {
 
