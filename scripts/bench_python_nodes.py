@@ -16,8 +16,9 @@ the same callable on both sides, samples delivered into tensors on the GPU (--de
 flowfeed: a `python` loader node (concurrency --concurrency), pinned_staging, cuda_upload, batches
 taken through Pipeline.views. DataLoader: --workers settings (0, 8, 16), pin_memory on CUDA,
 persistent workers, each batch copied with .to(device, non_blocking=True). Every rate is measured
-over --epochs epochs from the start of iteration (DataLoader's workers started by an untimed epoch
-before; flowfeed's run starts on the first iteration, so neither has prefetched), best of --repeat. One JSON record
+over --epochs epochs from the start of iteration (DataLoader's workers, when it has some, started by
+an untimed epoch before; flowfeed's run starts on the first iteration, so neither has prefetched),
+best of --repeat. One JSON record
 per scenario on stdout (figure, baseline = the best DataLoader setting, ratio, command, date,
 machine); progress on stderr. --record FILE also makes each its scenario's record
 (python_nodes_<scenario>) in a results file (docs/results/records.json: scripts/records.py),
@@ -221,7 +222,8 @@ def dataloader_rate(dataset, batch, epochs, workers, device, batched=False):
             n += x.shape[0]
         return n
 
-    epoch()  # the workers' start (persistent), untimed; they prefetch again only on iter()
+    if workers:
+        epoch()  # the workers' start (persistent), untimed; they prefetch again only on iter()
     sync(device)
     t0 = time.perf_counter()
     samples = sum(epoch() for _ in range(epochs))
