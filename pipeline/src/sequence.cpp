@@ -60,6 +60,7 @@ void Sequence::begin(const RunLimits& options, std::size_t depth) {
   stream_batches_.assign(epochs, ~0ull);
   stream_first_seq_.assign(epochs, ~0ull);
   stream_end_seq_.assign(epochs, ~0ull);
+  stream_past_end_ = 0;
 }
 
 bool Sequence::exhausted() {
@@ -77,11 +78,13 @@ bool Sequence::exhausted() {
   const std::uint64_t epoch = source_pos_ / per_epoch;
   if (epoch < stream_batches_.size() && source_pos_ % per_epoch >= stream_batches_[epoch]) {
     const std::uint64_t next = (epoch + 1) * per_epoch;
+    // What the source let in past the end is dropped: stop_after counts the batches before it.
+    stream_past_end_ += source_pos_ % per_epoch - stream_batches_[epoch];
     cursor_.skip_range(source_pos_, next);
     source_pos_ = next;
   }
-  const bool over =
-      source_pos_ >= sequence_end() || (stop_after_ > 0 && source_seq_ >= stop_after_);
+  const bool over = source_pos_ >= sequence_end() ||
+                    (stop_after_ > 0 && source_seq_ - stream_past_end_ >= stop_after_);
   if (over && order_epoch_ < stream_end_seq_.size() && stream_end_seq_[order_epoch_] == ~0ull) {
     stream_end_seq_[order_epoch_] = source_seq_;
   }
@@ -149,6 +152,10 @@ void Sequence::assign(Batch& b) {
       }
       if (epoch < stream_first_seq_.size()) stream_first_seq_[epoch] = source_seq_;
       order_epoch_ = epoch;
+    } else if (epoch < stream_end_seq_.size() && stream_end_seq_[epoch] == source_seq_) {
+      // The loader found the epoch's end after exhausted() let this batch through: it is one
+      // more (past the end) of the epoch's batches.
+      ++stream_end_seq_[epoch];
     }
     b.seq = source_seq_++;
     b.epoch = epoch;

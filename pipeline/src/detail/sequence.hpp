@@ -128,6 +128,7 @@ class Sequence {
   std::vector<std::uint64_t> stream_batches_;
   std::vector<std::uint64_t> stream_first_seq_;
   std::vector<std::uint64_t> stream_end_seq_;
+  std::uint64_t stream_past_end_ = 0;  // batches the source let in past the ends of epochs
 };
 
 }  // namespace flowfeed::detail
