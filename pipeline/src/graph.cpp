@@ -96,8 +96,8 @@ void PipelineImpl::run_stage(Stage& stage, Batch& batch) {
   const std::uint64_t t1 = now_ns();
   stage.add_busy(t1 - t0);
   stage.add_item();
-  // A stream's loader found the end of its data: the epoch ends there.
-  if (batch.end_of_data && !batch.past_end && !sequence_.end_of_data(batch)) {
+  // A stream's batch past the end of its epoch's data, or past stop_after, is dropped.
+  if (stage.index() == 0 && !batch.past_end && !sequence_.keep(batch)) {
     batch.past_end = true;
     batch.skipped = true;
   }

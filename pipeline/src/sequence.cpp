@@ -60,7 +60,8 @@ void Sequence::begin(const RunLimits& options, std::size_t depth) {
   stream_batches_.assign(epochs, ~0ull);
   stream_first_seq_.assign(epochs, ~0ull);
   stream_end_seq_.assign(epochs, ~0ull);
-  stream_past_end_ = 0;
+  stream_delivered_ = 0;
+  stream_stopped_ = false;
 }
 
 bool Sequence::exhausted() {
@@ -78,35 +79,45 @@ bool Sequence::exhausted() {
   const std::uint64_t epoch = source_pos_ / per_epoch;
   if (epoch < stream_batches_.size() && source_pos_ % per_epoch >= stream_batches_[epoch]) {
     const std::uint64_t next = (epoch + 1) * per_epoch;
-    // What the source let in past the end is dropped: stop_after counts the batches before it.
-    stream_past_end_ += source_pos_ % per_epoch - stream_batches_[epoch];
     cursor_.skip_range(source_pos_, next);
     source_pos_ = next;
   }
-  const bool over = source_pos_ >= sequence_end() ||
-                    (stop_after_ > 0 && source_seq_ - stream_past_end_ >= stop_after_);
+  // stop_after is counted where a stream's batches are known to hold data (keep()).
+  const bool over = source_pos_ >= sequence_end() || stream_stopped_;
   if (over && order_epoch_ < stream_end_seq_.size() && stream_end_seq_[order_epoch_] == ~0ull) {
     stream_end_seq_[order_epoch_] = source_seq_;
   }
   return over;
 }
 
-bool Sequence::end_of_data(const Batch& b) {
+bool Sequence::keep(const Batch& b) {
   if (!stream()) {
-    throw std::logic_error("Batch::end_of_data set by a loader whose size() is known");
+    if (b.end_of_data) {
+      throw std::logic_error("Batch::end_of_data set by a loader whose size() is known");
+    }
+    return true;
   }
   const std::size_t rows = b.rows();
-  const bool keep = rows > 0 && !(sampler_->options().drop_last && rows < sampler_->batch_size());
+  bool keep = !b.end_of_data ||
+              (rows > 0 && !(sampler_->options().drop_last && rows < sampler_->batch_size()));
   std::lock_guard<std::mutex> lock(stream_mutex_);
-  if (b.epoch >= stream_batches_.size()) return keep;
-  std::uint64_t& known = stream_batches_[b.epoch];
-  if (known == ~0ull) {
-    known = b.index_in_epoch + (keep ? 1 : 0);
-    // The source is still in this epoch (it leaves one only past its end): what it emitted of
-    // it so far is all the epoch has.
-    if (stream_end_seq_[b.epoch] == ~0ull) stream_end_seq_[b.epoch] = source_seq_;
+  if (b.end_of_data && b.epoch < stream_batches_.size()) {
+    std::uint64_t& known = stream_batches_[b.epoch];
+    if (known == ~0ull) {
+      known = b.index_in_epoch + (keep ? 1 : 0);
+      // The source is still in this epoch (it leaves one only past its end): what it emitted of
+      // it so far is all the epoch has.
+      if (stream_end_seq_[b.epoch] == ~0ull) stream_end_seq_[b.epoch] = source_seq_;
+    }
+    keep = keep && b.index_in_epoch < known;
   }
-  return keep && b.index_in_epoch < known;
+  if (keep && stop_after_ > 0 && (stream_stopped_ || ++stream_delivered_ > stop_after_)) {
+    // The run stops here: this batch and those the source let in after it are not delivered,
+    // and the cursor stays at the first of them.
+    stream_stopped_ = true;
+    keep = false;
+  }
+  return keep;
 }
 
 std::optional<std::pair<std::uint64_t, std::uint64_t>> Sequence::stream_epoch_seqs(
@@ -176,7 +187,11 @@ void Sequence::assign(Batch& b) {
 }
 
 void Sequence::finish(const Batch& b) {
-  cursor_.finish(b.epoch * sampler_->batches_per_epoch() + b.index_in_epoch);
+  const std::uint64_t position = b.epoch * sampler_->batches_per_epoch() + b.index_in_epoch;
+  // A stream's batch dropped by stop_after, not past its epoch's end, was never delivered: a
+  // resume delivers it.
+  if (b.past_end && past_stream_end(position) == position) return;
+  cursor_.finish(position);
 }
 
 void Sequence::resume_from_checkpoint(const PipelineConfig& config, const Chain& chain) {

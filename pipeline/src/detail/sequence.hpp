@@ -34,11 +34,12 @@ class Sequence {
   void reserve_order() { source_order_.reserve(sampler_->shard_size()); }
   /// True when the data set is a stream of unknown length.
   bool stream() const noexcept { return sampler_->stream(); }
-  /// A stream's batch `batch` (Batch::end_of_data) tells where its epoch's data ended. Returns
-  /// true when the batch keeps its rows (some, and all of a batch under drop_last); else the
-  /// batch lies past the end and is dropped. From then on the source emits no further batch of
-  /// that epoch. Any thread.
-  bool end_of_data(const Batch& batch);
+  /// After the loader: false when `batch` is not delivered. For a stream, a batch with
+  /// Batch::end_of_data tells where its epoch's data ended (from then on the source emits no
+  /// further batch of that epoch): it keeps its rows when it has some (all of a batch under
+  /// drop_last), later ones lie past the end. Then the batches with data are counted against
+  /// stop_after: the one past it stops the source. The loader's thread.
+  bool keep(const Batch& batch);
   /// For a stream: the run's batches of `epoch` have the seqs [first, end), or nullopt while the
   /// source may still emit some of it.
   std::optional<std::pair<std::uint64_t, std::uint64_t>> stream_epoch_seqs(
@@ -128,7 +129,8 @@ class Sequence {
   std::vector<std::uint64_t> stream_batches_;
   std::vector<std::uint64_t> stream_first_seq_;
   std::vector<std::uint64_t> stream_end_seq_;
-  std::uint64_t stream_past_end_ = 0;  // batches the source let in past the ends of epochs
+  std::uint64_t stream_delivered_ = 0;  // batches with data the loader gave (stop_after)
+  bool stream_stopped_ = false;         // stop_after was reached
 };
 
 }  // namespace flowfeed::detail
