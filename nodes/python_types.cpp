@@ -41,9 +41,11 @@ Schema python_loader_schema() {
 Schema python_iterable_schema() {
   Schema s;
   add_callable(s);
-  s.add_int("samples", "samples per epoch, read in order from the iterator")
-      .range(1, 4e9)
-      .make_required();
+  s.add_int("samples",
+            "samples per epoch, read in order from the iterator (0: a stream of unknown length, "
+            "each epoch reads its iterator to the end)",
+            0)
+      .range(0, 4e9);
   add_layout(s);
   return s;
 }

@@ -215,6 +215,11 @@ void MixLoader::setup(BuildContext& context) {
     MixSourceContext source_context(context, s.spec, k);
     as_source(s, [&] { s.node->setup(source_context); });
     sizes.push_back(as_source(s, [&] { return s.node->size(); }));
+    if (sizes.back() == kUnknownSize) {
+      throw ConfigError({s.spec.loc.str() + ": " + s.full_label +
+                         ": a stream of unknown length cannot be mixed (a mix draws every "
+                         "epoch from its sources' sizes) give the source its size (samples)"});
+    }
     weights.push_back(s.weight);
     s.fills_rows = s.node->fill_rows(RowTarget{});
   }

@@ -140,6 +140,8 @@ void Batch::reset() noexcept {
   sync.clear();
   error = nullptr;
   skipped = false;
+  end_of_data = false;
+  past_end = false;
 }
 
 const BatchLayout& BuildContext::change_layout(std::vector<TensorSpec> /*tensors*/) {

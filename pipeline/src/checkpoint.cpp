@@ -312,6 +312,21 @@ ResumePoint resume_point(const Checkpoint& c, const Sampler& sampler, std::uint3
   auto fail = [&](const std::string& key, const std::string& problem) {
     throw ConfigError({fmt::format("{}: {}: {}", where, key, problem)});
   };
+  if ((c.dataset_size == 0) != sampler.stream()) {
+    // dataset_size 0: written by a stream of unknown length (Sampler::stream).
+    fail("sampler.dataset_size",
+         c.dataset_size == 0
+             ? fmt::format("the checkpoint was written by a stream of unknown length, this run's "
+                           "data set has {} samples (a stream's position is a count of samples "
+                           "read, not a place in a data set of known size) resume with the same "
+                           "stream (python_iterable without samples)",
+                           sampler.dataset_size())
+             : fmt::format("the checkpoint was written for {} samples, this run reads a stream of "
+                           "unknown length (its epochs end where its data does, so a position in "
+                           "a data set of known size says nothing about it) resume with the same "
+                           "data set",
+                           c.dataset_size));
+  }
   if (c.dataset_size != sampler.dataset_size()) {
     fail("sampler.dataset_size",
          fmt::format("the checkpoint was written for {} samples, this run's data set has {} (a "

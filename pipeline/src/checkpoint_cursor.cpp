@@ -72,7 +72,9 @@ Checkpoint read_cursor(const CursorFields& f, const std::string& format) {
     f.fail("cursor.global_batch", fmt::format("{} is not cursor.world {} x cursor.batch_size {} {}",
                                               c.global_batch, world, c.batch_size, f.corrupt()));
   }
-  if (c.samples % c.global_batch != 0 || (c.samples > 0 && c.samples >= c.dataset_size)) {
+  // dataset_size 0: a stream of unknown length, which any position may lie in.
+  if (c.samples % c.global_batch != 0 ||
+      (c.samples > 0 && c.dataset_size > 0 && c.samples >= c.dataset_size)) {
     f.fail("cursor.samples",
            fmt::format("{} is not a whole number of global batches of {} inside the data set of "
                        "{} samples {}",

@@ -88,6 +88,11 @@ void PipelineImpl::run_stage(Stage& stage, Batch& batch) {
   const std::uint64_t t1 = now_ns();
   stage.add_busy(t1 - t0);
   stage.add_item();
+  // A stream's batch past the end of its epoch's data, or past stop_after, is dropped.
+  if (stage.index() == 0 && !batch.past_end && !sequence_.keep(batch)) {
+    batch.past_end = true;
+    batch.skipped = true;
+  }
   chain_.mark(batch, -1);
   stage.body_ended();
   recorder_.leave(stage.index(), batch, t1);
@@ -307,6 +312,11 @@ std::uint64_t PipelineImpl::branch_share(int branch, std::uint32_t epoch) const 
   const std::uint64_t b = static_cast<std::uint64_t>(branch);
   // Sequence numbers below x that go to branch b.
   auto below = [n, b](std::uint64_t x) { return x / n + (x % n > b ? 1 : 0); };
+  if (sequence_.stream()) {
+    // Not known while the source may still emit batches of the epoch.
+    const auto seqs = sequence_.stream_epoch_seqs(epoch);
+    return seqs ? below(seqs->second) - below(seqs->first) : ~0ull;
+  }
   const std::uint64_t per_epoch = sequence_.batches_per_epoch();
   // The run's batches of this epoch have the seqs [first, last): fewer in a resumed epoch.
   return below(sequence_.run_batches_before((epoch + 1ull) * per_epoch)) -

@@ -126,6 +126,14 @@ PipelineImpl::PipelineImpl(PipelineConfig config, const Registry& registry)
   }
   // The loader is set up first: it may learn the data set's size only then.
   setup(chain_.front());
+  if (chain_.loader().size() == kUnknownSize &&
+      (config_.sampler.shuffle || config_.sampler.world > 1)) {
+    throw ConfigError({loader_spec.loc.str() + ": nodes[0]: '" + loader_spec.type +
+                       "' reads a stream of unknown length, in order (sampler.shuffle: " +
+                       (config_.sampler.shuffle ? "true" : "false") +
+                       ", sampler.world: " + std::to_string(config_.sampler.world) +
+                       ") set sampler.shuffle: false and run one process"});
+  }
   sequence_.open(config_.sampler, chain_.loader().size(), batch_size, config_.pipeline.epochs,
                  chain_.loader().shard_starts());
   const Sampler& sampler = sequence_.sampler();
@@ -148,8 +156,8 @@ PipelineImpl::PipelineImpl(PipelineConfig config, const Registry& registry)
     }
     chain_.allocate_deferred(static_cast<std::size_t>(plan_.prefetch_depth));
   }
-  // Claimed before the first order is made.
-  chain_.budget().claim(sampling_order_claim(loader_spec, sampler));
+  // Claimed before the first order is made (a stream has none).
+  if (!sampler.stream()) chain_.budget().claim(sampling_order_claim(loader_spec, sampler));
   if (sampler.batches_per_epoch() == 0) {
     throw ConfigError({config_.file + ": pipeline.batch_size: the data set gives no batch (" +
                        std::to_string(sampler.shard_size()) + " samples in this shard, batch " +
@@ -212,7 +220,7 @@ RunReport PipelineImpl::base_report(double seconds, bool interrupted) const {
   report.rank_source = config_.launch_source;
   report.skipped_batches = counters_.skipped();
   report.skipped_samples = counters_.skipped_samples();
-  report.batches = counters_.consumed() - report.skipped_batches;
+  report.batches = counters_.consumed() - report.skipped_batches - counters_.past_end();
   report.samples = counters_.samples();
   report.bytes_uploaded = counters_.bytes();
   report.seconds = seconds;

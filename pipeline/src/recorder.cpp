@@ -232,7 +232,14 @@ void Recorder::print_progress(std::uint64_t t, bool last) {
     gauges += fmt::format(", {} {:.4g}", g.first.c_str(), v);
   }
   std::string line;
-  if (setup_.bar) {
+  if (expected == 0) {
+    // A stream: neither the run's batches nor its epochs' are known ahead.
+    line =
+        fmt::format("{}{} batches, {:.0f} batches/s (a stream of unknown length){}{}",
+                    setup_.bar ? "\r\033[K" : "flowfeed: ", static_cast<unsigned long long>(done),
+                    rate, gauges.c_str(), setup_.bar && !last ? "" : "\n");
+    monitor_.bar_drawn = setup_.bar;
+  } else if (setup_.bar) {
     constexpr int kWidth = 24;
     char bar[kWidth + 1];
     const int filled = static_cast<int>(fraction * kWidth + 0.5);

@@ -58,8 +58,9 @@ void PipelineImpl::begin_run(bool pull, const RunOptions& options) {
 }
 
 std::string PipelineImpl::lost_batches(const std::string& end) const {
-  const std::uint64_t expected = sequence_.expected_batches();
   const std::uint64_t produced = counters_.produced();
+  // A stream's run has as many batches as the source found before the ends of its epochs.
+  const std::uint64_t expected = sequence_.stream() ? produced : sequence_.expected_batches();
   const std::uint64_t consumed = counters_.consumed();
   if (consumed == expected && produced == expected) return {};
   return "run lost batches: " + std::to_string(consumed) + " of " + std::to_string(expected) +
@@ -75,7 +76,7 @@ void PipelineImpl::begin_recording(const RunOptions& options, int threads) {
   record.bar = options.progress_bar;
   record.progress_interval_s = options.progress_interval_s;
   record.expected = sequence_.expected_batches();
-  record.per_epoch = sequence_.batches_per_epoch();
+  record.per_epoch = sequence_.stream() ? 0 : sequence_.batches_per_epoch();
   record.epochs = config_.pipeline.epochs;
   record.threads = threads;
   record.produced = &counters_.produced_counter();

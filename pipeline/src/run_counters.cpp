@@ -7,7 +7,7 @@ namespace flowfeed::detail {
 void RunCounters::begin(int branches, int epochs, std::size_t first_epoch) {
   in_flight_ = 0;
   max_in_flight_ = 0;
-  produced_ = consumed_ = skipped_ = skipped_samples_ = bytes_ = samples_ = 0;
+  produced_ = consumed_ = skipped_ = past_end_ = skipped_samples_ = bytes_ = samples_ = 0;
   const auto n = static_cast<std::size_t>(branches);
   if (branches_ != branches || !branch_batches_) {
     branches_ = branches;
@@ -41,6 +41,7 @@ std::uint64_t RunCounters::count_finished(const Batch& b, std::uint64_t upload_b
     if (b.device) bytes_.fetch_add(upload_bytes, std::memory_order_relaxed);
     samples_.fetch_add(b.rows(), std::memory_order_relaxed);
   }
+  if (b.past_end) past_end_.fetch_add(1, std::memory_order_relaxed);
   in_flight_.fetch_sub(1, std::memory_order_relaxed);
   return consumed_.fetch_add(1, std::memory_order_relaxed) + 1;
 }

@@ -70,6 +70,15 @@ Sampler::Sampler(const SamplerOptions& options, std::size_t dataset_size, std::s
     throw std::invalid_argument("sampler rank must be in [0, world)");
   }
   if (batch_size == 0) throw std::invalid_argument("batch size must be positive");
+  if (dataset_size == kUnknownSize) {
+    if (options.world != 1 || options.shuffle) {
+      throw std::invalid_argument("a stream is read in order by one rank (no shuffle, world 1)");
+    }
+    stream_ = true;
+    dataset_size_ = 0;
+    shard_size_ = 0;
+    return;
+  }
   const auto world = static_cast<std::size_t>(options.world);
   const auto rank = static_cast<std::size_t>(options.rank);
   shard_size_ = dataset_size / world + (rank < dataset_size % world ? 1 : 0);
@@ -77,12 +86,14 @@ Sampler::Sampler(const SamplerOptions& options, std::size_t dataset_size, std::s
 }
 
 std::size_t Sampler::batches_per_epoch() const noexcept {
+  if (stream_) return stream_batches();
   return options_.drop_last ? shard_size_ / batch_size_
                             : (shard_size_ + batch_size_ - 1) / batch_size_;
 }
 
 std::vector<std::uint32_t> Sampler::epoch_order(std::uint32_t epoch) const {
   std::vector<std::uint32_t> perm;
+  if (stream_) return perm;
   if (options_.shuffle && options_.order == SampleOrder::shards) {
     perm = shard_window_order(epoch);
   } else {
@@ -110,6 +121,13 @@ std::vector<std::uint32_t> Sampler::epoch_order(std::uint32_t epoch) const {
 
 void Sampler::batch_samples(const std::vector<std::uint32_t>& order, std::size_t index,
                             std::vector<std::uint32_t>& out) const {
+  if (stream_) {
+    out.resize(batch_size_);
+    // index < stream_batches(): every position fits 32 bits.
+    const auto first = static_cast<std::uint32_t>(index * batch_size_);
+    std::iota(out.begin(), out.end(), first);
+    return;
+  }
   std::size_t first = index * batch_size_;
   std::size_t last = std::min(first + batch_size_, order.size());
   out.assign(order.begin() + static_cast<std::ptrdiff_t>(first),

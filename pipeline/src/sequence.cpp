@@ -4,7 +4,9 @@
 
 #include "detail/sequence.hpp"
 
+#include <algorithm>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -53,6 +55,13 @@ void Sequence::begin(const RunLimits& options, std::size_t depth) {
     checkpoint_dir_ = own_checkpoint_.get();
   }
   reset_cursor(depth);
+  std::lock_guard<std::mutex> lock(stream_mutex_);
+  const auto epochs = static_cast<std::size_t>(stream() ? epochs_ : 0);
+  stream_batches_.assign(epochs, ~0ull);
+  stream_first_seq_.assign(epochs, ~0ull);
+  stream_end_seq_.assign(epochs, ~0ull);
+  stream_delivered_ = 0;
+  stream_stopped_ = false;
 }
 
 bool Sequence::exhausted() {
@@ -61,13 +70,111 @@ bool Sequence::exhausted() {
     if (start_.skip[source_skip_] == source_pos_) ++source_pos_;
     ++source_skip_;
   }
-  return source_pos_ >= sequence_end() || (stop_after_ > 0 && source_seq_ >= stop_after_);
+  if (!stream()) {
+    return source_pos_ >= sequence_end() || (stop_after_ > 0 && source_seq_ >= stop_after_);
+  }
+  std::lock_guard<std::mutex> lock(stream_mutex_);
+  // Past the end of its epoch's data the source goes on with the next epoch.
+  const std::uint64_t per_epoch = sampler_->batches_per_epoch();
+  const std::uint64_t epoch = source_pos_ / per_epoch;
+  if (epoch < stream_batches_.size() && source_pos_ % per_epoch >= stream_batches_[epoch]) {
+    const std::uint64_t next = (epoch + 1) * per_epoch;
+    cursor_.skip_range(source_pos_, next);
+    source_pos_ = next;
+  }
+  // stop_after is counted where a stream's batches are known to hold data (keep()).
+  const bool over = source_pos_ >= sequence_end() || stream_stopped_;
+  if (over && order_epoch_ < stream_end_seq_.size() && stream_end_seq_[order_epoch_] == ~0ull) {
+    stream_end_seq_[order_epoch_] = source_seq_;
+  }
+  return over;
+}
+
+bool Sequence::keep(const Batch& b) {
+  if (!stream()) {
+    if (b.end_of_data) {
+      throw std::logic_error("Batch::end_of_data set by a loader whose size() is known");
+    }
+    return true;
+  }
+  const std::size_t rows = b.rows();
+  bool keep = !b.end_of_data ||
+              (rows > 0 && !(sampler_->options().drop_last && rows < sampler_->batch_size()));
+  std::lock_guard<std::mutex> lock(stream_mutex_);
+  if (b.end_of_data && b.epoch < stream_batches_.size()) {
+    std::uint64_t& known = stream_batches_[b.epoch];
+    if (known == ~0ull) {
+      known = b.index_in_epoch + (keep ? 1 : 0);
+      // The source is still in this epoch (it leaves one only past its end): what it emitted of
+      // it so far is all the epoch has.
+      if (stream_end_seq_[b.epoch] == ~0ull) stream_end_seq_[b.epoch] = source_seq_;
+    }
+    keep = keep && b.index_in_epoch < known;
+  }
+  if (keep && stop_after_ > 0 && (stream_stopped_ || ++stream_delivered_ > stop_after_)) {
+    // The run stops here: this batch and those the source let in after it are not delivered,
+    // and the cursor stays at the first of them.
+    stream_stopped_ = true;
+    keep = false;
+  }
+  return keep;
+}
+
+std::optional<std::pair<std::uint64_t, std::uint64_t>> Sequence::stream_epoch_seqs(
+    std::uint32_t epoch) const {
+  std::lock_guard<std::mutex> lock(stream_mutex_);
+  if (epoch >= stream_end_seq_.size() || stream_end_seq_[epoch] == ~0ull) return std::nullopt;
+  const std::uint64_t end = stream_end_seq_[epoch];
+  const std::uint64_t first = stream_first_seq_[epoch];
+  return std::make_pair(first == ~0ull ? end : first, end);
+}
+
+std::uint64_t Sequence::epoch_of_run_batch(std::uint64_t seq) const {
+  if (!stream()) return (start_.first + seq) / sampler_->batches_per_epoch();
+  std::lock_guard<std::mutex> lock(stream_mutex_);
+  std::uint64_t epoch = start_.first / sampler_->batches_per_epoch();
+  for (std::size_t e = 0; e < stream_first_seq_.size(); ++e) {
+    if (stream_first_seq_[e] != ~0ull && stream_first_seq_[e] <= seq) epoch = e;
+  }
+  return epoch;
+}
+
+std::uint64_t Sequence::past_stream_end(std::uint64_t x) const {
+  if (!stream()) return x;
+  const std::uint64_t per_epoch = sampler_->batches_per_epoch();
+  const std::uint64_t epoch = x / per_epoch;
+  std::lock_guard<std::mutex> lock(stream_mutex_);
+  if (epoch < stream_batches_.size() && x % per_epoch >= stream_batches_[epoch]) {
+    return (epoch + 1) * per_epoch;
+  }
+  return x;
 }
 
 void Sequence::assign(Batch& b) {
   const std::uint64_t per_epoch = sampler_->batches_per_epoch();
   const auto epoch = static_cast<std::uint32_t>(source_pos_ / per_epoch);
   const std::uint64_t index = source_pos_ % per_epoch;
+  if (stream()) {
+    std::lock_guard<std::mutex> lock(stream_mutex_);
+    if (epoch != order_epoch_) {
+      // The epoch before is over for the source (its end, or its most batches).
+      if (order_epoch_ < stream_end_seq_.size() && stream_end_seq_[order_epoch_] == ~0ull) {
+        stream_end_seq_[order_epoch_] = source_seq_;
+      }
+      if (epoch < stream_first_seq_.size()) stream_first_seq_[epoch] = source_seq_;
+      order_epoch_ = epoch;
+    } else if (epoch < stream_end_seq_.size() && stream_end_seq_[epoch] == source_seq_) {
+      // The loader found the epoch's end after exhausted() let this batch through: it is one
+      // more (past the end) of the epoch's batches.
+      ++stream_end_seq_[epoch];
+    }
+    b.seq = source_seq_++;
+    b.epoch = epoch;
+    b.index_in_epoch = index;
+    sampler_->batch_samples(source_order_, index, b.samples);
+    ++source_pos_;
+    return;
+  }
   if (epoch != order_epoch_) {
     source_order_ = sampler_->epoch_order(epoch);
     order_epoch_ = epoch;
@@ -80,7 +187,11 @@ void Sequence::assign(Batch& b) {
 }
 
 void Sequence::finish(const Batch& b) {
-  cursor_.finish(b.epoch * sampler_->batches_per_epoch() + b.index_in_epoch);
+  const std::uint64_t position = b.epoch * sampler_->batches_per_epoch() + b.index_in_epoch;
+  // A stream's batch dropped by stop_after, not past its epoch's end, was never delivered: a
+  // resume delivers it.
+  if (b.past_end && past_stream_end(position) == position) return;
+  cursor_.finish(position);
 }
 
 void Sequence::resume_from_checkpoint(const PipelineConfig& config, const Chain& chain) {
@@ -117,7 +228,12 @@ void Sequence::resume(ResumePoint start, std::uint64_t steps, std::size_t depth)
 
 Checkpoint Sequence::checkpoint() const {
   std::vector<std::uint64_t> ahead;
-  const std::uint64_t next = cursor_.next(&ahead);
+  // Past the end of a stream's epoch, the next epoch is next: a resume need not read the stream
+  // to its end again to learn that.
+  const std::uint64_t next = past_stream_end(cursor_.next(&ahead));
+  // Batches past a stream's end were dropped, not delivered: nothing to skip after a resume.
+  std::erase_if(ahead,
+                [this, next](std::uint64_t a) { return a <= next || past_stream_end(a) != a; });
   return make_checkpoint(*sampler_, next, ahead, resumed_steps_ + cursor_.finished());
 }
 

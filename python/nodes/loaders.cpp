@@ -9,6 +9,7 @@
 #include <flowfeed/error.hpp>
 #include <flowfeed/pool.hpp>
 #include <flowfeed/stats.hpp>
+#include <numeric>
 
 namespace flowfeed::python {
 
@@ -108,12 +109,19 @@ void PythonMapLoader::process(Batch& batch) {
 PythonIterableLoader::PythonIterableLoader(LoaderOptions options, PyRef source)
     : PythonLoaderBase(std::move(options)), source_(std::move(source)) {}
 
+void PythonIterableLoader::setup(BuildContext& context) {
+  PythonLoaderBase::setup(context);
+  batch_size_ = context.batch_size();
+}
+
 void PythonIterableLoader::begin_run() {
   PythonLoaderBase::begin_run();
   // A run starts a new pass (a resumed run skips to its cursor below).
   BodyGil gil;
   iterator_ = PyRef();
   position_ = 0;
+  ended_ = false;
+  run_started_ = false;
 }
 
 py::object make_iterator(const py::object& source) {
@@ -123,10 +131,56 @@ py::object make_iterator(const py::object& source) {
   return py::iter(source);
 }
 
+namespace {
+
+/// The iterator's next item, or null at its end; rethrows what it raised.
+py::object next_item(const PyRef& iterator) {
+  PyObject* item = PyIter_Next(iterator.get().ptr());
+  if (item) return py::reinterpret_steal<py::object>(item);
+  if (PyErr_Occurred()) throw py::error_already_set();
+  return py::object();
+}
+
+}  // namespace
+
+bool PythonIterableLoader::skip_to(std::uint64_t first, bool resumed) {
+  while (position_ < first) {
+    check_cancelled();
+    if (!next_item(iterator_)) {
+      if (!stream()) {
+        throw DataError(
+            fmt::format("the iterable ended after {} samples; each epoch takes {} (params.samples)",
+                        position_, options_.samples));
+      }
+      if (resumed) {
+        // Not a data error: skipping it would resume somewhere the checkpoint never was.
+        throw Error(fmt::format(
+            "the stream ended after {} samples, before sample {} of epoch {} where this run "
+            "resumes (a resume reads and leaves the samples before its cursor: the iterable gave "
+            "more when the checkpoint was taken) resume only from an iterable that yields the "
+            "same samples again",
+            position_, first, epoch_));
+      }
+      ended_ = true;
+      return false;
+    }
+    ++position_;
+  }
+  return true;
+}
+
 void PythonIterableLoader::process(Batch& batch) {
+  const std::uint64_t first = batch.samples.front();
+  const bool resumed = !run_started_ && first > 0;
+  run_started_ = true;
+  if (stream() && ended_ && batch.epoch == epoch_ && first >= position_) {
+    // Past the end of this epoch's stream: the pipeline drops the batch.
+    batch.samples.clear();
+    batch.end_of_data = true;
+    return;
+  }
   batch.lease(tier_) = pool_->acquire();
   const std::vector<std::byte*> at = bases(batch);
-  const std::uint64_t first = batch.samples.front();
   std::vector<RowFailure> failures;
   BodyGil gil;
   try {
@@ -135,25 +189,36 @@ void PythonIterableLoader::process(Batch& batch) {
       iterator_ = PyRef(make_iterator(source_.get()));
       position_ = 0;
       epoch_ = batch.epoch;
+      ended_ = false;
     }
-    const auto take = [&]() -> py::object {
-      PyObject* item = PyIter_Next(iterator_.get().ptr());
-      if (item) return py::reinterpret_steal<py::object>(item);
-      if (PyErr_Occurred()) throw py::error_already_set();
-      throw DataError(
-          fmt::format("the iterable ended after {} samples; each epoch takes {} "
-                      "(params.samples)",
-                      position_, options_.samples));
-    };
     // Samples before the batch (a resumed run's cursor) are read and left.
-    while (position_ < first) {
-      check_cancelled();
-      take();
-      ++position_;
+    if (!skip_to(first, resumed)) {
+      batch.samples.clear();
+      batch.end_of_data = true;
+      return;
     }
     for (std::size_t r = 0; r < batch.rows(); ++r) {
       check_cancelled();
-      py::object item = take();
+      py::object item = next_item(iterator_);
+      if (!item) {
+        if (!stream()) {
+          throw DataError(fmt::format(
+              "the iterable ended after {} samples; each epoch takes {} (params.samples)",
+              position_, options_.samples));
+        }
+        // The end of the stream: this batch keeps the rows read (the epoch's last, maybe none),
+        // its tensors moved to where a batch of that many rows has them.
+        ended_ = true;
+        std::vector<std::size_t> unread(batch.rows() - r);
+        std::iota(unread.begin(), unread.end(), r);
+        if (r > 0) {
+          remove_rows(batch, tier_, unread);
+        } else {
+          batch.samples.clear();
+        }
+        batch.end_of_data = true;
+        break;
+      }
       ++position_;
       try {
         writer_.write_sample(item, at, r);
@@ -162,6 +227,16 @@ void PythonIterableLoader::process(Batch& batch) {
       } catch (const std::exception& e) {
         failures.push_back({r, e.what()});
       }
+    }
+    if (stream() && !ended_ && (batch.index_in_epoch + 2) * batch_size_ > (1ull << 32)) {
+      // The epoch's last batch a stream may have: its positions fit 32 bits.
+      if (next_item(iterator_)) {
+        throw Error(fmt::format(
+            "the stream gave more than {} samples in epoch {} (flowfeed counts an epoch's "
+            "samples in 32 bits) end each epoch's iterator sooner",
+            position_, batch.epoch));
+      }
+      ended_ = true;
     }
   } catch (const py::error_already_set& e) {
     // The iterator raised: a generator is over after that, so the next batch starts a new one.

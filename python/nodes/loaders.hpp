@@ -16,7 +16,7 @@ namespace flowfeed::python {
 /// A Python loader's options, from its params and its callable.
 struct LoaderOptions {
   std::vector<TensorSpec> tensors;  ///< declared by params.layout, or from the first sample
-  std::size_t samples = 0;          ///< the data set's size
+  std::size_t samples = 0;          ///< the data set's size (python_iterable: 0, a stream)
   bool batched = false;             ///< fn(indices) -> a batch
 };
 
@@ -60,18 +60,31 @@ class PythonMapLoader final : public PythonLoaderBase {
   PyRef fn_;
 };
 
-/// `python_iterable`: rows taken in order from an iterator made anew each epoch.
+/// `python_iterable`: rows taken in order from an iterator made anew each epoch. Without
+/// `samples` it is a stream (size() kUnknownSize): each epoch ends where its iterator does.
 class PythonIterableLoader final : public PythonLoaderBase {
  public:
   PythonIterableLoader(LoaderOptions options, PyRef source);
+  std::size_t size() const override {
+    return options_.samples > 0 ? options_.samples : kUnknownSize;
+  }
+  void setup(BuildContext& context) override;
   void begin_run() override;
   void process(Batch& batch) override;
 
  private:
+  bool stream() const noexcept { return options_.samples == 0; }
+  /// Reads the samples before `first` (a resumed run's cursor, or a new iterator's catching up)
+  /// and leaves them; false when a stream ended before it.
+  bool skip_to(std::uint64_t first, bool resumed);
+
   PyRef source_;
   PyRef iterator_;  // this epoch's; serial (concurrency 1), so no lock
   std::uint64_t position_ = 0;
   std::uint32_t epoch_ = 0;
+  bool ended_ = false;        // a stream's iterator of epoch_ ended at position_
+  bool run_started_ = false;  // the run's first batch was taken
+  std::size_t batch_size_ = 0;
 };
 
 /// "sample 17: <what>".

@@ -162,6 +162,15 @@ struct Batch {
   std::exception_ptr error;
   /// True when the batch was skipped under `on_error: skip`; the train node ignores it.
   bool skipped = false;
+  /// Set by the loader of a stream (LoaderNode::size() is kUnknownSize) on the batch in which
+  /// its data ended, and on every later batch of that epoch: `samples` then holds only the rows
+  /// it read, maybe none. The pipeline ends the epoch there: it keeps the batch's rows (unless
+  /// `sampler.drop_last` and the batch is partial) and drops the batches after it.
+  bool end_of_data = false;
+  /// True when the pipeline dropped the batch because it lies past the end of a stream's epoch
+  /// (see end_of_data). It travels on, `skipped` too, for the order and the in-flight bound, but
+  /// no node and no caller gets it, and no report counts it.
+  bool past_end = false;
 
   /// Samples in this batch (the last of an epoch may have fewer than the batch size).
   std::size_t rows() const noexcept { return samples.size(); }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <span>
@@ -343,11 +344,17 @@ struct RowTarget {
   const Batch* batch = nullptr;            ///< the batch being filled (its seq and epoch)
 };
 
+/// The size of a data set whose length is not known ahead: a stream (LoaderNode::size() may
+/// return it). Its epochs end where the loader finds the end of its data (Batch::end_of_data).
+inline constexpr std::size_t kUnknownSize = std::numeric_limits<std::size_t>::max();
+
 /// The loader: it owns the dataset's size and sample layout and fills a batch's host buffer.
 /// The sampler (built into the pipeline's source) decides which samples form each batch.
 class LoaderNode : public Node {
  public:
-  /// Number of samples in the dataset.
+  /// Number of samples in the dataset, or kUnknownSize for a stream whose length
+  /// is learned only at its end: every epoch then reads it from its start, in order, and the
+  /// loader marks the batch where its data ended (Batch::end_of_data).
   virtual std::size_t size() const = 0;
   /// The tensors of one sample, in buffer order (e.g. x then y).
   virtual std::vector<TensorSpec> sample_tensors() const = 0;

@@ -28,6 +28,11 @@ namespace flowfeed {
 ///   give. Ranks stride over this order as over any other, so resume and a change of world size
 ///   work unchanged; every rank reads the same window of shards at a time.
 /// Without shuffle both orders are 0, 1, 2, … .
+///
+/// A stream (`dataset_size` kUnknownSize, node.hpp; one rank, no shuffle) has no order to make:
+/// batch k of every epoch takes the stream's positions [k × batch_size, (k + 1) × batch_size), and
+/// an epoch has at most stream_batches() of them (positions stay below 2^32), ending earlier where
+/// the loader finds the end of its data.
 class Sampler {
  public:
   /// A sampler over `dataset_size` samples in batches of `batch_size` (rank/world from
@@ -38,13 +43,18 @@ class Sampler {
   Sampler(const SamplerOptions& options, std::size_t dataset_size, std::size_t batch_size,
           const std::vector<std::size_t>& shard_starts = {});
 
-  /// Samples in this rank's shard.
+  /// Samples in this rank's shard (0 for a stream: not known).
   std::size_t shard_size() const noexcept { return shard_size_; }
-  /// Batches per epoch for this rank (the last may be partial unless drop_last).
+  /// Batches per epoch for this rank (the last may be partial unless drop_last); for a stream,
+  /// the most an epoch may have (stream_batches()).
   std::size_t batches_per_epoch() const noexcept;
+  /// True when the data set is a stream of unknown length (made with kUnknownSize).
+  bool stream() const noexcept { return stream_; }
+  /// The most batches an epoch of a stream may have: its positions fit 32 bits.
+  std::size_t stream_batches() const noexcept { return (std::size_t{1} << 32) / batch_size_; }
   /// Samples in a full batch.
   std::size_t batch_size() const noexcept { return batch_size_; }
-  /// Samples in the data set.
+  /// Samples in the data set (0 for a stream: not known).
   std::size_t dataset_size() const noexcept { return dataset_size_; }
   /// The options it was made with.
   const SamplerOptions& options() const noexcept { return options_; }
@@ -55,7 +65,7 @@ class Sampler {
   std::size_t global_batch() const noexcept {
     return batch_size_ * static_cast<std::size_t>(options_.world);
   }
-  /// Data set indices of this rank's shard for `epoch`, in visiting order.
+  /// Data set indices of this rank's shard for `epoch`, in visiting order (empty for a stream).
   std::vector<std::uint32_t> epoch_order(std::uint32_t epoch) const;
   /// The data shards the order reads: under order: shards, the loader's non-empty shards (1 when
   /// it names none); under order: samples, 1.
@@ -66,7 +76,8 @@ class Sampler {
   /// shards): under order: shards with shuffle, a permutation fixed by (seed, epoch); else 0, 1,
   /// 2, … . Shard k of it is read in window k / shuffle_window: what a prefetcher fetches next.
   std::vector<std::uint32_t> shard_sequence(std::uint32_t epoch) const;
-  /// Fills `out` with the samples of batch `index` of an epoch order (`order` from epoch_order).
+  /// Fills `out` with the samples of batch `index` of an epoch order (`order` from epoch_order;
+  /// for a stream, the batch's positions in it).
   void batch_samples(const std::vector<std::uint32_t>& order, std::size_t index,
                      std::vector<std::uint32_t>& out) const;
 
@@ -75,6 +86,7 @@ class Sampler {
   std::size_t dataset_size_;
   std::size_t batch_size_;
   std::size_t shard_size_;
+  bool stream_ = false;
   /// Under order: shards, the first sample of each non-empty data shard, rising from 0.
   std::vector<std::size_t> shard_starts_;
   /// Keeps the non-empty shards of `starts` (the constructor's check).

@@ -48,6 +48,8 @@ class RunCounters {
     skipped_samples_.fetch_add(n, std::memory_order_relaxed);
   }
   std::uint64_t skipped() const noexcept { return skipped_.load(); }
+  /// Batches dropped past the end of a stream's epoch (Batch::past_end).
+  std::uint64_t past_end() const noexcept { return past_end_.load(); }
   std::uint64_t skipped_samples() const noexcept { return skipped_samples_.load(); }
 
   // `pipeline.devices` branches.
@@ -87,6 +89,7 @@ class RunCounters {
   std::atomic<std::uint64_t> produced_{0};
   std::atomic<std::uint64_t> consumed_{0};
   std::atomic<std::uint64_t> skipped_{0};
+  std::atomic<std::uint64_t> past_end_{0};
   std::atomic<std::uint64_t> skipped_samples_{0};
   std::atomic<std::uint64_t> bytes_{0};
   std::atomic<std::uint64_t> samples_{0};

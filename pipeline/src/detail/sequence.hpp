@@ -2,13 +2,14 @@
 // The sequence of batches (sequence.cpp): the sampler, where a run starts in this rank's sequence
 // (epoch x batches_per_epoch + index in the epoch; pipeline.resume_from, else 0), the source's
 // position in it, which batches finished (the resume cursor), and the checkpoints written from
-// that.
+// that. A stream's epochs (Sampler::stream) end where its loader found the end of its data.
 
 #include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,6 +32,18 @@ class Sequence {
   std::uint64_t batches_per_epoch() const { return sampler_->batches_per_epoch(); }
   /// Reserves the order the source holds (its bytes were claimed with the sampling order).
   void reserve_order() { source_order_.reserve(sampler_->shard_size()); }
+  /// True when the data set is a stream of unknown length.
+  bool stream() const noexcept { return sampler_->stream(); }
+  /// After the loader: false when `batch` is not delivered. For a stream, a batch with
+  /// Batch::end_of_data tells where its epoch's data ended (from then on the source emits no
+  /// further batch of that epoch): it keeps its rows when it has some (all of a batch under
+  /// drop_last), later ones lie past the end. Then the batches with data are counted against
+  /// stop_after: the one past it stops the source. The loader's thread.
+  bool keep(const Batch& batch);
+  /// For a stream: the run's batches of `epoch` have the seqs [first, end), or nullopt while the
+  /// source may still emit some of it.
+  std::optional<std::pair<std::uint64_t, std::uint64_t>> stream_epoch_seqs(
+      std::uint32_t epoch) const;
 
   /// At build: the start from the checkpoint `config`'s pipeline.resume_from names, and each
   /// stateful node's state from it.
@@ -65,12 +78,12 @@ class Sequence {
   }
   /// Batches the source emits in this run before sequence index x.
   std::uint64_t run_batches_before(std::uint64_t x) const;
-  /// Batches a whole run takes from the source.
-  std::uint64_t expected_batches() const { return run_batches_before(sequence_end()); }
-  /// The epoch of the run's batch `seq` (counted from the run's start).
-  std::uint64_t epoch_of_run_batch(std::uint64_t seq) const {
-    return (start_.first + seq) / sampler_->batches_per_epoch();
+  /// Batches a whole run takes from the source; 0 for a stream (not known ahead).
+  std::uint64_t expected_batches() const {
+    return stream() ? 0 : run_batches_before(sequence_end());
   }
+  /// The epoch of the run's batch `seq` (counted from the run's start).
+  std::uint64_t epoch_of_run_batch(std::uint64_t seq) const;
   /// The first epoch of the run (a resumed run's is the checkpoint's).
   std::size_t first_epoch() const {
     return static_cast<std::size_t>(start_.first / sampler_->batches_per_epoch());
@@ -90,6 +103,9 @@ class Sequence {
  private:
   /// checkpoint(chain, states) under the caller's lock.
   Checkpoint gather(const Chain& chain, States& states) const;
+  /// A stream's position `x` (epoch × batches_per_epoch + index): the next epoch's start when
+  /// `x` lies at or past the known end of its epoch, else `x`.
+  std::uint64_t past_stream_end(std::uint64_t x) const;
 
   int epochs_ = 1;
   std::unique_ptr<Sampler> sampler_;
@@ -106,6 +122,15 @@ class Sequence {
   CheckpointDir* checkpoint_dir_ = nullptr;        // where checkpoint_every writes
   std::unique_ptr<CheckpointDir> own_checkpoint_;  // one run() opened from checkpoint_dir
   mutable std::mutex checkpoint_mutex_;
+  // A stream's epochs: the batches with rows of each (known once its end was found; ~0 before)
+  // and the run's seq of each one's first and end batches (~0: not reached, not final). Under
+  // stream_mutex_, which the source holds while it moves.
+  mutable std::mutex stream_mutex_;
+  std::vector<std::uint64_t> stream_batches_;
+  std::vector<std::uint64_t> stream_first_seq_;
+  std::vector<std::uint64_t> stream_end_seq_;
+  std::uint64_t stream_delivered_ = 0;  // batches with data the loader gave (stop_after)
+  bool stream_stopped_ = false;         // stop_after was reached
 };
 
 }  // namespace flowfeed::detail
