@@ -33,6 +33,10 @@ using namespace testing_files;
 constexpr EdgeMemory kHost{Tier::host, MemoryKind::pageable, false};
 constexpr EdgeMemory kHostPinned{Tier::host, MemoryKind::pinned, false};
 constexpr EdgeMemory kStaging{Tier::staging, MemoryKind::pageable, false};
+// The edges from a loader to an upload node that copies external ranges, through staging nodes
+// that pass batches through, may carry them (each batch's list says which bytes).
+constexpr EdgeMemory kHostExternal{Tier::host, MemoryKind::pageable, true};
+constexpr EdgeMemory kStagingExternal{Tier::staging, MemoryKind::pageable, true};
 constexpr EdgeMemory kDevice{Tier::device, MemoryKind::device, false};
 
 /// A loader whose port says where its batches leave: in the plan's memory (`fills`), or in host
@@ -116,9 +120,10 @@ TEST(EdgeMemory, EachEdgeGetsItsMemoryFromThePortsAndEveryByteArrives) {
       {"fills_then_staging",
        "port_fills",
        "  - { name: stage, type: host_staging }\n",
-       {kStaging, kStaging, kDevice, kDevice},
+       {kStagingExternal, kStagingExternal, kDevice, kDevice},
        0},
-      // A transform between them works on the tier the loader filled.
+      // A transform between them works on the tier the loader filled; no external range passes
+      // a transform.
       {"fills_transform_staging",
        "port_fills",
        "  - { name: wait, type: delay, params: { ms: 0 } }\n"
@@ -126,7 +131,7 @@ TEST(EdgeMemory, EachEdgeGetsItsMemoryFromThePortsAndEveryByteArrives) {
        {kStaging, kStaging, kStaging, kDevice, kDevice},
        0},
       // host_upload takes nothing in place: the loader fills pageable host memory.
-      {"fills_no_staging", "port_fills", "", {kHost, kDevice, kDevice}, -1},
+      {"fills_no_staging", "port_fills", "", {kHostExternal, kDevice, kDevice}, -1},
       // Buffers of the loader's own, page-locked or not: host_staging copies them.
       {"own_pinned_then_staging",
        "port_own_pinned",
@@ -194,7 +199,7 @@ TEST(EdgeMemory, OnlyALoaderWhosePortFillsMayMakeTheFillPool) {
              registry);
   });
   EXPECT_EQ(message,
-            "node 'load' (sneaky, <string>:3:5): make_fill_pool is for the setup of a loader whose "
+            "node 'load' (sneaky, <string>:3): make_fill_pool is for the setup of a loader whose "
             "port fills (Port::fills in Node::port)");
 }
 
@@ -206,8 +211,6 @@ TEST(EdgeMemory, OnlyALoaderWhosePortFillsMayMakeTheFillPool) {
 TEST_F(NpyStorageTest, ThePlanLetsSomeBatchesCarryExternalRangesAndEveryByteArrives) {
   constexpr double kRow = 80000;
   write_shards({3, 5, 16}, 80000);
-  const EdgeMemory staging_external{Tier::staging, MemoryKind::pageable, true};
-  const EdgeMemory host_external{Tier::host, MemoryKind::pageable, true};
   for (const char* stages : {"host_staging", ""}) {
     SCOPED_TRACE(std::string("stages: ") + stages);
     seen_ = std::make_shared<Captured>();
@@ -218,8 +221,8 @@ TEST_F(NpyStorageTest, ThePlanLetsSomeBatchesCarryExternalRangesAndEveryByteArri
                            registry),
         registry);
     const std::vector<EdgeMemory> planned =
-        *stages ? std::vector<EdgeMemory>{staging_external, staging_external, kDevice, kDevice}
-                : std::vector<EdgeMemory>{host_external, kDevice, kDevice};
+        *stages ? std::vector<EdgeMemory>{kStagingExternal, kStagingExternal, kDevice, kDevice}
+                : std::vector<EdgeMemory>{kHostExternal, kDevice, kDevice};
     EXPECT_EQ(pipeline.plan().memory, planned);
     const RunReport report = pipeline.run();
     const std::vector<std::uint32_t> order = check_bytes();
