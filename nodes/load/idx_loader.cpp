@@ -58,7 +58,7 @@ void IdxLoader::setup(BuildContext& context) {
   // Resident batches carry indices only: no host buffers at all.
   if (options_.resident) return;
   // Straight into the staging node's memory when one follows (pinned on CUDA).
-  tier_ = context.fill_tier();
+  tier_ = context.output().tier;
   pool_ = &context.make_fill_pool(tier_ == Tier::staging ? "staging" : "host");
 }
 

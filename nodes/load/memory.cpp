@@ -45,6 +45,16 @@ std::vector<TensorSpec> MemoryLoader::sample_tensors() const {
           TensorSpec{"y", DType::int32, {}}};
 }
 
+bool MemoryLoader::pins(Backend backend) const noexcept {
+  return options_.pin && backend == Backend::cuda && pinning_.pin;
+}
+
+Port MemoryLoader::port(const BuildContext& context) const {
+  Port port;
+  port.own_memory = pins(context.backend()) ? MemoryKind::pinned : MemoryKind::pageable;
+  return port;
+}
+
 void MemoryLoader::setup(BuildContext& context) {
   const SyntheticOptions& c = options_.content;
   const BatchLayout& layout = context.layout();
@@ -71,10 +81,8 @@ void MemoryLoader::setup(BuildContext& context) {
     row_bytes_.push_back(layout.tensors()[t].sample_bytes());
     full_offsets_.push_back(layout.offset(t, batch_size_));
   }
-  context.claim_memory(options_.pin && context.backend() == Backend::cuda && pinning_.pin
-                           ? MemoryKind::pinned
-                           : MemoryKind::pageable,
-                       bytes_, "the data set (" + std::to_string(size_) + " samples)", keys);
+  context.claim_memory(pins(context.backend()) ? MemoryKind::pinned : MemoryKind::pageable, bytes_,
+                       "the data set (" + std::to_string(size_) + " samples)", keys);
   data_ = static_cast<std::byte*>(::operator new(bytes_, kPageAlignment));
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
   // Before the first touch below; a hint only (no huge pages when THP is off).
@@ -99,7 +107,7 @@ void MemoryLoader::setup(BuildContext& context) {
     }
   });
 
-  if (options_.pin && context.backend() == Backend::cuda && pinning_.pin) {
+  if (pins(context.backend())) {
     pinning_.pin(data_, bytes_);
     pinned_ = true;
   }

@@ -39,6 +39,12 @@ std::string describe(const TensorSpec& t) {
 class MixLoader final : public LoaderNode {
  public:
   explicit MixLoader(const NodeSpec& spec);
+  /// Fills the plan's memory (Port::fills): the staging node's, when one takes batches in place.
+  Port port(const BuildContext& /*context*/) const override {
+    Port port;
+    port.fills = true;
+    return port;
+  }
   void setup(BuildContext& context) override;
   void begin_run() override;
   void process(Batch& batch) override;
@@ -236,7 +242,7 @@ void MixLoader::setup(BuildContext& context) {
                        "nodes." + name_ + (samples_ ? ".params.samples" : ".sources"));
   tables_ = std::make_unique<MixTables>(*order_);
   drawn_ = std::make_unique<std::atomic<std::uint64_t>[]>(sources_.size());
-  tier_ = context.fill_tier();
+  tier_ = context.output().tier;
   pool_ = &context.make_fill_pool(tier_ == Tier::staging ? "staging" : "host");
 }
 

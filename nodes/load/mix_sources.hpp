@@ -15,8 +15,9 @@ std::string mix_source_label(const std::string& mix, std::size_t index, const st
 
 /// The BuildContext a mix gives source `index` in its setup(): everything as the mix's own
 /// context, except the spec (the source's), the sampler (sequential, one rank: a source is
-/// asked for samples by index), the fill tier (host: the mix copies what a source fills in a
-/// buffer of its own) and the names of pools and memory claims (they name the source).
+/// asked for samples by index), the output memory (the default, pageable host with no external
+/// ranges: the mix copies what a source fills in a buffer of its own) and the names of pools and
+/// memory claims (they name the source).
 class MixSourceContext final : public BuildContext {
  public:
   MixSourceContext(BuildContext& mix, const NodeSpec& spec, std::size_t index);
@@ -28,7 +29,6 @@ class MixSourceContext final : public BuildContext {
   const BatchLayout& layout() const override { return mix_.layout(); }
   const LoaderNode& loader() const override { return mix_.loader(); }
   int threads() const override { return mix_.threads(); }
-  Tier fill_tier() const override { return Tier::host; }
   BufferPool& make_pool(const std::string& name, MemoryKind kind, std::size_t count,
                         std::size_t bytes, Allocator allocator) override;
   BufferPool& make_batch_pool(const std::string& name, MemoryKind kind, std::size_t bytes,

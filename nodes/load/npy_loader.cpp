@@ -182,14 +182,14 @@ std::vector<TensorSpec> NpyLoader::sample_tensors() const {
 
 void NpyLoader::setup(BuildContext& context) {
   // Straight into the staging node's memory when one follows (pinned on CUDA).
-  tier_ = context.fill_tier();
+  tier_ = context.output().tier;
   pool_ = &context.make_fill_pool(tier_ == Tier::staging ? "staging" : "host");
   if (options_.pin) keep_rows_in_place(context);
 }
 
 void NpyLoader::keep_rows_in_place(BuildContext& context) {
   const NodeSpec& spec = context.spec();
-  if (!context.takes_external_bytes()) {
+  if (!context.output().external) {
     throw ConfigError({spec.loc.str() + ": node '" + spec.name +
                        "': pin: true leaves the feature rows in the files' mapping for the upload "
                        "node to copy from there, but a transform, or no upload node, comes after "

@@ -140,7 +140,7 @@ void TokensLoader::setup(BuildContext& context) {
                          "nodes." + options_.name + ".params.lookahead");
   }
   // Straight into the staging node's memory when one follows (pinned on CUDA).
-  tier_ = context.fill_tier();
+  tier_ = context.output().tier;
   pool_ = &context.make_fill_pool(tier_ == Tier::staging ? "staging" : "host");
 }
 

@@ -1,4 +1,5 @@
 #include <atomic>
+#include <cassert>
 #include <cstring>
 
 #include "flowfeed/extend.hpp"
@@ -11,35 +12,35 @@ namespace flowfeed {
 namespace {
 
 /// Copies the loaded batch into a pooled host buffer: the host stand-in for pinned staging. A
-/// loader that filled a buffer of this node's memory (BuildContext::make_fill_pool) hands its
-/// batches over in `batch.staging`; they pass through without a copy.
+/// loader that fills this node's memory (Port::in_place, BuildContext::make_fill_pool) hands its
+/// batches over in `batch.staging`; they pass through without a copy. Which of the two it is, the
+/// plan says once (BuildContext::input), for every batch.
 class HostStaging final : public Node {
  public:
-  std::optional<FillMemory> fill_memory(const BuildContext& /*context*/) const override {
-    return FillMemory{MemoryKind::pageable, Allocator::host()};
+  Port port(const BuildContext& /*context*/) const override {
+    Port port;
+    port.in_place = FillMemory{MemoryKind::pageable, Allocator::host()};
+    return port;
   }
   void plan(PlanContext& plan) const override {
-    if (plan.fill_tier() == Tier::staging) return;
+    if (plan.input().tier == Tier::staging) return;
     plan.batch_pool(MemoryKind::pageable, plan.layout().capacity());
   }
   void setup(BuildContext& context) override {
     name_ = context.spec().name;
     // The loader fills this node's memory itself: nothing to copy into.
-    if (context.fill_tier() == Tier::staging) return;
+    pass_through_ = context.input().tier == Tier::staging;
+    if (pass_through_) return;
     pool_ = &context.make_batch_pool("staging", MemoryKind::pageable, context.layout().capacity(),
                                      Allocator::host());
   }
   void process(Batch& batch) override {
-    if (!batch.host && batch.staging) {
+    if (pass_through_) {
+      assert(batch.staging && !batch.host);
       passed_.fetch_add(1, std::memory_order_relaxed);
       return;
     }
-    if (!pool_) {
-      throw Error(
-          "host_staging: a batch arrived in a host buffer, but the loader fills staging buffers "
-          "itself, so no staging pool was allocated (a node between the loader and staging "
-          "replaced the buffer)");
-    }
+    assert(batch.host);
     Lease staging = pool_->acquire();
     std::memcpy(staging.data(), batch.host.data(), batch.bytes());
     copied_.fetch_add(batch.bytes(), std::memory_order_relaxed);
@@ -53,6 +54,7 @@ class HostStaging final : public Node {
 
  private:
   std::string name_;
+  bool pass_through_ = false;
   BufferPool* pool_ = nullptr;
   std::atomic<std::uint64_t> copied_{0};
   std::atomic<std::uint64_t> passed_{0};

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cassert>
 #include <cstring>
 
 #include "flowfeed/cuda/check.hpp"
@@ -12,7 +13,6 @@
 #include "flowfeed/cuda/nvtx.hpp"
 #include "flowfeed/extend.hpp"
 #include "flowfeed/nodes/cuda.hpp"
-#include "flowfeed/nodes/memory.hpp"
 #include "flowfeed/registry.hpp"
 #include "flowfeed/stats.hpp"
 #include "staging/streaming_copy.hpp"
@@ -57,13 +57,14 @@ class PinnedStaging final : public Node {
  public:
   explicit PinnedStaging(PinnedStagingOptions options) : options_(options) {}
 
-  std::optional<FillMemory> fill_memory(const BuildContext& context) const override {
-    return FillMemory{MemoryKind::pinned, cuda::pinned_allocator_on(context.device_id())};
+  Port port(const BuildContext& context) const override {
+    Port port;
+    port.in_place = FillMemory{MemoryKind::pinned, cuda::pinned_allocator_on(context.device_id())};
+    return port;
   }
 
   void plan(PlanContext& plan) const override {
-    const auto* memory = dynamic_cast<const MemoryLoader*>(&plan.loader());
-    if ((memory && memory->pinned()) || plan.fill_tier() == Tier::staging) return;
+    if (action(plan.input()) != Action::copy) return;
     plan.batch_pool(MemoryKind::pinned, plan.layout().capacity());
   }
 
@@ -72,35 +73,29 @@ class PinnedStaging final : public Node {
     name_ = context.spec().name;
     nvtx_ = cuda::nvtx_name(name_);
     cuda::set_device(device_);
-    // Batches from a page-locked memory data set, or read by the loader straight into pinned
-    // memory, pass through: no pool to allocate.
-    const auto* memory = dynamic_cast<const MemoryLoader*>(&context.loader());
-    if ((memory && memory->pinned()) || context.fill_tier() == Tier::staging) return;
+    // Batches the loader read straight into pinned memory, or served from a page-locked data set,
+    // pass through: no pool to allocate. The plan says which, once, for every batch.
+    action_ = action(context.input());
+    if (action_ != Action::copy) return;
     pool_ = &context.make_batch_pool("staging", MemoryKind::pinned, context.layout().capacity(),
                                      cuda::pinned_allocator());
   }
 
   void process(Batch& batch) override {
     cuda::NvtxRange range(nvtx_, batch.seq);
-    if (!batch.host) {
-      if (batch.staging) {  // the loader read straight into a pinned buffer
+    switch (action_) {
+      case Action::pass_staging:  // the loader read straight into a pinned buffer
+        assert(batch.staging && !batch.host);
         passed_.fetch_add(1, std::memory_order_relaxed);
         return;
-      }
-      throw Error("pinned_staging: the batch has no host buffer (the loader filled none)");
+      case Action::pass_host:  // already page-locked (the memory loader's registered data set)
+        assert(batch.host && batch.host.pool()->kind() == MemoryKind::pinned);
+        batch.staging = std::move(batch.host);
+        passed_.fetch_add(1, std::memory_order_relaxed);
+        return;
+      case Action::copy: break;
     }
-    if (batch.host.pool() && batch.host.pool()->kind() == MemoryKind::pinned) {
-      // Already page-locked (e.g. the memory loader's registered data set): no copy.
-      batch.staging = std::move(batch.host);
-      passed_.fetch_add(1, std::memory_order_relaxed);
-      return;
-    }
-    if (!pool_) {
-      throw Error(
-          "pinned_staging: a pageable batch arrived, but the loader's data set is "
-          "page-locked or the loader reads into pinned memory itself, so no staging pool was "
-          "allocated (a node between the loader and staging replaced the host buffer)");
-    }
+    assert(batch.host);
     Lease staging = pool_->acquire();
     const std::size_t bytes = batch.bytes();
     parallel_copy(staging.data(), batch.host.data(), bytes, options_.chunk_bytes, options_.stores);
@@ -115,7 +110,16 @@ class PinnedStaging final : public Node {
   }
 
  private:
+  /// What every batch gets: passed through in the staging buffer the loader filled, moved from a
+  /// page-locked host buffer into staging, or copied into a pinned buffer of this node's pool.
+  enum class Action { pass_staging, pass_host, copy };
+  static Action action(const EdgeMemory& input) noexcept {
+    if (input.tier == Tier::staging) return Action::pass_staging;
+    return input.kind == MemoryKind::pinned ? Action::pass_host : Action::copy;
+  }
+
   PinnedStagingOptions options_;
+  Action action_ = Action::copy;
   int device_ = 0;
   std::string name_;
   nvtxStringHandle_t nvtx_ = nullptr;

@@ -18,7 +18,6 @@
 #include "flowfeed/cuda/handoff.hpp"
 #include "flowfeed/cuda/nvtx.hpp"
 #include "flowfeed/extend.hpp"
-#include "flowfeed/nodes/memory.hpp"
 #include "flowfeed/registry.hpp"
 #include "flowfeed/stats.hpp"
 #include "upload/bounce_ring_cuda.hpp"
@@ -43,15 +42,20 @@ class CudaUpload final : public AsynchronousNode {
     cudaGetLastError();
   }
 
-  std::optional<FillMemory> fill_memory(const BuildContext& context) const override {
+  Port port(const BuildContext& context) const override {
+    Port port;
+    port.copies_external_bytes = true;
     // One device's upload reads the loader's buffers; replicas on several devices do not.
-    if (context.replicas() > 1) return std::nullopt;
-    return FillMemory{MemoryKind::pinned, cuda::pinned_allocator_on(context.device_id())};
+    if (context.replicas() == 1) {
+      port.in_place =
+          FillMemory{MemoryKind::pinned, cuda::pinned_allocator_on(context.device_id())};
+    }
+    return port;
   }
 
   void plan(PlanContext& plan) const override {
     plan.batch_pool(MemoryKind::device, plan.layout().capacity());
-    if (bounce_wanted(plan.after_staging(), plan.loader(), plan.fill_tier())) {
+    if (bounce_wanted(plan.input())) {
       const auto [count, bytes] = bounce_size(plan.threads(), plan.layout().capacity());
       plan.fixed_memory(MemoryKind::pinned, static_cast<std::uint64_t>(count) * bytes);
     }
@@ -73,6 +77,9 @@ class CudaUpload final : public AsynchronousNode {
     events_.create(depth, /*fences=*/true);
     lanes_.create(options_.streams, depth, context.batch_size());
     for (std::size_t i = 0; i < depth; ++i) jobs_.push_back(std::make_unique<Job>());
+    // Where every batch arrives, as the plan says: a copy's source and whether it is pageable.
+    from_ = context.input().tier;
+    pageable_ = pageable(context.input());
     setup_bounce(context);
     lanes_.start(device_);
   }
@@ -81,20 +88,22 @@ class CudaUpload final : public AsynchronousNode {
     if (lanes_.sticky()) std::rethrow_exception(lanes_.sticky_error());
     cuda::NvtxRange range(nvtx_, batch.seq);
     cuda::set_device(device_);
-    const Tier from = batch.staging ? Tier::staging : Tier::host;
-    const std::byte* src = batch.data(from);
-    if (!src) throw Error("cuda_upload: the batch has no staging or host buffer to copy from");
+    const std::byte* src = batch.data(from_);
+    if (!src) {
+      throw Error(std::string("cuda_upload: the batch has no ") +
+                  (from_ == Tier::staging ? "staging" : "host") +
+                  " buffer to copy from (the plan says batches arrive in it)");
+    }
     const std::size_t bytes = batch.bytes();
     Lease device = pool_->acquire();
     const std::size_t buffer = device.index();
     // A branch of `pipeline.devices` sees every replicas_-th seq: number its own batches first.
     const std::size_t index = static_cast<std::size_t>((batch.seq / replicas_) % lanes_.size());
     UploadLane& lane = lanes_[index];
-    const bool pageable = from == Tier::host &&
-                          !(batch.host.pool() && batch.host.pool()->kind() == MemoryKind::pinned);
     // A batch with external ranges (page-locked, in the loader's own memory) is copied piece by
-    // piece straight from them, never through the bounce buffers.
-    if (pageable && bounce_.active() && batch.external.empty()) {
+    // piece straight from them, never through the bounce buffers: the plan lets the loader list
+    // them (EdgeMemory::external), and each batch's list says which bytes.
+    if (pageable_ && bounce_.active() && batch.external.empty()) {
       // The stream waits for the buffer's last reader before any chunk lands in it; then the
       // chunks go to the arena as tasks and submit returns: the next batch's chunks may start
       // while this one's last chunks are copied.
@@ -150,8 +159,6 @@ class CudaUpload final : public AsynchronousNode {
     publish(lane, index, batch, std::move(device), std::move(done));
   }
 
-  bool copies_external_bytes() const noexcept override { return true; }
-
   void begin_run() override {
     for (auto& lane : lanes_) {
       lane->copies = 0;
@@ -188,14 +195,16 @@ class CudaUpload final : public AsynchronousNode {
   }
 
  private:
+  /// Whether the plan has batches arrive in pageable host buffers (no staging node before this
+  /// one, and neither the loader's buffers nor its data set page-locked).
+  static bool pageable(const EdgeMemory& input) noexcept {
+    return input.tier == Tier::host && input.kind == MemoryKind::pageable;
+  }
   /// Whether batches are bounced through pinned buffers: asked for, or (automatic) when they
-  /// arrive pageable (the data set and the loader's buffers are not page-locked).
-  bool bounce_wanted(bool after_staging, const LoaderNode& loader, Tier fill_tier) const {
+  /// arrive pageable.
+  bool bounce_wanted(const EdgeMemory& input) const {
     using Bounce = CudaUploadOptions::Bounce;
-    if (options_.bounce == Bounce::automatic && !after_staging) {
-      const auto* memory = dynamic_cast<const MemoryLoader*>(&loader);
-      return !(memory && memory->pinned()) && fill_tier != Tier::staging;
-    }
+    if (options_.bounce == Bounce::automatic) return pageable(input);
     return options_.bounce == Bounce::on;
   }
   /// The bounce pool's buffers and their bytes.
@@ -207,7 +216,7 @@ class CudaUpload final : public AsynchronousNode {
   }
 
   void setup_bounce(BuildContext& context) {
-    if (!bounce_wanted(context.after_staging(), context.loader(), context.fill_tier())) return;
+    if (!bounce_wanted(context.input())) return;
     if (options_.bounce_bytes == 0) throw Error("cuda_upload: bounce_bytes must be > 0");
     const auto [count, bytes] = bounce_size(context.threads(), context.layout().capacity());
     bounce_.create(context, count, bytes);
@@ -308,6 +317,8 @@ class CudaUpload final : public AsynchronousNode {
   std::string description_;
   nvtxStringHandle_t nvtx_ = nullptr;
   BufferPool* pool_ = nullptr;
+  Tier from_ = Tier::staging;  // the tier batches arrive in (BuildContext::input)
+  bool pageable_ = false;      // they arrive in pageable host buffers: bounced when a ring exists
   cuda::BufferEvents events_;  // per device buffer: ready and reuse events, a fence slot
   UploadLanes lanes_;
   BounceRing bounce_;  // empty unless pageable batches are expected (setup_bounce)

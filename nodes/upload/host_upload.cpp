@@ -10,10 +10,14 @@ namespace {
 /// cuda_upload, with the same inputs (a staging or host buffer) and output (a device buffer).
 class HostUpload final : public Node {
  public:
+  Port port(const BuildContext& /*context*/) const override {
+    Port port;
+    port.copies_external_bytes = true;
+    return port;
+  }
   void plan(PlanContext& plan) const override { copy_.plan(plan); }
   void setup(BuildContext& context) override { copy_.setup(context); }
   void process(Batch& batch) override { copy_.copy(batch); }
-  bool copies_external_bytes() const noexcept override { return true; }
 
  private:
   HostCopy copy_{Tier::device};

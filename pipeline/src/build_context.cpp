@@ -49,37 +49,30 @@ const LoaderNode& StageContext::loader() const {
 int StageContext::threads() const {
   return scope_.plan.threads;
 }
-bool StageContext::after_staging() const {
-  const Chain& chain = scope_.chain;
-  for (std::size_t i = 0; i < stage_.index() && i < chain.size(); ++i) {
-    if (chain.stage(i).spec().role == Role::staging) return true;
-  }
-  return false;
+const EdgeMemory& StageContext::input() const {
+  if (stage_.index() == 0) throw std::logic_error("input: the loader takes no batches in");
+  return edge(scope_.chain.predecessor(stage_.index()));
 }
-Tier StageContext::fill_tier() const {
-  const Chain& chain = scope_.chain;
-  const bool staged =
-      stage_.index() == 0 ? chain.fill_memory().has_value() : chain.fill_pool() != nullptr;
-  return staged ? Tier::staging : Tier::host;
+const EdgeMemory& StageContext::output() const {
+  return edge(stage_.index());
 }
-bool StageContext::takes_external_bytes() const {
-  if (stage_.index() != 0) return false;
-  const Chain& chain = scope_.chain;
-  for (std::size_t i = 1; i < chain.size(); ++i) {
-    const Stage& next = chain.stage(i);
-    if (next.spec().role == Role::staging && chain.fill_memory()) continue;  // passes through
-    return next.spec().role == Role::upload && next.node().copies_external_bytes();
+const EdgeMemory& StageContext::edge(std::size_t index) const {
+  if (index >= scope_.plan.memory.size()) {
+    throw std::logic_error(
+        "input, output: the edges are not planned yet (Node::port is read first)");
   }
-  return false;
+  return scope_.plan.memory[index];
 }
 BufferPool& StageContext::make_fill_pool(const std::string& name) {
-  if (stage_.index() != 0) throw std::logic_error("make_fill_pool is for the loader's setup");
   Chain& chain = scope_.chain;
+  if (stage_.index() != 0 || !chain.loader_fills()) {
+    throw std::logic_error(
+        "make_fill_pool is for the setup of a loader whose port fills (Port::fills in "
+        "Node::port)");
+  }
   if (!chain.fill_memory()) return BuildContext::make_fill_pool(name);
-  BufferPool& pool = make_batch_pool(name, chain.fill_memory()->kind, layout().capacity(),
-                                     chain.fill_memory()->allocator);
-  chain.set_fill_pool(&pool);
-  return pool;
+  return make_batch_pool(name, chain.fill_memory()->kind, layout().capacity(),
+                         chain.fill_memory()->allocator);
 }
 void claim_pool(MemoryBudget& budget, const NodeSpec& spec, const std::string& pool,
                 MemoryKind kind, std::size_t count, std::size_t bytes) {

@@ -9,6 +9,16 @@ const PipelineOptions& BuildContext::pipeline_options() const {
   return defaults;
 }
 
+const EdgeMemory& BuildContext::input() const {
+  static const EdgeMemory host;
+  return host;
+}
+
+const EdgeMemory& BuildContext::output() const {
+  static const EdgeMemory host;
+  return host;
+}
+
 CallableNode::CallableNode(ProcessFn process, SetupFn setup)
     : process_(std::move(process)), setup_(std::move(setup)) {
   if (!process_) throw std::invalid_argument("CallableNode: the process callable is empty");

@@ -108,22 +108,20 @@ PipelineImpl::PipelineImpl(PipelineConfig config, const Registry& registry)
       throw NodeError(stage.label() + ": " + e.what(), stage.spec().name, stage.spec().type, -1);
     }
   };
-  // The loader's reads land in the memory of the first staging or upload node after it, when
-  // that node takes batches in place (transforms between them work on whichever tier is newest).
-  for (std::size_t i = 1; i < chain_.size(); ++i) {
-    Stage& stage = chain_.stage(i);
-    const Role role = stage.spec().role;
-    if (role == Role::transform) continue;
-    if (role == Role::staging || role == Role::upload) {
-      StageContext context(scope, stage);
-      try {
-        chain_.set_fill_memory(stage.node().fill_memory(context));
-      } catch (const std::exception& e) {
-        throw NodeError(stage.label() + ": " + e.what(), stage.spec().name, stage.spec().type, -1);
-      }
+  // Each node's port contract, then one walk over the chain that assigns each edge its memory,
+  // before anything is set up: nodes read their edges instead of looking at batches.
+  std::vector<Port> ports;
+  for (const auto& stage : chain_.stages()) {
+    const StageContext context(scope, *stage);
+    try {
+      ports.push_back(stage->node().port(context));
+    } catch (const std::exception& e) {
+      throw NodeError(stage->label() + ": " + e.what(), stage->spec().name, stage->spec().type, -1);
     }
-    break;
   }
+  MemoryAssignment assigned = assign_memory(chain_, ports);
+  plan_.memory = std::move(assigned.memory);
+  chain_.set_fill(ports.front().fills, std::move(assigned.fill));
   // The loader is set up first: it may learn the data set's size only then.
   setup(chain_.front());
   if (chain_.loader().size() == kUnknownSize &&

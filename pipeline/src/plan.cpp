@@ -76,6 +76,56 @@ BuildPlan resolve_plan(const PipelineConfig& config, Chain& chain) {
   return plan;
 }
 
+MemoryAssignment assign_memory(const Chain& chain, const std::vector<Port>& ports) {
+  MemoryAssignment out;
+  out.memory.resize(chain.size());
+  // The loader: the memory of its own, or what it fills; the first staging or upload node after
+  // it (transforms between them work on whichever tier the loader filled) may offer its own.
+  EdgeMemory& loaded = out.memory.front();
+  loaded = EdgeMemory{Tier::host, ports.front().own_memory, false};
+  std::size_t first = 1;
+  while (first < chain.size() && chain.stage(first).spec().role == Role::transform) ++first;
+  if (ports.front().fills) {
+    loaded.kind = MemoryKind::pageable;
+    const bool takes = first < chain.size() && (chain.stage(first).spec().role == Role::staging ||
+                                                chain.stage(first).spec().role == Role::upload);
+    if (takes && ports[first].in_place) {
+      out.fill = ports[first].in_place;
+      loaded = EdgeMemory{Tier::staging, out.fill->kind, false};
+    }
+  }
+  // External ranges reach an upload node that copies them, with no transform before it and only
+  // staging nodes that pass batches through (the loader filled their memory).
+  std::size_t upload = 1;
+  while (upload < chain.size() && chain.stage(upload).spec().role == Role::staging &&
+         loaded.tier == Tier::staging) {
+    ++upload;
+  }
+  const bool external = upload < chain.size() && chain.stage(upload).spec().role == Role::upload &&
+                        ports[upload].copies_external_bytes;
+  for (std::size_t i = 1; i < chain.size(); ++i) {
+    const EdgeMemory in = out.memory[chain.predecessor(i)];
+    EdgeMemory& edge = out.memory[i];
+    switch (chain.stage(i).spec().role) {
+      case Role::load:
+      case Role::transform:
+      case Role::train: edge = in; break;
+      case Role::staging:
+        edge = in.tier == Tier::staging
+                   ? in
+                   : EdgeMemory{Tier::staging,
+                                ports[i].in_place ? ports[i].in_place->kind : MemoryKind::pageable,
+                                false};
+        break;
+      case Role::upload: edge = EdgeMemory{Tier::device, MemoryKind::device, false}; break;
+    }
+  }
+  if (external) {
+    for (std::size_t i = 0; i < upload; ++i) out.memory[i].external = true;
+  }
+  return out;
+}
+
 void MemoryPlan::per_batch(MemoryKind kind, std::uint64_t bytes) noexcept {
   std::uint64_t& total = kind == MemoryKind::device ? per_batch_device_ : per_batch_host_;
   total = saturating_add(total, bytes);
@@ -117,14 +167,8 @@ class StagePlan final : public PlanContext {
   std::size_t batch_size() const override { return plan_.batch_size; }
   const BatchLayout& layout() const override { return in_; }
   const LoaderNode& loader() const override { return chain_.loader(); }
-  bool after_staging() const override {
-    for (std::size_t i = 0; i < stage_.index(); ++i) {
-      if (chain_.stage(i).spec().role == Role::staging) return true;
-    }
-    return false;
-  }
-  Tier fill_tier() const override {
-    return chain_.fill_pool() != nullptr ? Tier::staging : Tier::host;
+  const EdgeMemory& input() const override {
+    return plan_.memory.at(chain_.predecessor(stage_.index()));
   }
   int threads() const override { return plan_.threads; }
   void batch_pool(MemoryKind kind, std::uint64_t bytes) override { memory_.per_batch(kind, bytes); }

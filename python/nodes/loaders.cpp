@@ -22,7 +22,7 @@ void PythonLoaderBase::setup(BuildContext& context) {
   drops_.set_who(fmt::format("node '{}' ({})", context.spec().name, context.spec().type));
   max_skipped_ = pipeline.max_skipped;
   cancelled_ = &context.cancelled();
-  tier_ = context.fill_tier();
+  tier_ = context.output().tier;
   pool_ = &context.make_fill_pool(tier_ == Tier::staging ? "staging" : "host");
 }
 

@@ -26,6 +26,12 @@ class PythonLoaderBase : public LoaderNode {
   explicit PythonLoaderBase(LoaderOptions options);
   std::size_t size() const override { return options_.samples; }
   std::vector<TensorSpec> sample_tensors() const override { return options_.tensors; }
+  /// Fills the plan's memory (Port::fills): the staging node's, when one takes batches in place.
+  Port port(const BuildContext& /*context*/) const override {
+    Port port;
+    port.fills = true;
+    return port;
+  }
   void setup(BuildContext& context) override;
   void begin_run() override;
   void finish(RunReport& report) override;

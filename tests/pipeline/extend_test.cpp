@@ -262,23 +262,23 @@ nodes:
   }
 }
 
-/// Keeps what its BuildContext said about the chain and the threads.
+/// Keeps what its BuildContext said about where batches arrive and the threads.
 class ContextProbe final : public Node {
  public:
-  ContextProbe(std::vector<std::pair<bool, int>>* seen) : seen_(seen) {}
+  ContextProbe(std::vector<std::pair<Tier, int>>* seen) : seen_(seen) {}
   void setup(BuildContext& context) override {
-    seen_->emplace_back(context.after_staging(), context.threads());
+    seen_->emplace_back(context.input().tier, context.threads());
   }
   void process(Batch&) override {}
 
  private:
-  std::vector<std::pair<bool, int>>* seen_;
+  std::vector<std::pair<Tier, int>>* seen_;
 };
 
-TEST(CustomTypes, TheBuildContextSaysWhetherAStagingNodeComesFirstAndHowManyThreadsRun) {
+TEST(CustomTypes, TheBuildContextSaysWhereBatchesArriveAndHowManyThreadsRun) {
   Registry registry;
   register_builtin_nodes(registry);
-  std::vector<std::pair<bool, int>> seen;
+  std::vector<std::pair<Tier, int>> seen;
   for (Role role : {Role::transform, Role::upload}) {
     registry.set(
         factory_type(role == Role::upload ? "probe_upload" : "probe", role, {},
@@ -295,14 +295,16 @@ TEST(CustomTypes, TheBuildContextSaysWhetherAStagingNodeComesFirstAndHowManyThre
                                      "  - { name: train, type: discard }\n",
                               registry),
            registry);
-  EXPECT_EQ(seen, (std::vector<std::pair<bool, int>>{{false, 3}, {true, 3}, {true, 3}}));
+  EXPECT_EQ(seen, (std::vector<std::pair<Tier, int>>{
+                      {Tier::host, 3}, {Tier::staging, 3}, {Tier::staging, 3}}));
   seen.clear();
   Pipeline(load_config_string(head + "  - { name: upload, type: probe_upload }\n"
                                      "  - { name: train, type: discard }\n",
                               registry, {"pipeline.threads=0"}),
            registry);
-  EXPECT_EQ(seen, (std::vector<std::pair<bool, int>>{{false, tbb::info::default_concurrency()},
-                                                     {false, tbb::info::default_concurrency()}}));
+  EXPECT_EQ(seen,
+            (std::vector<std::pair<Tier, int>>{{Tier::host, tbb::info::default_concurrency()},
+                                               {Tier::host, tbb::info::default_concurrency()}}));
 }
 
 TEST(CustomTypes, ATransformCannotGoBeforeTheLoader) {

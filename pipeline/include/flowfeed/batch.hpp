@@ -152,9 +152,10 @@ struct Batch {
 
   /// Ranges of the batch's bytes that are not in its buffer but elsewhere (ExternalBytes::data), in
   /// increasing offset order and not overlapping; the buffer's bytes there are undefined. Only a
-  /// loader whose BuildContext::takes_external_bytes() is true sets them; the staging nodes between
-  /// pass them on, and the upload node copies each piece from where it is (for_each_piece) and
-  /// clears them. Empty for every other batch. Cleared by reset(), its capacity kept.
+  /// loader whose output the plan lets carry them (BuildContext::output, EdgeMemory::external)
+  /// sets them, on any of its batches; the staging nodes between pass them on, and the upload node
+  /// copies each piece from where it is (for_each_piece) and clears them. Empty for every other
+  /// batch. Cleared by reset(), its capacity kept.
   std::vector<ExternalBytes> external;
 
   /// Set when a node failed on this batch but the batch must still travel (so that ordering and

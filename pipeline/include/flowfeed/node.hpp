@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "flowfeed/batch.hpp"
+#include "flowfeed/build_plan.hpp"
 #include "flowfeed/schema.hpp"
 
 namespace flowfeed {
@@ -67,10 +68,33 @@ struct NodeSpec {
 };
 
 /// Memory a staging or upload node can take a loader's batch in without copying it first (see
-/// Node::fill_memory and BuildContext::make_fill_pool).
+/// Port::in_place and BuildContext::make_fill_pool).
 struct FillMemory {
   MemoryKind kind = MemoryKind::pageable;  ///< pinned for a CUDA staging or upload node
   Allocator allocator;                     ///< allocates one buffer (call note_allocation())
+};
+
+/// A node's port contract (Node::port): the memory it takes batches in and hands them on in,
+/// beyond what its role says. The planner reads every node's once, before any setup(), walks the
+/// chain and assigns each edge its memory (EdgeMemory, BuildPlan::memory); nodes then read their
+/// edges from their context (BuildContext::input, output) instead of looking at batches.
+struct Port {
+  /// A loader: it fills the pool BuildContext::make_fill_pool makes, of the memory the plan
+  /// assigns its output (BuildContext::output). False (the default): it hands batches on in host
+  /// buffers of its own, of kind `own_memory`, and may not call make_fill_pool.
+  bool fills = false;
+  /// A loader that does not fill: the kind of the host buffers it hands batches on in (pinned for
+  /// the `memory` loader's page-locked data set on CUDA).
+  MemoryKind own_memory = MemoryKind::pageable;
+  /// A staging or upload node: memory it takes a loader's batches in without a copy, or nullopt.
+  /// When it is the first node after the loader that is not a transform and the loader fills,
+  /// the loader fills buffers of this memory: the batches reach the node in Tier::staging and a
+  /// staging node passes them through. A staging node's own buffers are of this kind (pageable
+  /// when nullopt).
+  std::optional<FillMemory> in_place;
+  /// An upload node: it copies a batch's Batch::external ranges from where they are
+  /// (Batch::for_each_piece) and clears them, so the edges to it may carry them.
+  bool copies_external_bytes = false;
 };
 
 class LoaderNode;  ///< below
@@ -109,33 +133,32 @@ class BuildContext {
   virtual const BatchLayout& layout() const = 0;
   /// The pipeline's loader (e.g. for a checksum sink that knows how the loader fills samples).
   virtual const LoaderNode& loader() const = 0;
-  /// True when a staging node comes before this node in the chain (so batches reach it in staging
-  /// buffers, unless the staging node passed them through).
-  virtual bool after_staging() const { return false; }
   /// The TBB worker threads that run node bodies (`pipeline.threads`, else the core count); 0
   /// when not known.
   virtual int threads() const { return 0; }
-  /// Where the loader's reads land. For the loader: Tier::staging when the first node after it
-  /// that is not a transform (a staging or upload node) takes batches in its own memory without a
-  /// copy (Node::fill_memory), else Tier::host. For the nodes after the loader: Tier::staging only
-  /// when the loader made its pool with make_fill_pool() and that pool is the staging node's
-  /// memory, so a staging node then passes batches through and needs no pool of its own.
-  virtual Tier fill_tier() const { return Tier::host; }
-  /// For a loader: makes the pool it fills batches in, one buffer of layout().capacity() bytes
-  /// per batch in flight (as make_batch_pool), of the memory fill_tier() names (pinned when a
-  /// pinned_staging or cuda_upload follows, pageable host memory otherwise). Put each lease in
-  /// `batch.lease(fill_tier())`: bytes read into it are then written once on the host (by the
-  /// read) and read once (by the device copy).
+  /// The memory batches reach this node in: the plan's edge into it (BuildPlan::memory, decided
+  /// from the nodes' ports before any setup). A staging or upload node decides here, once, what it
+  /// does with every batch (pass it through, copy it, bounce it); a batch arrives as this says.
+  /// The loader has none (std::logic_error). The default (outside a pipeline): pageable host.
+  virtual const EdgeMemory& input() const;
+  /// The memory this node hands batches on in. For a loader whose port fills
+  /// (Port::fills): Tier::staging when the first node after it that is not a transform (a staging
+  /// or upload node) takes batches in its own memory (Port::in_place), else Tier::host; put each
+  /// lease of make_fill_pool() in `batch.lease(output().tier)`. `external` says whether it may
+  /// leave bytes in page-locked memory of its own (a data file's registered mapping) and list
+  /// them in `batch.external` instead of copying them into its buffer: true when its batches reach
+  /// an upload node that copies such ranges with no transform before it and only staging nodes
+  /// that pass them through; on CUDA each such byte is then read once, by the DMA, straight from
+  /// where it is. The default (outside a pipeline): pageable host.
+  virtual const EdgeMemory& output() const;
+  /// For a loader whose port fills (Port::fills; std::logic_error otherwise): makes the pool it
+  /// fills batches in, one buffer of layout().capacity() bytes per batch in flight (as
+  /// make_batch_pool), of the memory output() names (pinned when a pinned_staging or cuda_upload
+  /// follows, pageable host memory otherwise): bytes read into it are then written once on the
+  /// host (by the read) and read once (by the device copy).
   virtual BufferPool& make_fill_pool(const std::string& name) {
     return make_batch_pool(name, MemoryKind::pageable, layout().capacity(), Allocator::host());
   }
-  /// For a loader: true when its batches reach an upload node that copies Batch::external ranges
-  /// from where they are (Node::copies_external_bytes), with no transform before it and only
-  /// staging nodes that pass batches through (they take them in place: fill_tier() is
-  /// Tier::staging). The loader may then leave bytes in page-locked memory of its own (a data
-  /// file's registered mapping) and list them in `batch.external` instead of copying them into its
-  /// buffer: on CUDA each such byte is read once, by the DMA, straight from where it is.
-  virtual bool takes_external_bytes() const { return false; }
   /// For a transform whose output tensors differ from its input (uint8 `x` in, float32 `x` out,
   /// written into a pool of its own): declares the layout its batches leave with and returns it,
   /// owned by the pipeline and valid as long as the pipeline. The nodes after this one get it
@@ -210,10 +233,8 @@ class PlanContext {
   virtual const BatchLayout& layout() const = 0;
   /// The pipeline's loader, set up already.
   virtual const LoaderNode& loader() const = 0;
-  /// As BuildContext::after_staging().
-  virtual bool after_staging() const = 0;
-  /// As BuildContext::fill_tier() for a node after the loader.
-  virtual Tier fill_tier() const = 0;
+  /// As BuildContext::input(): the memory batches reach this node in.
+  virtual const EdgeMemory& input() const = 0;
   /// As BuildContext::threads().
   virtual int threads() const = 0;
   /// setup() will make a pool of one `bytes` buffer of `kind` per batch in flight
@@ -267,18 +288,12 @@ class Node {
   /// Called once while the pipeline is built, in chain order (the loader first). Allocate every
   /// buffer the node will need here, as the plan gives it; nothing may be allocated per batch.
   virtual void setup(BuildContext& /*context*/) {}
-  /// For a staging or upload node: the memory it takes a loader's batch in without a copy, or
-  /// nullopt (the default). When this node is the first after the loader that is not a
-  /// transform, the loader may fill buffers of this memory (BuildContext::make_fill_pool); its
-  /// batches then arrive with `batch.staging` set and `batch.host` empty. Called once, before
-  /// any node's setup(), with this node's context (its device, replicas; no pools yet).
-  virtual std::optional<FillMemory> fill_memory(const BuildContext& /*context*/) const {
-    return std::nullopt;
-  }
-  /// For an upload node: true when it copies a batch's Batch::external ranges from where they are
-  /// (Batch::for_each_piece) and clears them, so a loader may leave bytes outside its buffer
-  /// (BuildContext::takes_external_bytes). The default is false.
-  virtual bool copies_external_bytes() const noexcept { return false; }
+  /// The node's port contract: the memory it takes batches in and hands them on in (Port). Called
+  /// once for every node, in chain order, before any node's plan() or setup(), with this node's
+  /// context (its spec, backend, device, replicas; no layout, pools or edges yet). The default
+  /// declares nothing: a loader that hands on pageable host buffers of its own, a node that takes
+  /// nothing in place and copies no external ranges.
+  virtual Port port(const BuildContext& /*context*/) const { return {}; }
   /// Called on every node at the start of every run, before the first batch (a pipeline may run
   /// several times, also after a failed or interrupted run): reset per-run state here.
   virtual void begin_run() {}

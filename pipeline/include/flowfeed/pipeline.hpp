@@ -129,7 +129,8 @@ class Pipeline {
   /// `prefetch_depth: auto` and `concurrency: auto` stay so; plan() has what they resolved to).
   const PipelineConfig& config() const noexcept;
   /// What the build resolved and sized everything for: the batch size, the threads and thread
-  /// budget, the depth the pools hold and each node's most bodies (build_plan.hpp).
+  /// budget, the depth the pools hold, each node's most bodies and the memory of each edge of the
+  /// chain (build_plan.hpp).
   const BuildPlan& plan() const noexcept;
   /// Pools' free buffers right now; after a run every pool is full (tests check it).
   std::size_t free_buffers() const;

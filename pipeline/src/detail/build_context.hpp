@@ -46,9 +46,8 @@ class StageContext final : public BuildContext {
   const BatchLayout& change_layout(std::vector<TensorSpec> tensors) override;
   const LoaderNode& loader() const override;
   int threads() const override;
-  bool after_staging() const override;
-  Tier fill_tier() const override;
-  bool takes_external_bytes() const override;
+  const EdgeMemory& input() const override;
+  const EdgeMemory& output() const override;
   BufferPool& make_fill_pool(const std::string& name) override;
   BufferPool& make_pool(const std::string& name, MemoryKind kind, std::size_t count,
                         std::size_t bytes, Allocator allocator) override;
@@ -65,6 +64,8 @@ class StageContext final : public BuildContext {
   Gauge& gauge(const std::string& name) override;
 
  private:
+  /// What stage `index` hands batches on in (BuildPlan::memory).
+  const EdgeMemory& edge(std::size_t index) const;
   const BuildScope& scope_;
   Stage& stage_;
 };

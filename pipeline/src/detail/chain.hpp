@@ -156,11 +156,14 @@ class Chain {
   /// BuildContext::change_layout for `stage` (std::logic_error unless a transform, once).
   const BatchLayout& change_layout(Stage& stage, std::vector<TensorSpec> tensors);
 
-  // The loader's fill memory (Node::fill_memory) and the loader's pool of it once made.
-  void set_fill_memory(std::optional<FillMemory> memory) { fill_memory_ = std::move(memory); }
+  // What the loader fills (the plan's walk over the ports, assign_memory): whether its port
+  // fills (Port::fills), and the memory its make_fill_pool allocates (nullopt: pageable host).
+  void set_fill(bool loader_fills, std::optional<FillMemory> memory) {
+    loader_fills_ = loader_fills;
+    fill_memory_ = std::move(memory);
+  }
+  bool loader_fills() const noexcept { return loader_fills_; }
   const std::optional<FillMemory>& fill_memory() const noexcept { return fill_memory_; }
-  BufferPool* fill_pool() const noexcept { return fill_pool_; }
-  void set_fill_pool(BufferPool* pool) noexcept { fill_pool_ = pool; }
 
   // Memory: the budget pools and data sets are claimed against, and the pools.
   void open_budget(MemoryAvailable available) { budget_.emplace(std::move(available)); }
@@ -214,8 +217,8 @@ class Chain {
   BatchLayout layout_;
   std::vector<std::unique_ptr<BatchLayout>> changed_layouts_;
   const BatchLayout* upload_layout_ = &layout_;
+  bool loader_fills_ = false;
   std::optional<FillMemory> fill_memory_;
-  BufferPool* fill_pool_ = nullptr;
   std::optional<MemoryBudget> budget_;
   std::vector<std::unique_ptr<BufferPool>> pools_;
   std::vector<Deferred> deferred_;

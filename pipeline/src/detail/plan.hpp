@@ -26,6 +26,23 @@ int arena_threads(const PipelineConfig& config);
 /// stages of `chain` with their bodies.
 BuildPlan resolve_plan(const PipelineConfig& config, Chain& chain);
 
+/// What the walk over the nodes' ports decided (assign_memory).
+struct MemoryAssignment {
+  /// What each stage hands batches on in, in chain order (BuildPlan::memory).
+  std::vector<EdgeMemory> memory;
+  /// The memory the loader's make_fill_pool allocates: the in-place memory of the first node
+  /// after it that is not a transform, when the loader fills and that node offers some.
+  std::optional<FillMemory> fill;
+};
+
+/// Walks the chain once, in order, and assigns each edge its memory from the stages' ports
+/// (`ports[i]` is stage i's Node::port): the loader's from its port and the first staging or
+/// upload node's in-place memory; a transform's is its input's; a staging node passes batches it
+/// receives in Tier::staging through, else its buffers are of its in-place memory's kind; an
+/// upload node's is device memory; Batch::external ranges travel from a loader to an upload node
+/// that copies them, through staging nodes that pass batches through.
+MemoryAssignment assign_memory(const Chain& chain, const std::vector<Port>& ports);
+
 /// The memory the build will claim besides what the budget holds already: per batch in flight
 /// (scales with the depth) and fixed, host and device apart.
 class MemoryPlan {

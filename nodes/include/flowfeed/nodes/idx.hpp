@@ -47,6 +47,12 @@ class IdxLoader final : public LoaderNode, public InMemoryDataset {
   /// Options from validated params.
   static IdxLoaderOptions options_from(const Params& params);
 
+  /// Fills the plan's memory (Port::fills): the staging node's, when one takes batches in place.
+  Port port(const BuildContext& /*context*/) const override {
+    Port port;
+    port.fills = true;
+    return port;
+  }
   void setup(BuildContext& context) override;
   /// Fills x and y of the batch's rows into a buffer of the pool BuildContext::make_fill_pool
   /// gives (pinned staging memory when a pinned_staging or cuda_upload follows; nothing in
@@ -72,7 +78,7 @@ class IdxLoader final : public LoaderNode, public InMemoryDataset {
   std::size_t rows_ = 0;
   std::size_t cols_ = 0;
   BufferPool* pool_ = nullptr;
-  Tier tier_ = Tier::host;  // where batches are filled (BuildContext::fill_tier)
+  Tier tier_ = Tier::host;  // where batches are filled (BuildContext::output)
 };
 
 }  // namespace flowfeed

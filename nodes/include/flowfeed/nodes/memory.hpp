@@ -39,6 +39,9 @@ class MemoryLoader final : public LoaderNode, public SyntheticContent {
   static MemoryOptions options_from(const Params& params);
 
   /// Builds the data set (in parallel) and pins it when asked and possible.
+  /// Hands batches on in slices of the data set (Port::own_memory): page-locked on CUDA with
+  /// `pin`, so the staging node passes them through and the upload reads them in place.
+  Port port(const BuildContext& context) const override;
   void setup(BuildContext& context) override;
   void process(Batch& batch) override;
   /// As a source of a `mix`: copies each sample's rows from its slice into the target.
@@ -50,12 +53,13 @@ class MemoryLoader final : public LoaderNode, public SyntheticContent {
   }
   const SyntheticOptions& synthetic_options() const noexcept override { return options_.content; }
 
-  /// True when the data set is page-locked (after setup).
-  bool pinned() const noexcept { return pinned_; }
   /// Bytes the data set occupies (after setup).
   std::size_t bytes() const noexcept { return bytes_; }
 
  private:
+  /// Whether the data set is page-locked on `backend`.
+  bool pins(Backend backend) const noexcept;
+
   MemoryOptions options_;
   HostPinning pinning_;
   std::size_t size_ = 0;

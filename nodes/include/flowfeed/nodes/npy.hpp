@@ -52,14 +52,21 @@ struct NpyLoaderOptions {
 /// the files' mapping and lists it in the batch's external ranges, which the upload node copies
 /// from there (page-locked once in setup() on CUDA, with `pinning`); shorter runs, and the labels,
 /// are copied into the batch's buffer. setup() throws ConfigError when the
-/// batches do not go straight to such an upload node (BuildContext::takes_external_bytes), and
-/// DataError naming the file when one could not be mapped or page-locked.
+/// batches do not go straight to such an upload node (EdgeMemory::external of
+/// BuildContext::output), and DataError naming the file when one could not be mapped or
+/// page-locked.
 class NpyLoader final : public LoaderNode {
  public:
   explicit NpyLoader(NpyLoaderOptions options, HostPinning pinning = {});
   ~NpyLoader() override;
   /// Options from validated params.
   static NpyLoaderOptions options_from(const Params& params);
+  /// Fills the plan's memory (Port::fills): the staging node's, when one takes batches in place.
+  Port port(const BuildContext& /*context*/) const override {
+    Port port;
+    port.fills = true;
+    return port;
+  }
   void setup(BuildContext& context) override;
   void process(Batch& batch) override;
   void finish(RunReport& report) override;

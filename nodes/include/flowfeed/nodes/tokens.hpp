@@ -99,6 +99,12 @@ class TokensLoader final : public LoaderNode {
   /// Options from validated params (`files` as written; the constructor expands them).
   static TokensOptions options_from(const Params& params);
 
+  /// Fills the plan's memory (Port::fills): the staging node's, when one takes batches in place.
+  Port port(const BuildContext& /*context*/) const override {
+    Port port;
+    port.fills = true;
+    return port;
+  }
   void setup(BuildContext& context) override;
   void process(Batch& batch) override;
   /// Adds the I/O engine's figures (`<name>.io_reads`, `io_bytes`, ...) and notes.

@@ -3,6 +3,7 @@
 // host buffer of the next tier. host_staging, host_upload and the fault-injecting test types
 // share it.
 
+#include <cassert>
 #include <cstring>
 
 #include "flowfeed/node.hpp"
@@ -19,17 +20,20 @@ class HostCopy {
   void plan(PlanContext& plan) const {
     plan.batch_pool(MemoryKind::pageable, plan.layout().capacity());
   }
-  /// Makes the pool: one pageable buffer per batch in flight, named after the tier.
+  /// Makes the pool: one pageable buffer per batch in flight, named after the tier; and reads the
+  /// tier batches arrive in from the plan (BuildContext::input).
   void setup(BuildContext& context) {
+    from_ = context.input().tier;
     pool_ =
         &context.make_batch_pool(to_ == Tier::staging ? "staging" : "device", MemoryKind::pageable,
                                  context.layout().capacity(), Allocator::host());
   }
-  /// Copies the batch (from its host buffer into staging; from staging, else host, into device,
-  /// with its external ranges from where they are) and gives back the buffers it came from.
+  /// Copies the batch from the tier the plan says it arrives in (with its external ranges from
+  /// where they are) and gives back the buffers it came from.
   void copy(Batch& batch) {
     Lease out = pool_->acquire();
-    const Tier from = to_ == Tier::device && batch.staging ? Tier::staging : Tier::host;
+    const Tier from = from_;
+    assert(batch.lease(from));
     if (to_ == Tier::device) {
       // The bytes a loader left where they are (Batch::external) are copied from there.
       std::byte* dst = out.data();
@@ -48,6 +52,7 @@ class HostCopy {
 
  private:
   Tier to_;
+  Tier from_ = Tier::host;
   BufferPool* pool_ = nullptr;
 };
 
