@@ -13,9 +13,9 @@
 #include "flowfeed/cuda/nvtx.hpp"
 #include "flowfeed/extend.hpp"
 #include "flowfeed/nodes/cuda.hpp"
+#include "flowfeed/nodes/detail/streaming_copy.hpp"
 #include "flowfeed/registry.hpp"
 #include "flowfeed/stats.hpp"
-#include "staging/streaming_copy.hpp"
 
 namespace flowfeed {
 
