@@ -3,9 +3,11 @@
 // downloads into a file descriptor, resumed with a Range request after a fault.
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "flowfeed/error.hpp"
 #include "flowfeed/remote/remote_files.hpp"
 
 namespace flowfeed::remote {
@@ -25,6 +27,13 @@ struct Request {
   const S3Auth* auth = nullptr;      ///< signs with SigV4 (CURLOPT_AWS_SIGV4) when set
   std::vector<std::string> headers;  ///< extra headers ("Name: value")
   std::string connect_to;  ///< a CURLOPT_CONNECT_TO entry ("host:port:127.0.0.1:port"), or ""
+};
+
+/// A request ended because its cancel flag was set (HttpClient::set_cancel): the run is being
+/// stopped, nothing failed.
+class Cancelled : public Error {
+ public:
+  using Error::Error;
 };
 
 /// The reason phrase of an HTTP status ("Not Found"); "" when unknown.
@@ -47,6 +56,10 @@ class HttpClient {
   /// asked for with a Range request) until it holds `size` bytes. Returns the bytes received.
   std::uint64_t download(const Request& request, int fd, std::uint64_t have, std::uint64_t size);
 
+  /// Makes every request end soon after `*flag` becomes true (a transfer is aborted, a wait
+  /// between tries cut short): the request then throws Cancelled. nullptr: never.
+  void set_cancel(const std::atomic<bool>* flag) noexcept { cancel_ = flag; }
+
   /// Keeps the request headers of each transfer (sent_headers(); for tests of the signing).
   void capture_headers() noexcept { capture_headers_ = true; }
   /// The request headers of the last transfer, as sent (after capture_headers()).
@@ -54,6 +67,20 @@ class HttpClient {
 
  private:
   struct Attempt;
+  /// One try being set up: the handle (prepared for the request) and a Range to ask for.
+  struct Try {
+    void* curl;
+    std::string range;  ///< "N-" to resume from byte N, or "" for the whole object
+  };
+  /// The retry loop every request uses: each try prepares the handle, lets `setup` set what the
+  /// kind of request needs, performs it and passes the outcome to `done`, which returns true when
+  /// the request is complete (it may throw, or mark the try failed). Otherwise a transient fault
+  /// (a timeout, a reset, 5xx, 429) is tried again after a backoff with jitter, at most
+  /// `attempts` tries; anything else, or the last try, throws DataError naming the URL and status.
+  void perform(const Request& request, const std::function<void(Try&)>& setup,
+               const std::function<bool(Attempt&)>& done);
+  bool cancelled() const noexcept { return cancel_ && cancel_->load(std::memory_order_relaxed); }
+  [[noreturn]] void throw_cancelled(const Request& request) const;
   void prepare(const Request& request);
   [[noreturn]] void fail(const Request& request, const Attempt& last, int tries) const;
   void wait_before_retry(int attempt);
@@ -63,6 +90,7 @@ class HttpClient {
   void* curl_ = nullptr;
   void* header_list_ = nullptr;
   void* connect_list_ = nullptr;
+  const std::atomic<bool>* cancel_ = nullptr;
   std::string sent_;
   bool capture_headers_ = false;
 };
