@@ -60,6 +60,8 @@ struct Sink {
   std::uint64_t received = 0;
   bool checked = false;  ///< the status was looked at (first body bytes)
   bool to_file = false;
+  bool truncate = false;  ///< text_limit reached: keep what fits and end the transfer
+  bool full = false;      ///< it was reached
   int write_error = 0;
   std::string text;  ///< the body of an error response or of get_text
   std::size_t text_limit = 64 << 20;
@@ -83,7 +85,12 @@ std::size_t write_body(char* data, std::size_t size, std::size_t count, void* us
     }
   }
   if (!sink.to_file) {
-    if (sink.text.size() + bytes > sink.text_limit) return 0;
+    if (sink.text.size() + bytes > sink.text_limit) {
+      if (!sink.truncate) return 0;
+      sink.text.append(data, sink.text_limit - sink.text.size());
+      sink.full = true;
+      return 0;
+    }
     sink.text.append(data, bytes);
     return bytes;
   }
@@ -110,11 +117,6 @@ std::size_t write_body(char* data, std::size_t size, std::size_t count, void* us
 int debug_headers(CURL*, curl_infotype type, char* data, std::size_t size, void* user) {
   if (type == CURLINFO_HEADER_OUT) static_cast<std::string*>(user)->assign(data, size);
   return 0;
-}
-
-/// Aborts a transfer whose cancel flag is set (CURLE_ABORTED_BY_CALLBACK).
-int check_cancel(void* flag, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
-  return static_cast<const std::atomic<bool>*>(flag)->load(std::memory_order_relaxed) ? 1 : 0;
 }
 
 std::size_t ignore_body(char*, std::size_t size, std::size_t count, void*) {
@@ -178,10 +180,15 @@ void HttpClient::prepare(const Request& request) {
   curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME,
                    static_cast<long>(std::max(1.0, std::ceil(options_.timeout_s))));
   curl_easy_setopt(c, CURLOPT_BUFFERSIZE, 512L << 10);  // fewer, larger writes into the cache
-  if (cancel_) {
-    // Called at least once a second, and with every block received.
-    curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, check_cancel);
-    curl_easy_setopt(c, CURLOPT_XFERINFODATA, const_cast<std::atomic<bool>*>(cancel_));
+  if (cancel_ || also_cancel_) {
+    // Called at least once a second, and with every block received: a non-zero return aborts
+    // the transfer (CURLE_ABORTED_BY_CALLBACK).
+    curl_xferinfo_callback check = [](void* self, curl_off_t, curl_off_t, curl_off_t,
+                                      curl_off_t) -> int {
+      return static_cast<const HttpClient*>(self)->cancelled() ? 1 : 0;
+    };
+    curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, check);
+    curl_easy_setopt(c, CURLOPT_XFERINFODATA, this);
     curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
   }
   if (capture_headers_) {
@@ -328,6 +335,27 @@ std::string HttpClient::get_text(const Request& request) {
         curl_easy_setopt(handle(t.curl), CURLOPT_WRITEDATA, &sink);
       },
       [&](Attempt& last) { return last.code == CURLE_OK && last.status == 200; });
+  return std::move(sink.text);
+}
+
+std::string HttpClient::get_prefix(const Request& request, std::size_t bytes) {
+  Sink sink;
+  perform(
+      request,
+      [&](Try& t) {
+        sink = Sink{};
+        sink.curl = handle(t.curl);
+        sink.text_limit = bytes;
+        sink.truncate = true;
+        t.range = fmt::format("0-{}", bytes - 1);
+        curl_easy_setopt(handle(t.curl), CURLOPT_WRITEFUNCTION, write_body);
+        curl_easy_setopt(handle(t.curl), CURLOPT_WRITEDATA, &sink);
+      },
+      [&](Attempt& last) {
+        const bool body = last.status == 200 || last.status == 206;
+        if (body && sink.full) return true;  // a server that ignored the Range: cut short
+        return last.code == CURLE_OK && body;
+      });
   return std::move(sink.text);
 }
 

@@ -52,13 +52,23 @@ class HttpClient {
   std::uint64_t size_of(const Request& request);
   /// A small response body (at most 64 MiB), e.g. an S3 listing.
   std::string get_text(const Request& request);
+  /// The object's first `bytes` bytes (all of it when it is shorter), with a Range request.
+  std::string get_prefix(const Request& request, std::size_t bytes);
   /// Writes the object into `fd` from offset `have` (bytes already there, kept: the rest is
   /// asked for with a Range request) until it holds `size` bytes. Returns the bytes received.
   std::uint64_t download(const Request& request, int fd, std::uint64_t have, std::uint64_t size);
 
-  /// Makes every request end soon after `*flag` becomes true (a transfer is aborted, a wait
-  /// between tries cut short): the request then throws Cancelled. nullptr: never.
-  void set_cancel(const std::atomic<bool>* flag) noexcept { cancel_ = flag; }
+  /// Makes every request end soon after `*flag` or `*also` becomes true (a transfer is aborted,
+  /// a wait between tries cut short): the request then throws Cancelled. nullptr: never.
+  void set_cancel(const std::atomic<bool>* flag, const std::atomic<bool>* also = nullptr) noexcept {
+    cancel_ = flag;
+    also_cancel_ = also;
+  }
+  /// Whether a cancel flag is set.
+  bool cancelled() const noexcept {
+    return (cancel_ && cancel_->load(std::memory_order_relaxed)) ||
+           (also_cancel_ && also_cancel_->load(std::memory_order_relaxed));
+  }
 
   /// Keeps the request headers of each transfer (sent_headers(); for tests of the signing).
   void capture_headers() noexcept { capture_headers_ = true; }
@@ -79,7 +89,6 @@ class HttpClient {
   /// `attempts` tries; anything else, or the last try, throws DataError naming the URL and status.
   void perform(const Request& request, const std::function<void(Try&)>& setup,
                const std::function<bool(Attempt&)>& done);
-  bool cancelled() const noexcept { return cancel_ && cancel_->load(std::memory_order_relaxed); }
   [[noreturn]] void throw_cancelled(const Request& request) const;
   void prepare(const Request& request);
   [[noreturn]] void fail(const Request& request, const Attempt& last, int tries) const;
@@ -91,6 +100,7 @@ class HttpClient {
   void* header_list_ = nullptr;
   void* connect_list_ = nullptr;
   const std::atomic<bool>* cancel_ = nullptr;
+  const std::atomic<bool>* also_cancel_ = nullptr;
   std::string sent_;
   bool capture_headers_ = false;
 };
