@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 
 #include "file_set.hpp"
 #include "flowfeed/error.hpp"
@@ -99,7 +100,7 @@ void NpyLoader::setup_remote(BuildContext& context) {
     streaming_->stream = remote_->stream(urls, sizes);
     streaming_->stream->set_cancel(&context.cancelled());
     streaming_->sampler = std::make_unique<Sampler>(order, size_, context.batch_size(), starts_);
-    begin_epoch(0);
+    begin_epoch(0, std::nullopt);
     // The first shard is fetched now: a fault that would fail it fails the build.
     streaming_->stream->wait_for_first(2);
     return;
@@ -118,23 +119,10 @@ void NpyLoader::setup_remote(BuildContext& context) {
   }
 }
 
-void NpyLoader::begin_epoch(std::uint32_t epoch) {
+void NpyLoader::begin_epoch(std::uint32_t epoch, std::optional<std::uint64_t> first_batch) {
   Streaming& st = *streaming_;
   std::lock_guard<std::mutex> lock(st.epochs);
-  if (st.left.count(epoch) != 0) return;
   const Sampler& sampler = *st.sampler;
-  // The samples of each shard this rank reads this epoch (its full batches, or all of them).
-  const std::vector<std::uint32_t> order = sampler.epoch_order(epoch);
-  const std::size_t read =
-      std::min<std::size_t>(order.size(), sampler.batches_per_epoch() * sampler.batch_size());
-  std::vector<std::uint64_t> left(shards_.size(), 0);
-  for (std::size_t k = 0; k < read; ++k) {
-    const auto it = std::upper_bound(starts_.begin(), starts_.end(), std::size_t{order[k]});
-    ++left[static_cast<std::size_t>(it - starts_.begin()) - 1];
-  }
-  st.left[epoch] = std::move(left);
-  // Epochs two back are over (a batch of one more than that is being read).
-  while (!st.left.empty() && st.left.begin()->first + 1 < epoch) st.left.erase(st.left.begin());
   if (static_cast<std::int64_t>(epoch) > st.planned) {
     st.planned = epoch;
     std::vector<std::size_t> files;
@@ -144,11 +132,28 @@ void NpyLoader::begin_epoch(std::uint32_t epoch) {
     }
     st.stream->plan(files);
   }
+  // At build the epoch a run starts in is not known (a resume starts part way): only the plan.
+  if (!first_batch || st.left.count(epoch) != 0) return;
+  // The samples of each shard this rank reads this epoch: its full batches (or all of them) from
+  // the first one seen (a resumed epoch starts part way; a batch before it that comes later
+  // makes a shard close early, to be opened again: never read while closed).
+  const std::vector<std::uint32_t> order = sampler.epoch_order(epoch);
+  const std::size_t read =
+      std::min<std::size_t>(order.size(), sampler.batches_per_epoch() * sampler.batch_size());
+  std::vector<std::uint64_t> left(shards_.size(), 0);
+  for (std::size_t k = std::min<std::size_t>(read, *first_batch * sampler.batch_size()); k < read;
+       ++k) {
+    const auto it = std::upper_bound(starts_.begin(), starts_.end(), std::size_t{order[k]});
+    ++left[static_cast<std::size_t>(it - starts_.begin()) - 1];
+  }
+  st.left[epoch] = std::move(left);
+  // Epochs two back are over (a batch of one more than that is being read).
+  while (!st.left.empty() && st.left.begin()->first + 1 < epoch) st.left.erase(st.left.begin());
 }
 
 NpyLoader::ShardHold NpyLoader::hold_shards(const Batch& batch) {
   if (!streaming_) return ShardHold();
-  begin_epoch(batch.epoch);
+  begin_epoch(batch.epoch, batch.index_in_epoch);
   std::vector<std::pair<std::size_t, std::uint64_t>> touched;
   for (const std::uint32_t sample : batch.samples) {
     const auto it = std::upper_bound(starts_.begin(), starts_.end(), std::size_t{sample});

@@ -255,6 +255,21 @@ std::vector<RemoteHead> RemoteFiles::heads(const std::vector<std::string>& urls,
   auto head = [&](HttpClient& client, std::size_t i) {
     const Request request = remote::request_for(*pins_, urls[i]);
     const std::optional<std::uint64_t> listed = listed_size(urls[i]);
+    // A copy complete in the cache (warm) is read instead of the server, except for the first
+    // URL, which is asked for to check the host and the credentials.
+    CacheOutcome outcome;
+    std::optional<PinnedShard> cached = i > 0 ? cache_->find(request.url, outcome) : std::nullopt;
+    if (cached) {
+      const std::uint64_t size = std::filesystem::file_size(cached->path());
+      if (!listed || *listed == size) {
+        out[i].size = size;
+        std::ifstream in(cached->path(), std::ios::binary);
+        out[i].bytes.resize(static_cast<std::size_t>(std::min<std::uint64_t>(bytes, size)));
+        if (in.read(out[i].bytes.data(), static_cast<std::streamsize>(out[i].bytes.size()))) {
+          return;
+        }
+      }
+    }
     out[i].size = listed ? *listed : client.size_of(request);
     if (out[i].size > 0) {
       out[i].bytes = client.get_prefix(request, std::min<std::uint64_t>(bytes, out[i].size));
@@ -270,16 +285,24 @@ std::vector<RemoteHead> RemoteFiles::heads(const std::vector<std::string>& urls,
       urls.size() - 1, options_.transfers > 0 ? static_cast<std::size_t>(options_.transfers) : 8);
   std::atomic<std::size_t> next{1};
   std::atomic<bool> failed{false};
+  // The error of the first URL in the list that failed: every URL before it was asked for (they
+  // are taken in order), so the message does not depend on which transfer failed first.
+  std::size_t error_at = urls.size();
   std::exception_ptr error;
   std::mutex mutex;
   auto work = [&] {
-    try {
-      HttpClient client(options_, pins_->retries);
-      for (std::size_t i = next++; i < urls.size() && !failed; i = next++) head(client, i);
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(mutex);
-      if (!error) error = std::current_exception();
-      failed = true;
+    HttpClient client(options_, pins_->retries);
+    for (std::size_t i = next++; i < urls.size() && !failed; i = next++) {
+      try {
+        head(client, i);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (i < error_at) {
+          error_at = i;
+          error = std::current_exception();
+        }
+        failed = true;
+      }
     }
   };
   std::vector<std::thread> threads;

@@ -64,10 +64,15 @@ void ShardStream::plan(const std::vector<std::size_t>& order) {
 std::optional<std::size_t> ShardStream::next_file() {
   while (!demand_.empty()) {
     const std::size_t i = demand_.front();
+    if (state_[i].state != State::idle) {
+      demand_.erase(demand_.begin());
+      continue;
+    }
+    // The bodies wait for it: room is made by letting go of files fetched ahead. When files
+    // fetched ahead are still arriving, it waits for them to complete (they can be let go then)
+    // and nothing else starts meanwhile.
+    if (!make_room(state_[i].size) && fetching_ahead()) return std::nullopt;
     demand_.erase(demand_.begin());
-    if (state_[i].state != State::idle) continue;
-    // The bodies wait for it: room is made by letting go of files fetched ahead.
-    make_room(state_[i].size);
     return i;
   }
   while (cursor_ < plan_.size()) {
@@ -98,6 +103,11 @@ bool ShardStream::make_room(std::uint64_t bytes) {
     cursor_ = std::min(cursor_, state_[i].place);  // fetched again when its turn comes
   }
   return held_ + bytes <= budget_;
+}
+
+bool ShardStream::fetching_ahead() const {
+  return std::any_of(state_.begin(), state_.end(),
+                     [](const File& f) { return f.state == State::fetching && f.waiters == 0; });
 }
 
 void ShardStream::unhold(File& f) {

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -84,8 +85,9 @@ class NpyLoader final : public LoaderNode {
   void add_shard(std::unique_ptr<NpyFile> features, std::unique_ptr<NpyFile> labels);
   /// Shards named by URL: fetched now, or streamed during the run (docs/REMOTE.md).
   void setup_remote(BuildContext& context);
-  /// Under order: shards, the stream's plan for `epoch` and the samples of each shard in it.
-  void begin_epoch(std::uint32_t epoch);
+  /// The stream's plan for `epoch`, and the samples of each shard in it from batch `first_batch`
+  /// on (the first batch of the epoch this loader sees; nullopt at build: the plan only).
+  void begin_epoch(std::uint32_t epoch, std::optional<std::uint64_t> first_batch);
   /// Opens (waits for) the streamed shards `batch` reads.
   ShardHold hold_shards(const Batch& batch);
   void open_shard(std::size_t shard);

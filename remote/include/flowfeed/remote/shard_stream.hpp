@@ -79,6 +79,8 @@ class ShardStream {
   /// `bytes` more fit the budget. True when they fit.
   bool make_room(std::uint64_t bytes);
   void unhold(File& f);
+  /// Under mutex_: a transfer of a file no acquire() waits for is running.
+  bool fetching_ahead() const;
   bool run_cancelled() const noexcept {
     return run_cancel_ && run_cancel_->load(std::memory_order_relaxed);
   }
