@@ -125,6 +125,47 @@ TEST_F(RemoteStreamTest, AShardThatFailsDuringTheRunIsADataErrorWithItsUrl) {
                 "names))");
 }
 
+// Under pipeline.on_error: skip the batches that need the shard that fails are skipped (each
+// tries it again) and the run goes on with the others.
+TEST_F(RemoteStreamTest, UnderOnErrorSkipTheBatchesOfAFailedShardAreSkipped) {
+  Nginx nginx(dir_.file(""), cache_.file("nginx"));
+  Registry r;
+  register_builtin_nodes(r);
+  seen_ = std::make_shared<Captured>();
+  register_capture(r, seen_);
+  std::string text = chain(url_params(nginx.url(""), ", transfers: 1, cache_bytes: 40000"),
+                           "shuffle: false, order: shards");
+  text.replace(text.find("epochs: 2"), 9, "epochs: 1, on_error: skip, max_skipped: 5");
+  Pipeline p(load_config_string(text, r), r);
+  fs::remove(dir_.file("train-04.npy"));
+  const RunReport report = p.run();
+  // Batches 6 (samples 48-55) and 7 (56-63) read shard 4 (48-59).
+  EXPECT_EQ(report.skipped_batches, 2u);
+  EXPECT_EQ(report.samples, 56u);
+  ASSERT_EQ(seen_->samples.size(), 7u);
+  EXPECT_EQ(seen_->samples.back().front(), 64u);
+  ASSERT_FALSE(report.warnings.empty());
+  EXPECT_NE(report.warnings.front().find(nginx.url("train-04.npy") + ": HTTP 404 Not Found"),
+            std::string::npos)
+      << report.warnings.front();
+}
+
+// Faults during the run (503, a reset mid-body) are retried and resumed as at build: every
+// sample is delivered once, with the bytes and order of the local run.
+TEST_F(RemoteStreamTest, FaultsDuringTheRunAreRetried) {
+  run(chain(glob_params(), kOrder));
+  const std::vector<std::uint32_t> local = check_bytes();
+  Nginx nginx(dir_.file(""), cache_.file("nginx"));
+  auto proxy = remote_test::python_server(
+      "fault_proxy.py", {"--upstream", std::to_string(nginx.port()), "--rate", "0.3", "--faults",
+                         "503,reset", "--seed", "3", "--methods", "GET"});
+  const std::string base = "http://127.0.0.1:" + std::to_string(proxy->port()) + "/";
+  const RunReport report = run(chain(url_params(base, kSmallCache), kOrder));
+  EXPECT_EQ(check_bytes(), local);
+  EXPECT_GT(report.extra.at("load.remote_retries"), 0.0);
+  EXPECT_LE(report.extra.at("load.remote_peak_cache_bytes"), 52000.0);
+}
+
 // Behind a proxy that sends every body slowly the loader waits for shards most of its time:
 // the verdict names the network; the build asked only for the first shard.
 TEST_F(RemoteStreamTest, ASlowNetworkIsTheVerdict) {
