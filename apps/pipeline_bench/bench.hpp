@@ -121,6 +121,11 @@ struct Options {
   int remote_transfers = 4;         ///< the loader's transfers
   int remote_runs = 3;              ///< rounds of local, cold, warm and faults
   double remote_fault_rate = 0.05;  ///< share of requests the proxy fails
+  /// The sampler's order: "shards" (shards streamed during the run, shuffle_window 4) or
+  /// "samples" (every shard fetched at build).
+  std::string remote_order = "shards";
+  /// Which server: "auto" (nginx when installed, else python), "nginx" or "python".
+  std::string remote_server = "auto";
 };
 
 /// Results and per-scenario details of one pipeline_bench process.

@@ -227,6 +227,16 @@ int main(int argc, char** argv) {
       ->check(int_range(1, 64));
   remote->add_option("--runs", o.remote_runs, "rounds of local, cold, warm and faults")
       ->check(int_range(1, 100));
+  remote
+      ->add_option("--order", o.remote_order,
+                   "sampler order: shards (streamed during the run) or samples (all fetched "
+                   "at build)")
+      ->check(CLI::IsMember({"shards", "samples"}));
+  remote
+      ->add_option("--server", o.remote_server,
+                   "auto (nginx when installed, else Python's ThreadingHTTPServer), nginx or "
+                   "python")
+      ->check(CLI::IsMember({"auto", "nginx", "python"}));
   remote->add_option("--fault-rate", o.remote_fault_rate, "share of requests failed by the proxy")
       ->check(CLI::Range(0.0, 0.5));
   auto* all = app.add_subcommand("all", "every scenario in turn");

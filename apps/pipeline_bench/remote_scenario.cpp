@@ -1,8 +1,10 @@
 // pipeline_bench remote: the same npy shards read by the same config from local disk and by URL
-// from nginx on 127.0.0.1 (docs/REMOTE.md): cold (an empty cache), warm (the cache of the cold
-// run) and cold through a proxy that fails a share of the requests (503 or a reset mid-body).
-// Each figure is samples per second over the pipeline's build and run (the shards are fetched
-// while it is built), against the local run of the same round.
+// from nginx on 127.0.0.1 (docs/REMOTE.md; where nginx is not installed, from
+// tests/remote/range_server.py, Python's ThreadingHTTPServer with Range requests): cold (an empty
+// cache), warm (the cache of the cold run) and cold through a proxy that fails a share of the
+// requests (503 or a reset mid-body). Each figure is samples per second over the pipeline's
+// build and run, against the local run of the same round. With --order shards (the default) the
+// shards are streamed during the run; with --order samples all are fetched while it is built.
 #include <unistd.h>
 
 #include <algorithm>
@@ -31,7 +33,9 @@ std::string yaml(const Options& o, const std::string& features, const std::strin
                  const std::string& cache) {
   return "pipeline: { epochs: " + std::to_string(o.remote_epochs) +
          ", batch_size: 64, prefetch_depth: 8, device: host }\n"
-         "sampler: { shuffle: true, seed: 1 }\n"
+         "sampler: { shuffle: true, seed: 1" +
+         (o.remote_order == "shards" ? std::string(", order: shards, shuffle_window: 4") : "") +
+         " }\n"
          "nodes:\n"
          "  - name: load\n"
          "    type: npy\n"
@@ -65,10 +69,6 @@ double median(std::vector<double> v) {
 
 void remote(Bench& bench) {
   const Options& o = bench.options();
-  if (::access("/usr/sbin/nginx", X_OK) != 0) {
-    bench.skip("remote", "nginx is not installed (scripts/deps.sh)");
-    return;
-  }
   const std::uint64_t total = o.quick ? std::uint64_t{8} << 20 : o.remote_bytes;
   const int shards = o.quick ? 4 : o.remote_shards;
   const std::size_t row_bytes = 16384;
@@ -93,13 +93,33 @@ void remote(Bench& bench) {
   char last[16];
   std::snprintf(last, sizeof last, "%03d", shards - 1);
   const std::string range = std::string("{000..") + last + "}";
-  remote_test::Nginx nginx((dir / "data").string(), (dir / "nginx").string());
+  // nginx when it is installed, else Python's threaded server (the H200 machines have no nginx).
+  std::unique_ptr<remote_test::Nginx> nginx;
+  std::unique_ptr<remote_test::Child> python;
+  int port = 0;
+  const bool has_nginx = ::access("/usr/sbin/nginx", X_OK) == 0;
+  if (o.remote_server == "nginx" && !has_nginx) {
+    bench.skip("remote", "nginx is not installed (scripts/deps.sh); --server python uses Python's");
+    return;
+  }
+  if (o.remote_server == "nginx" || (o.remote_server == "auto" && has_nginx)) {
+    nginx = std::make_unique<remote_test::Nginx>((dir / "data").string(), (dir / "nginx").string());
+    port = nginx->port();
+  } else {
+    python = remote_test::python_server("range_server.py", {"--root", (dir / "data").string()});
+    port = python->port();
+  }
+  const std::string server = nginx ? "nginx" : "python ThreadingHTTPServer (range_server.py)";
+  std::printf("remote: shards served by %s on 127.0.0.1:%d, sampler order %s\n", server.c_str(),
+              port, o.remote_order.c_str());
+  bench.details("remote")["server"] = server;
+  bench.details("remote")["order"] = o.remote_order;
   auto proxy = remote_test::python_server(
       "fault_proxy.py",
-      {"--upstream", std::to_string(nginx.port()), "--rate", std::to_string(o.remote_fault_rate),
+      {"--upstream", std::to_string(port), "--rate", std::to_string(o.remote_fault_rate),
        "--faults", "503,reset", "--seed", "7", "--log", (dir / "faults.log").string()});
   const std::string local = (dir / "data").string() + "/";
-  const std::string http = nginx.url("");
+  const std::string http = "http://127.0.0.1:" + std::to_string(port) + "/";
   const std::string faulty = "http://127.0.0.1:" + std::to_string(proxy->port()) + "/";
   const std::uint64_t expected = static_cast<std::uint64_t>(rows) * shards * o.remote_epochs;
   std::vector<double> local_rate, cold, warm, faults, cold_ratio, warm_ratio, fault_ratio;

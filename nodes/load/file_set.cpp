@@ -246,7 +246,7 @@ std::vector<std::string> expand_file_set(const std::vector<std::string>& pattern
     }
     if (!is_remote_url(f)) check_data_file(f);
   }
-  if (!remote_at.empty()) {
+  if (!remote_at.empty() && !remote->defer) {
     std::vector<std::string> urls;
     for (const std::size_t i : remote_at) urls.push_back(files[i]);
     std::vector<std::string> local = remote->files->fetch(urls);

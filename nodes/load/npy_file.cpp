@@ -264,6 +264,15 @@ std::string_view npy_dtype_descr(NpyDtype dtype) {
 
 NpyFile::NpyFile(const std::string& path) : path_(path) {
   fd_ = DataFile(path).release();  // a regular file, or DataError naming what it is
+  validate();
+}
+
+NpyFile::NpyFile(std::string name, int fd) : path_(std::move(name)), fd_(fd) {
+  validate();
+}
+
+void NpyFile::validate() {
+  const std::string& path = path_;
   // The destructor does not run if the constructor throws: close the fd on every error.
   try {
     struct stat st {};

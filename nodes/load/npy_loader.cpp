@@ -16,6 +16,7 @@
 #include "flowfeed/pool.hpp"
 #include "flowfeed/registry.hpp"
 #include "flowfeed/stats.hpp"
+#include "npy_shard.hpp"
 
 namespace flowfeed {
 
@@ -66,15 +67,11 @@ constexpr std::size_t kRequestGroup = 128;
 
 }  // namespace
 
-struct NpyLoader::Shard {
-  std::unique_ptr<NpyFile> features;
-  std::unique_ptr<NpyFile> labels;
-  IoFile file;  // the features, opened by the engine
-};
-
 NpyLoader::NpyLoader(NpyLoaderOptions options, HostPinning pinning)
     : options_(std::move(options)), pinning_(std::move(pinning)) {
-  RemoteSource source{options_.remote, nullptr};
+  // URLs stay in the lists: their headers are read now, the shards fetched in setup() or
+  // during the run (npy_remote.cpp).
+  RemoteSource source{options_.remote, nullptr, true};
   const std::vector<std::string> features = expand_file_set(options_.features, "features", &source);
   const std::vector<std::string> labels = expand_file_set(options_.labels, "labels", &source);
   remote_ = source.files;
@@ -87,7 +84,12 @@ NpyLoader::NpyLoader(NpyLoaderOptions options, HostPinning pinning)
       std::make_unique<IoEngine>(options_.io, options_.concurrency, "node '" + options_.name + "'");
   shards_.reserve(features.size());
   try {
-    for (std::size_t i = 0; i < features.size(); ++i) add_shard(features[i], labels[i]);
+    auto headers = open_headers(features, labels);
+    for (std::size_t i = 0; i < features.size(); ++i) {
+      add_shard(std::move(headers[2 * i].first), std::move(headers[2 * i + 1].first));
+      shards_.back().features_bytes = headers[2 * i].second;
+      shards_.back().labels_bytes = headers[2 * i + 1].second;
+    }
   } catch (const DataError& e) {
     throw DataError(name_urls(remote_.get(), e.what()));  // a cached copy is named by its URL
   }
@@ -97,10 +99,12 @@ NpyLoader::NpyLoader(NpyLoaderOptions options, HostPinning pinning)
   }
 }
 
-void NpyLoader::add_shard(const std::string& features_path, const std::string& labels_path) {
+void NpyLoader::add_shard(std::unique_ptr<NpyFile> features, std::unique_ptr<NpyFile> labels) {
   Shard shard;
-  shard.features = std::make_unique<NpyFile>(features_path);
-  shard.labels = std::make_unique<NpyFile>(labels_path);
+  const std::string features_path = features->path();
+  const std::string labels_path = labels->path();
+  shard.features = std::move(features);
+  shard.labels = std::move(labels);
   const NpyFile& f = *shard.features;
   const auto& fshape = f.shape();
   if (fshape.size() < 2) {
@@ -144,7 +148,8 @@ void NpyLoader::add_shard(const std::string& features_path, const std::string& l
                     " holds " + std::to_string(f.rows()) +
                     " samples (both files need the same first dimension)");
   }
-  shard.file = engine_->open(features_path);
+  // A shard named by URL is opened once it is in the cache.
+  if (!is_remote_url(features_path)) shard.file = engine_->open(features_path);
   starts_.push_back(size_);
   size_ += f.rows();
   shards_.push_back(std::move(shard));
@@ -184,6 +189,13 @@ void NpyLoader::setup(BuildContext& context) {
   // Straight into the staging node's memory when one follows (pinned on CUDA).
   tier_ = context.output().tier;
   pool_ = &context.make_fill_pool(tier_ == Tier::staging ? "staging" : "host");
+  if (remote_) {
+    try {
+      setup_remote(context);
+    } catch (const DataError& e) {
+      throw DataError(name_urls(remote_.get(), e.what()));
+    }
+  }
   if (options_.pin) keep_rows_in_place(context);
 }
 
@@ -245,6 +257,8 @@ void NpyLoader::for_each_shard_run(const Batch& batch, F&& f) const {
 }
 
 void NpyLoader::process(Batch& batch) {
+  // Shards streamed during the run: held (waited for) while the batch reads them.
+  const ShardHold hold = hold_shards(batch);
   batch.lease(tier_) = pool_->acquire();
   std::byte* xs = batch.tensor(tier_, 0);
   const std::size_t x_at = batch.layout->offset(0, batch.rows());  // where xs is in the batch
@@ -303,11 +317,11 @@ void NpyLoader::read_labels(const Batch& batch, std::int32_t* dst) const {
   alignas(8) std::byte raw[kChunk * 8];
   for_each_shard_run(
       batch, [&](const Shard& shard, std::size_t row, std::size_t first, std::size_t count) {
-        const NpyDtype dtype = shard.labels->dtype();
+        const NpyDtype dtype = shard.labels->dtype();  // the header's
         const std::size_t item = npy_dtype_size(dtype);
         for (std::size_t done = 0; done < count;) {
           const std::size_t n = std::min(kChunk, count - done);
-          shard.labels->read_rows(first + done, n, raw);
+          shard.label_rows().read_rows(first + done, n, raw);
           for (std::size_t i = 0; i < n; ++i) {
             std::int64_t v = 0;
             if (dtype == NpyDtype::uint8) {

@@ -80,13 +80,23 @@ std::string name_urls(const RemoteFiles* remote, std::string message) {
 void report_remote(const std::shared_ptr<RemoteFiles>& remote, const std::string& node,
                    RunReport& report) {
   if (!remote) return;
-  const RemoteStats& s = remote->stats();
+  const RemoteStats s = remote->stats();
   report.extra[node + ".remote_shards"] = static_cast<double>(s.shards);
   report.extra[node + ".remote_cache_hits"] = static_cast<double>(s.cache_hits);
   report.extra[node + ".remote_bytes_fetched"] = static_cast<double>(s.bytes_fetched);
   report.extra[node + ".remote_retries"] = static_cast<double>(s.retries);
   report.extra[node + ".remote_fetch_seconds"] = s.fetch_seconds;
   report.extra[node + ".remote_evicted_bytes"] = static_cast<double>(s.evicted_bytes);
+  report.extra[node + ".remote_peak_cache_bytes"] = static_cast<double>(s.peak_cache_bytes);
+  // Shards streamed during the run: how long the loader's bodies waited for them, and that
+  // time's share of the loader's busy time (the verdict says network when it is most of it).
+  report.extra[node + ".remote_wait_seconds"] = s.wait_seconds;
+  report.extra[node + ".remote_waits"] = static_cast<double>(s.waits);
+  for (const NodeReport& n : report.nodes) {
+    if (n.name == node && n.busy_seconds > 0) {
+      report.extra[node + ".remote_wait_share"] = s.wait_seconds / n.busy_seconds;
+    }
+  }
 }
 
 }  // namespace flowfeed

@@ -32,6 +32,7 @@ constexpr double kThreadsSaturated = 0.90;  // share of all worker threads busy 
 constexpr double kThreadWait = 0.20;  // share of a node's slot time spent waiting for a thread
 constexpr double kFull = 0.80;        // share of the run with every prefetch slot in flight
 constexpr double kOverheadPerBatch = 20e-6;  // seconds per batch below which overhead dominates
+constexpr double kNetworkWait = 0.5;  // share of a loader's busy time waiting for remote shards
 
 // How loaded a node is: its utilization, or for an asynchronous node the share of the run with
 // work in flight, if larger.
@@ -76,6 +77,17 @@ Verdict diagnose(const RunReport& r, bool pull) {
   const std::string waits =
       (pull ? " (the caller waits " : " (train waits ") + percent(stall) + ")";
   if (top && top_load >= kSaturated) {
+    // A loader that streams shards names the time its bodies waited for them
+    // (<node>.remote_wait_seconds): when that is most of its busy time, the network limits it.
+    const auto wait = r.extra.find(top->name + ".remote_wait_seconds");
+    if (wait != r.extra.end() && top->busy_seconds > 0 &&
+        wait->second >= kNetworkWait * top->busy_seconds) {
+      return {top->name,
+              top->name + "-bound: network (its bodies waited for shards " +
+                  percent(wait->second / top->busy_seconds) + " of their busy time, busy " +
+                  percent(top_load) + " at " + std::to_string(top->concurrency) +
+                  "; raise its transfers, or the network or server is the limit)" + waits};
+    }
     if (top->asynchronous) {
       return {top->name,
               top->name + "-bound: work in flight " + percent(top_load) + " of the time" + waits};

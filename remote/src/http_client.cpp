@@ -60,6 +60,8 @@ struct Sink {
   std::uint64_t received = 0;
   bool checked = false;  ///< the status was looked at (first body bytes)
   bool to_file = false;
+  bool truncate = false;  ///< text_limit reached: keep what fits and end the transfer
+  bool full = false;      ///< it was reached
   int write_error = 0;
   std::string text;  ///< the body of an error response or of get_text
   std::size_t text_limit = 64 << 20;
@@ -83,7 +85,12 @@ std::size_t write_body(char* data, std::size_t size, std::size_t count, void* us
     }
   }
   if (!sink.to_file) {
-    if (sink.text.size() + bytes > sink.text_limit) return 0;
+    if (sink.text.size() + bytes > sink.text_limit) {
+      if (!sink.truncate) return 0;
+      sink.text.append(data, sink.text_limit - sink.text.size());
+      sink.full = true;
+      return 0;
+    }
     sink.text.append(data, bytes);
     return bytes;
   }
@@ -173,6 +180,17 @@ void HttpClient::prepare(const Request& request) {
   curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME,
                    static_cast<long>(std::max(1.0, std::ceil(options_.timeout_s))));
   curl_easy_setopt(c, CURLOPT_BUFFERSIZE, 512L << 10);  // fewer, larger writes into the cache
+  if (cancel_ || also_cancel_) {
+    // Called at least once a second, and with every block received: a non-zero return aborts
+    // the transfer (CURLE_ABORTED_BY_CALLBACK).
+    curl_xferinfo_callback check = [](void* self, curl_off_t, curl_off_t, curl_off_t,
+                                      curl_off_t) -> int {
+      return static_cast<const HttpClient*>(self)->cancelled() ? 1 : 0;
+    };
+    curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, check);
+    curl_easy_setopt(c, CURLOPT_XFERINFODATA, this);
+    curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+  }
   if (capture_headers_) {
     curl_easy_setopt(c, CURLOPT_DEBUGFUNCTION, debug_headers);
     curl_easy_setopt(c, CURLOPT_DEBUGDATA, &sent_);
@@ -213,7 +231,19 @@ void HttpClient::wait_before_retry(int attempt) {
   // Equal jitter: half the step for sure, the other half at random, so that many transfers
   // retrying the same fault do not return at once.
   std::uniform_real_distribution<double> jitter(0.5, 1.0);
-  std::this_thread::sleep_for(std::chrono::duration<double>(cap * jitter(rng)));
+  const auto until = std::chrono::steady_clock::now() +
+                     std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                         std::chrono::duration<double>(cap * jitter(rng)));
+  // In short steps, so that a cancel ends the wait soon.
+  while (!cancelled() && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
+        std::chrono::milliseconds(20), until - std::chrono::steady_clock::now()));
+  }
+}
+
+void HttpClient::throw_cancelled(const Request& request) const {
+  throw Cancelled(
+      fmt::format("{}: the transfer was cancelled (the run is stopping)", request.shown));
 }
 
 void HttpClient::fail(const Request& request, const Attempt& last, int tries) const {
@@ -247,109 +277,129 @@ void HttpClient::fail(const Request& request, const Attempt& last, int tries) co
   throw DataError(fmt::format("{}: {} ({})", request.shown, what, fix));
 }
 
-std::uint64_t HttpClient::size_of(const Request& request) {
+void HttpClient::perform(const Request& request, const std::function<void(Try&)>& setup,
+                         const std::function<bool(Attempt&)>& done) {
   CURL* c = handle(curl_);
-  Attempt last;
   for (int attempt = 1;; ++attempt) {
     prepare(request);
     char error[CURL_ERROR_SIZE] = {0};
     curl_easy_setopt(c, CURLOPT_ERRORBUFFER, error);
-    curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, ignore_body);
-    last = Attempt{};
+    Try t{c, {}};
+    setup(t);
+    if (!t.range.empty()) curl_easy_setopt(c, CURLOPT_RANGE, t.range.c_str());
+    Attempt last;
     last.code = curl_easy_perform(c);
     last.error = error;
-    if (last.code == CURLE_OK) {
-      curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &last.status);
-      if (last.status == 200) {
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &last.status);
+    if (cancelled()) throw_cancelled(request);
+    if (done(last)) return;
+    const bool again = last.code == CURLE_OK ? transient_status(last.status) : transient(last.code);
+    if (!again || attempt >= options_.attempts) fail(request, last, attempt);
+    wait_before_retry(attempt);
+    if (cancelled()) throw_cancelled(request);
+  }
+}
+
+std::uint64_t HttpClient::size_of(const Request& request) {
+  std::uint64_t size = 0;
+  perform(
+      request,
+      [](Try& t) {
+        curl_easy_setopt(handle(t.curl), CURLOPT_NOBODY, 1L);
+        curl_easy_setopt(handle(t.curl), CURLOPT_WRITEFUNCTION, ignore_body);
+      },
+      [&](Attempt& last) {
+        if (last.code != CURLE_OK || last.status != 200) return false;
         curl_off_t length = -1;
-        curl_easy_getinfo(c, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length);
+        curl_easy_getinfo(handle(curl_), CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length);
         if (length < 0) {
           throw DataError(
               fmt::format("{}: the server gave no Content-Length (a shard's size "
                           "must be known to verify it)",
                           request.shown));
         }
-        return static_cast<std::uint64_t>(length);
-      }
-    }
-    const bool again = last.code == CURLE_OK ? transient_status(last.status) : transient(last.code);
-    if (!again || attempt >= options_.attempts) fail(request, last, attempt);
-    wait_before_retry(attempt);
-  }
+        size = static_cast<std::uint64_t>(length);
+        return true;
+      });
+  return size;
 }
 
 std::string HttpClient::get_text(const Request& request) {
-  CURL* c = handle(curl_);
-  Attempt last;
-  for (int attempt = 1;; ++attempt) {
-    prepare(request);
-    char error[CURL_ERROR_SIZE] = {0};
-    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, error);
-    Sink sink;
-    sink.curl = c;
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, write_body);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &sink);
-    last = Attempt{};
-    last.code = curl_easy_perform(c);
-    last.error = error;
-    if (last.code == CURLE_OK) {
-      curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &last.status);
-      if (last.status == 200) return std::move(sink.text);
-    }
-    const bool again = last.code == CURLE_OK ? transient_status(last.status) : transient(last.code);
-    if (!again || attempt >= options_.attempts) fail(request, last, attempt);
-    wait_before_retry(attempt);
-  }
+  Sink sink;
+  perform(
+      request,
+      [&](Try& t) {
+        sink = Sink{};
+        sink.curl = handle(t.curl);
+        curl_easy_setopt(handle(t.curl), CURLOPT_WRITEFUNCTION, write_body);
+        curl_easy_setopt(handle(t.curl), CURLOPT_WRITEDATA, &sink);
+      },
+      [&](Attempt& last) { return last.code == CURLE_OK && last.status == 200; });
+  return std::move(sink.text);
+}
+
+std::string HttpClient::get_prefix(const Request& request, std::size_t bytes) {
+  Sink sink;
+  perform(
+      request,
+      [&](Try& t) {
+        sink = Sink{};
+        sink.curl = handle(t.curl);
+        sink.text_limit = bytes;
+        sink.truncate = true;
+        t.range = fmt::format("0-{}", bytes - 1);
+        curl_easy_setopt(handle(t.curl), CURLOPT_WRITEFUNCTION, write_body);
+        curl_easy_setopt(handle(t.curl), CURLOPT_WRITEDATA, &sink);
+      },
+      [&](Attempt& last) {
+        const bool body = last.status == 200 || last.status == 206;
+        if (body && sink.full) return true;  // a server that ignored the Range: cut short
+        return last.code == CURLE_OK && body;
+      });
+  return std::move(sink.text);
 }
 
 std::uint64_t HttpClient::download(const Request& request, int fd, std::uint64_t have,
                                    std::uint64_t size) {
-  CURL* c = handle(curl_);
-  Attempt last;
   std::uint64_t received = 0;
-  for (int attempt = 1;; ++attempt) {
-    if (have == size) return received;
-    prepare(request);
-    char error[CURL_ERROR_SIZE] = {0};
-    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, error);
-    Sink sink;
-    sink.curl = c;
-    sink.fd = fd;
-    sink.start = have;
-    sink.offset = have;
-    sink.limit = size;
-    sink.text_limit = 4096;
-    const std::string range = fmt::format("{}-", have);
-    if (have > 0) curl_easy_setopt(c, CURLOPT_RANGE, range.c_str());
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, write_body);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &sink);
-    last = Attempt{};
-    last.code = curl_easy_perform(c);
-    last.error = error;
-    received += sink.received;
-    have = sink.to_file ? sink.offset : have;
-    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &last.status);
-    if (sink.write_error == EFBIG) {
-      throw DataError(
-          fmt::format("{}: the server sent more than the {} bytes the shard was "
-                      "listed with (the object changed while it was read)",
-                      request.shown, size));
-    }
-    if (sink.write_error != 0) {
-      throw DataError(fmt::format("{}: cannot write to the cache ({})", request.shown,
-                                  std::strerror(sink.write_error)));
-    }
-    if (last.code == CURLE_OK && (last.status == 200 || last.status == 206)) {
-      if (have == size) return received;
-      // A body that ended early without an error (a proxy cut it): ask for the rest.
-      last.code = CURLE_PARTIAL_FILE;
-      last.error = fmt::format("the body ended at byte {} of {}", have, size);
-    }
-    const bool again = last.code == CURLE_OK ? transient_status(last.status) : transient(last.code);
-    if (!again || attempt >= options_.attempts) fail(request, last, attempt);
-    wait_before_retry(attempt);
-  }
+  if (have == size) return received;
+  Sink sink;
+  perform(
+      request,
+      [&](Try& t) {
+        sink = Sink{};
+        sink.curl = handle(t.curl);
+        sink.fd = fd;
+        sink.start = have;
+        sink.offset = have;
+        sink.limit = size;
+        sink.text_limit = 4096;
+        // Resume: ask only for the bytes not yet written.
+        if (have > 0) t.range = fmt::format("{}-", have);
+        curl_easy_setopt(handle(t.curl), CURLOPT_WRITEFUNCTION, write_body);
+        curl_easy_setopt(handle(t.curl), CURLOPT_WRITEDATA, &sink);
+      },
+      [&](Attempt& last) {
+        received += sink.received;
+        have = sink.to_file ? sink.offset : have;
+        if (sink.write_error == EFBIG) {
+          throw DataError(
+              fmt::format("{}: the server sent more than the {} bytes the shard was "
+                          "listed with (the object changed while it was read)",
+                          request.shown, size));
+        }
+        if (sink.write_error != 0) {
+          throw DataError(fmt::format("{}: cannot write to the cache ({})", request.shown,
+                                      std::strerror(sink.write_error)));
+        }
+        if (have == size) return true;  // complete, whatever came after the last byte
+        if (last.code != CURLE_OK || (last.status != 200 && last.status != 206)) return false;
+        // A body that ended early without an error (a proxy cut it): ask for the rest.
+        last.code = CURLE_PARTIAL_FILE;
+        last.error = fmt::format("the body ended at byte {} of {}", have, size);
+        return false;
+      });
+  return received;
 }
 
 }  // namespace flowfeed::remote

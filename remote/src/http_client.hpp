@@ -3,9 +3,11 @@
 // downloads into a file descriptor, resumed with a Range request after a fault.
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "flowfeed/error.hpp"
 #include "flowfeed/remote/remote_files.hpp"
 
 namespace flowfeed::remote {
@@ -27,6 +29,13 @@ struct Request {
   std::string connect_to;  ///< a CURLOPT_CONNECT_TO entry ("host:port:127.0.0.1:port"), or ""
 };
 
+/// A request ended because its cancel flag was set (HttpClient::set_cancel): the run is being
+/// stopped, nothing failed.
+class Cancelled : public Error {
+ public:
+  using Error::Error;
+};
+
 /// The reason phrase of an HTTP status ("Not Found"); "" when unknown.
 const char* http_reason(long status) noexcept;
 
@@ -43,9 +52,23 @@ class HttpClient {
   std::uint64_t size_of(const Request& request);
   /// A small response body (at most 64 MiB), e.g. an S3 listing.
   std::string get_text(const Request& request);
+  /// The object's first `bytes` bytes (all of it when it is shorter), with a Range request.
+  std::string get_prefix(const Request& request, std::size_t bytes);
   /// Writes the object into `fd` from offset `have` (bytes already there, kept: the rest is
   /// asked for with a Range request) until it holds `size` bytes. Returns the bytes received.
   std::uint64_t download(const Request& request, int fd, std::uint64_t have, std::uint64_t size);
+
+  /// Makes every request end soon after `*flag` or `*also` becomes true (a transfer is aborted,
+  /// a wait between tries cut short): the request then throws Cancelled. nullptr: never.
+  void set_cancel(const std::atomic<bool>* flag, const std::atomic<bool>* also = nullptr) noexcept {
+    cancel_ = flag;
+    also_cancel_ = also;
+  }
+  /// Whether a cancel flag is set.
+  bool cancelled() const noexcept {
+    return (cancel_ && cancel_->load(std::memory_order_relaxed)) ||
+           (also_cancel_ && also_cancel_->load(std::memory_order_relaxed));
+  }
 
   /// Keeps the request headers of each transfer (sent_headers(); for tests of the signing).
   void capture_headers() noexcept { capture_headers_ = true; }
@@ -54,6 +77,19 @@ class HttpClient {
 
  private:
   struct Attempt;
+  /// One try being set up: the handle (prepared for the request) and a Range to ask for.
+  struct Try {
+    void* curl;
+    std::string range;  ///< "N-" to resume from byte N, or "" for the whole object
+  };
+  /// The retry loop every request uses: each try prepares the handle, lets `setup` set what the
+  /// kind of request needs, performs it and passes the outcome to `done`, which returns true when
+  /// the request is complete (it may throw, or mark the try failed). Otherwise a transient fault
+  /// (a timeout, a reset, 5xx, 429) is tried again after a backoff with jitter, at most
+  /// `attempts` tries; anything else, or the last try, throws DataError naming the URL and status.
+  void perform(const Request& request, const std::function<void(Try&)>& setup,
+               const std::function<bool(Attempt&)>& done);
+  [[noreturn]] void throw_cancelled(const Request& request) const;
   void prepare(const Request& request);
   [[noreturn]] void fail(const Request& request, const Attempt& last, int tries) const;
   void wait_before_retry(int attempt);
@@ -63,6 +99,8 @@ class HttpClient {
   void* curl_ = nullptr;
   void* header_list_ = nullptr;
   void* connect_list_ = nullptr;
+  const std::atomic<bool>* cancel_ = nullptr;
+  const std::atomic<bool>* also_cancel_ = nullptr;
   std::string sent_;
   bool capture_headers_ = false;
 };

@@ -21,7 +21,9 @@
 
 #include "checksums.hpp"
 #include "flowfeed/error.hpp"
+#include "flowfeed/remote/shard_stream.hpp"
 #include "http_client.hpp"
+#include "remote_files_impl.hpp"
 #include "s3.hpp"
 #include "shard_cache.hpp"
 #include "url.hpp"
@@ -50,18 +52,68 @@ bool has_glob(const std::string& s) {
 
 }  // namespace
 
-struct RemoteFiles::Pins {
-  std::vector<PinnedShard> shards;
-  std::map<std::string, std::string> url_of;  ///< local path → URL
-  std::optional<remote::S3Config> s3;
-  std::atomic<std::uint64_t> retries{0};
-  std::optional<std::map<std::string, std::string>> sums;  ///< the checksum manifest, once read
+namespace remote {
 
-  const remote::S3Config& s3_config() {
-    if (!s3) s3 = remote::s3_config_from_environment();
-    return *s3;
+Request request_for(RemoteFiles::Pins& pins, const std::string& url) {
+  const Url parsed = parse_url(url);
+  if (parsed.scheme != "s3") return {url, url, nullptr, {}, {}};
+  std::lock_guard<std::mutex> lock(pins.mutex);
+  const S3Config& s3 = pins.s3_config();
+  return {s3_object_url(s3, parsed.host, parsed.path.substr(1)), url, &s3.auth, {}, {}};
+}
+
+void load_checksums(RemoteFiles::Pins& pins, const RemoteOptions& options) {
+  if (options.checksums.empty() || pins.sums) return;
+  std::string text;
+  if (is_remote_url(options.checksums)) {
+    HttpClient client(options, pins.retries);
+    text = client.get_text(request_for(pins, options.checksums));
+  } else {
+    std::ifstream in(options.checksums, std::ios::binary);
+    if (!in) {
+      throw DataError(fmt::format("{}: cannot open the checksum manifest ({})", options.checksums,
+                                  std::strerror(errno)));
+    }
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   }
-};
+  pins.sums = parse_checksums(text, options.checksums);
+}
+
+std::function<void(int)> verify_of(const RemoteFiles::Pins& pins, const std::string& url) {
+  const std::string want = pins.sums ? checksum_for(*pins.sums, url) : "";
+  if (want.empty()) return {};
+  return [want, url](int fd) {
+    const std::string got = sha256_of(fd, url);
+    if (got != want) {
+      throw DataError(
+          fmt::format("{}: its SHA-256 is {}, the checksum manifest says {} (the "
+                      "shard was damaged or changed; it is not used)",
+                      url, got, want));
+    }
+  };
+}
+
+PinnedShard fetch_one(ShardCache& cache, HttpClient& client, const RemoteFiles::Pins& pins,
+                      const std::string& url, const Request& request,
+                      std::optional<std::uint64_t> size, std::uint64_t& received,
+                      CacheOutcome& outcome) {
+  // A shard in the cache is used without asking the server again (shards do not change; the
+  // first shard was asked for at build). With a listed size, a copy of another size is fetched
+  // again.
+  std::optional<PinnedShard> cached = cache.find(request.url, outcome);
+  if (cached && size && std::filesystem::file_size(cached->path()) != *size) {
+    cached.reset();
+    outcome = CacheOutcome{};
+  }
+  if (cached) return std::move(*cached);
+  const std::uint64_t bytes = size ? *size : client.size_of(request);
+  return cache.get(
+      request.url, bytes,
+      [&](int fd, std::uint64_t have) { received = client.download(request, fd, have, bytes); },
+      outcome, verify_of(pins, url));
+}
+
+}  // namespace remote
 
 RemoteFiles::RemoteFiles(RemoteOptions options)
     : options_(std::move(options)), pins_(std::make_unique<Pins>()) {
@@ -100,14 +152,39 @@ std::vector<std::string> RemoteFiles::list(const std::string& url) {
     out.push_back(fmt::format("s3://{}/{}", parsed.host, key));
     listed_.emplace_back(out.back(), size);
   }
-  stats_.retries = pins_->retries;
-  stats_.fetch_seconds +=
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  {
+    std::lock_guard<std::mutex> lock(pins_->mutex);
+    stats_.fetch_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
   if (out.empty()) {
     throw DataError(fmt::format("{}: matches no object (the bucket lists {} key{} under '{}')", url,
                                 keys.size(), keys.size() == 1 ? "" : "s", prefix));
   }
   return out;
+}
+
+std::optional<std::uint64_t> RemoteFiles::listed_size(const std::string& url) const {
+  for (const auto& [listed, bytes] : listed_) {
+    if (listed == url) return bytes;
+  }
+  return std::nullopt;
+}
+
+void RemoteFiles::count(std::uint64_t received, const CacheOutcome& outcome) {
+  std::lock_guard<std::mutex> lock(pins_->mutex);
+  stats_.bytes_fetched += received;
+  stats_.cache_hits += outcome.hit ? 1 : 0;
+  stats_.evicted_bytes += outcome.evicted;
+  stats_.peak_cache_bytes = std::max(stats_.peak_cache_bytes, outcome.used);
+  stats_.retries = pins_->retries;
+}
+
+RemoteStats RemoteFiles::stats() const {
+  std::lock_guard<std::mutex> lock(pins_->mutex);
+  RemoteStats s = stats_;
+  s.retries = pins_->retries;
+  return s;
 }
 
 std::vector<std::string> RemoteFiles::fetch(const std::vector<std::string>& urls) {
@@ -116,70 +193,18 @@ std::vector<std::string> RemoteFiles::fetch(const std::vector<std::string>& urls
   std::vector<Request> requests;
   std::vector<std::optional<std::uint64_t>> sizes;
   for (const std::string& url : urls) {
-    const remote::Url parsed = remote::parse_url(url);
-    if (parsed.scheme == "s3") {
-      const remote::S3Config& s3 = pins_->s3_config();
-      requests.push_back(
-          {remote::s3_object_url(s3, parsed.host, parsed.path.substr(1)), url, &s3.auth, {}, {}});
-    } else {
-      requests.push_back({url, url, nullptr, {}, {}});
-    }
-    std::optional<std::uint64_t> size;
-    for (const auto& [listed, bytes] : listed_) {
-      if (listed == url) size = bytes;
-    }
-    sizes.push_back(size);
+    requests.push_back(remote::request_for(*pins_, url));
+    sizes.push_back(listed_size(url));
   }
   // The first shard is asked for before anything else: a wrong host, bucket or credential
   // fails here, at once.
-  try {
+  {
     HttpClient client(options_, pins_->retries);
     sizes[0] = client.size_of(requests[0]);
-  } catch (...) {
-    stats_.retries = pins_->retries;
-    throw;
   }
-  if (!options_.checksums.empty() && !pins_->sums) {
-    std::string text;
-    if (is_remote_url(options_.checksums)) {
-      HttpClient client(options_, pins_->retries);
-      const remote::Url manifest = remote::parse_url(options_.checksums);
-      if (manifest.scheme == "s3") {
-        const remote::S3Config& s3 = pins_->s3_config();
-        text = client.get_text({remote::s3_object_url(s3, manifest.host, manifest.path.substr(1)),
-                                options_.checksums,
-                                &s3.auth,
-                                {},
-                                {}});
-      } else {
-        text = client.get_text({options_.checksums, options_.checksums, nullptr, {}, {}});
-      }
-    } else {
-      std::ifstream in(options_.checksums, std::ios::binary);
-      if (!in) {
-        throw DataError(fmt::format("{}: cannot open the checksum manifest ({})",
-                                    options_.checksums, std::strerror(errno)));
-      }
-      text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-    }
-    pins_->sums = remote::parse_checksums(text, options_.checksums);
-  }
+  remote::load_checksums(*pins_, options_);
   const std::size_t transfers = std::min<std::size_t>(
       urls.size(), options_.transfers > 0 ? static_cast<std::size_t>(options_.transfers) : 8);
-  // The check of a fetched shard against the manifest's sum, when it has one.
-  auto verify_of = [&](const std::string& url) -> std::function<void(int)> {
-    const std::string want = pins_->sums ? remote::checksum_for(*pins_->sums, url) : "";
-    if (want.empty()) return {};
-    return [want, url](int fd) {
-      const std::string got = remote::sha256_of(fd, url);
-      if (got != want) {
-        throw DataError(
-            fmt::format("{}: its SHA-256 is {}, the checksum manifest says {} (the "
-                        "shard was damaged or changed; it is not used)",
-                        url, got, want));
-      }
-    };
-  };
   std::vector<std::optional<PinnedShard>> pinned(urls.size());
   std::atomic<std::size_t> next{0};
   std::atomic<bool> failed{false};
@@ -189,31 +214,12 @@ std::vector<std::string> RemoteFiles::fetch(const std::vector<std::string>& urls
     try {
       HttpClient client(options_, pins_->retries);
       for (std::size_t i = next++; i < urls.size() && !failed; i = next++) {
-        const Request& request = requests[i];
         std::uint64_t received = 0;
         CacheOutcome outcome;
-        // A shard in the cache is used without asking the server again (shards do not change;
-        // the first shard was asked for above). With a listed size, a copy of another size is
-        // fetched again.
-        std::optional<PinnedShard> cached = cache_->find(request.url, outcome);
-        if (cached && sizes[i] && std::filesystem::file_size(cached->path()) != *sizes[i]) {
-          cached.reset();
-          outcome = CacheOutcome{};
-        }
-        PinnedShard shard = cached ? std::move(*cached) : [&] {
-          const std::uint64_t size = sizes[i] ? *sizes[i] : client.size_of(request);
-          return cache_->get(
-              request.url, size,
-              [&](int fd, std::uint64_t have) {
-                received = client.download(request, fd, have, size);
-              },
-              outcome, verify_of(urls[i]));
-        }();
+        PinnedShard shard = remote::fetch_one(*cache_, client, *pins_, urls[i], requests[i],
+                                              sizes[i], received, outcome);
+        count(received, outcome);
         std::lock_guard<std::mutex> lock(mutex);
-        stats_.bytes_fetched += received;
-        stats_.cache_hits += outcome.hit ? 1 : 0;
-        stats_.evicted_bytes += outcome.evicted;
-        stats_.peak_cache_bytes = std::max(stats_.peak_cache_bytes, outcome.used);
         pinned[i].emplace(std::move(shard));
       }
     } catch (...) {
@@ -226,9 +232,10 @@ std::vector<std::string> RemoteFiles::fetch(const std::vector<std::string>& urls
   for (std::size_t t = 1; t < transfers; ++t) threads.emplace_back(work);
   work();
   for (std::thread& t : threads) t.join();
-  stats_.retries = pins_->retries;
-  stats_.fetch_seconds +=
+  const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::lock_guard<std::mutex> lock(pins_->mutex);
+  stats_.fetch_seconds += seconds;
   if (error) std::rethrow_exception(error);
   std::vector<std::string> paths;
   for (std::size_t i = 0; i < urls.size(); ++i) {
@@ -240,7 +247,88 @@ std::vector<std::string> RemoteFiles::fetch(const std::vector<std::string>& urls
   return paths;
 }
 
+std::vector<RemoteHead> RemoteFiles::heads(const std::vector<std::string>& urls,
+                                           std::size_t bytes) {
+  if (urls.empty()) return {};
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<RemoteHead> out(urls.size());
+  auto head = [&](HttpClient& client, std::size_t i) {
+    const Request request = remote::request_for(*pins_, urls[i]);
+    const std::optional<std::uint64_t> listed = listed_size(urls[i]);
+    // A copy complete in the cache (warm) is read instead of the server, except for the first
+    // URL, which is asked for to check the host and the credentials.
+    CacheOutcome outcome;
+    std::optional<PinnedShard> cached = i > 0 ? cache_->find(request.url, outcome) : std::nullopt;
+    if (cached) {
+      const std::uint64_t size = std::filesystem::file_size(cached->path());
+      if (!listed || *listed == size) {
+        out[i].size = size;
+        std::ifstream in(cached->path(), std::ios::binary);
+        out[i].bytes.resize(static_cast<std::size_t>(std::min<std::uint64_t>(bytes, size)));
+        if (in.read(out[i].bytes.data(), static_cast<std::streamsize>(out[i].bytes.size()))) {
+          return;
+        }
+      }
+    }
+    out[i].size = listed ? *listed : client.size_of(request);
+    if (out[i].size > 0) {
+      out[i].bytes = client.get_prefix(request, std::min<std::uint64_t>(bytes, out[i].size));
+    }
+  };
+  {
+    // The first alone: a wrong host, bucket or credential fails here, once.
+    HttpClient client(options_, pins_->retries);
+    head(client, 0);
+  }
+  remote::load_checksums(*pins_, options_);
+  const std::size_t transfers = std::min<std::size_t>(
+      urls.size() - 1, options_.transfers > 0 ? static_cast<std::size_t>(options_.transfers) : 8);
+  std::atomic<std::size_t> next{1};
+  std::atomic<bool> failed{false};
+  // The error of the first URL in the list that failed: every URL before it was asked for (they
+  // are taken in order), so the message does not depend on which transfer failed first.
+  std::size_t error_at = urls.size();
+  std::exception_ptr error;
+  std::mutex mutex;
+  auto work = [&] {
+    HttpClient client(options_, pins_->retries);
+    for (std::size_t i = next++; i < urls.size() && !failed; i = next++) {
+      try {
+        head(client, i);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (i < error_at) {
+          error_at = i;
+          error = std::current_exception();
+        }
+        failed = true;
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (std::size_t t = 1; t < transfers; ++t) threads.emplace_back(work);
+  if (transfers > 0) work();
+  for (std::thread& t : threads) t.join();
+  {
+    std::lock_guard<std::mutex> lock(pins_->mutex);
+    stats_.fetch_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  if (error) std::rethrow_exception(error);
+  return out;
+}
+
+std::unique_ptr<ShardStream> RemoteFiles::stream(std::vector<std::string> urls,
+                                                 std::vector<std::uint64_t> sizes) {
+  {
+    std::lock_guard<std::mutex> lock(pins_->mutex);
+    stats_.shards += urls.size();
+  }
+  return std::unique_ptr<ShardStream>(new ShardStream(*this, std::move(urls), std::move(sizes)));
+}
+
 std::string RemoteFiles::url_of(const std::string& local_path) const {
+  std::lock_guard<std::mutex> lock(pins_->mutex);
   const auto it = pins_->url_of.find(local_path);
   return it == pins_->url_of.end() ? std::string() : it->second;
 }

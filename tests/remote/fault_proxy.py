@@ -5,7 +5,8 @@
 slowly. Which requests: with --rate R, each request with probability R (seeded, --seed); with
 --first K, the first K requests of every path. --faults lists the kinds, taken in turn.
 --methods limits the faults to some methods (GET,HEAD). --slow-s is the pause between the slow body's pieces. Prints "port N" when it listens; appends
-one line per fault to --log.
+one line per fault to --log. Apart from faults, --delay S waits S seconds before every answer and
+--bandwidth B sends every body at B bytes a second (a slow network for all requests).
 """
 import argparse
 import http.client
@@ -48,7 +49,20 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header("Retry-After", "0")
         self.end_headers()
 
+    def send_body(self, body):
+        bandwidth = self.server.bandwidth
+        if bandwidth <= 0:
+            self.wfile.write(body)
+            return
+        step = max(1, min(len(body), int(bandwidth) // 20))  # about 20 pieces a second
+        for i in range(0, len(body), step):
+            self.wfile.write(body[i : i + step])
+            self.wfile.flush()
+            time.sleep(step / bandwidth)
+
     def handle_any(self):
+        if self.server.delay > 0:
+            time.sleep(self.server.delay)
         kind = self.pick()
         if kind in ("503", "429"):
             return self.short(int(kind))
@@ -79,7 +93,7 @@ class Handler(BaseHTTPRequestHandler):
                 self.wfile.flush()
                 time.sleep(self.server.slow_s)
             return
-        self.wfile.write(body)
+        self.send_body(body)
 
     def handle_quietly(self):
         try:
@@ -101,6 +115,8 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--log", default="")
     p.add_argument("--methods", default="GET,HEAD", help="the methods faults apply to")
+    p.add_argument("--delay", type=float, default=0.0, help="seconds before every answer")
+    p.add_argument("--bandwidth", type=float, default=0.0, help="bytes a second of every body")
     a = p.parse_args()
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
@@ -109,6 +125,7 @@ def main():
     server.rng, server.lock, server.count = random.Random(a.seed), threading.Lock(), 0
     server.per_path, server.next_fault = {}, 0
     server.methods = a.methods.split(",")
+    server.delay, server.bandwidth = a.delay, a.bandwidth
     print(f"port {server.server_address[1]}", flush=True)
     server.serve_forever()
 

@@ -1,5 +1,7 @@
 // pipeline_bench remote --quick: its three rows with their targets, every run delivering every
-// sample (the scenario checks it and fails otherwise), and its servers and files gone at the end.
+// sample (the scenario checks it and fails otherwise), and its servers and files gone at the end;
+// with nginx, and with Python's threaded server (--server python: what a machine without nginx
+// uses), each named in the output.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -12,11 +14,14 @@
 namespace flowfeed {
 namespace {
 
-TEST(RemoteBench, QuickRunGivesColdWarmAndFaultRows) {
+class RemoteBench : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(RemoteBench, QuickRunGivesColdWarmAndFaultRows) {
+  const std::string server = GetParam();
   const std::string json =
-      (std::filesystem::temp_directory_path() / "remote_bench_test.json").string();
-  const std::string cmd =
-      std::string(FLOWFEED_BENCH) + " remote --quick --runs 1 --json " + json + " 2>&1";
+      (std::filesystem::temp_directory_path() / ("remote_bench_test_" + server + ".json")).string();
+  const std::string cmd = std::string(FLOWFEED_BENCH) + " remote --quick --runs 1 --server " +
+                          server + " --json " + json + " 2>&1";
   FILE* pipe = ::popen(cmd.c_str(), "r");
   ASSERT_NE(pipe, nullptr);
   std::string output;
@@ -35,7 +40,15 @@ TEST(RemoteBench, QuickRunGivesColdWarmAndFaultRows) {
                          {"remote_cold", 0.9}, {"remote_faults", 0.8}, {"remote_warm", 0.95}}));
   EXPECT_EQ(j.at("scenarios").at("remote").at("rounds").size(), 1u);
   EXPECT_NE(output.find("remote round 0: local "), std::string::npos) << output;
+  const std::string named =
+      server == "nginx" ? "remote: shards served by nginx on 127.0.0.1:"
+                        : "remote: shards served by python ThreadingHTTPServer (range_server.py)";
+  EXPECT_NE(output.find(named), std::string::npos) << output;
+  EXPECT_EQ(j.at("scenarios").at("remote").at("server").get<std::string>().substr(0, 5),
+            server.substr(0, 5));
 }
+
+INSTANTIATE_TEST_SUITE_P(Servers, RemoteBench, ::testing::Values("nginx", "python"));
 
 }  // namespace
 }  // namespace flowfeed

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -39,7 +40,17 @@ struct RemoteStats {
   std::uint64_t retries = 0;           ///< requests tried again after a fault
   std::uint64_t evicted_bytes = 0;     ///< bytes of older shards removed to stay in the budget
   std::uint64_t peak_cache_bytes = 0;  ///< the most bytes the cache held, as counted by this run
-  double fetch_seconds = 0;            ///< wall time spent fetching (listing, checks, transfers)
+  double fetch_seconds = 0;  ///< wall time spent fetching at build (listing, checks, transfers)
+  /// Streamed shards (ShardStream): the seconds the loader's bodies waited for a shard, summed
+  /// over the bodies, and how many of their requests for a shard had to wait.
+  double wait_seconds = 0;
+  std::uint64_t waits = 0;
+};
+
+/// The size of a remote file and its first bytes (RemoteFiles::heads).
+struct RemoteHead {
+  std::uint64_t size = 0;
+  std::string bytes;
 };
 
 /// True when `text` is a URL flowfeed fetches: it starts with http://, https:// or s3://.
@@ -47,7 +58,9 @@ bool is_remote_url(std::string_view text) noexcept;
 
 namespace remote {
 class ShardCache;  // remote/src/shard_cache.hpp
-}
+struct CacheOutcome;
+}  // namespace remote
+class ShardStream;  // flowfeed/remote/shard_stream.hpp
 
 /// The remote shards of one loader. list() turns a URL (an s3:// URL may hold glob characters,
 /// matched against the bucket's listing) into the objects it names; fetch() brings them into the
@@ -74,16 +87,34 @@ class RemoteFiles {
   /// shard cannot be fetched; nothing half-fetched is ever returned.
   std::vector<std::string> fetch(const std::vector<std::string>& urls);
 
-  /// The URL a local path returned by fetch() was fetched from ("" when none).
+  /// The size and first `bytes` bytes of each of `urls`, in order (`transfers` requests at
+  /// once; a size from an s3 listing is not asked again): what a loader reads at build from the
+  /// shards it streams (a header). The first URL is asked first, so a wrong host, bucket or
+  /// credential fails at once. DataError naming the URL and the status.
+  std::vector<RemoteHead> heads(const std::vector<std::string>& urls, std::size_t bytes);
+
+  /// A stream of `urls` (of `sizes` bytes: heads()), fetched into the cache during the run in
+  /// the order the loader plans (ShardStream).
+  std::unique_ptr<ShardStream> stream(std::vector<std::string> urls,
+                                      std::vector<std::uint64_t> sizes);
+
+  /// The URL a local path returned by fetch() or a stream was fetched from ("" when none).
   std::string url_of(const std::string& local_path) const;
 
-  const RemoteStats& stats() const noexcept { return stats_; }
+  /// What the fetches did so far (a copy: a stream's transfers may be running).
+  RemoteStats stats() const;
+
+  struct Pins;  ///< the implementation's state (remote/src/remote_files_impl.hpp)
   const RemoteOptions& options() const noexcept { return options_; }
   /// The cache directory in use.
   const std::string& cache_dir() const noexcept;
 
  private:
-  struct Pins;
+  friend class ShardStream;
+  std::optional<std::uint64_t> listed_size(const std::string& url) const;
+  /// Adds one shard's fetch to the counters.
+  void count(std::uint64_t received, const remote::CacheOutcome& outcome);
+
   RemoteOptions options_;
   std::unique_ptr<remote::ShardCache> cache_;
   std::unique_ptr<Pins> pins_;

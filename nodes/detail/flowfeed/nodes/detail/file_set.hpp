@@ -31,6 +31,9 @@ std::vector<std::string> expand_file_set(const std::vector<std::string>& pattern
 struct RemoteSource {
   RemoteOptions options;
   std::shared_ptr<RemoteFiles> files;
+  /// expand_file_set lists the URLs but fetches nothing: they stay in the list as written, for
+  /// the loader to fetch (at build, or streamed during the run).
+  bool defer = false;
 };
 
 class Schema;

@@ -27,6 +27,10 @@ class NpyFile {
   /// False and 'shape'); checks the file holds at least header + prod(shape) * itemsize bytes.
   /// Does not read the payload. Throws DataError naming the file.
   explicit NpyFile(const std::string& path);
+  /// The same for the open file `fd` (owned from now on, closed on every error too), named
+  /// `name` in messages: e.g. a shard's header bytes in a sparse file of the shard's size, for
+  /// the header of a shard named by URL that is fetched later.
+  NpyFile(std::string name, int fd);
   /// Closes the file.
   ~NpyFile();
   NpyFile(const NpyFile&) = delete;
@@ -51,6 +55,7 @@ class NpyFile {
   void read_rows(size_t first, size_t count, void* dst) const;
 
  private:
+  void validate();
   std::string path_;
   int fd_ = -1;
   NpyDtype dtype_ = NpyDtype::uint8;
