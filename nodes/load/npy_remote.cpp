@@ -11,8 +11,8 @@
 #include <cstring>
 #include <optional>
 
-#include "file_set.hpp"
 #include "flowfeed/error.hpp"
+#include "flowfeed/nodes/detail/file_set.hpp"
 #include "flowfeed/nodes/npy.hpp"
 #include "npy_shard.hpp"
 

@@ -8,11 +8,11 @@
 #include <utility>
 #include <vector>
 
+#include "flowfeed/nodes/detail/io_engine.hpp"
+#include "flowfeed/nodes/detail/npy_file.hpp"
 #include "flowfeed/nodes/npy.hpp"
 #include "flowfeed/remote/shard_stream.hpp"
 #include "flowfeed/sampler.hpp"
-#include "io_engine.hpp"
-#include "npy_file.hpp"
 
 namespace flowfeed {
 
