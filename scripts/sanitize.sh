@@ -40,7 +40,7 @@ configure() {  # dir, extra cmake args... (again when the args changed since the
 run_asan() {
   echo "== sanitize: ASan + UBSan, host test suite" >&2
   configure "$out/asan" -DFLOWFEED_SANITIZE=address,undefined
-  cmake --build "$out/asan" -j"$jobs"
+  cmake --build "$out/asan" -j"$jobs" --target flowfeed_test_programs
   (cd "$out/asan" &&
     ASAN_OPTIONS=detect_leaks=1:detect_stack_use_after_return=1:strict_string_checks=1 \
       UBSAN_OPTIONS=$ubsan_options ctest --output-on-failure -j"$jobs" --timeout 600 -LE gpu \
@@ -124,23 +124,51 @@ run_fuzz() {
     "$out/fuzz/artifacts"
   # A unit slower than 10 s or above 2 GiB fails the run like a crash; `timeout` ends the run
   # even if libFuzzer's own handler cannot (it reports a runaway unit from a watchdog thread).
-  UBSAN_OPTIONS=$ubsan_options timeout -k 10 $((config_seconds + 120)) \
-    "$out/fuzz/tests/fuzz/config_fuzz" -max_total_time="$config_seconds" \
+  # With two cores or more, the config target runs on one while the other two run in turn on
+  # another: each target still has its seconds of a core to itself.
+  local config_pid=
+  if ((jobs > 1)); then
+    fuzz_config "$config_seconds" >"$out/fuzz/config_fuzz.log" 2>&1 &
+    config_pid=$!
+  else
+    fuzz_config "$config_seconds"
+  fi
+  local status=0
+  fuzz_checkpoint "$checkpoint_seconds" || status=$?
+  ((status)) || fuzz_tar "$tar_seconds" || status=$?
+  if [[ -n $config_pid ]]; then
+    local config_status=0
+    wait "$config_pid" || config_status=$?
+    echo "== sanitize: config_fuzz's output" >&2
+    cat "$out/fuzz/config_fuzz.log" >&2
+    ((status)) || status=$config_status
+  fi
+  return "$status"
+}
+
+fuzz_config() {  # seconds
+  UBSAN_OPTIONS=$ubsan_options timeout -k 10 $(($1 + 120)) \
+    "$out/fuzz/tests/fuzz/config_fuzz" -max_total_time="$1" \
     -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
     -dict="$root/tests/fuzz/config.dict" \
     -artifact_prefix="$out/fuzz/artifacts/" "$out/fuzz/corpus" "$root/tests/fuzz/corpus" \
     "$root/configs"
-  if ((checkpoint_seconds > 0)); then
-    UBSAN_OPTIONS=$ubsan_options timeout -k 10 $((checkpoint_seconds + 120)) \
-      "$out/fuzz/tests/fuzz/checkpoint_fuzz" -max_total_time="$checkpoint_seconds" \
-      -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
-      -dict="$root/tests/fuzz/checkpoint.dict" \
-      -artifact_prefix="$out/fuzz/artifacts/checkpoint-" "$out/fuzz/checkpoint_corpus" \
-      "$root/tests/fuzz/checkpoint_corpus"
-  fi
-  ((tar_seconds > 0)) || return 0
-  UBSAN_OPTIONS=$ubsan_options timeout -k 10 $((tar_seconds + 120)) \
-    "$out/fuzz/tests/fuzz/tar_fuzz" -max_total_time="$tar_seconds" \
+}
+
+fuzz_checkpoint() {  # seconds
+  (($1 > 0)) || return 0
+  UBSAN_OPTIONS=$ubsan_options timeout -k 10 $(($1 + 120)) \
+    "$out/fuzz/tests/fuzz/checkpoint_fuzz" -max_total_time="$1" \
+    -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+    -dict="$root/tests/fuzz/checkpoint.dict" \
+    -artifact_prefix="$out/fuzz/artifacts/checkpoint-" "$out/fuzz/checkpoint_corpus" \
+    "$root/tests/fuzz/checkpoint_corpus"
+}
+
+fuzz_tar() {  # seconds
+  (($1 > 0)) || return 0
+  UBSAN_OPTIONS=$ubsan_options timeout -k 10 $(($1 + 120)) \
+    "$out/fuzz/tests/fuzz/tar_fuzz" -max_total_time="$1" \
     -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
     -artifact_prefix="$out/fuzz/artifacts/tar-" "$out/fuzz/tar_corpus" "$root/tests/fuzz/tar_corpus"
 }
