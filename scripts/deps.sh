@@ -21,6 +21,9 @@ if ((${#missing[@]})); then
   sudo_cmd=()
   [[ $(id -u) -ne 0 ]] && sudo_cmd=(sudo)
   export DEBIAN_FRONTEND=noninteractive
-  "${sudo_cmd[@]}" apt-get update -qq
-  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # No translations in the index; dpkg without an fsync per file (a fresh CI machine installs
+  # hundreds of packages; a half-installed one is installed again by the next run).
+  "${sudo_cmd[@]}" apt-get update -qq -o Acquire::Languages=none
+  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends \
+    -o Dpkg::Options::=--force-unsafe-io "${missing[@]}" >/dev/null
 fi
