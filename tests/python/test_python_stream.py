@@ -4,10 +4,8 @@ report, the verdict, autotune, Ctrl-C, on_error and the resume rule work without
 import json
 import os
 import re
-import signal
 import subprocess
 import textwrap
-import threading
 import time
 
 import numpy as np
@@ -145,25 +143,8 @@ def test_autotune_tunes_a_transform_after_a_stream():
     assert report["batches"] == 4 * len(expected())
 
 
-def test_ctrl_c_ends_an_endless_stream_within_a_second():
-    p = flowfeed.Pipeline(config(Stream(None, delay=0.001), depth=8))
-    sent = []
-
-    def interrupt():
-        sent.append(time.monotonic())
-        os.kill(os.getpid(), signal.SIGINT)
-
-    timer = threading.Timer(0.5, interrupt)
-    timer.start()
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            for batch in p:
-                batch.release()
-    finally:
-        timer.cancel()
-    assert sent and time.monotonic() - sent[0] < 1.0
-    assert p.free_buffers == p.total_buffers
-    assert p.report()["interrupted"] is True
+def test_ctrl_c_ends_an_endless_stream_within_a_second(ctrl_c_ends_the_run):
+    ctrl_c_ends_the_run(flowfeed.Pipeline(config(Stream(None, delay=0.001), depth=8)))
 
 
 RAISE_LINE = Stream.samples.__code__.co_firstlineno + 7
@@ -279,15 +260,7 @@ def test_a_stream_cannot_be_a_source_of_a_mix():
         r"size \(samples\)", str(e.value)), str(e.value)
 
 
-def runner_path():
-    path = os.path.join(os.path.dirname(flowfeed.__file__), "..", "apps", "pipeline_runner",
-                        "pipeline_runner")
-    if not os.path.exists(path):
-        pytest.skip("pipeline_runner is not built next to the module")
-    return path
-
-
-def test_the_runner_reads_a_stream_with_progress_and_stop_after(tmp_path):
+def test_the_runner_reads_a_stream_with_progress_and_stop_after(tmp_path, runner_path):
     (tmp_path / "ff_stream_data.py").write_text(textwrap.dedent(f"""\
         import time
         import numpy as np
@@ -309,7 +282,7 @@ def test_the_runner_reads_a_stream_with_progress_and_stop_after(tmp_path):
     def run(*extra):
         report = tmp_path / "report.json"
         done = subprocess.run(
-            [runner_path(), str(tmp_path / "stream.yaml"), "--report", str(report), *extra],
+            [runner_path, str(tmp_path / "stream.yaml"), "--report", str(report), *extra],
             capture_output=True, text=True, timeout=120,
             env={**os.environ, "PYTHONPATH": str(tmp_path)})
         assert done.returncode == 0, done.stderr
