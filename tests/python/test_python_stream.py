@@ -20,6 +20,13 @@ def sample_x(i):
     return np.arange(12, dtype=np.float32).reshape(3, 4) + np.float32(1000 * i)
 
 
+def assert_config_error(cfg, pattern):
+    """Building `cfg` fails with a ConfigError whose whole text matches `pattern`."""
+    with pytest.raises(flowfeed.ConfigError) as e:
+        flowfeed.Pipeline(cfg)
+    assert re.fullmatch(pattern, str(e.value)), str(e.value)
+
+
 class Stream:
     """A callable returning a new generator of `length` samples; counts its calls."""
 
@@ -91,12 +98,11 @@ def test_each_epoch_ends_where_the_iterator_does(length, drop_last):
 def test_a_stream_is_a_callable_returning_an_iterable_not_a_generator_object():
     stream = Stream()
     cfg = config(stream())  # a generator object: read once only
-    with pytest.raises(flowfeed.ConfigError) as e:
-        flowfeed.Pipeline(cfg)
-    assert re.fullmatch(
+    assert_config_error(
+        cfg,
         r"<dict>:\d+:\d+: nodes\[0\]\.params\.callable: Stream\.samples is an iterator, which "
         r"can be read once \(each epoch reads the samples anew\) pass the generator function or "
-        r"a re-iterable object", str(e.value)), str(e.value)
+        r"a re-iterable object")
 
     class Numbers:  # iter() gives a new iterator each time
         def __iter__(self):
@@ -252,12 +258,11 @@ def test_a_stream_cannot_be_a_source_of_a_mix():
                                                  "dtype": "float32"}}]},
             {"name": "stage", "type": "host_staging"},
             {"name": "upload", "type": "host_upload"}]}
-    with pytest.raises(flowfeed.ConfigError) as e:
-        flowfeed.Pipeline(p)
-    assert re.fullmatch(
+    assert_config_error(
+        p,
         r"<dict>:\d+:\d+: node 'load' source 0 \(python_iterable\): a stream of unknown length "
         r"cannot be mixed \(a mix draws every epoch from its sources' sizes\) give the source its "
-        r"size \(samples\)", str(e.value)), str(e.value)
+        r"size \(samples\)")
 
 
 def test_the_runner_reads_a_stream_with_progress_and_stop_after(tmp_path, runner_path):
