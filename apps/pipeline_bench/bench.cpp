@@ -1,5 +1,7 @@
 #include "bench.hpp"
 
+#include <sys/resource.h>
+
 #include <cstdio>
 #include <fstream>
 #include <vector>
@@ -23,6 +25,24 @@ void Bench::skip(const std::string& scenario, const std::string& why) {
 
 void Bench::fail(const std::string& scenario, const std::string& error) {
   failed_.push_back({{"scenario", scenario}, {"error", error}});
+}
+
+bool Bench::has_image_shards(const std::string& scenario) {
+  if (!options_.image_shards.empty()) return true;
+  const std::string why = "needs --shards (make them with scripts/make_image_shards.py)";
+  if (!options_.all) throw std::invalid_argument(scenario + " " + why);
+  std::printf("SKIPPED %s: %s\n", scenario.c_str(), why.c_str());
+  skip(scenario, why);
+  return false;
+}
+
+double process_cpu_seconds() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  const auto seconds = [](const timeval& t) {
+    return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6;
+  };
+  return seconds(u.ru_utime) + seconds(u.ru_stime);
 }
 
 bool Bench::has_cuda() const {

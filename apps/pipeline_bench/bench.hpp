@@ -13,6 +13,9 @@
 
 namespace flowfeed::bench {
 
+/// CPU seconds (user + system) this process has used so far, over all its threads.
+double process_cpu_seconds();
+
 /// Thrown by a scenario that needs a CUDA device, or a part of the build (CUDA, images), that it
 /// does not have: the scenario is skipped (exit 3 when run alone).
 class NeedsCuda : public std::runtime_error {
@@ -145,6 +148,9 @@ class Bench {
   void skip(const std::string& scenario, const std::string& why);
   /// Notes a scenario that failed, and its error.
   void fail(const std::string& scenario, const std::string& error);
+  /// True when --shards names image shards. Without them the image scenario cannot run: asked
+  /// for alone it throws std::invalid_argument, under `all` it is noted as skipped.
+  bool has_image_shards(const std::string& scenario);
 
   /// Throws NeedsCuda unless this build has CUDA and a device is visible.
   void require_cuda(const std::string& scenario) const;

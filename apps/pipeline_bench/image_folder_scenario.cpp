@@ -6,7 +6,6 @@
 // best images/s of each, and the images per CPU second of the whole process (which other work on
 // the machine disturbs less).
 #include <fcntl.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -37,15 +36,6 @@ namespace fs = std::filesystem;
 
 /// In the tree's root (image_folder ignores files there): what the tree was written from.
 constexpr const char* kManifest = ".flowfeed_image_folder_bench";
-
-double process_cpu_seconds() {
-  rusage u{};
-  ::getrusage(RUSAGE_SELF, &u);
-  const auto seconds = [](const timeval& v) {
-    return static_cast<double>(v.tv_sec) + static_cast<double>(v.tv_usec) * 1e-6;
-  };
-  return seconds(u.ru_utime) + seconds(u.ru_stime);
-}
 
 [[noreturn]] void fail_errno(const std::string& what, const std::string& path) {
   throw std::runtime_error(what + " " + path + ": " + std::strerror(errno));
@@ -269,13 +259,7 @@ struct Rates {
 
 void image_folder(Bench& bench) {
   const Options& o = bench.options();
-  if (o.image_shards.empty()) {
-    const std::string why = "needs --shards (make them with scripts/make_image_shards.py)";
-    if (!o.all) throw std::invalid_argument("image_folder " + why);
-    std::printf("SKIPPED image_folder: %s\n", why.c_str());
-    bench.skip("image_folder", why);
-    return;
-  }
+  if (!bench.has_image_shards("image_folder")) return;
   const Registry& registry = bench.registry();
   const WebDatasetIndex index(expand_shards({o.image_shards}));
   // A quick run (tests, perhaps several at once) writes a tree of its own.

@@ -3,7 +3,6 @@
 // GPU) at 1, 4 and all cores, against libjpeg-turbo's full-size decode rate of the same files on
 // one thread of this process, times the thread count: the CPU ceiling of any JPEG loader.
 #include <fcntl.h>
-#include <sys/resource.h>
 #include <turbojpeg.h>
 #include <unistd.h>
 
@@ -51,19 +50,11 @@ std::vector<std::vector<unsigned char>> read_jpegs(const WebDatasetIndex& index,
   return out;
 }
 
-/// CPU seconds of this thread, or of the whole process (every thread).
+/// CPU seconds of this thread (process_cpu_seconds: of every thread).
 double thread_cpu_seconds() {
   timespec t{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
   return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
-}
-double process_cpu_seconds() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  auto seconds = [](const timeval& v) {
-    return static_cast<double>(v.tv_sec) + static_cast<double>(v.tv_usec) * 1e-6;
-  };
-  return seconds(u.ru_utime) + seconds(u.ru_stime);
 }
 
 struct DecodeRate {
@@ -120,13 +111,7 @@ DecodeRate single_thread_decode(const std::vector<std::vector<unsigned char>>& j
 
 void images(Bench& bench) {
   const Options& o = bench.options();
-  if (o.image_shards.empty()) {
-    const std::string why = "needs --shards (make them with scripts/make_image_shards.py)";
-    if (!o.all) throw std::invalid_argument("images " + why);
-    std::printf("SKIPPED images: %s\n", why.c_str());
-    bench.skip("images", why);
-    return;
-  }
+  if (!bench.has_image_shards("images")) return;
   const WebDatasetIndex index(expand_shards({o.image_shards}));
   const auto jpegs = read_jpegs(index, o.quick ? 16 : static_cast<std::size_t>(o.decode_images));
   if (jpegs.empty()) throw std::runtime_error("images: the shards hold no JPEG: " + o.image_shards);

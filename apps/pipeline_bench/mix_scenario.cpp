@@ -6,7 +6,6 @@
 // rows straight into the staging node's buffer (fill_rows), which then passes through: one copy
 // of every byte before the upload either way. Besides batches/s, batches per CPU second of the
 // process (getrusage), which a machine shared with other work disturbs less than wall time.
-#include <sys/resource.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -15,20 +14,6 @@
 #include "bench.hpp"
 
 namespace flowfeed::bench {
-
-namespace {
-
-/// CPU seconds (user + system) this process has used so far.
-double cpu_seconds() {
-  rusage u{};
-  ::getrusage(RUSAGE_SELF, &u);
-  const auto seconds = [](const timeval& t) {
-    return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6;
-  };
-  return seconds(u.ru_utime) + seconds(u.ru_stime);
-}
-
-}  // namespace
 
 void mix(Bench& bench) {
   const Options& o = bench.options();
@@ -74,9 +59,9 @@ void mix(Bench& bench) {
   double best_mix_cpu = 0;
   nlohmann::json runs = nlohmann::json::array();
   const auto timed = [](Pipeline& p, double* per_cpu_second) {
-    const double before = cpu_seconds();
+    const double before = process_cpu_seconds();
     RunReport r = p.run();
-    const double cpu = cpu_seconds() - before;
+    const double cpu = process_cpu_seconds() - before;
     *per_cpu_second = cpu > 0 ? static_cast<double>(r.batches) / cpu : 0;
     return r;
   };

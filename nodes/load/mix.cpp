@@ -17,9 +17,9 @@
 #include "flowfeed/drop_log.hpp"
 #include "flowfeed/error.hpp"
 #include "flowfeed/extend.hpp"
+#include "flowfeed/nodes/detail/mix_order.hpp"
 #include "flowfeed/pool.hpp"
 #include "flowfeed/stats.hpp"
-#include "flowfeed/nodes/detail/mix_order.hpp"
 #include "mix_sources.hpp"
 
 namespace flowfeed {
@@ -41,9 +41,7 @@ class MixLoader final : public LoaderNode {
   explicit MixLoader(const NodeSpec& spec);
   /// Fills the plan's memory (Port::fills): the staging node's, when one takes batches in place.
   Port port(const BuildContext& /*context*/) const override {
-    Port port;
-    port.fills = true;
-    return port;
+    return {.fills = true, .in_place = std::nullopt};
   }
   void setup(BuildContext& context) override;
   void begin_run() override;

@@ -1,8 +1,8 @@
-#include <atomic>
 #include <cassert>
 #include <cstring>
 
 #include "flowfeed/extend.hpp"
+#include "flowfeed/nodes/detail/staging_counts.hpp"
 #include "flowfeed/pool.hpp"
 #include "flowfeed/registry.hpp"
 #include "flowfeed/stats.hpp"
@@ -37,27 +37,23 @@ class HostStaging final : public Node {
   void process(Batch& batch) override {
     if (pass_through_) {
       assert(batch.staging && !batch.host);
-      passed_.fetch_add(1, std::memory_order_relaxed);
+      counts_.passed();
       return;
     }
     assert(batch.host);
     Lease staging = pool_->acquire();
     std::memcpy(staging.data(), batch.host.data(), batch.bytes());
-    copied_.fetch_add(batch.bytes(), std::memory_order_relaxed);
+    counts_.copied(batch.bytes());
     batch.staging = std::move(staging);
     batch.host.reset();
   }
-  void finish(RunReport& report) override {
-    report.extra[name_ + ".copied_bytes"] = static_cast<double>(copied_.exchange(0));
-    report.extra[name_ + ".passed_through_batches"] = static_cast<double>(passed_.exchange(0));
-  }
+  void finish(RunReport& report) override { counts_.finish(report, name_); }
 
  private:
   std::string name_;
   bool pass_through_ = false;
   BufferPool* pool_ = nullptr;
-  std::atomic<std::uint64_t> copied_{0};
-  std::atomic<std::uint64_t> passed_{0};
+  StagingCounts counts_;
 };
 
 }  // namespace

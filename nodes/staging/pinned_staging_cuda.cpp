@@ -4,7 +4,6 @@
 #include <oneapi/tbb/partitioner.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cassert>
 #include <cstring>
 
@@ -13,6 +12,7 @@
 #include "flowfeed/cuda/nvtx.hpp"
 #include "flowfeed/extend.hpp"
 #include "flowfeed/nodes/cuda.hpp"
+#include "flowfeed/nodes/detail/staging_counts.hpp"
 #include "flowfeed/nodes/detail/streaming_copy.hpp"
 #include "flowfeed/registry.hpp"
 #include "flowfeed/stats.hpp"
@@ -86,12 +86,12 @@ class PinnedStaging final : public Node {
     switch (action_) {
       case Action::pass_staging:  // the loader read straight into a pinned buffer
         assert(batch.staging && !batch.host);
-        passed_.fetch_add(1, std::memory_order_relaxed);
+        counts_.passed();
         return;
       case Action::pass_host:  // already page-locked (the memory loader's registered data set)
         assert(batch.host && batch.host.pool()->kind() == MemoryKind::pinned);
         batch.staging = std::move(batch.host);
-        passed_.fetch_add(1, std::memory_order_relaxed);
+        counts_.passed();
         return;
       case Action::copy: break;
     }
@@ -99,15 +99,12 @@ class PinnedStaging final : public Node {
     Lease staging = pool_->acquire();
     const std::size_t bytes = batch.bytes();
     parallel_copy(staging.data(), batch.host.data(), bytes, options_.chunk_bytes, options_.stores);
-    copied_.fetch_add(bytes, std::memory_order_relaxed);
+    counts_.copied(bytes);
     batch.staging = std::move(staging);
     batch.host.reset();
   }
 
-  void finish(RunReport& report) override {
-    report.extra[name_ + ".copied_bytes"] = static_cast<double>(copied_.exchange(0));
-    report.extra[name_ + ".passed_through_batches"] = static_cast<double>(passed_.exchange(0));
-  }
+  void finish(RunReport& report) override { counts_.finish(report, name_); }
 
  private:
   /// What every batch gets: passed through in the staging buffer the loader filled, moved from a
@@ -124,8 +121,7 @@ class PinnedStaging final : public Node {
   std::string name_;
   nvtxStringHandle_t nvtx_ = nullptr;
   BufferPool* pool_ = nullptr;
-  std::atomic<std::uint64_t> copied_{0};
-  std::atomic<std::uint64_t> passed_{0};
+  StagingCounts counts_;
 };
 
 }  // namespace

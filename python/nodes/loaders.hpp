@@ -28,9 +28,7 @@ class PythonLoaderBase : public LoaderNode {
   std::vector<TensorSpec> sample_tensors() const override { return options_.tensors; }
   /// Fills the plan's memory (Port::fills): the staging node's, when one takes batches in place.
   Port port(const BuildContext& /*context*/) const override {
-    Port port;
-    port.fills = true;
-    return port;
+    return {.fills = true, .in_place = std::nullopt};
   }
   void setup(BuildContext& context) override;
   void begin_run() override;

@@ -63,7 +63,7 @@ struct Sink {
   bool truncate = false;  ///< text_limit reached: keep what fits and end the transfer
   bool full = false;      ///< it was reached
   int write_error = 0;
-  std::string text;  ///< the body of an error response or of get_text
+  std::string text{};  ///< the body of an error response or of get_text
   std::size_t text_limit = 64 << 20;
 };
 
@@ -112,6 +112,15 @@ std::size_t write_body(char* data, std::size_t size, std::size_t count, void* us
   sink.offset += bytes;
   sink.received += bytes;
   return bytes;
+}
+
+/// Starts `sink` afresh as `settings` for a try on `curl` (a transfer's handle): the body goes to
+/// write_body.
+void fresh_sink(Sink& sink, void* curl, Sink settings = {}) {
+  sink = std::move(settings);
+  sink.curl = handle(curl);
+  curl_easy_setopt(sink.curl, CURLOPT_WRITEFUNCTION, write_body);
+  curl_easy_setopt(sink.curl, CURLOPT_WRITEDATA, &sink);
 }
 
 int debug_headers(CURL*, curl_infotype type, char* data, std::size_t size, void* user) {
@@ -327,13 +336,7 @@ std::uint64_t HttpClient::size_of(const Request& request) {
 std::string HttpClient::get_text(const Request& request) {
   Sink sink;
   perform(
-      request,
-      [&](Try& t) {
-        sink = Sink{};
-        sink.curl = handle(t.curl);
-        curl_easy_setopt(handle(t.curl), CURLOPT_WRITEFUNCTION, write_body);
-        curl_easy_setopt(handle(t.curl), CURLOPT_WRITEDATA, &sink);
-      },
+      request, [&](Try& t) { fresh_sink(sink, t.curl); },
       [&](Attempt& last) { return last.code == CURLE_OK && last.status == 200; });
   return std::move(sink.text);
 }
@@ -343,13 +346,8 @@ std::string HttpClient::get_prefix(const Request& request, std::size_t bytes) {
   perform(
       request,
       [&](Try& t) {
-        sink = Sink{};
-        sink.curl = handle(t.curl);
-        sink.text_limit = bytes;
-        sink.truncate = true;
+        fresh_sink(sink, t.curl, {.truncate = true, .text_limit = bytes});
         t.range = fmt::format("0-{}", bytes - 1);
-        curl_easy_setopt(handle(t.curl), CURLOPT_WRITEFUNCTION, write_body);
-        curl_easy_setopt(handle(t.curl), CURLOPT_WRITEDATA, &sink);
       },
       [&](Attempt& last) {
         const bool body = last.status == 200 || last.status == 206;
@@ -367,17 +365,10 @@ std::uint64_t HttpClient::download(const Request& request, int fd, std::uint64_t
   perform(
       request,
       [&](Try& t) {
-        sink = Sink{};
-        sink.curl = handle(t.curl);
-        sink.fd = fd;
-        sink.start = have;
-        sink.offset = have;
-        sink.limit = size;
-        sink.text_limit = 4096;
+        fresh_sink(sink, t.curl,
+                   {.fd = fd, .start = have, .offset = have, .limit = size, .text_limit = 4096});
         // Resume: ask only for the bytes not yet written.
         if (have > 0) t.range = fmt::format("{}-", have);
-        curl_easy_setopt(handle(t.curl), CURLOPT_WRITEFUNCTION, write_body);
-        curl_easy_setopt(handle(t.curl), CURLOPT_WRITEDATA, &sink);
       },
       [&](Attempt& last) {
         received += sink.received;

@@ -424,15 +424,20 @@ TEST(PipelineBench, ImageFolderRefusesADirectoryItDidNotWriteFromTheseShards) {
   const fs::path tree = dir / "mine";
   fs::create_directories(tree);
   std::ofstream(tree / "notes.txt") << "mine\n";
-  const BenchRun r = run_bench("image_folder --quick --shards '" + (dir / "shards").string() +
-                                   "/*.tar' --dir " + tree.string(),
-                               "image_folder_refused");
-  EXPECT_EQ(r.code, 1) << r.output;
-  EXPECT_NE(r.output.find("pipeline_bench: image_folder: " + tree.string() +
-                          " exists and is not a tree this scenario wrote (it has no "
-                          ".flowfeed_image_folder_bench) give a new or empty --dir\n"),
-            std::string::npos)
-      << r.output;
+  // image_folder over both shards into `into` fails (exit 1) with `error` after the dir's name.
+  const auto expect_refused = [&](const fs::path& into, const std::string& tag,
+                                  const std::string& error) {
+    const BenchRun r = run_bench("image_folder --quick --shards '" + (dir / "shards").string() +
+                                     "/*.tar' --dir " + into.string(),
+                                 tag);
+    EXPECT_EQ(r.code, 1) << r.output;
+    EXPECT_NE(r.output.find("pipeline_bench: image_folder: " + into.string() + error),
+              std::string::npos)
+        << r.output;
+  };
+  expect_refused(tree, "image_folder_refused",
+                 " exists and is not a tree this scenario wrote (it has no "
+                 ".flowfeed_image_folder_bench) give a new or empty --dir\n");
   std::vector<std::string> left;
   for (const auto& e : fs::directory_iterator(tree)) left.push_back(e.path().filename());
   EXPECT_EQ(left, std::vector<std::string>{"notes.txt"});
@@ -450,15 +455,9 @@ TEST(PipelineBench, ImageFolderRefusesADirectoryItDidNotWriteFromTheseShards) {
                     (dir / "shards" / "images-00000.tar").string() + " --dir " + kept.string(),
                 "image_folder_first");
   ASSERT_EQ(first.code, 0) << first.output;
-  const BenchRun other = run_bench("image_folder --quick --shards '" + (dir / "shards").string() +
-                                       "/*.tar' --dir " + kept.string(),
-                                   "image_folder_other");
-  EXPECT_EQ(other.code, 1) << other.output;
-  EXPECT_NE(other.output.find("pipeline_bench: image_folder: " + kept.string() +
-                              " holds a tree written from other shards (see its "
-                              ".flowfeed_image_folder_bench) remove it, or give another --dir\n"),
-            std::string::npos)
-      << other.output;
+  expect_refused(kept, "image_folder_other",
+                 " holds a tree written from other shards (see its "
+                 ".flowfeed_image_folder_bench) remove it, or give another --dir\n");
   std::size_t files = 0;
   for (const auto& e : fs::recursive_directory_iterator(kept)) files += e.is_regular_file();
   EXPECT_EQ(files, 5u + 1u);  // the first shard's 5 images and the manifest

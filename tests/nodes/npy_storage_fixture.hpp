@@ -91,10 +91,42 @@ class NpyStorageTest : public ::testing::Test {
     return run_with(yaml, [&](Registry& r) { register_capture(r, seen_); });
   }
   std::string build_error(const std::string& yaml) {
+    const Registry r = capture_registry(seen_);
+    return error_of<DataError>([&] { Pipeline p(load_config_string(yaml, r), r); });
+  }
+
+  /// The built-in node types and a `capture` sink that records into `into`.
+  static Registry capture_registry(const std::shared_ptr<Captured>& into) {
     Registry r;
     register_builtin_nodes(r);
-    register_capture(r, seen_);
-    return error_of<DataError>([&] { Pipeline p(load_config_string(yaml, r), r); });
+    register_capture(r, into);
+    return r;
+  }
+
+  /// What a run of `yaml` stopped after `stop_after` batches, checkpointed and resumed by a new
+  /// pipeline delivered: the batches of both parts and the resumed run's report.
+  struct Resumed {
+    std::shared_ptr<Captured> seen = std::make_shared<Captured>();
+    std::size_t stopped_batches = 0;  ///< the batches delivered before the stop
+    RunReport report;                 ///< of the resumed run
+  };
+  /// The checkpoint goes to `checkpoint`.
+  static Resumed stop_and_resume(const std::string& yaml, std::uint64_t stop_after,
+                                 const std::string& checkpoint) {
+    Resumed out;
+    const Registry r = capture_registry(out.seen);
+    {
+      Pipeline p(load_config_string(yaml, r), r);
+      RunOptions options;
+      options.stop_after = stop_after;
+      p.run(options);
+      p.save_checkpoint(checkpoint);
+    }
+    out.stopped_batches = out.seen->samples.size();
+    PipelineConfig config = load_config_string(yaml, r);
+    config.pipeline.resume_from = checkpoint;
+    out.report = Pipeline(config, r).run();
+    return out;
   }
 
   /// Every row that reached the sink holds its sample's bytes and label; returns the samples seen
@@ -122,6 +154,13 @@ class NpyStorageTest : public ::testing::Test {
   std::size_t samples_ = 0;
   std::shared_ptr<Captured> seen_ = std::make_shared<Captured>();
 };
+
+/// `got` holds the batches of `want`: the same samples in the same batches, with the same bytes.
+inline void expect_same_batches(const Captured& got, const Captured& want) {
+  EXPECT_EQ(got.samples, want.samples);
+  EXPECT_EQ(got.x, want.x);
+  EXPECT_EQ(got.y, want.y);
+}
 
 /// True when io_uring can start here (a container's seccomp profile may refuse it; the loader then
 /// falls back to pread, which io_fallback_test checks).

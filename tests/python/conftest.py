@@ -2,7 +2,10 @@
 
 The module is found through PYTHONPATH (ctest sets it to build/python)."""
 import os
+import signal
 import textwrap
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -57,3 +60,41 @@ class DataSet:
 @pytest.fixture
 def data(tmp_path):
     return DataSet(tmp_path)
+
+
+@pytest.fixture
+def runner_path():
+    """The pipeline_runner built next to the module (the test is skipped where there is none)."""
+    import flowfeed
+    path = os.path.join(os.path.dirname(flowfeed.__file__), "..", "apps", "pipeline_runner",
+                        "pipeline_runner")
+    if not os.path.exists(path):
+        pytest.skip("pipeline_runner is not built next to the module")
+    return path
+
+
+@pytest.fixture
+def ctrl_c_ends_the_run():
+    """A check: iterating a pipeline, a SIGINT sent half a second in raises KeyboardInterrupt
+    within a second, every buffer is back and the report says the run was interrupted."""
+
+    def check(pipeline):
+        sent = []
+
+        def interrupt():
+            sent.append(time.monotonic())
+            os.kill(os.getpid(), signal.SIGINT)
+
+        timer = threading.Timer(0.5, interrupt)
+        timer.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                for batch in pipeline:
+                    batch.release()
+        finally:
+            timer.cancel()
+        assert sent and time.monotonic() - sent[0] < 1.0
+        assert pipeline.free_buffers == pipeline.total_buffers
+        assert pipeline.report()["interrupted"] is True
+
+    return check

@@ -4,7 +4,6 @@ import gc
 import inspect
 import os
 import re
-import signal
 import sys
 import textwrap
 import threading
@@ -221,31 +220,14 @@ def test_several_bodies_run_at_once():
     check_bytes(take_all(p), reference_order(shuffle=False))
 
 
-def test_ctrl_c_with_eight_python_bodies_ends_within_a_second():
+def test_ctrl_c_with_eight_python_bodies_ends_within_a_second(ctrl_c_ends_the_run):
     def load(i):
         time.sleep(0.01)
         return {"x": sample_x(i), "y": i}
 
     cfg = config(load, samples=100000, pipeline={"threads": 8, "prefetch_depth": 8})
     cfg["nodes"][0]["concurrency"] = 8
-    p = flowfeed.Pipeline(cfg)
-    sent = []
-
-    def interrupt():
-        sent.append(time.monotonic())
-        os.kill(os.getpid(), signal.SIGINT)
-
-    timer = threading.Timer(0.5, interrupt)
-    timer.start()
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            for batch in p:
-                batch.release()
-    finally:
-        timer.cancel()
-    assert sent and time.monotonic() - sent[0] < 1.0
-    assert p.free_buffers == p.total_buffers
-    assert p.report()["interrupted"] is True
+    ctrl_c_ends_the_run(flowfeed.Pipeline(cfg))
 
 
 def test_a_callable_that_does_not_return_is_named_by_the_stall_detector():

@@ -4,20 +4,8 @@ import os
 import re
 import textwrap
 
-import pytest
 
-import flowfeed
-
-
-def runner_path():
-    path = os.path.join(os.path.dirname(flowfeed.__file__), "..", "apps", "pipeline_runner",
-                        "pipeline_runner")
-    if not os.path.exists(path):
-        pytest.skip("pipeline_runner is not built next to the module")
-    return path
-
-
-def test_the_runner_embeds_python_for_a_module_function(tmp_path):
+def test_the_runner_embeds_python_for_a_module_function(tmp_path, runner_path):
     import json
     import subprocess
     (tmp_path / "ff_runner_data.py").write_text(textwrap.dedent("""\
@@ -38,7 +26,7 @@ def test_the_runner_embeds_python_for_a_module_function(tmp_path):
               - {{ name: train, type: discard }}
             """))
         env = {**os.environ, "PYTHONPATH": str(tmp_path), "PYTHONDONTWRITEBYTECODE": "1"}
-        return subprocess.run([runner_path(), str(config), "--quiet", *extra],
+        return subprocess.run([runner_path, str(config), "--quiet", *extra],
                               capture_output=True, text=True, timeout=120, env=env)
 
     report = tmp_path / "report.json"

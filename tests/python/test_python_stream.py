@@ -4,10 +4,8 @@ report, the verdict, autotune, Ctrl-C, on_error and the resume rule work without
 import json
 import os
 import re
-import signal
 import subprocess
 import textwrap
-import threading
 import time
 
 import numpy as np
@@ -20,6 +18,13 @@ LENGTH = 150  # 9 batches of 16 and one of 6
 
 def sample_x(i):
     return np.arange(12, dtype=np.float32).reshape(3, 4) + np.float32(1000 * i)
+
+
+def assert_config_error(cfg, pattern):
+    """Building `cfg` fails with a ConfigError whose whole text matches `pattern`."""
+    with pytest.raises(flowfeed.ConfigError) as e:
+        flowfeed.Pipeline(cfg)
+    assert re.fullmatch(pattern, str(e.value)), str(e.value)
 
 
 class Stream:
@@ -93,12 +98,11 @@ def test_each_epoch_ends_where_the_iterator_does(length, drop_last):
 def test_a_stream_is_a_callable_returning_an_iterable_not_a_generator_object():
     stream = Stream()
     cfg = config(stream())  # a generator object: read once only
-    with pytest.raises(flowfeed.ConfigError) as e:
-        flowfeed.Pipeline(cfg)
-    assert re.fullmatch(
+    assert_config_error(
+        cfg,
         r"<dict>:\d+:\d+: nodes\[0\]\.params\.callable: Stream\.samples is an iterator, which "
         r"can be read once \(each epoch reads the samples anew\) pass the generator function or "
-        r"a re-iterable object", str(e.value)), str(e.value)
+        r"a re-iterable object")
 
     class Numbers:  # iter() gives a new iterator each time
         def __iter__(self):
@@ -145,25 +149,8 @@ def test_autotune_tunes_a_transform_after_a_stream():
     assert report["batches"] == 4 * len(expected())
 
 
-def test_ctrl_c_ends_an_endless_stream_within_a_second():
-    p = flowfeed.Pipeline(config(Stream(None, delay=0.001), depth=8))
-    sent = []
-
-    def interrupt():
-        sent.append(time.monotonic())
-        os.kill(os.getpid(), signal.SIGINT)
-
-    timer = threading.Timer(0.5, interrupt)
-    timer.start()
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            for batch in p:
-                batch.release()
-    finally:
-        timer.cancel()
-    assert sent and time.monotonic() - sent[0] < 1.0
-    assert p.free_buffers == p.total_buffers
-    assert p.report()["interrupted"] is True
+def test_ctrl_c_ends_an_endless_stream_within_a_second(ctrl_c_ends_the_run):
+    ctrl_c_ends_the_run(flowfeed.Pipeline(config(Stream(None, delay=0.001), depth=8)))
 
 
 RAISE_LINE = Stream.samples.__code__.co_firstlineno + 7
@@ -271,23 +258,14 @@ def test_a_stream_cannot_be_a_source_of_a_mix():
                                                  "dtype": "float32"}}]},
             {"name": "stage", "type": "host_staging"},
             {"name": "upload", "type": "host_upload"}]}
-    with pytest.raises(flowfeed.ConfigError) as e:
-        flowfeed.Pipeline(p)
-    assert re.fullmatch(
+    assert_config_error(
+        p,
         r"<dict>:\d+:\d+: node 'load' source 0 \(python_iterable\): a stream of unknown length "
         r"cannot be mixed \(a mix draws every epoch from its sources' sizes\) give the source its "
-        r"size \(samples\)", str(e.value)), str(e.value)
+        r"size \(samples\)")
 
 
-def runner_path():
-    path = os.path.join(os.path.dirname(flowfeed.__file__), "..", "apps", "pipeline_runner",
-                        "pipeline_runner")
-    if not os.path.exists(path):
-        pytest.skip("pipeline_runner is not built next to the module")
-    return path
-
-
-def test_the_runner_reads_a_stream_with_progress_and_stop_after(tmp_path):
+def test_the_runner_reads_a_stream_with_progress_and_stop_after(tmp_path, runner_path):
     (tmp_path / "ff_stream_data.py").write_text(textwrap.dedent(f"""\
         import time
         import numpy as np
@@ -309,7 +287,7 @@ def test_the_runner_reads_a_stream_with_progress_and_stop_after(tmp_path):
     def run(*extra):
         report = tmp_path / "report.json"
         done = subprocess.run(
-            [runner_path(), str(tmp_path / "stream.yaml"), "--report", str(report), *extra],
+            [runner_path, str(tmp_path / "stream.yaml"), "--report", str(report), *extra],
             capture_output=True, text=True, timeout=120,
             env={**os.environ, "PYTHONPATH": str(tmp_path)})
         assert done.returncode == 0, done.stderr

@@ -60,27 +60,11 @@ TEST_F(RemoteNpyTest, ResumeMidEpochEqualsTheUninterruptedRun) {
   const std::string text = chain(url_params(nginx), "shuffle: true");
   run(text);
   const std::shared_ptr<Captured> whole = seen_;
-  ASSERT_EQ(whole->samples.size(), 12u);  // 6 batches an epoch
-  const auto parts = std::make_shared<Captured>();
-  Registry r;
-  register_builtin_nodes(r);
-  register_capture(r, parts);
-  const std::string ckpt = cache_.file("ckpt");
-  {
-    Pipeline p(load_config_string(text, r), r);
-    RunOptions options;
-    options.stop_after = 4;  // mid epoch 0
-    p.run(options);
-    p.save_checkpoint(ckpt);
-  }
-  ASSERT_EQ(parts->samples.size(), 4u);
-  PipelineConfig config = load_config_string(text, r);
-  config.pipeline.resume_from = ckpt;
-  const RunReport resumed = Pipeline(config, r).run();
-  EXPECT_EQ(resumed.extra.at("load.remote_cache_hits"), 6.0);
-  EXPECT_EQ(parts->samples, whole->samples);
-  EXPECT_EQ(parts->x, whole->x);
-  EXPECT_EQ(parts->y, whole->y);
+  ASSERT_EQ(whole->samples.size(), 12u);                                // 6 batches an epoch
+  const Resumed parts = stop_and_resume(text, 4, cache_.file("ckpt"));  // stopped mid epoch 0
+  ASSERT_EQ(parts.stopped_batches, 4u);
+  EXPECT_EQ(parts.report.extra.at("load.remote_cache_hits"), 6.0);
+  expect_same_batches(*parts.seen, *whole);
 }
 
 TEST_F(RemoteNpyTest, AMissingShardFailsTheBuildNamingItsUrl) {

@@ -49,7 +49,16 @@ class RemoteStreamTest : public NpyStorageTest {
   // Room for four shards at a time (two batches in flight, each reading a window of two):
   // less than the six of the data set.
   static constexpr const char* kSmallCache = ", cache_bytes: 52000, transfers: 2";
+  /// The base URL of a fault_proxy.py with `args` in front of an nginx serving the shards (both
+  /// run until the test ends).
+  std::string behind_proxy(std::vector<std::string> args) {
+    nginx_ = std::make_unique<Nginx>(dir_.file(""), cache_.file("nginx"));
+    proxy_ = remote_test::fault_proxy(*nginx_, std::move(args));
+    return remote_test::base_url(*proxy_);
+  }
   TempDir cache_;
+  std::unique_ptr<Nginx> nginx_;
+  std::unique_ptr<remote_test::Child> proxy_;  // stops before nginx_
 };
 
 TEST_F(RemoteStreamTest, ADataSetLargerThanTheCacheMatchesTheLocalRun) {
@@ -81,36 +90,19 @@ TEST_F(RemoteStreamTest, ResumeMidEpochEqualsTheUninterruptedRun) {
   run(text);
   const std::shared_ptr<Captured> whole = seen_;
   ASSERT_EQ(whole->samples.size(), 18u);  // 9 batches an epoch
-  const auto parts = std::make_shared<Captured>();
-  Registry r;
-  register_builtin_nodes(r);
-  register_capture(r, parts);
-  const std::string ckpt = cache_.file("ckpt");
-  {
-    Pipeline p(load_config_string(text, r), r);
-    RunOptions options;
-    options.stop_after = 5;  // mid epoch 0, in the third window of shards
-    p.run(options);
-    p.save_checkpoint(ckpt);
-  }
-  ASSERT_EQ(parts->samples.size(), 5u);
-  PipelineConfig config = load_config_string(text, r);
-  config.pipeline.resume_from = ckpt;
-  const RunReport resumed = Pipeline(config, r).run();
-  EXPECT_LE(resumed.extra.at("load.remote_peak_cache_bytes"), 52000.0);
-  EXPECT_EQ(parts->samples, whole->samples);
-  EXPECT_EQ(parts->x, whole->x);
-  EXPECT_EQ(parts->y, whole->y);
+  // Stopped mid epoch 0, in the third window of shards.
+  const Resumed parts = stop_and_resume(text, 5, cache_.file("ckpt"));
+  ASSERT_EQ(parts.stopped_batches, 5u);
+  EXPECT_LE(parts.report.extra.at("load.remote_peak_cache_bytes"), 52000.0);
+  expect_same_batches(*parts.seen, *whole);
 }
 
 // A shard that cannot be fetched during the run fails the batch that needs it with a DataError
 // naming its URL and the status (on_error: fail, the default); the build fetched only the first.
 TEST_F(RemoteStreamTest, AShardThatFailsDuringTheRunIsADataErrorWithItsUrl) {
   Nginx nginx(dir_.file(""), cache_.file("nginx"));
-  Registry r;
-  register_builtin_nodes(r);
   seen_ = std::make_shared<Captured>();
-  register_capture(r, seen_);
+  const Registry r = capture_registry(seen_);
   // A budget of three shards: the transfer cannot reach shard 4 before the run.
   Pipeline p(
       load_config_string(chain(url_params(nginx.url(""), ", transfers: 1, cache_bytes: 40000"),
@@ -129,10 +121,8 @@ TEST_F(RemoteStreamTest, AShardThatFailsDuringTheRunIsADataErrorWithItsUrl) {
 // tries it again) and the run goes on with the others.
 TEST_F(RemoteStreamTest, UnderOnErrorSkipTheBatchesOfAFailedShardAreSkipped) {
   Nginx nginx(dir_.file(""), cache_.file("nginx"));
-  Registry r;
-  register_builtin_nodes(r);
   seen_ = std::make_shared<Captured>();
-  register_capture(r, seen_);
+  const Registry r = capture_registry(seen_);
   std::string text = chain(url_params(nginx.url(""), ", transfers: 1, cache_bytes: 40000"),
                            "shuffle: false, order: shards");
   text.replace(text.find("epochs: 2"), 9, "epochs: 1, on_error: skip, max_skipped: 5");
@@ -155,11 +145,8 @@ TEST_F(RemoteStreamTest, UnderOnErrorSkipTheBatchesOfAFailedShardAreSkipped) {
 TEST_F(RemoteStreamTest, FaultsDuringTheRunAreRetried) {
   run(chain(glob_params(), kOrder));
   const std::vector<std::uint32_t> local = check_bytes();
-  Nginx nginx(dir_.file(""), cache_.file("nginx"));
-  auto proxy = remote_test::python_server(
-      "fault_proxy.py", {"--upstream", std::to_string(nginx.port()), "--rate", "0.3", "--faults",
-                         "503,reset", "--seed", "3", "--methods", "GET"});
-  const std::string base = "http://127.0.0.1:" + std::to_string(proxy->port()) + "/";
+  const std::string base =
+      behind_proxy({"--rate", "0.3", "--faults", "503,reset", "--seed", "3", "--methods", "GET"});
   const RunReport report = run(chain(url_params(base, kSmallCache), kOrder));
   EXPECT_EQ(check_bytes(), local);
   EXPECT_GT(report.extra.at("load.remote_retries"), 0.0);
@@ -169,14 +156,9 @@ TEST_F(RemoteStreamTest, FaultsDuringTheRunAreRetried) {
 // Behind a proxy that sends every body slowly the loader waits for shards most of its time:
 // the verdict names the network; the build asked only for the first shard.
 TEST_F(RemoteStreamTest, ASlowNetworkIsTheVerdict) {
-  Nginx nginx(dir_.file(""), cache_.file("nginx"));
-  auto proxy = remote_test::python_server(
-      "fault_proxy.py", {"--upstream", std::to_string(nginx.port()), "--bandwidth", "40000"});
-  const std::string base = "http://127.0.0.1:" + std::to_string(proxy->port()) + "/";
-  Registry r;
-  register_builtin_nodes(r);
+  const std::string base = behind_proxy({"--bandwidth", "40000"});
   seen_ = std::make_shared<Captured>();
-  register_capture(r, seen_);
+  const Registry r = capture_registry(seen_);
   std::string text = chain(url_params(base, ", transfers: 1"), kOrder, "");
   text.replace(text.find("epochs: 2"), 9, "epochs: 1");
   Pipeline p(load_config_string(text, r), r);
@@ -193,11 +175,8 @@ TEST_F(RemoteStreamTest, ASlowNetworkIsTheVerdict) {
 // Ctrl-C during a streamed run: the runner drains the two batches in flight, the transfers
 // ahead of them stop, and it exits 130 long before the shards still to come could have arrived.
 TEST_F(RemoteStreamTest, CtrlCDuringTheRunEndsTheTransfersPromptly) {
-  Nginx nginx(dir_.file(""), cache_.file("nginx"));
   // About 1.2 s a features file: the run needs more than seven seconds.
-  auto proxy = remote_test::python_server(
-      "fault_proxy.py", {"--upstream", std::to_string(nginx.port()), "--bandwidth", "10000"});
-  const std::string base = "http://127.0.0.1:" + std::to_string(proxy->port()) + "/";
+  const std::string base = behind_proxy({"--bandwidth", "10000"});
   const std::string config = test::write_config(
       "remote_stream_ctrl_c",
       "pipeline: { epochs: 1, batch_size: 2, prefetch_depth: 2, device: host }\n"

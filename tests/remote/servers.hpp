@@ -174,4 +174,15 @@ inline std::unique_ptr<Child> python_server(const char* name, std::vector<std::s
   return std::make_unique<Child>(args, true);
 }
 
+/// fault_proxy.py in front of `upstream` (it forwards to its port) with `args` (faults, rates).
+inline std::unique_ptr<Child> fault_proxy(const Nginx& upstream, std::vector<std::string> args) {
+  args.insert(args.begin(), {"--upstream", std::to_string(upstream.port())});
+  return python_server("fault_proxy.py", std::move(args));
+}
+
+/// The URL of the root of the HTTP server `server` runs: objects are named after it.
+inline std::string base_url(const Child& server) {
+  return "http://127.0.0.1:" + std::to_string(server.port()) + "/";
+}
+
 }  // namespace flowfeed::remote_test

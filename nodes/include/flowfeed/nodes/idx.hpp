@@ -49,9 +49,7 @@ class IdxLoader final : public LoaderNode, public InMemoryDataset {
 
   /// Fills the plan's memory (Port::fills): the staging node's, when one takes batches in place.
   Port port(const BuildContext& /*context*/) const override {
-    Port port;
-    port.fills = true;
-    return port;
+    return {.fills = true, .in_place = std::nullopt};
   }
   void setup(BuildContext& context) override;
   /// Fills x and y of the batch's rows into a buffer of the pool BuildContext::make_fill_pool

@@ -101,9 +101,7 @@ class TokensLoader final : public LoaderNode {
 
   /// Fills the plan's memory (Port::fills): the staging node's, when one takes batches in place.
   Port port(const BuildContext& /*context*/) const override {
-    Port port;
-    port.fills = true;
-    return port;
+    return {.fills = true, .in_place = std::nullopt};
   }
   void setup(BuildContext& context) override;
   void process(Batch& batch) override;
