@@ -387,6 +387,24 @@ void PipelineImpl::wire_branch(tbb::flow::graph& g, tbb::flow::sender<Batch*>* t
 
 void PipelineImpl::end_finished_epochs(Stage& train, int branch, std::uint32_t epoch) {
   counters_.count_epoch_batch(branch, epoch);
+  end_ready_epochs(train, branch);
+}
+
+void PipelineImpl::end_streams_last_epochs() {
+  if (!sequence_.stream()) return;
+  // A stream's epoch ends where the source finds its data's end (or stop_after), which it may
+  // find after every batch of the epoch has finished: the run's end ends such an epoch.
+  const int branches = chain_.branches();
+  for (int b = 0; b < branches; ++b) {
+    const std::size_t last =
+        branches == 1
+            ? chain_.size() - 1
+            : chain_.branch_begin() + (static_cast<std::size_t>(b) + 1) * chain_.branch_len() - 1;
+    end_ready_epochs(chain_.stage(last), b);
+  }
+}
+
+void PipelineImpl::end_ready_epochs(Stage& train, int branch) {
   // In order, each after all of its batches: an asynchronous train node may complete the first
   // batches of the next epoch before the last of this one.
   auto share = [this, branch](std::uint32_t e) { return branch_share(branch, e); };

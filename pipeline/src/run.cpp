@@ -181,6 +181,7 @@ RunReport PipelineImpl::run(const RunOptions& options) {
     wiring.source->activate();
     try {
       g.wait_for_all();
+      end_streams_last_epochs();
     } catch (...) {
       failure = std::current_exception();
     }

@@ -14,6 +14,7 @@
 
 #include "flowfeed/nodes/builtin.hpp"
 #include "process_util.hpp"
+#include "tests/files.hpp"
 
 namespace {
 
@@ -27,7 +28,7 @@ struct BenchRun {
 };
 
 BenchRun run_bench(const std::string& args, const std::string& tag) {
-  const fs::path json_path = fs::temp_directory_path() / ("pipeline_bench_" + tag + ".json");
+  const fs::path json_path = flowfeed::test::fresh_path("pipeline_bench", tag + ".json");
   fs::remove(json_path);
   BenchRun r;
   r.code = run_shell(
@@ -231,7 +232,7 @@ bool parse_xml(const std::string& text, Xml& xml) {
 }
 
 TEST(PipelineBench, ScalingQuickWritesTheTableTheJsonAndTheSvg) {
-  const fs::path svg = fs::temp_directory_path() / "pipeline_bench_scaling_test.svg";
+  const fs::path svg = flowfeed::test::fresh_path("pipeline_bench", "scaling_test.svg");
   fs::remove(svg);
   const BenchRun r = run_bench("scaling --quick --svg " + svg.string(), "scaling");
   ASSERT_EQ(r.code, 0) << r.output;
@@ -343,7 +344,7 @@ void make_shards(const fs::path& dir) {
 }
 
 TEST(PipelineBench, ImagesQuickRunsTheImagesConfigPerThreadCount) {
-  const fs::path dir = fs::temp_directory_path() / "pipeline_bench_images";
+  const fs::path dir = flowfeed::test::fresh_path("pipeline_bench", "images");
   ASSERT_NO_FATAL_FAILURE(make_shards(dir));
   const BenchRun r =
       run_bench("images --quick --threads 1 2 --shards '" + dir.string() + "/*.tar'", "images");
@@ -371,7 +372,7 @@ TEST(PipelineBench, ImagesQuickRunsTheImagesConfigPerThreadCount) {
 // the same bytes uploaded. The tree goes afterwards; with --keep it stays and the next run reads
 // it again instead of writing it.
 TEST(PipelineBench, ImageFolderQuickReadsTheSameImagesAsTheShardsFromATreeWrittenOnce) {
-  const fs::path dir = fs::temp_directory_path() / "pipeline_bench_image_folder";
+  const fs::path dir = flowfeed::test::fresh_path("pipeline_bench", "image_folder");
   ASSERT_NO_FATAL_FAILURE(make_shards(dir / "shards"));
   const fs::path tree = dir / "tree";
   const std::string args = "image_folder --quick --shards '" + (dir / "shards").string() +
@@ -419,7 +420,7 @@ TEST(PipelineBench, ImageFolderQuickReadsTheSameImagesAsTheShardsFromATreeWritte
 // A --dir that holds anything but a tree the scenario wrote from the same shards is refused, and
 // left as it was.
 TEST(PipelineBench, ImageFolderRefusesADirectoryItDidNotWriteFromTheseShards) {
-  const fs::path dir = fs::temp_directory_path() / "pipeline_bench_image_folder_refused";
+  const fs::path dir = flowfeed::test::fresh_path("pipeline_bench", "image_folder_refused");
   ASSERT_NO_FATAL_FAILURE(make_shards(dir / "shards"));
   const fs::path tree = dir / "mine";
   fs::create_directories(tree);
@@ -467,7 +468,7 @@ TEST(PipelineBench, ImageFolderRefusesADirectoryItDidNotWriteFromTheseShards) {
 
 TEST(PipelineBench, AllWithoutAGpuRunsTheHostScenariosAndSaysWhatItSkipped) {
   if (gpu_visible()) GTEST_SKIP() << "a GPU is visible: `all` runs every scenario";
-  const fs::path svg = fs::temp_directory_path() / "pipeline_bench_all_test.svg";
+  const fs::path svg = flowfeed::test::fresh_path("pipeline_bench", "all_test.svg");
   const BenchRun r = run_bench("all --quick --svg " + svg.string(), "all");
   ASSERT_EQ(r.code, 0) << r.output;
   expect_rows(r, {{"overhead", "us/batch"},

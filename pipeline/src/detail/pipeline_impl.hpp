@@ -184,6 +184,10 @@ class PipelineImpl {
   /// Counts a finished batch of `epoch` for branch `branch`'s train node and runs its end_epoch()
   /// for every epoch, in order, whose batches have all finished.
   void end_finished_epochs(Stage& train, int branch, std::uint32_t epoch);
+  /// Ends the epochs of `branch` whose batches have all finished.
+  void end_ready_epochs(Stage& train, int branch);
+  /// After the graph: ends a stream's epochs whose end the source found after their last batch.
+  void end_streams_last_epochs();
   void on_failure(Stage& stage, Batch& batch, std::exception_ptr error);
   void run_stage(Stage& stage, Batch& batch);
   Batch* next_batch(tbb::flow_control& fc);
