@@ -394,14 +394,7 @@ void PipelineImpl::end_streams_last_epochs() {
   if (!sequence_.stream()) return;
   // A stream's epoch ends where the source finds its data's end (or stop_after), which it may
   // find after every batch of the epoch has finished: the run's end ends such an epoch.
-  const int branches = chain_.branches();
-  for (int b = 0; b < branches; ++b) {
-    const std::size_t last =
-        branches == 1
-            ? chain_.size() - 1
-            : chain_.branch_begin() + (static_cast<std::size_t>(b) + 1) * chain_.branch_len() - 1;
-    end_ready_epochs(chain_.stage(last), b);
-  }
+  for (int b = 0; b < chain_.branches(); ++b) end_ready_epochs(chain_.train_stage(b), b);
 }
 
 void PipelineImpl::end_ready_epochs(Stage& train, int branch) {

@@ -262,7 +262,7 @@ void PipelineImpl::fill_branch_report(RunReport& report, double seconds) const {
   }
   double stall = 0;
   for (std::size_t b = 0; b < devices.size(); ++b) {
-    const Stage& train = chain_.stage(chain_.branch_begin() + (b + 1) * chain_.branch_len() - 1);
+    const Stage& train = chain_.train_stage(static_cast<int>(b));
     const RunCounters::Branch counted = counters_.branch(static_cast<int>(b));
     BranchReport r;
     r.branch = static_cast<int>(b);

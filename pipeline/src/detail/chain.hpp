@@ -138,6 +138,9 @@ class Chain {
   std::size_t branch_begin() const noexcept { return branch_begin_; }
   /// Stages per branch (upload .. train).
   std::size_t branch_len() const noexcept { return branch_len_; }
+  /// Branch `branch`'s train stage: the last of its stages (the chain's last with one branch).
+  Stage& train_stage(int branch) noexcept { return *stages_[train_index(branch)]; }
+  const Stage& train_stage(int branch) const noexcept { return *stages_[train_index(branch)]; }
   /// The stages each tuner sample stands for, in chain order: a shared stage alone, a node copied
   /// into every branch as all its copies.
   std::vector<std::vector<std::size_t>> sample_groups() const;
@@ -208,6 +211,11 @@ class Chain {
 
  private:
   void replicate_branches(const PipelineConfig& config, const Registry& registry);
+  std::size_t train_index(int branch) const noexcept {
+    return branches_ == 1
+               ? stages_.size() - 1
+               : branch_begin_ + (static_cast<std::size_t>(branch) + 1) * branch_len_ - 1;
+  }
 
   std::vector<std::unique_ptr<Stage>> stages_;
   LoaderNode* loader_ = nullptr;
