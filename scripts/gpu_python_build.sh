@@ -59,22 +59,37 @@ case $step in
     mapfile -t testing < <(sources_of 'pybind11_add_module(flowfeed_python_testing ')
     ((${#sources[@]} && ${#testing[@]})) ||
       { echo "gpu_python_build.sh: no sources in python/CMakeLists.txt" >&2; exit 1; }
-    link() {  # OUT SOURCES...: one extension module from its sources and DIR's libraries
+    flags=(-std=c++20 -O2 -DNDEBUG -DFMT_HEADER_ONLY -fPIC -fvisibility=hidden)
+    # shellcheck disable=SC2206
+    flags+=($includes -I"$dir/include" -I"$root/python" -I"$root/pipeline/include"
+      -I"$root/nodes/include" -I"$root/interop/include" -I"$root/cuda_support/include"
+      -I"$root/nodes/testing/include")
+    objects="$dir/objects"
+    mkdir -p "$objects"
+    object_of() { local rel=${1#"$root"/python/}; echo "$objects/${rel//\//_}.o"; }
+    # Every source compiles at once (one process each: the machine has the cores), then each
+    # module links its objects with DIR's libraries.
+    pids=()
+    for source in "${sources[@]}" "${testing[@]}"; do
+      g++ "${flags[@]}" -c "$source" -o "$(object_of "$source")" &
+      pids+=($!)
+    done
+    for pid in "${pids[@]}"; do wait "$pid" || { echo "gpu_python_build.sh: a source did not compile" >&2; exit 1; }; done
+    link() {  # OUT SOURCES...: one extension module from its sources' objects
       local out=$1
       shift
-      # shellcheck disable=SC2086
-      g++ -std=c++20 -O2 -DNDEBUG -DFMT_HEADER_ONLY -fPIC -shared -fvisibility=hidden \
-        $includes -I"$dir/include" -I"$root/python" -I"$root/pipeline/include" \
-        -I"$root/nodes/include" -I"$root/interop/include" -I"$root/cuda_support/include" \
-        -I"$root/nodes/testing/include" "$@" -o "$out" \
+      local objs=()
+      for source in "$@"; do
+        objs+=("$(object_of "$source")")
+      done
+      g++ -shared "${objs[@]}" -o "$out" \
         -Wl,--start-group "$dir"/lib/libflowfeed_*.a -Wl,--end-group "$dir/lib/libcudart_static.a" \
         "$dir"/_libs/*.so* -L/usr/local/cuda/lib64 -lcublas -lcublasLt -ldl -lrt -lpthread \
         -Wl,-rpath,'$ORIGIN/../_libs' -Wl,-rpath,/usr/local/cuda/lib64
       echo "built $out"
     }
-    link "$dir/python/flowfeed$suffix" "${sources[@]}" &
-    link "$dir/python-testing/flowfeed_testing$suffix" "${testing[@]}" &
-    wait -n && wait -n
+    link "$dir/python/flowfeed$suffix" "${sources[@]}"
+    link "$dir/python-testing/flowfeed_testing$suffix" "${testing[@]}"
     PYTHONPATH="$dir/python:$dir/python-testing" "$python" -c \
       'import flowfeed, flowfeed_testing; print("import flowfeed, flowfeed_testing: ok")'
     ;;

@@ -20,7 +20,6 @@ namespace {
 
 constexpr char kMagic[] = "\x93NUMPY";
 constexpr size_t kMagicSize = 6;
-constexpr size_t kMaxHeaderBytes = size_t{1} << 20;
 constexpr size_t kMaxNesting = 32;
 constexpr const char* kResave = "re-save the array with numpy.save";
 
@@ -305,10 +304,10 @@ void NpyFile::validate() {
     }
     size_t header_len = size_t{pre[8]} | (size_t{pre[9]} << 8);
     if (len_size == 4) header_len |= (size_t{pre[10]} << 16) | (size_t{pre[11]} << 24);
-    if (header_len > kMaxHeaderBytes) {
+    if (header_len > NpyFile::kMaxHeaderBytes) {
       fail(path, "bad header (header length " + std::to_string(header_len) +
-                     " exceeds the limit of " + std::to_string(kMaxHeaderBytes) + " bytes) " +
-                     kResave);
+                     " exceeds the limit of " + std::to_string(NpyFile::kMaxHeaderBytes) +
+                     " bytes) " + kResave);
     }
     data_offset_ = 8 + len_size + header_len;
     if (file_size < data_offset_) {

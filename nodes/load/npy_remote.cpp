@@ -70,7 +70,9 @@ std::vector<std::pair<std::unique_ptr<NpyFile>, std::uint64_t>> NpyLoader::open_
     }
     RemoteHead& head = heads[next++];
     const std::size_t end = header_end(head.bytes);
-    if (end > head.bytes.size() && end <= head.size) {
+    // A header longer than NpyFile accepts is refused from its preamble: not fetched first (its
+    // length field can ask for up to 4 GiB).
+    if (end > head.bytes.size() && end <= head.size && end <= 12 + NpyFile::kMaxHeaderBytes) {
       head.bytes = remote_->heads({f}, end).front().bytes;
     }
     if (end > 0 && end < head.bytes.size()) head.bytes.resize(end);  // the header is enough

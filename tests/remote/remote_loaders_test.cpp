@@ -2,7 +2,9 @@
 // sample's bytes and the order of every batch, from nginx on 127.0.0.1, cold and warm.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <filesystem>
+#include <fstream>
 
 #include "tests/nodes/npy_storage_fixture.hpp"
 #include "tests/remote/servers.hpp"
@@ -74,6 +76,26 @@ TEST_F(RemoteNpyTest, AMissingShardFailsTheBuildNamingItsUrl) {
             "node 'load' (npy, <string>:4): " + nginx.url("train-02.npy") +
                 ": HTTP 404 Not Found (no such object: check the URL (bucket, prefix and shard "
                 "names))");
+}
+
+// A header length past NpyFile's limit is refused from the preamble read at build: the server
+// sends the first kilobyte, not the megabytes the length field asks for.
+TEST_F(RemoteNpyTest, AHeaderLongerThanTheLimitIsRefusedWithoutFetchingIt) {
+  const std::size_t header_len = 2 * NpyFile::kMaxHeaderBytes;
+  std::string bytes("\x93NUMPY\x02\x00", 8);
+  for (int i = 0; i < 4; ++i) bytes += static_cast<char>((header_len >> (8 * i)) & 0xFF);
+  bytes.resize(12 + header_len + 64, ' ');
+  std::ofstream(dir_.file("big.npy"), std::ios::binary) << bytes;
+  const std::int32_t labels[2] = {0, 1};
+  write_npy(dir_.file("big-labels.npy"), NpyDtype::int32, {2}, labels);
+  Nginx nginx(dir_.file(""), cache_.file("nginx"));
+  EXPECT_EQ(
+      build_error(chain("features: '" + nginx.url("big.npy") + "', labels: '" +
+                        nginx.url("big-labels.npy") + "', cache_dir: '" + cache_.file("c") + "'")),
+      "node 'load' (npy, <string>:4): " + nginx.url("big.npy") +
+          ": bad header (header length 2097152 exceeds the limit of 1048576 bytes) "
+          "re-save the array with numpy.save");
+  EXPECT_LT(nginx.body_bytes_sent(), 4096u);
 }
 
 }  // namespace

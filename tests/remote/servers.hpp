@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
@@ -126,7 +127,7 @@ inline std::string script(const char* name) {
 /// nginx serving `root` on 127.0.0.1 (`work`: a directory for its config, logs and temp files).
 class Nginx {
  public:
-  Nginx(const std::string& root, const std::string& work) {
+  Nginx(const std::string& root, const std::string& work) : work_(work) {
     std::filesystem::create_directories(work);
     for (int attempt = 0; attempt < 5; ++attempt) {
       const int port = free_port();
@@ -137,7 +138,8 @@ class Nginx {
         if (::geteuid() == 0) conf << "user root root;\n";
         conf << "daemon off;\nworker_processes 1;\npid " << work << "/nginx.pid;\n"
              << "error_log " << work << "/error.log;\nevents { worker_connections 512; }\n"
-             << "http {\n  access_log off;\n  sendfile on;\n  keepalive_requests 100000;\n"
+             << "http {\n  log_format sent '$body_bytes_sent';\n  access_log " << work
+             << "/access.log sent;\n  sendfile on;\n  keepalive_requests 100000;\n"
              << "  client_body_temp_path " << work << "/body;\n  proxy_temp_path " << work
              << "/proxy;\n  fastcgi_temp_path " << work << "/fastcgi;\n  uwsgi_temp_path " << work
              << "/uwsgi;\n  scgi_temp_path " << work << "/scgi;\n"
@@ -160,11 +162,19 @@ class Nginx {
     throw std::runtime_error("nginx did not start (see " + work + "/error.log)");
   }
   int port() const { return child_->port(); }
+  /// The body bytes nginx has sent, over every request it has finished.
+  std::uint64_t body_bytes_sent() const {
+    std::ifstream log(work_ + "/access.log");
+    std::uint64_t total = 0;
+    for (std::uint64_t bytes = 0; log >> bytes;) total += bytes;
+    return total;
+  }
   std::string url(const std::string& path) const {
     return "http://127.0.0.1:" + std::to_string(port()) + "/" + path;
   }
 
  private:
+  std::string work_;
   std::unique_ptr<Child> child_;
 };
 

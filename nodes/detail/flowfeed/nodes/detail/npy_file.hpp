@@ -23,6 +23,9 @@ std::string_view npy_dtype_descr(NpyDtype dtype);
 /// rows with pread, so resident memory does not grow with the file.
 class NpyFile {
  public:
+  /// The longest header text accepted (numpy writes a few hundred bytes); a longer one is refused.
+  static constexpr size_t kMaxHeaderBytes = size_t{1} << 20;
+
   /// Opens `path` and validates the header (magic, version, a dict with 'descr', 'fortran_order'
   /// False and 'shape'); checks the file holds at least header + prod(shape) * itemsize bytes.
   /// Does not read the payload. Throws DataError naming the file.
