@@ -141,7 +141,8 @@ void copy_packed(const ArrayIn& in, std::byte* dst, std::size_t bytes, bool rele
       copy_strided(src, in.shape, strides, 0, item, at);
     }
   };
-  constexpr std::size_t kReleaseAt = std::size_t{1} << 20;
+  // From 64 KiB a copy takes longer than handing the GIL to another body and back.
+  constexpr std::size_t kReleaseAt = std::size_t{64} << 10;
   if (release_gil && bytes >= kReleaseAt) {
     py::gil_scoped_release nogil;
     copy();

@@ -86,19 +86,24 @@ void PythonMapLoader::process(Batch& batch) {
     return;
   }
   std::vector<RowFailure> failures;
-  for (std::size_t r = 0; r < batch.rows(); ++r) {
-    check_cancelled();
-    const std::uint32_t index = batch.samples[r];
+  // One hold for the batch's calls: a GIL handed over between every two samples costs more than
+  // a cheap callable does once several bodies want it (the interpreter still switches threads
+  // inside a long call, and the copies of large arrays release it).
+  {
     BodyGil gil;
-    try {
-      py::object out = py::reinterpret_steal<py::object>(
-          PyObject_CallOneArg(fn_.get().ptr(), py::int_(index).ptr()));
-      if (!out) throw py::error_already_set();
-      writer_.write_sample(out, at, r);
-    } catch (const py::error_already_set& e) {
-      failures.push_back({r, python_failure(e)});
-    } catch (const std::exception& e) {
-      failures.push_back({r, e.what()});
+    for (std::size_t r = 0; r < batch.rows(); ++r) {
+      check_cancelled();
+      const std::uint32_t index = batch.samples[r];
+      try {
+        py::object out = py::reinterpret_steal<py::object>(
+            PyObject_CallOneArg(fn_.get().ptr(), py::int_(index).ptr()));
+        if (!out) throw py::error_already_set();
+        writer_.write_sample(out, at, r);
+      } catch (const py::error_already_set& e) {
+        failures.push_back({r, python_failure(e)});
+      } catch (const std::exception& e) {
+        failures.push_back({r, e.what()});
+      }
     }
   }
   settle(batch, failures);
