@@ -13,9 +13,13 @@ the same callable on both sides, samples delivered into tensors on the GPU (--de
       shape, and the RSS, refcounts and gc objects before and after --calls-batches batches
       (memory "flat": RSS within 5 MiB, no refcount growth; --record's target needs both).
 
-flowfeed: a `python` loader node (concurrency --concurrency), pinned_staging, cuda_upload, batches
+flowfeed: a `python` loader node (each --concurrency setting, e.g. 4,8,16: the best counts, as
+DataLoader's best --workers setting does), pinned_staging, cuda_upload, batches
 taken through Pipeline.views. DataLoader: --workers settings (0, 8, 16), pin_memory on CUDA,
-persistent workers, each batch copied with .to(device, non_blocking=True). Every rate is measured
+persistent workers, each batch copied with .to(device, non_blocking=True). Beside them, for (a)
+and (b), the callable alone on a plain pool of as many Python threads as each --concurrency
+setting (concurrent.futures, results dropped): what the GIL lets that callable do on these
+cores with no framework at all. Every rate is measured
 over --epochs epochs from the start of iteration (DataLoader's workers, when it has some, started by
 an untimed epoch before; flowfeed's run starts on the first iteration, so neither has prefetched),
 best of --repeat. One JSON record
@@ -231,20 +235,42 @@ def dataloader_rate(dataset, batch, epochs, workers, device, batched=False):
     return samples / (time.perf_counter() - t0)
 
 
-def compare(args, name, unit, per, flowfeed_fn, dataloader_fn):
+def threads_rate(fn, count, epochs, threads):
+    """Samples/s of `fn` called for every index on a plain pool of Python threads, results
+    dropped: no flowfeed, no copies, no GPU; the GIL's ceiling for this callable on these cores."""
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(threads) as pool:
+        t0 = time.perf_counter()
+        for _ in range(epochs):
+            for _ in pool.map(fn, range(count), chunksize=64):
+                pass
+        return count * epochs / (time.perf_counter() - t0)
+
+
+def compare(args, name, unit, per, flowfeed_fn, dataloader_fn, threads_fn=None):
     """Runs both sides (best of --repeat); per: samples per reported unit (1: samples, 64: the
     batches of (b)). Returns the record."""
-    ff = max(flowfeed_fn()[0] for _ in range(args.repeat)) / per
-    log(f"{name}: flowfeed (concurrency {args.concurrency}) {ff:,.1f} {unit}")
+    ffs = {}
+    for c in args.concurrency:
+        ffs[c] = max(flowfeed_fn(c)[0] for _ in range(args.repeat)) / per
+        log(f"{name}: flowfeed (concurrency {c}) {ffs[c]:,.1f} {unit}")
+    concurrency = max(ffs, key=ffs.get)
+    ff = ffs[concurrency]
     dl = {}
     for w in args.workers:
         dl[w] = max(dataloader_fn(w) for _ in range(args.repeat)) / per
         log(f"{name}: DataLoader ({w} workers) {dl[w]:,.1f} {unit}")
     best = max(dl, key=dl.get)
+    threads = {}
+    for c in args.concurrency if threads_fn else []:
+        threads[f"{c} threads"] = max(threads_fn(c) for _ in range(args.repeat)) / per
+        log(f"{name}: the callable alone on {c} Python threads {threads[f'{c} threads']:,.1f} {unit}")
     return {"scenario": name, "unit": unit, "figure": ff, "baseline": dl[best],
             "baseline_setting": f"DataLoader {best} workers", "ratio": ff / dl[best],
-            "flowfeed": {"concurrency": args.concurrency, unit: ff},
-            "dataloader": {f"{w} workers": r for w, r in dl.items()}}
+            "flowfeed": {"concurrency": concurrency, unit: ff,
+                         "settings": {f"concurrency {c}": r for c, r in ffs.items()}},
+            "dataloader": {f"{w} workers": r for w, r in dl.items()},
+            "python_threads": threads}
 
 
 # ---- (c): per-call cost and memory ----
@@ -278,7 +304,7 @@ def noop_memory(args):
     1,000 (pools and caches warm) to the end of the run, refcounts after the pipeline is gone."""
     noop = NoOp(args.batch * args.calls_batches)
     refs = refcounts(noop)
-    pipeline = flowfeed_pipeline(python_load(noop, NOOP_LAYOUT, args.concurrency), args.batch, 1,
+    pipeline = flowfeed_pipeline(python_load(noop, NOOP_LAYOUT, max(args.concurrency)), args.batch, 1,
                                  args.device)
     warm = min(1000, args.calls_batches // 2)
     batches, start = 0, None
@@ -367,7 +393,8 @@ def main():
     parser.add_argument("--calls-batches", type=int, default=100000,
                         help="(c): batches of the memory run")
     parser.add_argument("--batch", type=int, default=256, help="(a), (c): samples per batch")
-    parser.add_argument("--concurrency", type=int, default=16, help="flowfeed's loader bodies")
+    parser.add_argument("--concurrency", default="16",
+                        help="flowfeed's loader bodies (a, b); several, e.g. 4,8,16: the best")
     parser.add_argument("--workers", default="0,8,16", help="DataLoader num_workers settings")
     parser.add_argument("--epochs", type=int, default=3, help="timed epochs")
     parser.add_argument("--repeat", type=int, default=2)
@@ -380,6 +407,7 @@ def main():
     args = parser.parse_args()
     args.device = "cuda" if args.device.startswith("cuda") else "cpu"
     args.workers = [int(w) for w in args.workers.split(",")]
+    args.concurrency = [int(c) for c in args.concurrency.split(",")]
     if args.record and args.quick:
         parser.error("--record with --quick: a quick run is a smoke test, not a measurement")
     if args.quick:
@@ -394,36 +422,42 @@ def main():
               "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
               "machine": machine(args.device)}
     records = []
+
+    def emit(*found):  # each scenario's record on stdout as soon as it is measured
+        for record in found:
+            records.append(record)
+            print(json.dumps({**record, **common}), flush=True)
+
     if "a" in scenarios:
         images = JpegImages(args.shards, args.images)
         log(f"a_images: {len(images)} images from {args.shards}, {TRANSFORMS}")
-        records.append(compare(
+        emit({**compare(
             args, "a_images", "images/s", 1,
-            lambda: flowfeed_rate(python_load(images, IMAGE_LAYOUT, args.concurrency), args.batch,
-                                  args.epochs, args.device),
-            lambda w: dataloader_rate(images, args.batch, args.epochs, w, args.device)))
-        records[-1]["images"] = len(images)
+            lambda c: flowfeed_rate(python_load(images, IMAGE_LAYOUT, c), args.batch, args.epochs,
+                                    args.device),
+            lambda w: dataloader_rate(images, args.batch, args.epochs, w, args.device),
+            lambda c: threads_rate(images.__getitem__, len(images), args.epochs, c)),
+            "images": len(images)})
     if "b" in scenarios:
         with tempfile.TemporaryDirectory(dir=args.data) as folder:
             rows = MappedRows(os.path.join(folder, "rows.npy"), args.rows)
             batches = MappedBatches(rows)
-            records.append(compare(
+            sizes = {"rows": len(rows), "batch_bytes": 64 * 784 * 4}
+            emit({**compare(
                 args, "b_rows_per_sample", "batches/s", 64,
-                lambda: flowfeed_rate(python_load(rows, ROW_LAYOUT, args.concurrency), 64,
-                                      args.epochs, args.device),
-                lambda w: dataloader_rate(rows, 64, args.epochs, w, args.device)))
-            records.append(compare(
+                lambda c: flowfeed_rate(python_load(rows, ROW_LAYOUT, c), 64, args.epochs,
+                                        args.device),
+                lambda w: dataloader_rate(rows, 64, args.epochs, w, args.device),
+                lambda c: threads_rate(rows.__getitem__, len(rows), args.epochs, c)), **sizes})
+            emit({**compare(
                 args, "b_rows_per_batch", "batches/s", 64,
-                lambda: flowfeed_rate(python_load(batches, ROW_LAYOUT, args.concurrency, True),
-                                      64, args.epochs, args.device),
-                lambda w: dataloader_rate(batches, 64, args.epochs, w, args.device, batched=True)))
-            for record in records[-2:]:
-                record["rows"], record["batch_bytes"] = len(rows), 64 * 784 * 4
+                lambda c: flowfeed_rate(python_load(batches, ROW_LAYOUT, c, True), 64, args.epochs,
+                                        args.device),
+                lambda w: dataloader_rate(batches, 64, args.epochs, w, args.device, batched=True)),
+                **sizes})
             del rows, batches
     if "c" in scenarios:
-        records.append(noop_scenario(args))
-    for record in records:
-        print(json.dumps({**record, **common}), flush=True)
+        emit(noop_scenario(args))
     if args.record:
         write_records(args, records)
     return 0
