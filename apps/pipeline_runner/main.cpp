@@ -26,6 +26,7 @@
 #include <memory>
 #include <optional>
 
+#include "classes.hpp"
 #include "common/cli_checks.hpp"
 #include "common/std_streams.hpp"
 #include "common/training_figures.hpp"
@@ -172,6 +173,7 @@ int main(int argc, char** argv) {
   bool no_stats = false;
   bool quiet = false;
   bool list_types = false;
+  bool list_classes_flag = false;
   bool fault_nodes = false;
   bool resident = false;
   bool compare_resident = false;
@@ -197,6 +199,9 @@ int main(int argc, char** argv) {
                "skip the sampled wait figures, queue high-water marks and the verdict");
   app.add_flag("--quiet,-q", quiet, "print nothing but errors");
   app.add_flag("--list-types", list_types, "list the config schema and every node type, then exit");
+  app.add_flag("--list-classes", list_classes_flag,
+               "print the class mapping (label, class directory) of the config's image_folder "
+               "loaders, then exit");
   app.add_flag("--enable-fault-nodes", fault_nodes,
                "also register the test-only fault_* node types (fault injection for tests)");
   auto* resident_flag = app.add_flag(
@@ -278,6 +283,7 @@ int main(int argc, char** argv) {
   };
   try {
     flowfeed::PipelineConfig config = flowfeed::load_config_file(config_path, registry, overrides);
+    if (list_classes_flag) return list_classes(config, std::cout, std::cerr);
     if (!resume_dir.empty()) config.pipeline.resume_from = resume_dir;
     const std::string checkpoint = flowfeed::expand_rank(checkpoint_dir, config.sampler.rank);
     // No output may replace another one, the config, or a checkpoint's files (--resume may name

@@ -3,6 +3,7 @@
 // with its label, nested classes, ignored files, empty classes, file lists, ranks, and files that
 // are bad, vanish or turn into FIFOs after the index was built.
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -191,6 +192,41 @@ TEST(ImageFolder, RootErrorsSayWhatIsMissing) {
                          "file_list (rows path,label)"),
             std::string::npos)
       << message;
+}
+
+/// pipeline_runner's exit code and its stdout, stderr after it.
+std::pair<int, std::string> runner(const std::string& args) {
+  const std::string cmd = std::string(FLOWFEED_RUNNER) + " " + args + " 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  while (const std::size_t n = std::fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
+}
+
+// The runner lists a loader's classes as the loader labels them: torchvision's find_classes.
+TEST(ImageFolder, TheRunnerListsTheClassMappingOfEveryLoaderWithoutARun) {
+  const Tree& t = shared_tree();
+  TempDir d;
+  const std::string tree = t.file("tree");
+  const std::string config = d.file("c.yaml");
+  std::ofstream(config) << "pipeline: { device: host, batch_size: 2 }\nnodes:\n"
+                        << "  - { name: load, type: image_folder, params: { root: '" << tree
+                        << "', height: 16, width: 16 } }\n  - { name: train, type: discard }\n";
+  std::string want = "node 'load': " + std::to_string(t.manifest()["classes"].size()) +
+                     " classes, " + std::to_string(t.files().size()) + " images under " + tree +
+                     "\n";
+  for (std::size_t c = 0; c < t.manifest()["classes"].size(); ++c) {
+    want += std::to_string(c) + "\t" + t.manifest()["classes"][c].get<std::string>() + "\n";
+  }
+  EXPECT_EQ(runner(config + " --list-classes"), std::make_pair(0, want));
+  EXPECT_EQ(runner(config + " --list-classes --set nodes.load.params.root=" + d.file("none")),
+            std::make_pair(1, "error: node 'load' (image_folder): root '" + d.file("none") +
+                                  "' cannot be listed: No such file or directory\n"));
+  EXPECT_EQ(runner(std::string(FLOWFEED_SOURCE_DIR) + "/configs/mnist_like.yaml --list-classes"),
+            std::make_pair(2, std::string("pipeline_runner: --list-classes: the config has no "
+                                          "image_folder loader\n")));
 }
 
 TEST(ImageFolder, LinkedClassesCountAndALinkLoopIsWalkedOnce) {
