@@ -4,6 +4,7 @@
 // are bad, vanish or turn into FIFOs after the index was built.
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -260,6 +261,40 @@ TEST(ImageFolder, CorruptImageIsSkippedOrNamed) {
   const std::string message = run_error(folder(root, ", batch_size: 3"));
   const std::string bad = t.file("corrupt") + "/a/bad.jpg: ";
   EXPECT_NE(message.find(bad), std::string::npos) << message;
+}
+
+// Files listed by the walk that cannot be read: a link to nothing (torchvision lists it too) and,
+// where the tests do not run as root, a file without read permission. Each is a bad sample.
+TEST(ImageFolder, UnreadableFilesAreBadSamplesNamedByPath) {
+  const Tree& t = shared_tree();
+  TempDir d;
+  std::filesystem::create_directories(d.file("cls"));
+  std::filesystem::copy_file(t.file("tree/zebra/y.png"), d.file("cls/a.png"));
+  std::filesystem::create_symlink(d.file("nowhere.jpg"), d.file("cls/b.jpg"));
+  std::filesystem::copy_file(t.file("tree/zebra/y.png"), d.file("cls/c.png"));
+  const bool root_user = ::geteuid() == 0;  // root reads a file of mode 000 all the same
+  if (!root_user) {
+    ASSERT_EQ(::chmod(d.file("cls/c.png").c_str(), 0), 0);
+  }
+  const std::string root = ", root: '" + d.file("") + "'";
+  Outcome r = run(folder(root, ", batch_size: 3, on_error: skip, max_skipped: 2"));
+  const std::size_t bad = root_user ? 1 : 2;
+  EXPECT_EQ(r.report.samples, 3u - bad);
+  EXPECT_EQ(r.report.skipped_samples, bad);
+  std::string warnings;
+  for (const std::string& w : r.report.warnings) warnings += w + "\n";
+  EXPECT_NE(warnings.find(d.file("cls/b.jpg") + ": cannot open: No such file or directory"),
+            std::string::npos)
+      << warnings;
+  if (!root_user) {
+    EXPECT_NE(warnings.find(d.file("cls/c.png") + ": cannot open: Permission denied"),
+              std::string::npos)
+        << warnings;
+  }
+  const std::string message = run_error(folder(root, ", batch_size: 3"));
+  EXPECT_NE(message.find(d.file("cls/b.jpg") + ": cannot open: No such file or directory"),
+            std::string::npos)
+      << message;
 }
 
 TEST(ImageFolder, FilesThatVanishOrBecomeFifosAfterTheWalkAreBadSamples) {
