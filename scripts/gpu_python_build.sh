@@ -74,7 +74,9 @@ case $step in
       g++ "${flags[@]}" -c "$source" -o "$(object_of "$source")" &
       pids+=($!)
     done
-    for pid in "${pids[@]}"; do wait "$pid" || { echo "gpu_python_build.sh: a source did not compile" >&2; exit 1; }; done
+    for pid in "${pids[@]}"; do
+      wait "$pid" || { echo "gpu_python_build.sh: a source did not compile" >&2; exit 1; }
+    done
     link() {  # OUT SOURCES...: one extension module from its sources' objects
       local out=$1
       shift
