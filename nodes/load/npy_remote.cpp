@@ -82,7 +82,7 @@ std::vector<std::pair<std::unique_ptr<NpyFile>, std::uint64_t>> NpyLoader::open_
   return out;
 }
 
-void NpyLoader::setup_remote_ranges() {
+void NpyLoader::setup_remote_ranges(BuildContext& context) {
   // The labels (a few bytes a sample) are fetched; the features stay on the server.
   std::vector<std::string> urls;
   for (const Shard& s : shards_) {
@@ -97,6 +97,7 @@ void NpyLoader::setup_remote_ranges() {
       throw DataError(s.labels->path() + ": its header changed while it was fetched");
     }
   }
+  remote_->set_range_cancel(&context.cancelled());  // a stopped run's requests end at once
   // One byte of the first remote features file now: a server that does not serve ranges, or a
   // wrong host or credential, fails the build.
   for (const Shard& s : shards_) {
@@ -109,7 +110,7 @@ void NpyLoader::setup_remote_ranges() {
 
 void NpyLoader::setup_remote(BuildContext& context) {
   if (options_.range_access) {
-    setup_remote_ranges();
+    setup_remote_ranges(context);
     return;
   }
   std::vector<std::string> urls;

@@ -190,7 +190,10 @@ void RemoteFiles::read_range(const std::string& url, std::uint64_t offset, std::
       idle_clients_.pop_back();
     }
   }
-  if (!client) client = std::make_unique<HttpClient>(options_, pins_->retries);
+  if (!client) {
+    client = std::make_unique<HttpClient>(options_, pins_->retries);
+    client->set_cancel(range_cancel_);
+  }
   client->get_range(remote::request_for(*pins_, url), offset, bytes, dst);
   std::lock_guard<std::mutex> lock(pins_->mutex);
   stats_.bytes_fetched += bytes;

@@ -106,6 +106,9 @@ class RemoteFiles {
   /// fetch. Thread-safe: concurrent calls each take an HTTP client (a connection kept open) of
   /// a pool that grows to the most calls at once. DataError naming the URL and the status.
   void read_range(const std::string& url, std::uint64_t offset, std::size_t bytes, std::byte* dst);
+  /// Makes read_range()'s requests end soon after `*flag` becomes true (a transfer aborted, a
+  /// wait between tries cut short), throwing remote::Cancelled; call before the first read.
+  void set_range_cancel(const std::atomic<bool>* flag) noexcept { range_cancel_ = flag; }
 
   /// The URL a local path returned by fetch() or a stream was fetched from ("" when none).
   std::string url_of(const std::string& local_path) const;
@@ -130,6 +133,7 @@ class RemoteFiles {
   std::vector<std::pair<std::string, std::uint64_t>> listed_;  ///< s3 listing sizes
   RemoteStats stats_;
   std::vector<std::unique_ptr<remote::HttpClient>> idle_clients_;  ///< read_range()'s, guarded
+  const std::atomic<bool>* range_cancel_ = nullptr;
 };
 
 }  // namespace flowfeed
