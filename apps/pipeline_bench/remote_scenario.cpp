@@ -5,6 +5,8 @@
 // requests (503 or a reset mid-body). Each figure is samples per second over the pipeline's
 // build and run, against the local run of the same round. With --order shards (the default) the
 // shards are streamed during the run; with --order samples all are fetched while it is built.
+// Random access besides: the samples in a full shuffle, read by Range requests (access: range,
+// nothing cached) against the local run of that order.
 #include <unistd.h>
 
 #include <algorithm>
@@ -30,11 +32,11 @@ struct Timed {
 };
 
 std::string yaml(const Options& o, const std::string& features, const std::string& labels,
-                 const std::string& cache) {
+                 const std::string& cache, const std::string& order, const std::string& extra) {
   return "pipeline: { epochs: " + std::to_string(o.remote_epochs) +
          ", batch_size: 64, prefetch_depth: 8, device: host }\n"
          "sampler: { shuffle: true, seed: 1" +
-         (o.remote_order == "shards" ? std::string(", order: shards, shuffle_window: 4") : "") +
+         (order == "shards" ? std::string(", order: shards, shuffle_window: 4") : "") +
          " }\n"
          "nodes:\n"
          "  - name: load\n"
@@ -43,7 +45,7 @@ std::string yaml(const Options& o, const std::string& features, const std::strin
          std::to_string(o.remote_loaders) + "\n    params: { features: '" + features +
          "', labels: '" + labels + "'" +
          (cache.empty() ? std::string() : ", cache_dir: '" + cache + "'") +
-         ", transfers: " + std::to_string(o.remote_transfers) +
+         ", transfers: " + std::to_string(o.remote_transfers) + extra +
          " }\n"
          "  - { name: upload, type: host_upload }\n"
          "  - { name: train, type: discard }\n";
@@ -123,18 +125,26 @@ void remote(Bench& bench) {
   const std::string faulty = "http://127.0.0.1:" + std::to_string(proxy->port()) + "/";
   const std::uint64_t expected = static_cast<std::uint64_t>(rows) * shards * o.remote_epochs;
   std::vector<double> local_rate, cold, warm, faults, cold_ratio, warm_ratio, fault_ratio;
+  std::vector<double> local_random, ranged, range_ratio;
   nlohmann::json& details = bench.details("remote");
   for (int round = 0; round < o.remote_runs; ++round) {
     const std::string cache = (dir / ("cache-" + std::to_string(round))).string();
     const std::string fault_cache = (dir / ("fault-cache-" + std::to_string(round))).string();
-    auto text = [&](const std::string& base, const std::string& c) {
-      return yaml(o, base + "x-" + range + ".npy", base + "y-" + range + ".npy", c);
+    const std::string range_cache = (dir / ("range-cache-" + std::to_string(round))).string();
+    auto text = [&](const std::string& base, const std::string& c, const std::string& order = "",
+                    const std::string& extra = "") {
+      return yaml(o, base + "x-" + range + ".npy", base + "y-" + range + ".npy", c,
+                  order.empty() ? o.remote_order : order, extra);
     };
     const Timed l = timed_run(bench, text(local, ""), "remote_local");
     const Timed c = timed_run(bench, text(http, cache), "remote_cold");
     const Timed w = timed_run(bench, text(http, cache), "remote_warm");
     const Timed f = timed_run(bench, text(faulty, fault_cache), "remote_faults");
-    for (const Timed* t : {&l, &c, &w, &f}) {
+    // Random access: every sample anywhere, by Range requests, against local files in that order.
+    const Timed lr = timed_run(bench, text(local, "", "samples"), "remote_local_random");
+    const Timed r =
+        timed_run(bench, text(http, range_cache, "samples", ", access: range"), "remote_range");
+    for (const Timed* t : {&l, &c, &w, &f, &lr, &r}) {
       if (t->report.samples != expected) {
         throw std::runtime_error("remote: a run delivered " + std::to_string(t->report.samples) +
                                  " samples, not " + std::to_string(expected));
@@ -147,6 +157,9 @@ void remote(Bench& bench) {
     cold_ratio.push_back(c.samples_per_second / l.samples_per_second);
     warm_ratio.push_back(w.samples_per_second / l.samples_per_second);
     fault_ratio.push_back(f.samples_per_second / c.samples_per_second);
+    local_random.push_back(lr.samples_per_second);
+    ranged.push_back(r.samples_per_second);
+    range_ratio.push_back(r.samples_per_second / lr.samples_per_second);
     std::printf(
         "remote round %d: local %.0f, cold %.0f (%.3f), warm %.0f (%.3f), 5%% faults %.0f (%.3f "
         "of cold; %.0f retries) samples/s; fetch at build: cold %.3f s, warm %.3f s\n",
@@ -154,15 +167,24 @@ void remote(Bench& bench) {
         warm_ratio.back(), f.samples_per_second, fault_ratio.back(),
         f.report.extra.at("load.remote_retries"), c.report.extra.at("load.remote_fetch_seconds"),
         w.report.extra.at("load.remote_fetch_seconds"));
+    std::printf(
+        "remote round %d, random order: local %.0f, by Range requests %.0f (%.3f; %.0f requests) "
+        "samples/s\n",
+        round, lr.samples_per_second, r.samples_per_second, range_ratio.back(),
+        r.report.extra.at("load.remote_range_reads"));
     details["rounds"].push_back(
         {{"local", l.samples_per_second},
          {"cold", c.samples_per_second},
          {"warm", w.samples_per_second},
          {"faults", f.samples_per_second},
          {"fault_retries", f.report.extra.at("load.remote_retries")},
-         {"cold_fetch_seconds", c.report.extra.at("load.remote_fetch_seconds")}});
+         {"cold_fetch_seconds", c.report.extra.at("load.remote_fetch_seconds")},
+         {"local_random", lr.samples_per_second},
+         {"range", r.samples_per_second},
+         {"range_reads", r.report.extra.at("load.remote_range_reads")}});
     fs::remove_all(cache);
     fs::remove_all(fault_cache);
+    fs::remove_all(range_cache);
   }
   auto span = [](const std::vector<double>& v) {
     return nlohmann::json{{"min", *std::min_element(v.begin(), v.end())},
@@ -171,6 +193,7 @@ void remote(Bench& bench) {
   details["cold_ratio"] = span(cold_ratio);
   details["warm_ratio"] = span(warm_ratio);
   details["fault_ratio"] = span(fault_ratio);
+  details["range_ratio"] = span(range_ratio);
   details["bytes"] = rows * row_bytes * static_cast<std::size_t>(shards);
   bench.result("remote_cold", median(cold), "samples/s", median(local_rate),
                Target{0.9, true, false});
@@ -178,6 +201,7 @@ void remote(Bench& bench) {
                Target{0.95, true, false});
   bench.result("remote_faults", median(faults), "samples/s", median(cold),
                Target{0.8, true, false});
+  bench.result("remote_range", median(ranged), "samples/s", median(local_random));
   proxy.reset();
   fs::remove_all(dir);
 }

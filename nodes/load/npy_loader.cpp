@@ -168,6 +168,7 @@ NpyLoaderOptions NpyLoader::options_from(const Params& params) {
   o.io = io_options_from(params);
   o.remote = remote_options_from(params);
   o.pin = params.get_bool("pin");
+  o.range_access = params.get_string("access") == "range";
   return o;
 }
 
@@ -278,6 +279,10 @@ void NpyLoader::process(Batch& batch) {
           in_place += bytes;
           return;
         }
+        if (options_.range_access && is_remote_url(shard.features->path())) {
+          remote_->read_range(shard.features->path(), at, bytes, xs + row * row_bytes);
+          return;
+        }
         if (queued == group.size()) {
           engine_->read(group.data(), queued);
           queued = 0;
@@ -362,6 +367,13 @@ NodeType npy_node_type(HostPinning pinning) {
       .range(0, 2147483647.0);
   add_io_params(schema);
   add_remote_params(schema);
+  schema
+      .add_string("access",
+                  "features named by URL: fetch (whole files into the cache, read from there) or "
+                  "range (each run of rows read by an HTTP Range request, nothing cached; the "
+                  "labels are fetched)",
+                  std::string("fetch"))
+      .one_of({"fetch", "range"});
   schema.add_bool("pin",
                   "with io: mmap, leave runs of feature rows of 512 KiB or more in the files' "
                   "mapping for the upload node to copy from there; on CUDA the mappings are "
@@ -391,6 +403,13 @@ NodeType npy_node_type(HostPinning pinning) {
                      "true leaves the feature rows in the files' mapping, which io: " +
                          spec.params.get_string("io") +
                          " does not make set io: mmap, or pin: false"});
+    }
+    if (spec.params.get_bool("pin") && spec.params.get_string("access") == "range") {
+      std::size_t index = 0;
+      while (index < config.nodes.size() && config.nodes[index].name != spec.name) ++index;
+      out.push_back({"nodes[" + std::to_string(index) + "].params.pin",
+                     "true leaves the feature rows in the files' mapping, and access: range "
+                     "maps no file set access: fetch, or pin: false"});
     }
     return out;
   };

@@ -82,7 +82,37 @@ std::vector<std::pair<std::unique_ptr<NpyFile>, std::uint64_t>> NpyLoader::open_
   return out;
 }
 
+void NpyLoader::setup_remote_ranges(BuildContext& context) {
+  // The labels (a few bytes a sample) are fetched; the features stay on the server.
+  std::vector<std::string> urls;
+  for (const Shard& s : shards_) {
+    if (is_remote_url(s.labels->path())) urls.push_back(s.labels->path());
+  }
+  const std::vector<std::string> paths = remote_->fetch(urls);
+  std::size_t next = 0;
+  for (Shard& s : shards_) {
+    if (!is_remote_url(s.labels->path())) continue;
+    s.labels_data = std::make_unique<NpyFile>(paths[next++]);
+    if (s.labels_data->rows() != s.labels->rows()) {
+      throw DataError(s.labels->path() + ": its header changed while it was fetched");
+    }
+  }
+  remote_->set_range_cancel(&context.cancelled());  // a stopped run's requests end at once
+  // One byte of the first remote features file now: a server that does not serve ranges, or a
+  // wrong host or credential, fails the build.
+  for (const Shard& s : shards_) {
+    if (!is_remote_url(s.features->path()) || s.features->rows() == 0) continue;
+    std::byte first{};
+    remote_->read_range(s.features->path(), s.features->data_offset(), 1, &first);
+    break;
+  }
+}
+
 void NpyLoader::setup_remote(BuildContext& context) {
+  if (options_.range_access) {
+    setup_remote_ranges(context);
+    return;
+  }
   std::vector<std::string> urls;
   std::vector<std::uint64_t> sizes;
   bool all_remote = true;

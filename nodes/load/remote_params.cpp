@@ -92,6 +92,7 @@ void report_remote(const std::shared_ptr<RemoteFiles>& remote, const std::string
   // time's share of the loader's busy time (the verdict says network when it is most of it).
   report.extra[node + ".remote_wait_seconds"] = s.wait_seconds;
   report.extra[node + ".remote_waits"] = static_cast<double>(s.waits);
+  report.extra[node + ".remote_range_reads"] = static_cast<double>(s.range_reads);
   for (const NodeReport& n : report.nodes) {
     if (n.name == node && n.busy_seconds > 0) {
       report.extra[node + ".remote_wait_share"] = s.wait_seconds / n.busy_seconds;

@@ -357,6 +357,34 @@ std::string HttpClient::get_prefix(const Request& request, std::size_t bytes) {
   return std::move(sink.text);
 }
 
+void HttpClient::get_range(const Request& request, std::uint64_t offset, std::size_t bytes,
+                           std::byte* dst) {
+  if (bytes == 0) return;
+  Sink sink;
+  perform(
+      request,
+      [&](Try& t) {
+        fresh_sink(sink, t.curl, {.truncate = true, .text_limit = bytes});
+        t.range = fmt::format("{}-{}", offset, offset + bytes - 1);
+      },
+      [&](Attempt& last) {
+        if (last.status == 200) {
+          throw DataError(
+              fmt::format("{}: the server answered a Range request with the whole "
+                          "object (HTTP 200): access: range needs a server that "
+                          "serves byte ranges",
+                          request.shown));
+        }
+        if (last.status != 206 || (last.code != CURLE_OK && !sink.full)) return false;
+        if (sink.text.size() != bytes) {
+          throw DataError(fmt::format("{}: asked for {} bytes at offset {}, the server sent {}",
+                                      request.shown, bytes, offset, sink.text.size()));
+        }
+        return true;
+      });
+  std::memcpy(dst, sink.text.data(), bytes);
+}
+
 std::uint64_t HttpClient::download(const Request& request, int fd, std::uint64_t have,
                                    std::uint64_t size) {
   std::uint64_t received = 0;

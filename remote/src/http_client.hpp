@@ -2,6 +2,7 @@
 // One libcurl easy handle with flowfeed's retry policy: HEAD, small GETs and whole-object
 // downloads into a file descriptor, resumed with a Range request after a fault.
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -54,6 +55,10 @@ class HttpClient {
   std::string get_text(const Request& request);
   /// The object's first `bytes` bytes (all of it when it is shorter), with a Range request.
   std::string get_prefix(const Request& request, std::size_t bytes);
+  /// Bytes [offset, offset + bytes) of the object into `dst`, with a Range request (retried
+  /// whole). DataError naming the URL when the server answers with the whole object (it does not
+  /// serve ranges) or with other bytes than asked for.
+  void get_range(const Request& request, std::uint64_t offset, std::size_t bytes, std::byte* dst);
   /// Writes the object into `fd` from offset `have` (bytes already there, kept: the rest is
   /// asked for with a Range request) until it holds `size` bytes. Returns the bytes received.
   std::uint64_t download(const Request& request, int fd, std::uint64_t have, std::uint64_t size);

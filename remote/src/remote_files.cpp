@@ -180,6 +180,27 @@ void RemoteFiles::count(std::uint64_t received, const CacheOutcome& outcome) {
   stats_.retries = pins_->retries;
 }
 
+void RemoteFiles::read_range(const std::string& url, std::uint64_t offset, std::size_t bytes,
+                             std::byte* dst) {
+  std::unique_ptr<HttpClient> client;
+  {
+    std::lock_guard<std::mutex> lock(pins_->mutex);
+    if (!idle_clients_.empty()) {
+      client = std::move(idle_clients_.back());
+      idle_clients_.pop_back();
+    }
+  }
+  if (!client) {
+    client = std::make_unique<HttpClient>(options_, pins_->retries);
+    client->set_cancel(range_cancel_);
+  }
+  client->get_range(remote::request_for(*pins_, url), offset, bytes, dst);
+  std::lock_guard<std::mutex> lock(pins_->mutex);
+  stats_.bytes_fetched += bytes;
+  ++stats_.range_reads;
+  idle_clients_.push_back(std::move(client));  // a failed call's client is dropped
+}
+
 RemoteStats RemoteFiles::stats() const {
   std::lock_guard<std::mutex> lock(pins_->mutex);
   RemoteStats s = stats_;

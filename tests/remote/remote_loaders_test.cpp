@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tests/error_of.hpp"
 #include "tests/nodes/npy_storage_fixture.hpp"
 #include "tests/remote/servers.hpp"
 
@@ -76,6 +77,61 @@ TEST_F(RemoteNpyTest, AMissingShardFailsTheBuildNamingItsUrl) {
             "node 'load' (npy, <string>:4): " + nginx.url("train-02.npy") +
                 ": HTTP 404 Not Found (no such object: check the URL (bucket, prefix and shard "
                 "names))");
+}
+
+// access: range reads the features by Range requests and fetches only the labels: the bytes and
+// batches of the local run, nothing of the features in the cache.
+TEST_F(RemoteNpyTest, RangeAccessDeliversTheLocalRunAndFetchesOnlyTheLabels) {
+  write_shards({20, 20, 7}, 40);
+  run(chain(glob_params(), "shuffle: true"));
+  const std::vector<std::uint32_t> local = check_bytes();
+  const auto local_samples = seen_->samples;
+  ASSERT_EQ(local.size(), 94u);  // two epochs of 47
+  Nginx nginx(dir_.file(""), cache_.file("nginx"));
+  const RunReport report = run(chain(url_params(nginx, ", access: range"), "shuffle: true"));
+  EXPECT_EQ(check_bytes(), local);
+  EXPECT_EQ(seen_->samples, local_samples);
+  std::uint64_t labels = 0;
+  for (const char* n : {"00", "01", "02"}) {
+    labels += std::filesystem::file_size(dir_.file(std::string("train-labels-") + n + ".npy"));
+  }
+  // Every sample's 40 bytes twice, and the byte asked for at build.
+  EXPECT_EQ(report.extra.at("load.remote_bytes_fetched"),
+            static_cast<double>(labels + 94 * 40 + 1));
+  EXPECT_EQ(report.extra.at("load.remote_shards"), 3.0);        // the labels
+  EXPECT_GE(report.extra.at("load.remote_range_reads"), 13.0);  // a run of rows a request at least
+  std::uint64_t cached = 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(cache_.file("c"))) {
+    if (e.is_regular_file()) cached += e.file_size();
+  }
+  EXPECT_LE(cached, labels + 4096);  // the labels, and the cache's own small files
+  const Registry registry = capture_registry(seen_);
+  const std::string pinned = chain(url_params(nginx, ", access: range, io: mmap, pin: true"));
+  const std::string message =
+      test::error_of<ConfigError>([&] { load_config_string(pinned, registry); });
+  EXPECT_NE(message.find("nodes[0].params.pin: true leaves the feature rows in the files' "
+                         "mapping, and access: range maps no file set access: fetch, or pin: "
+                         "false"),
+            std::string::npos)
+      << message;
+}
+
+// 30% of the requests fail (503 or a connection reset mid-body): each Range request is tried
+// again, and every sample arrives once with the bytes of the local run.
+TEST_F(RemoteNpyTest, RangeAccessRetriesFaults) {
+  write_shards({20, 20, 7}, 40);
+  run(chain(glob_params(), "shuffle: true"));
+  const std::vector<std::uint32_t> local = check_bytes();
+  Nginx nginx(dir_.file(""), cache_.file("nginx"));
+  const auto proxy = remote_test::fault_proxy(
+      nginx, {"--rate", "0.3", "--faults", "503,reset", "--seed", "3", "--methods", "GET"});
+  const std::string base = remote_test::base_url(*proxy);
+  const RunReport report = run(chain("features: '" + base + "train-{00..02}.npy', labels: '" +
+                                         base + "train-labels-{00..02}.npy', cache_dir: '" +
+                                         cache_.file("c") + "', access: range",
+                                     "shuffle: true"));
+  EXPECT_EQ(check_bytes(), local);
+  EXPECT_GT(report.extra.at("load.remote_retries"), 0.0);
 }
 
 // A header length past NpyFile's limit is refused from the preamble read at build: the server

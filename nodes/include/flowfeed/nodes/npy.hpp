@@ -40,6 +40,10 @@ struct NpyLoaderOptions {
   /// page-locked once, so the DMA reads the page cache directly and no host copy is made. The
   /// files' pages stay in memory while the loader lives.
   bool pin = false;
+  /// Feature files named by URL are read by HTTP Range requests, a run of consecutive rows a
+  /// request, instead of fetched into the cache (their labels still are): random access to data
+  /// sets larger than the cache (`access: range`).
+  bool range_access = false;
   int concurrency = 1;        ///< process() calls at once (the node's `concurrency`)
   std::string name = "load";  ///< the node's name, for report figures and log lines
 };
@@ -90,6 +94,8 @@ class NpyLoader final : public LoaderNode {
   void add_shard(std::unique_ptr<NpyFile> features, std::unique_ptr<NpyFile> labels);
   /// Shards named by URL: fetched now, or streamed during the run (docs/REMOTE.md).
   void setup_remote(BuildContext& context);
+  /// access: range: the labels fetched, the first remote features file asked for one byte.
+  void setup_remote_ranges(BuildContext& context);
   /// The stream's plan for `epoch`, and the samples of each shard in it from batch `first_batch`
   /// on (the first batch of the epoch this loader sees; nullopt at build: the plan only).
   void begin_epoch(std::uint32_t epoch, std::optional<std::uint64_t> first_batch);

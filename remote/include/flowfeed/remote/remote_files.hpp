@@ -5,6 +5,7 @@
 /// paths. docs/REMOTE.md describes the cache, the retries and the S3 settings.
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -45,6 +46,7 @@ struct RemoteStats {
   /// over the bodies, and how many of their requests for a shard had to wait.
   double wait_seconds = 0;
   std::uint64_t waits = 0;
+  std::uint64_t range_reads = 0;  ///< Range requests of read_range() (access: range)
 };
 
 /// The size of a remote file and its first bytes (RemoteFiles::heads).
@@ -59,6 +61,7 @@ bool is_remote_url(std::string_view text) noexcept;
 namespace remote {
 class ShardCache;  // remote/src/shard_cache.hpp
 struct CacheOutcome;
+class HttpClient;  // remote/src/http_client.hpp
 }  // namespace remote
 class ShardStream;  // flowfeed/remote/shard_stream.hpp
 
@@ -98,6 +101,15 @@ class RemoteFiles {
   std::unique_ptr<ShardStream> stream(std::vector<std::string> urls,
                                       std::vector<std::uint64_t> sizes);
 
+  /// Bytes [offset, offset + bytes) of the remote file `url` into `dst`, by one HTTP Range request
+  /// (retried as every request is), without the cache: random access to a file too large to
+  /// fetch. Thread-safe: concurrent calls each take an HTTP client (a connection kept open) of
+  /// a pool that grows to the most calls at once. DataError naming the URL and the status.
+  void read_range(const std::string& url, std::uint64_t offset, std::size_t bytes, std::byte* dst);
+  /// Makes read_range()'s requests end soon after `*flag` becomes true (a transfer aborted, a
+  /// wait between tries cut short), throwing remote::Cancelled; call before the first read.
+  void set_range_cancel(const std::atomic<bool>* flag) noexcept { range_cancel_ = flag; }
+
   /// The URL a local path returned by fetch() or a stream was fetched from ("" when none).
   std::string url_of(const std::string& local_path) const;
 
@@ -120,6 +132,8 @@ class RemoteFiles {
   std::unique_ptr<Pins> pins_;
   std::vector<std::pair<std::string, std::uint64_t>> listed_;  ///< s3 listing sizes
   RemoteStats stats_;
+  std::vector<std::unique_ptr<remote::HttpClient>> idle_clients_;  ///< read_range()'s, guarded
+  const std::atomic<bool>* range_cancel_ = nullptr;
 };
 
 }  // namespace flowfeed
