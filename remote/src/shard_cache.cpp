@@ -155,17 +155,30 @@ ShardCache::ShardCache(std::string dir, std::uint64_t budget, double stall_s)
                              ec ? ec.message() : std::string("not a directory")));
   }
   const std::string marker = dir_ + "/" + kMarker;
-  const bool marked = fs::exists(fs::symlink_status(marker, ec));
-  for (const fs::directory_entry& e : fs::directory_iterator(dir_, ec)) {
-    const std::string name = e.path().filename().string();
-    const bool regular = fs::is_regular_file(fs::symlink_status(e.path(), ec));
-    if (!marked || !regular || !own_name(name)) {
-      refuse(dir_,
-             fmt::format("holds '{}', which flowfeed did not write (flowfeed removes files in its "
-                         "cache, and never one it did not write) give cache_dir an empty or new "
-                         "directory",
-                         name));
+  // The first file the directory holds that a cache of flowfeed's would not ("" when none): in a
+  // directory without the marker, any file.
+  const auto stranger = [&](bool marked) {
+    for (const fs::directory_entry& e : fs::directory_iterator(dir_, ec)) {
+      const std::string name = e.path().filename().string();
+      const bool regular = fs::is_regular_file(fs::symlink_status(e.path(), ec));
+      if (!marked || !regular || !own_name(name)) return name;
     }
+    return std::string();
+  };
+  bool marked = fs::exists(fs::symlink_status(marker, ec));
+  std::string found = stranger(marked);
+  // Another run (a rank on this machine) may have made the new directory a cache while this one
+  // looked: its marker, lock and parts are not strangers.
+  if (!found.empty() && !marked && fs::exists(fs::symlink_status(marker, ec))) {
+    marked = true;
+    found = stranger(true);
+  }
+  if (!found.empty()) {
+    refuse(dir_,
+           fmt::format("holds '{}', which flowfeed did not write (flowfeed removes files in its "
+                       "cache, and never one it did not write) give cache_dir an empty or new "
+                       "directory",
+                       found));
   }
   if (!marked) {
     const int fd = open_file(marker, O_WRONLY | O_CREAT | O_EXCL);

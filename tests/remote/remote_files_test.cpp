@@ -194,6 +194,49 @@ TEST_F(RemoteTest, ACacheDirectoryWithForeignFilesIsRefused) {
   EXPECT_TRUE(std::filesystem::exists(cache_ + "/train-000.tar"));
 }
 
+// Runs (ranks on one machine) that open one new cache directory at the same moment all open it:
+// the marker and lock another of them has just written are not files flowfeed did not write.
+TEST_F(RemoteTest, RunsOpeningOneNewCacheDirectoryAtOnceAllOpenIt) {
+  constexpr int kRounds = 30;
+  constexpr int kRuns = 6;
+  for (int round = 0; round < kRounds; ++round) {
+    RemoteOptions o = options();
+    o.cache_dir = cache_ + "-" + std::to_string(round);
+    int pipes[kRuns][2];
+    pid_t pids[kRuns];
+    int go[2];  // every run starts when the parent closes it: all at once
+    ASSERT_EQ(::pipe(go), 0);
+    for (int r = 0; r < kRuns; ++r) {
+      ASSERT_EQ(::pipe(pipes[r]), 0);
+      pids[r] = ::fork();
+      if (pids[r] == 0) {
+        ::close(go[1]);
+        char c;
+        (void)!::read(go[0], &c, 1);
+        std::string why = "ok";
+        try {
+          RemoteFiles files(o);
+        } catch (const std::exception& e) {
+          why = e.what();
+        }
+        (void)!::write(pipes[r][1], why.data(), why.size());
+        ::_exit(0);
+      }
+      ::close(pipes[r][1]);
+    }
+    ::close(go[0]);
+    ::close(go[1]);
+    for (int r = 0; r < kRuns; ++r) {
+      int status = 0;
+      ASSERT_EQ(::waitpid(pids[r], &status, 0), pids[r]);
+      char buf[1024] = {0};
+      ASSERT_GT(::read(pipes[r][0], buf, sizeof buf - 1), 0);
+      ::close(pipes[r][0]);
+      ASSERT_EQ(std::string(buf), "ok") << "round " << round << " run " << r;
+    }
+  }
+}
+
 TEST_F(RemoteTest, TwoRunsShareOneCacheAndFetchEachShardOnce) {
   write_shards(6, 300000);
   Nginx nginx(served_, work_ + "/nginx");
@@ -213,6 +256,7 @@ TEST_F(RemoteTest, TwoRunsShareOneCacheAndFetchEachShardOnce) {
     if (pids[r] == 0) {
       int ok = 0;
       std::uint64_t fetched = 0;
+      std::string why = "-";
       try {
         RemoteOptions o = options();
         o.transfers = 3;
@@ -221,10 +265,11 @@ TEST_F(RemoteTest, TwoRunsShareOneCacheAndFetchEachShardOnce) {
         ok = 1;
         for (int i = 0; i < 6; ++i) ok &= read_all(paths[i]) == shard_bytes(i, 300000) ? 1 : 0;
         fetched = files.stats().bytes_fetched;
-      } catch (...) {
+      } catch (const std::exception& e) {
         ok = 0;
+        why = e.what();
       }
-      const std::string line = std::to_string(ok) + " " + std::to_string(fetched) + "\n";
+      const std::string line = std::to_string(ok) + " " + std::to_string(fetched) + " " + why;
       (void)!::write(pipes[r][1], line.data(), line.size());
       ::_exit(0);
     }
@@ -234,13 +279,13 @@ TEST_F(RemoteTest, TwoRunsShareOneCacheAndFetchEachShardOnce) {
   for (int r = 0; r < 2; ++r) {
     int status = 0;
     ASSERT_EQ(::waitpid(pids[r], &status, 0), pids[r]);
-    char buf[64] = {0};
+    char buf[4096] = {0};
     ASSERT_GT(::read(pipes[r][0], buf, sizeof buf - 1), 0);
     ::close(pipes[r][0]);
     int ok = 0;
     unsigned long long fetched = 0;
     ASSERT_EQ(std::sscanf(buf, "%d %llu", &ok, &fetched), 2);
-    EXPECT_EQ(ok, 1) << "run " << r;
+    EXPECT_EQ(ok, 1) << "run " << r << ": " << buf;
     total += fetched;
   }
   // Each shard crossed the network once: the second run waited for the first's transfer.
