@@ -396,18 +396,17 @@ NodeType npy_node_type(HostPinning pinning) {
       "(io: mmap, pin: true); x keeps the file's dtype, y int32");
   t.check = [](const NodeSpec& spec, const PipelineConfig& config) {
     std::vector<ConfigProblem> out;
-    if (spec.params.get_bool("pin") && spec.params.get_string("io") != "mmap") {
-      std::size_t index = 0;
-      while (index < config.nodes.size() && config.nodes[index].name != spec.name) ++index;
-      out.push_back({"nodes[" + std::to_string(index) + "].params.pin",
-                     "true leaves the feature rows in the files' mapping, which io: " +
-                         spec.params.get_string("io") +
-                         " does not make set io: mmap, or pin: false"});
+    if (!spec.params.get_bool("pin")) return out;
+    std::size_t index = 0;
+    while (index < config.nodes.size() && config.nodes[index].name != spec.name) ++index;
+    const std::string key = "nodes[" + std::to_string(index) + "].params.pin";
+    const std::string& io = spec.params.get_string("io");
+    if (io != "mmap") {
+      out.push_back({key, "true leaves the feature rows in the files' mapping, which io: " + io +
+                              " does not make set io: mmap, or pin: false"});
     }
-    if (spec.params.get_bool("pin") && spec.params.get_string("access") == "range") {
-      std::size_t index = 0;
-      while (index < config.nodes.size() && config.nodes[index].name != spec.name) ++index;
-      out.push_back({"nodes[" + std::to_string(index) + "].params.pin",
+    if (spec.params.get_string("access") == "range") {
+      out.push_back({key,
                      "true leaves the feature rows in the files' mapping, and access: range "
                      "maps no file set access: fetch, or pin: false"});
     }
