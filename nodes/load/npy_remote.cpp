@@ -82,37 +82,9 @@ std::vector<std::pair<std::unique_ptr<NpyFile>, std::uint64_t>> NpyLoader::open_
   return out;
 }
 
-void NpyLoader::setup_remote_ranges(BuildContext& context) {
-  // The labels (a few bytes a sample) are fetched; the features stay on the server.
-  std::vector<std::string> urls;
-  for (const Shard& s : shards_) {
-    if (is_remote_url(s.labels->path())) urls.push_back(s.labels->path());
-  }
-  const std::vector<std::string> paths = remote_->fetch(urls);
-  std::size_t next = 0;
-  for (Shard& s : shards_) {
-    if (!is_remote_url(s.labels->path())) continue;
-    s.labels_data = std::make_unique<NpyFile>(paths[next++]);
-    if (s.labels_data->rows() != s.labels->rows()) {
-      throw DataError(s.labels->path() + ": its header changed while it was fetched");
-    }
-  }
-  remote_->set_range_cancel(&context.cancelled());  // a stopped run's requests end at once
-  // One byte of the first remote features file now: a server that does not serve ranges, or a
-  // wrong host or credential, fails the build.
-  for (const Shard& s : shards_) {
-    if (!is_remote_url(s.features->path()) || s.features->rows() == 0) continue;
-    std::byte first{};
-    remote_->read_range(s.features->path(), s.features->data_offset(), 1, &first);
-    break;
-  }
-}
-
 void NpyLoader::setup_remote(BuildContext& context) {
-  if (options_.range_access) {
-    setup_remote_ranges(context);
-    return;
-  }
+  // access: range reads the features where they are: of those only the labels are fetched.
+  const bool fetch_features = !options_.range_access;
   std::vector<std::string> urls;
   std::vector<std::uint64_t> sizes;
   bool all_remote = true;
@@ -122,12 +94,14 @@ void NpyLoader::setup_remote(BuildContext& context) {
         all_remote = false;
         continue;
       }
+      if (f == s.features.get() && !fetch_features) continue;
       urls.push_back(f->path());
       sizes.push_back(f == s.features.get() ? s.features_bytes : s.labels_bytes);
     }
   }
   const SamplerOptions& order = context.sampler_options();
-  if (all_remote && !options_.pin && (order.order == SampleOrder::shards || !order.shuffle)) {
+  if (fetch_features && all_remote && !options_.pin &&
+      (order.order == SampleOrder::shards || !order.shuffle)) {
     streaming_ = std::make_unique<Streaming>(shards_.size());
     streaming_->stream = remote_->stream(urls, sizes);
     streaming_->stream->set_cancel(&context.cancelled());
@@ -137,17 +111,30 @@ void NpyLoader::setup_remote(BuildContext& context) {
     streaming_->stream->wait_for_first(2);
     return;
   }
-  // Any sample of any shard may come next: every shard is fetched before the run.
+  // Any sample of any shard may come next: every shard is fetched before the run (with
+  // access: range, every labels file).
   const std::vector<std::string> paths = remote_->fetch(urls);
   std::size_t next = 0;
   for (Shard& s : shards_) {
-    if (is_remote_url(s.features->path())) s.file = engine_->open(paths[next++]);
+    if (fetch_features && is_remote_url(s.features->path())) {
+      s.file = engine_->open(paths[next++]);
+    }
     if (is_remote_url(s.labels->path())) {
       s.labels_data = std::make_unique<NpyFile>(paths[next++]);
       if (s.labels_data->rows() != s.labels->rows()) {
         throw DataError(s.labels->path() + ": its header changed while it was fetched");
       }
     }
+  }
+  if (fetch_features) return;
+  remote_->set_range_cancel(&context.cancelled());  // a stopped run's requests end at once
+  // One byte of the first remote features file now: a server that does not serve ranges, or a
+  // wrong host or credential, fails the build.
+  for (const Shard& s : shards_) {
+    if (!is_remote_url(s.features->path()) || s.features->rows() == 0) continue;
+    std::byte first{};
+    remote_->read_range(s.features->path(), s.features->data_offset(), 1, &first);
+    break;
   }
 }
 

@@ -92,10 +92,9 @@ class NpyLoader final : public LoaderNode {
   std::vector<std::pair<std::unique_ptr<NpyFile>, std::uint64_t>> open_headers(
       const std::vector<std::string>& features, const std::vector<std::string>& labels);
   void add_shard(std::unique_ptr<NpyFile> features, std::unique_ptr<NpyFile> labels);
-  /// Shards named by URL: fetched now, or streamed during the run (docs/REMOTE.md).
+  /// Shards named by URL: fetched now, or streamed during the run, or with access: range read by
+  /// Range requests during the run (docs/REMOTE.md).
   void setup_remote(BuildContext& context);
-  /// access: range: the labels fetched, the first remote features file asked for one byte.
-  void setup_remote_ranges(BuildContext& context);
   /// The stream's plan for `epoch`, and the samples of each shard in it from batch `first_batch`
   /// on (the first batch of the epoch this loader sees; nullopt at build: the plan only).
   void begin_epoch(std::uint32_t epoch, std::optional<std::uint64_t> first_batch);
