@@ -264,7 +264,8 @@ def compare(args, name, unit, per, flowfeed_fn, dataloader_fn, threads_fn=None):
     threads = {}
     for c in args.concurrency if threads_fn else []:
         threads[f"{c} threads"] = max(threads_fn(c) for _ in range(args.repeat)) / per
-        log(f"{name}: the callable alone on {c} Python threads {threads[f'{c} threads']:,.1f} {unit}")
+        log(f"{name}: the callable alone on {c} Python threads "
+            f"{threads[f'{c} threads']:,.1f} {unit}")
     return {"scenario": name, "unit": unit, "figure": ff, "baseline": dl[best],
             "baseline_setting": f"DataLoader {best} workers", "ratio": ff / dl[best],
             "flowfeed": {"concurrency": concurrency, unit: ff,
@@ -304,8 +305,8 @@ def noop_memory(args):
     1,000 (pools and caches warm) to the end of the run, refcounts after the pipeline is gone."""
     noop = NoOp(args.batch * args.calls_batches)
     refs = refcounts(noop)
-    pipeline = flowfeed_pipeline(python_load(noop, NOOP_LAYOUT, max(args.concurrency)), args.batch, 1,
-                                 args.device)
+    pipeline = flowfeed_pipeline(python_load(noop, NOOP_LAYOUT, max(args.concurrency)), args.batch,
+                                 1, args.device)
     warm = min(1000, args.calls_batches // 2)
     batches, start = 0, None
     views = pipeline.views("x", torch.from_dlpack)
@@ -423,10 +424,9 @@ def main():
               "machine": machine(args.device)}
     records = []
 
-    def emit(*found):  # each scenario's record on stdout as soon as it is measured
-        for record in found:
-            records.append(record)
-            print(json.dumps({**record, **common}), flush=True)
+    def emit(record):  # each scenario's record on stdout as soon as it is measured
+        records.append(record)
+        print(json.dumps({**record, **common}), flush=True)
 
     if "a" in scenarios:
         images = JpegImages(args.shards, args.images)

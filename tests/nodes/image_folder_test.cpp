@@ -3,7 +3,6 @@
 // with its label, nested classes, ignored files, empty classes, file lists, ranks, and files that
 // are bad, vanish or turn into FIFOs after the index was built.
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -11,6 +10,7 @@
 #include <filesystem>
 #include <set>
 
+#include "tests/apps/process_util.hpp"
 #include "tests/nodes/webdataset_fixture.hpp"
 
 namespace flowfeed {
@@ -195,15 +195,11 @@ TEST(ImageFolder, RootErrorsSayWhatIsMissing) {
       << message;
 }
 
-/// pipeline_runner's exit code and its stdout, stderr after it.
+/// pipeline_runner's exit code and what it printed (stderr with stdout), under a time limit.
 std::pair<int, std::string> runner(const std::string& args) {
-  const std::string cmd = std::string(FLOWFEED_RUNNER) + " " + args + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
   std::string out;
-  char buf[4096];
-  while (const std::size_t n = std::fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
+  const int code = test::run_shell_bounded(std::string(FLOWFEED_RUNNER) + " " + args, &out);
+  return {code, out};
 }
 
 // The runner lists a loader's classes as the loader labels them: torchvision's find_classes.
