@@ -238,14 +238,16 @@ def test_a_callable_that_does_not_return_is_named_by_the_stall_detector():
             release.wait(30)
         return {"x": sample_x(i), "y": i}
 
+    # A timeout long enough that the body has entered the call on a loaded machine (with 0.3 s
+    # it had sometimes not started yet, and the detector said the loader produced nothing).
     p = flowfeed.Pipeline(config(load, samples=N, layout=["x: float32 [3, 4]", "y: int64"],
-                                 pipeline={"stall_timeout_s": 0.3}, sampler={"shuffle": False}))
-    timer = threading.Timer(1.0, release.set)  # lets the run drain after the stall
+                                 pipeline={"stall_timeout_s": 1.5}, sampler={"shuffle": False}))
+    timer = threading.Timer(4.0, release.set)  # lets the run drain after the stall
     timer.start()
     with pytest.raises(flowfeed.Error) as e:
         take_all(p)
     timer.cancel()
-    assert re.fullmatch(r"run stalled: no batch for 0.3 s \(pipeline.stall_timeout_s\): node "
+    assert re.fullmatch(r"run stalled: no batch for 1.5 s \(pipeline.stall_timeout_s\): node "
                         r"'load' \(python, <dict>:\d+\) is still processing batch 0 \(epoch 0\)",
                         str(e.value)), str(e.value)
 
