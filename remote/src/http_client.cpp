@@ -180,8 +180,9 @@ const char* http_reason(long status) noexcept {
 struct HttpClient::Attempt {
   CURLcode code = CURLE_OK;
   long status = 0;
-  std::string error;  ///< curl's error buffer
-  std::string body;   ///< an error response's body (first bytes)
+  std::string error;        ///< curl's error buffer
+  std::string body;         ///< an error response's body (first bytes)
+  bool progressed = false;  ///< a download's try that failed after it wrote body bytes
 };
 
 HttpClient::HttpClient(const RemoteOptions& options, std::atomic<std::uint64_t>& retries)
@@ -312,7 +313,11 @@ void HttpClient::fail(const Request& request, const Attempt& last, int tries) co
 void HttpClient::perform(const Request& request, const std::function<void(Try&)>& setup,
                          const std::function<bool(Attempt&)>& done) {
   CURL* c = handle(curl_);
-  for (int attempt = 1;; ++attempt) {
+  // Tries in a row that failed without getting anything: a download that failed after it wrote
+  // part of the body (a connection dropped mid-transfer) resumes at once and starts the count
+  // again, so a large object over a flaky connection finishes as long as each try brings bytes.
+  int failed = 0;
+  for (;;) {
     prepare(request);
     char error[CURL_ERROR_SIZE] = {0};
     curl_easy_setopt(c, CURLOPT_ERRORBUFFER, error);
@@ -326,8 +331,14 @@ void HttpClient::perform(const Request& request, const std::function<void(Try&)>
     if (cancelled()) throw_cancelled(request);
     if (done(last)) return;
     const bool again = last.code == CURLE_OK ? transient_status(last.status) : transient(last.code);
-    if (!again || attempt >= options_.attempts) fail(request, last, attempt);
-    wait_before_retry(attempt);
+    if (!again) fail(request, last, failed + 1);
+    if (last.progressed) {
+      failed = 0;
+      ++retries_;
+      continue;
+    }
+    if (++failed >= options_.attempts) fail(request, last, failed);
+    wait_before_retry(failed);
     if (cancelled()) throw_cancelled(request);
   }
 }
@@ -444,6 +455,7 @@ std::uint64_t HttpClient::download(const Request& request, int fd, std::uint64_t
                                       std::strerror(sink.write_error)));
         }
         if (have == size) return true;  // complete, whatever came after the last byte
+        last.progressed = sink.to_file && sink.offset > sink.start;  // the file grew
         if (last.code != CURLE_OK || (last.status != 200 && last.status != 206)) return false;
         // A body that ended early without an error (a proxy cut it): ask for the rest.
         last.code = CURLE_PARTIAL_FILE;
