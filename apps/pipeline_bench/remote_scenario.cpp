@@ -1,17 +1,22 @@
 // pipeline_bench remote: the same npy shards read by the same config from local disk and by URL
 // from nginx on 127.0.0.1 (docs/REMOTE.md; where nginx is not installed, from
-// tests/remote/range_server.py, Python's ThreadingHTTPServer with Range requests): cold (an empty
-// cache), warm (the cache of the cold run) and cold through a proxy that fails a share of the
-// requests (503 or a reset mid-body). Each figure is samples per second over the pipeline's
-// build and run, against the local run of the same round. With --order shards (the default) the
-// shards are streamed during the run; with --order samples all are fetched while it is built.
-// Random access besides: the samples in a full shuffle, read by Range requests (access: range,
-// nothing cached) against the local run of that order.
+// tests/remote/range_server.py, Python's ThreadingHTTPServer with Range requests). Each figure
+// is samples per second over the pipeline's build and run. From disk (every file read dropped
+// from the page cache first, posix_fadvise): the local files, then by URL with an empty cache
+// (cold: the server reads the same files from the same disk) and again with that cache (warm:
+// the cached copies read from disk). From memory (the files in the page cache): the local files
+// and the warm cache again. Faults: cold by URL through tests/remote/fault_proxy.py failing a
+// share of the requests (503 or a reset mid-body), against the same proxy failing none. With
+// --order shards (the default) the shards are streamed during the run; with --order samples all
+// are fetched while it is built. Random access besides: the samples in a full shuffle, read by
+// Range requests (access: range, nothing cached) against the local run of that order.
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -60,6 +65,39 @@ Timed timed_run(Bench& bench, const std::string& text, const std::string& name) 
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   t.samples_per_second = static_cast<double>(t.report.samples) / seconds;
   return t;
+}
+
+/// Drops the pages of every file under `dir` from the page cache (written back first:
+/// posix_fadvise drops clean pages only), so the next read of them comes from the disk.
+void evict(const fs::path& dir) {
+  for (const auto& entry : fs::recursive_directory_iterator(dir)) {
+    if (!entry.is_regular_file()) continue;
+    const int fd = ::open(entry.path().c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;  // a cache's lock file, say: nothing read from it counts
+    ::fdatasync(fd);
+    const int rc = ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+    if (rc != 0) {
+      throw std::runtime_error("remote: posix_fadvise(DONTNEED) failed on " +
+                               entry.path().string() + ": " + std::strerror(rc));
+    }
+  }
+}
+
+/// Reads every file under `dir` once from its start to its end, from the disk (evicted first):
+/// both memory runs then find their files in the page cache in the same state, whichever reads
+/// left them there before.
+void preload(const fs::path& dir) {
+  evict(dir);
+  std::vector<char> buffer(std::size_t{1} << 20);
+  for (const auto& entry : fs::recursive_directory_iterator(dir)) {
+    if (!entry.is_regular_file()) continue;
+    const int fd = ::open(entry.path().c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    while (::read(fd, buffer.data(), buffer.size()) > 0) {
+    }
+    ::close(fd);
+  }
 }
 
 double median(std::vector<double> v) {
@@ -116,19 +154,27 @@ void remote(Bench& bench) {
               port, o.remote_order.c_str());
   bench.details("remote")["server"] = server;
   bench.details("remote")["order"] = o.remote_order;
-  auto proxy = remote_test::python_server(
-      "fault_proxy.py",
-      {"--upstream", std::to_string(port), "--rate", std::to_string(o.remote_fault_rate),
-       "--faults", "503,reset", "--seed", "7", "--log", (dir / "faults.log").string()});
+  auto proxy_failing = [&](double rate) {
+    return remote_test::python_server(
+        "fault_proxy.py",
+        {"--upstream", std::to_string(port), "--rate", std::to_string(rate), "--faults",
+         "503,reset", "--seed", "7", "--log", (dir / "faults.log").string()});
+  };
+  auto clean_proxy = proxy_failing(0);
+  auto proxy = proxy_failing(o.remote_fault_rate);
   const std::string local = (dir / "data").string() + "/";
   const std::string http = "http://127.0.0.1:" + std::to_string(port) + "/";
+  const std::string through_proxy = "http://127.0.0.1:" + std::to_string(clean_proxy->port()) + "/";
   const std::string faulty = "http://127.0.0.1:" + std::to_string(proxy->port()) + "/";
   const std::uint64_t expected = static_cast<std::uint64_t>(rows) * shards * o.remote_epochs;
-  std::vector<double> local_rate, cold, warm, faults, cold_ratio, warm_ratio, fault_ratio;
-  std::vector<double> local_random, ranged, range_ratio;
+  struct Series {
+    std::vector<double> rate, ratio;
+  };
+  Series local_disk, cold, warm, local_memory, warm_memory, proxied, faults, local_random, ranged;
   nlohmann::json& details = bench.details("remote");
   for (int round = 0; round < o.remote_runs; ++round) {
-    const std::string cache = (dir / ("cache-" + std::to_string(round))).string();
+    const fs::path cache = dir / ("cache-" + std::to_string(round));
+    const std::string proxy_cache = (dir / ("proxy-cache-" + std::to_string(round))).string();
     const std::string fault_cache = (dir / ("fault-cache-" + std::to_string(round))).string();
     const std::string range_cache = (dir / ("range-cache-" + std::to_string(round))).string();
     auto text = [&](const std::string& base, const std::string& c, const std::string& order = "",
@@ -136,46 +182,70 @@ void remote(Bench& bench) {
       return yaml(o, base + "x-" + range + ".npy", base + "y-" + range + ".npy", c,
                   order.empty() ? o.remote_order : order, extra);
     };
-    const Timed l = timed_run(bench, text(local, ""), "remote_local");
-    const Timed c = timed_run(bench, text(http, cache), "remote_cold");
-    const Timed w = timed_run(bench, text(http, cache), "remote_warm");
-    const Timed f = timed_run(bench, text(faulty, fault_cache), "remote_faults");
-    // Random access: every sample anywhere, by Range requests, against local files in that order.
-    const Timed lr = timed_run(bench, text(local, "", "samples"), "remote_local_random");
-    const Timed r =
-        timed_run(bench, text(http, range_cache, "samples", ", access: range"), "remote_range");
-    for (const Timed* t : {&l, &c, &w, &f, &lr, &r}) {
-      if (t->report.samples != expected) {
-        throw std::runtime_error("remote: a run delivered " + std::to_string(t->report.samples) +
+    auto check = [&](const Timed& t) {
+      if (t.report.samples != expected) {
+        throw std::runtime_error("remote: a run delivered " + std::to_string(t.report.samples) +
                                  " samples, not " + std::to_string(expected));
       }
-    }
-    local_rate.push_back(l.samples_per_second);
-    cold.push_back(c.samples_per_second);
-    warm.push_back(w.samples_per_second);
-    faults.push_back(f.samples_per_second);
-    cold_ratio.push_back(c.samples_per_second / l.samples_per_second);
-    warm_ratio.push_back(w.samples_per_second / l.samples_per_second);
-    fault_ratio.push_back(f.samples_per_second / c.samples_per_second);
-    local_random.push_back(lr.samples_per_second);
-    ranged.push_back(r.samples_per_second);
-    range_ratio.push_back(r.samples_per_second / lr.samples_per_second);
+      return t;
+    };
+    // From disk: every file these runs read is dropped from the page cache first.
+    evict(dir / "data");
+    const Timed ld = check(timed_run(bench, text(local, ""), "remote_local_disk"));
+    evict(dir / "data");
+    const Timed c = check(timed_run(bench, text(http, cache.string()), "remote_cold"));
+    evict(cache);
+    const Timed w = check(timed_run(bench, text(http, cache.string()), "remote_warm"));
+    // From memory: the files read again while they are in the page cache.
+    preload(dir / "data");
+    preload(cache);
+    const Timed lm = check(timed_run(bench, text(local, ""), "remote_local_memory"));
+    const Timed wm = check(timed_run(bench, text(http, cache.string()), "remote_warm_memory"));
+    // Faults: the same proxy, failing none and then a share of the requests.
+    const Timed p = check(timed_run(bench, text(through_proxy, proxy_cache), "remote_proxy"));
+    const Timed f = check(timed_run(bench, text(faulty, fault_cache), "remote_faults"));
+    // Random access: every sample anywhere, by Range requests, against local files in that order.
+    const Timed lr = check(timed_run(bench, text(local, "", "samples"), "remote_local_random"));
+    const Timed r = check(
+        timed_run(bench, text(http, range_cache, "samples", ", access: range"), "remote_range"));
+    auto add = [](Series& s, const Timed& t, const Timed& base) {
+      s.rate.push_back(t.samples_per_second);
+      s.ratio.push_back(t.samples_per_second / base.samples_per_second);
+    };
+    add(local_disk, ld, ld);
+    add(cold, c, ld);
+    add(warm, w, ld);
+    add(local_memory, lm, lm);
+    add(warm_memory, wm, lm);
+    add(proxied, p, p);
+    add(faults, f, p);
+    add(local_random, lr, lr);
+    add(ranged, r, lr);
     std::printf(
-        "remote round %d: local %.0f, cold %.0f (%.3f), warm %.0f (%.3f), 5%% faults %.0f (%.3f "
-        "of cold; %.0f retries) samples/s; fetch at build: cold %.3f s, warm %.3f s\n",
-        round, l.samples_per_second, c.samples_per_second, cold_ratio.back(), w.samples_per_second,
-        warm_ratio.back(), f.samples_per_second, fault_ratio.back(),
-        f.report.extra.at("load.remote_retries"), c.report.extra.at("load.remote_fetch_seconds"),
+        "remote round %d, from disk: local %.0f, cold %.0f (%.3f), warm %.0f (%.3f) samples/s; "
+        "fetch at build: cold %.3f s, warm %.3f s\n",
+        round, ld.samples_per_second, c.samples_per_second, cold.ratio.back(), w.samples_per_second,
+        warm.ratio.back(), c.report.extra.at("load.remote_fetch_seconds"),
         w.report.extra.at("load.remote_fetch_seconds"));
+    std::printf(
+        "remote round %d, from memory: local %.0f, warm %.0f (%.3f), cold above %.3f of it; "
+        "through the proxy: no faults %.0f, %.0f%% faults %.0f (%.3f; %.0f retries) samples/s\n",
+        round, lm.samples_per_second, wm.samples_per_second, warm_memory.ratio.back(),
+        c.samples_per_second / lm.samples_per_second, p.samples_per_second,
+        100 * o.remote_fault_rate, f.samples_per_second, faults.ratio.back(),
+        f.report.extra.at("load.remote_retries"));
     std::printf(
         "remote round %d, random order: local %.0f, by Range requests %.0f (%.3f; %.0f requests) "
         "samples/s\n",
-        round, lr.samples_per_second, r.samples_per_second, range_ratio.back(),
+        round, lr.samples_per_second, r.samples_per_second, ranged.ratio.back(),
         r.report.extra.at("load.remote_range_reads"));
     details["rounds"].push_back(
-        {{"local", l.samples_per_second},
+        {{"local_disk", ld.samples_per_second},
          {"cold", c.samples_per_second},
          {"warm", w.samples_per_second},
+         {"local_memory", lm.samples_per_second},
+         {"warm_memory", wm.samples_per_second},
+         {"proxy", p.samples_per_second},
          {"faults", f.samples_per_second},
          {"fault_retries", f.report.extra.at("load.remote_retries")},
          {"cold_fetch_seconds", c.report.extra.at("load.remote_fetch_seconds")},
@@ -183,6 +253,7 @@ void remote(Bench& bench) {
          {"range", r.samples_per_second},
          {"range_reads", r.report.extra.at("load.remote_range_reads")}});
     fs::remove_all(cache);
+    fs::remove_all(proxy_cache);
     fs::remove_all(fault_cache);
     fs::remove_all(range_cache);
   }
@@ -190,18 +261,23 @@ void remote(Bench& bench) {
     return nlohmann::json{{"min", *std::min_element(v.begin(), v.end())},
                           {"max", *std::max_element(v.begin(), v.end())}};
   };
-  details["cold_ratio"] = span(cold_ratio);
-  details["warm_ratio"] = span(warm_ratio);
-  details["fault_ratio"] = span(fault_ratio);
-  details["range_ratio"] = span(range_ratio);
+  details["cold_ratio"] = span(cold.ratio);
+  details["warm_ratio"] = span(warm.ratio);
+  details["warm_memory_ratio"] = span(warm_memory.ratio);
+  details["fault_ratio"] = span(faults.ratio);
+  details["range_ratio"] = span(ranged.ratio);
   details["bytes"] = rows * row_bytes * static_cast<std::size_t>(shards);
-  bench.result("remote_cold", median(cold), "samples/s", median(local_rate),
+  bench.result("remote_cold", median(cold.rate), "samples/s", median(local_disk.rate),
                Target{0.9, true, false});
-  bench.result("remote_warm", median(warm), "samples/s", median(local_rate),
+  bench.result("remote_warm", median(warm.rate), "samples/s", median(local_disk.rate),
                Target{0.95, true, false});
-  bench.result("remote_faults", median(faults), "samples/s", median(cold),
+  bench.result("remote_warm_memory", median(warm_memory.rate), "samples/s",
+               median(local_memory.rate), Target{0.95, true, false});
+  bench.result("remote_cold_vs_memory", median(cold.rate), "samples/s", median(local_memory.rate));
+  bench.result("remote_faults", median(faults.rate), "samples/s", median(proxied.rate),
                Target{0.8, true, false});
-  bench.result("remote_range", median(ranged), "samples/s", median(local_random));
+  bench.result("remote_range", median(ranged.rate), "samples/s", median(local_random.rate));
+  clean_proxy.reset();
   proxy.reset();
   fs::remove_all(dir);
 }

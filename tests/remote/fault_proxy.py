@@ -49,17 +49,6 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header("Retry-After", "0")
         self.end_headers()
 
-    def send_body(self, body):
-        bandwidth = self.server.bandwidth
-        if bandwidth <= 0:
-            self.wfile.write(body)
-            return
-        step = max(1, min(len(body), int(bandwidth) // 20))  # about 20 pieces a second
-        for i in range(0, len(body), step):
-            self.wfile.write(body[i : i + step])
-            self.wfile.flush()
-            time.sleep(step / bandwidth)
-
     def handle_any(self):
         if self.server.delay > 0:
             time.sleep(self.server.delay)
@@ -70,30 +59,46 @@ class Handler(BaseHTTPRequestHandler):
         headers = {k: v for k, v in self.headers.items() if k.lower() != "connection"}
         up.request(self.command, self.path, headers=headers)
         r = up.getresponse()
-        body = r.read() if self.command == "GET" else b""
         self.send_response(r.status)
         for k, v in r.getheaders():
             if k.lower() in ("content-length", "content-range", "accept-ranges", "content-type"):
                 self.send_header(k, v)
         self.end_headers()
-        up.close()
-        if self.command != "GET":
-            return
-        if kind == "reset" and len(body) > 1:
-            self.wfile.write(body[: len(body) // 2])
+        try:
+            if self.command == "GET":
+                self.relay(r, kind, int(r.getheader("Content-Length") or 0))
+        finally:
+            up.close()
+
+    def relay(self, r, kind, length):
+        """Forwards the body as it arrives (1 MiB pieces), faulting it as `kind` says."""
+        if kind == "reset" and length > 1:
+            left = length // 2
+            while left > 0:
+                piece = r.read(min(left, 1 << 20))
+                if not piece:
+                    break
+                self.wfile.write(piece)
+                left -= len(piece)
             self.wfile.flush()
             self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             self.connection.close()
             self.close_connection = True
             return
         if kind == "slow":
-            step = max(1, len(body) // 4)
-            for i in range(0, len(body), step):
-                self.wfile.write(body[i : i + step])
+            step = max(1, length // 4)
+            while piece := r.read(step):
+                self.wfile.write(piece)
                 self.wfile.flush()
                 time.sleep(self.server.slow_s)
             return
-        self.send_body(body)
+        bandwidth = self.server.bandwidth
+        step = 1 << 20 if bandwidth <= 0 else max(1, int(bandwidth) // 20)  # about 20 pieces a second
+        while piece := r.read(step):
+            self.wfile.write(piece)
+            if bandwidth > 0:
+                self.wfile.flush()
+                time.sleep(len(piece) / bandwidth)
 
     def handle_quietly(self):
         try:

@@ -39,11 +39,14 @@ TEST_P(RemoteBench, QuickRunGivesColdWarmAndFaultRows) {
     EXPECT_GT(row.at("figure").get<double>(), 0) << row.dump();
   }
   EXPECT_EQ(targets, (std::map<std::string, double>{{"remote_cold", 0.9},
+                                                    {"remote_cold_vs_memory", -1.0},
                                                     {"remote_faults", 0.8},
                                                     {"remote_warm", 0.95},
+                                                    {"remote_warm_memory", 0.95},
                                                     {"remote_range", -1.0}}));
   EXPECT_EQ(j.at("scenarios").at("remote").at("rounds").size(), 1u);
-  EXPECT_NE(output.find("remote round 0: local "), std::string::npos) << output;
+  EXPECT_NE(output.find("remote round 0, from disk: local "), std::string::npos) << output;
+  EXPECT_NE(output.find("remote round 0, from memory: local "), std::string::npos) << output;
   EXPECT_NE(output.find("remote round 0, random order: local "), std::string::npos) << output;
   const std::string named =
       server == "nginx" ? "remote: shards served by nginx on 127.0.0.1:"
