@@ -12,6 +12,7 @@
 #include "flowfeed/nodes/detail/file_set.hpp"
 #include "flowfeed/nodes/detail/io_engine.hpp"
 #include "flowfeed/nodes/detail/npy_file.hpp"
+#include "flowfeed/nodes/detail/streamed_shards.hpp"
 #include "flowfeed/nodes/npy.hpp"
 #include "flowfeed/pool.hpp"
 #include "flowfeed/registry.hpp"
@@ -259,7 +260,14 @@ void NpyLoader::for_each_shard_run(const Batch& batch, F&& f) const {
 
 void NpyLoader::process(Batch& batch) {
   // Shards streamed during the run: held (waited for) while the batch reads them.
-  const ShardHold hold = hold_shards(batch);
+  const StreamedShards::Hold hold = [&] {
+    if (!streaming_) return StreamedShards::Hold();
+    try {
+      return streaming_->hold(batch);
+    } catch (const DataError& e) {
+      throw DataError(name_urls(remote_.get(), e.what()));
+    }
+  }();
   batch.lease(tier_) = pool_->acquire();
   std::byte* xs = batch.tensor(tier_, 0);
   const std::size_t x_at = batch.layout->offset(0, batch.rows());  // where xs is in the batch

@@ -1,7 +1,7 @@
 // The npy loader's shards named by URL (docs/REMOTE.md): their headers read at build with a
 // Range request; the shards fetched in setup() (all of them), or, when the sampler reads the
-// shards one after another (order: shards, or no shuffle), streamed during the run: fetched ahead
-// in the epoch's shard order and let go once read.
+// shards one after another (order: shards, or no shuffle), streamed during the run
+// (StreamedShards).
 #include <fmt/format.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -9,10 +9,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <optional>
 
 #include "flowfeed/error.hpp"
 #include "flowfeed/nodes/detail/file_set.hpp"
+#include "flowfeed/nodes/detail/streamed_shards.hpp"
 #include "flowfeed/nodes/npy.hpp"
 #include "npy_shard.hpp"
 
@@ -102,13 +102,21 @@ void NpyLoader::setup_remote(BuildContext& context) {
   const SamplerOptions& order = context.sampler_options();
   if (fetch_features && all_remote && !options_.pin &&
       (order.order == SampleOrder::shards || !order.shuffle)) {
-    streaming_ = std::make_unique<Streaming>(shards_.size());
-    streaming_->stream = remote_->stream(urls, sizes);
-    streaming_->stream->set_cancel(&context.cancelled());
-    streaming_->sampler = std::make_unique<Sampler>(order, size_, context.batch_size(), starts_);
-    begin_epoch(0, std::nullopt);
+    // Shard s is the stream's files 2s (features) and 2s + 1 (labels).
+    std::unique_ptr<ShardStream> stream = remote_->stream(urls, sizes);
+    stream->set_cancel(&context.cancelled());
+    streaming_ = std::make_unique<StreamedShards>(
+        std::move(stream), std::make_unique<Sampler>(order, size_, context.batch_size(), starts_),
+        starts_, 2,
+        [this](std::size_t shard, const std::vector<std::string>& paths) {
+          open_streamed(shard, paths);
+        },
+        [this](std::size_t shard) {
+          shards_[shard].file = IoFile();
+          shards_[shard].labels_data.reset();
+        });
     // The first shard is fetched now: a fault that would fail it fails the build.
-    streaming_->stream->wait_for_first(2);
+    streaming_->stream().wait_for_first(2);
     return;
   }
   // Any sample of any shard may come next: every shard is fetched before the run (with
@@ -138,133 +146,22 @@ void NpyLoader::setup_remote(BuildContext& context) {
   }
 }
 
-void NpyLoader::begin_epoch(std::uint32_t epoch, std::optional<std::uint64_t> first_batch) {
-  Streaming& st = *streaming_;
-  std::lock_guard<std::mutex> lock(st.epochs);
-  const Sampler& sampler = *st.sampler;
-  if (static_cast<std::int64_t>(epoch) > st.planned) {
-    st.planned = epoch;
-    std::vector<std::size_t> files;
-    for (const std::uint32_t shard : sampler.shard_sequence(epoch)) {
-      files.push_back(2 * std::size_t{shard});
-      files.push_back(2 * std::size_t{shard} + 1);
-    }
-    st.stream->plan(files);
-  }
-  // At build the epoch a run starts in is not known (a resume starts part way): only the plan.
-  if (!first_batch || st.left.count(epoch) != 0) return;
-  // The samples of each shard this rank reads this epoch: its full batches (or all of them) from
-  // the first one seen (a resumed epoch starts part way; a batch before it that comes later
-  // makes a shard close early, to be opened again: never read while closed).
-  const std::vector<std::uint32_t> order = sampler.epoch_order(epoch);
-  const std::size_t read =
-      std::min<std::size_t>(order.size(), sampler.batches_per_epoch() * sampler.batch_size());
-  std::vector<std::uint64_t> left(shards_.size(), 0);
-  for (std::size_t k = std::min<std::size_t>(read, *first_batch * sampler.batch_size()); k < read;
-       ++k) {
-    const auto it = std::upper_bound(starts_.begin(), starts_.end(), std::size_t{order[k]});
-    ++left[static_cast<std::size_t>(it - starts_.begin()) - 1];
-  }
-  st.left[epoch] = std::move(left);
-  // Epochs two back are over (a batch of one more than that is being read).
-  while (!st.left.empty() && st.left.begin()->first + 1 < epoch) st.left.erase(st.left.begin());
-}
-
-NpyLoader::ShardHold NpyLoader::hold_shards(const Batch& batch) {
-  if (!streaming_) return ShardHold();
-  begin_epoch(batch.epoch, batch.index_in_epoch);
-  std::vector<std::pair<std::size_t, std::uint64_t>> touched;
-  for (const std::uint32_t sample : batch.samples) {
-    const auto it = std::upper_bound(starts_.begin(), starts_.end(), std::size_t{sample});
-    const auto s = static_cast<std::size_t>(it - starts_.begin()) - 1;
-    if (touched.empty() || touched.back().first != s) {
-      const auto seen =
-          std::find_if(touched.begin(), touched.end(), [&](const auto& t) { return t.first == s; });
-      if (seen == touched.end()) {
-        touched.emplace_back(s, 1);
-        continue;
-      }
-      ++seen->second;
-      continue;
-    }
-    ++touched.back().second;
-  }
-  ShardHold hold(this, batch.epoch);
-  for (const auto& [shard, count] : touched) {
-    try {
-      open_shard(shard);
-    } catch (const DataError& e) {
-      throw DataError(name_urls(remote_.get(), e.what()));
-    }
-    hold.add(shard, count);
-  }
-  return hold;
-}
-
-void NpyLoader::open_shard(std::size_t index) {
-  Streaming& st = *streaming_;
-  Streaming::Use& use = st.uses[index];
-  std::lock_guard<std::mutex> lock(use.mutex);
-  if (use.open) {
-    ++use.users;
-    return;
-  }
+void NpyLoader::open_streamed(std::size_t index, const std::vector<std::string>& paths) {
   Shard& shard = shards_[index];
-  ShardStream& stream = *st.stream;
-  const std::string features = stream.acquire(2 * index);
   try {
-    const std::string labels = stream.acquire(2 * index + 1);
-    try {
-      shard.file = engine_->open(features);
-      shard.labels_data = std::make_unique<NpyFile>(labels);
-      if (shard.file.size() != shard.features_bytes ||
-          shard.labels_data->rows() != shard.labels->rows()) {
-        throw DataError(
-            fmt::format("{}: changed on the server since its header was read at "
-                        "build (empty the cache and run again)",
-                        shard.features->path()));
-      }
-    } catch (...) {
-      shard.file = IoFile();
-      shard.labels_data.reset();
-      stream.release(2 * index + 1);
-      throw;
+    shard.file = engine_->open(paths[0]);
+    shard.labels_data = std::make_unique<NpyFile>(paths[1]);
+    if (shard.file.size() != shard.features_bytes ||
+        shard.labels_data->rows() != shard.labels->rows()) {
+      throw DataError(
+          fmt::format("{}: changed on the server since its header was read at "
+                      "build (empty the cache and run again)",
+                      shard.features->path()));
     }
   } catch (...) {
-    stream.release(2 * index);
-    throw;
-  }
-  use.open = true;
-  ++use.users;
-}
-
-void NpyLoader::unhold_shards(
-    std::uint32_t epoch,
-    const std::vector<std::pair<std::size_t, std::uint64_t>>& shards) noexcept {
-  Streaming& st = *streaming_;
-  for (const auto& [index, count] : shards) {
-    bool finished = false;
-    {
-      std::lock_guard<std::mutex> lock(st.epochs);
-      const auto it = st.left.find(epoch);
-      if (it != st.left.end()) {
-        std::uint64_t& left = it->second[index];
-        left -= std::min(left, count);
-        finished = left == 0;
-      }
-    }
-    Streaming::Use& use = st.uses[index];
-    std::lock_guard<std::mutex> lock(use.mutex);
-    if (--use.users > 0 || !finished || !use.open) continue;
-    // Read to its end this epoch: closed, and let go (the cache may evict it).
-    Shard& shard = shards_[index];
     shard.file = IoFile();
     shard.labels_data.reset();
-    use.open = false;
-    for (const std::size_t file : {2 * index, 2 * index + 1}) {
-      st.stream->release(file);
-      st.stream->done(file);
-    }
+    throw;
   }
 }
 

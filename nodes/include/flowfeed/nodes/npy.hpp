@@ -21,6 +21,7 @@
 namespace flowfeed {
 
 class IoEngine;
+class StreamedShards;
 class NpyFile;
 
 /// Options of the `npy` loader (the params of its schema).
@@ -85,8 +86,6 @@ class NpyLoader final : public LoaderNode {
 
  private:
   struct Shard;
-  struct Streaming;
-  class ShardHold;
   /// The headers of the files, features and labels of each shard in turn: a local file opened,
   /// a URL's first bytes read with a Range request (npy_remote.cpp).
   std::vector<std::pair<std::unique_ptr<NpyFile>, std::uint64_t>> open_headers(
@@ -95,15 +94,8 @@ class NpyLoader final : public LoaderNode {
   /// Shards named by URL: fetched now, or streamed during the run, or with access: range read by
   /// Range requests during the run (docs/REMOTE.md).
   void setup_remote(BuildContext& context);
-  /// The stream's plan for `epoch`, and the samples of each shard in it from batch `first_batch`
-  /// on (the first batch of the epoch this loader sees; nullopt at build: the plan only).
-  void begin_epoch(std::uint32_t epoch, std::optional<std::uint64_t> first_batch);
-  /// Opens (waits for) the streamed shards `batch` reads.
-  ShardHold hold_shards(const Batch& batch);
-  void open_shard(std::size_t shard);
-  /// Ends a batch's hold: a shard read to its end this epoch is closed and let go.
-  void unhold_shards(std::uint32_t epoch,
-                     const std::vector<std::pair<std::size_t, std::uint64_t>>& shards) noexcept;
+  /// Opens streamed shard `shard` from its cached features and labels files.
+  void open_streamed(std::size_t shard, const std::vector<std::string>& paths);
   /// Calls f(shard, row in the batch, first row in the shard, count) for each run of consecutive
   /// samples inside one shard.
   template <typename F>
@@ -114,8 +106,8 @@ class NpyLoader final : public LoaderNode {
   [[noreturn]] void label_error(const Shard& shard, std::int64_t label, std::size_t index) const;
 
   NpyLoaderOptions options_;
-  std::shared_ptr<RemoteFiles> remote_;   ///< keeps fetched shards in the cache
-  std::unique_ptr<Streaming> streaming_;  ///< shards fetched during the run (after remote_)
+  std::shared_ptr<RemoteFiles> remote_;        ///< keeps fetched shards in the cache
+  std::unique_ptr<StreamedShards> streaming_;  ///< shards fetched during the run (after remote_)
   std::unique_ptr<IoEngine> engine_;
   std::vector<Shard> shards_;
   std::vector<std::size_t> starts_;  // global index of each shard's first row
