@@ -260,14 +260,7 @@ void NpyLoader::for_each_shard_run(const Batch& batch, F&& f) const {
 
 void NpyLoader::process(Batch& batch) {
   // Shards streamed during the run: held (waited for) while the batch reads them.
-  const StreamedShards::Hold hold = [&] {
-    if (!streaming_) return StreamedShards::Hold();
-    try {
-      return streaming_->hold(batch);
-    } catch (const DataError& e) {
-      throw DataError(name_urls(remote_.get(), e.what()));
-    }
-  }();
+  const StreamedShards::Hold hold = hold_streamed(streaming_.get(), remote_.get(), batch);
   batch.lease(tier_) = pool_->acquire();
   std::byte* xs = batch.tensor(tier_, 0);
   const std::size_t x_at = batch.layout->offset(0, batch.rows());  // where xs is in the batch

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 
+#include "flowfeed/error.hpp"
+#include "flowfeed/nodes/detail/file_set.hpp"
+
 namespace flowfeed {
 
 StreamedShards::StreamedShards(std::unique_ptr<ShardStream> stream,
@@ -122,6 +125,16 @@ void StreamedShards::unhold(
       stream_->release(f);
       stream_->done(f);
     }
+  }
+}
+
+StreamedShards::Hold hold_streamed(StreamedShards* streaming, const RemoteFiles* remote,
+                                   const Batch& batch) {
+  if (!streaming) return StreamedShards::Hold();
+  try {
+    return streaming->hold(batch);
+  } catch (const DataError& e) {
+    throw DataError(name_urls(remote, e.what()));
   }
 }
 

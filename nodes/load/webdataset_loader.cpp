@@ -16,18 +16,19 @@
 #include "flowfeed/config.hpp"
 #include "flowfeed/data_file.hpp"
 #include "flowfeed/nodes/detail/file_set.hpp"
+#include "flowfeed/nodes/detail/streamed_shards.hpp"
 #include "flowfeed/pool.hpp"
 #include "flowfeed/stats.hpp"
 
 namespace flowfeed {
-
-namespace {
 
 std::vector<std::string> field_names(const std::vector<BytesField>& fields) {
   std::vector<std::string> names;
   for (const BytesField& f : fields) names.push_back(f.field);
   return names;
 }
+
+namespace {
 
 /// `bytes_fields`: "json:4096, txt:256" → {json, 4096}, {txt, 256}.
 void parse_bytes_fields(const NodeSpec& spec, WebDatasetOptions& o,
@@ -87,10 +88,17 @@ WebDatasetIndex index_of(const WebDatasetOptions& o, std::shared_ptr<RemoteFiles
 
 WebDatasetLoader::WebDatasetLoader(WebDatasetOptions options)
     : options_(std::move(options)),
-      index_(index_of(options_, remote_)),
+      index_(options_.index.empty() ? index_of(options_, remote_) : index_from_files()),
       workers_(std::make_unique<DecodeWorkers>()) {
   if (index_.samples().empty()) {
     throw DataError(fmt::format("shards: '{}' hold no sample", fmt::join(options_.shards, ", ")));
+  }
+  target_ = decode_target(options_);
+  sample_bytes_ = image_bytes(options_);
+  // With index files the tars are opened at setup, when the sampler's order is known.
+  if (!options_.index.empty()) {
+    fds_.assign(index_.shards().size(), -1);
+    return;
   }
   for (const std::string& path : index_.shards()) {
     try {
@@ -100,17 +108,19 @@ WebDatasetLoader::WebDatasetLoader(WebDatasetOptions options)
       throw DataError(name_urls(remote_.get(), e.what()));
     }
   }
-  target_ = decode_target(options_);
-  sample_bytes_ = image_bytes(options_);
 }
 
 WebDatasetLoader::~WebDatasetLoader() {
-  for (int fd : fds_) ::close(fd);
+  streaming_.reset();  // its transfers stop before the files close
+  for (int fd : fds_) {
+    if (fd >= 0) ::close(fd);
+  }
 }
 
 WebDatasetOptions WebDatasetLoader::options_from(const NodeSpec& spec) {
   WebDatasetOptions o;
   o.shards = spec.params.get_string_list("shards");
+  o.index = spec.params.get_string_list("index");
   o.remote = remote_options_from(spec.params);
   std::vector<std::string> problems;
   image_options_from(spec, o, problems);
@@ -142,6 +152,7 @@ void WebDatasetLoader::setup(BuildContext& context) {
   policy_ = row_policy(options_.parallel, context.pipeline_options());
   node_name_ = context.spec().name;
   drops_.set_who(fmt::format("node '{}' (webdataset)", node_name_));
+  if (!options_.index.empty()) open_shards(context);
   if (!policy_.skip) {
     // Without skip a sample that the headers already show to be unusable would fail its batch
     // later: say so now, before the run starts.
@@ -241,6 +252,8 @@ void WebDatasetLoader::load_sample(std::uint32_t sample, std::uint32_t epoch,
 }
 
 void WebDatasetLoader::process(Batch& batch) {
+  // Tars streamed during the run: held (waited for) while the batch reads them.
+  const StreamedShards::Hold hold = hold_streamed(streaming_.get(), remote_.get(), batch);
   batch.host = pool_->acquire();
   const std::size_t fields = options_.bytes_fields.size();
   auto targets = [&batch, fields, this](std::size_t row) {

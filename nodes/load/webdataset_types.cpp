@@ -84,6 +84,11 @@ void register_webdataset(Registry& registry) {
                     "string separated by commas or spaces; one data set in that order; "
                     "https:// and s3:// URLs too (docs/REMOTE.md)")
       .make_required();
+  s.add_string_list("index",
+                    "index files, one per shard in the same order (patterns and URLs as for "
+                    "shards), in the format of DALI's wds2idx: the sample index is read from "
+                    "them, and shards named by URL can stream during the run (docs/REMOTE.md)",
+                    std::vector<std::string>{});
   add_image_params(s);
   add_remote_params(s);
   s.add_string("bytes_fields",

@@ -59,6 +59,11 @@ struct WebDatasetOptions : ImageOptions {
   /// URLs); one string may list several, separated by commas or spaces. Together they are one
   /// data set, in the order listed (each glob sorted), expanded by expand_shards().
   std::vector<std::string> shards;
+  /// Index files, one per shard in the shards' order (patterns and URLs as for shards), in the
+  /// format of DALI's wds2idx: the sample index is read from them instead of the tars' headers,
+  /// and shards named by URL can be fetched during the run (docs/REMOTE.md). Each shard is
+  /// checked against its index when it is opened. Empty: the tars' headers are read at build.
+  std::vector<std::string> index;
   std::vector<BytesField> bytes_fields;  ///< tensors after x and y, in this order (at most 8)
   RemoteOptions remote;  ///< how shards named by URL are fetched and cached (docs/REMOTE.md)
 };
@@ -73,9 +78,10 @@ void register_webdataset(Registry& registry);
 std::vector<std::string> expand_shards(const std::vector<std::string>& shards);
 
 /// expand_shards, where a shard may also be a URL: fetched with `remote`'s options into its
-/// cache (`remote` is made at the first URL and keeps the shards cached while it lives).
+/// cache (`remote` is made at the first URL and keeps the shards cached while it lives), or with
+/// `defer`, listed only (the URLs stay in the list, for the caller to fetch).
 std::vector<std::string> expand_shards(const std::vector<std::string>& shards,
                                        const RemoteOptions& options,
-                                       std::shared_ptr<RemoteFiles>& remote);
+                                       std::shared_ptr<RemoteFiles>& remote, bool defer = false);
 
 }  // namespace flowfeed

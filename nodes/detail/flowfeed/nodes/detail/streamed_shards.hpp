@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "flowfeed/batch.hpp"
+#include "flowfeed/remote/remote_files.hpp"
 #include "flowfeed/remote/shard_stream.hpp"
 #include "flowfeed/sampler.hpp"
 
@@ -92,5 +93,10 @@ class StreamedShards {
   std::map<std::uint32_t, std::vector<std::uint64_t>> left_;
   std::int64_t planned_ = -1;  ///< the newest epoch given to the stream's plan
 };
+
+/// `streaming`'s hold of the shards `batch` reads (an empty hold when `streaming` is null), with
+/// its DataErrors naming the shards' URLs rather than their cached copies.
+StreamedShards::Hold hold_streamed(StreamedShards* streaming, const RemoteFiles* remote,
+                                   const Batch& batch);
 
 }  // namespace flowfeed

@@ -5,11 +5,13 @@
 /// file name); the rest of the name is the field (`jpg`, `cls`, `json`, ...).
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "flowfeed/nodes/detail/image_decode.hpp"
+#include "flowfeed/nodes/detail/tar_index.hpp"
 
 namespace flowfeed {
 
@@ -45,6 +47,9 @@ class WebDatasetIndex {
   /// label and the members whose field is one of `fields` (compared without case). Throws
   /// DataError for a damaged tar.
   explicit WebDatasetIndex(std::vector<std::string> shards, std::vector<std::string> fields = {});
+  /// The same from the member lists `listing(shard)` gives (e.g. from index files).
+  WebDatasetIndex(std::vector<std::string> shards, std::vector<std::string> fields,
+                  const std::function<TarListing(std::size_t shard)>& listing);
 
   const std::vector<std::string>& shards() const noexcept { return shards_; }
   /// The names messages give the shards (e.g. the URLs of cached copies), one per shard.
@@ -67,10 +72,16 @@ class WebDatasetIndex {
   const FieldLocation& field(std::size_t sample, std::size_t f) const noexcept {
     return fields_at_[sample * fields_.size() + f];
   }
+  /// The first difference between the samples of shard `shard` and those of `other` (an index of
+  /// that shard alone, e.g. read from its tar when an index file gave this one), as
+  /// "sample 'key': ..."; "" when they are the same.
+  std::string difference(std::size_t shard, const WebDatasetIndex& other) const;
   /// The largest image member, in bytes.
   std::uint32_t max_image_bytes() const noexcept { return max_image_bytes_; }
 
  private:
+  void add_shard(std::uint32_t shard, const TarListing& listing);
+
   std::vector<std::string> shards_;
   std::vector<std::string> shown_;  ///< what messages call the shards; empty: their paths
   std::vector<ShardSample> samples_;
@@ -78,6 +89,14 @@ class WebDatasetIndex {
   std::vector<std::string> fields_;
   std::vector<FieldLocation> fields_at_;  // samples × fields
   std::uint32_t max_image_bytes_ = 0;
+  std::vector<std::size_t> starts_;  ///< each shard's first sample, and the count at the end
 };
+
+/// The member list of a WebDataset index file in the format of DALI's wds2idx (`v1.2 N`, then a
+/// line per sample of `extension offset size name` groups, offsets of the members' data), read
+/// from `path` and named `shown` in messages. Each member must lie inside the shard's
+/// `shard_bytes`, after the one before. DataError naming the file and line.
+TarListing read_wds_index(const std::string& path, const std::string& shown,
+                          std::uint64_t shard_bytes);
 
 }  // namespace flowfeed

@@ -18,6 +18,11 @@
 namespace flowfeed {
 
 class BufferPool;
+class StreamedShards;
+
+/// The fields of `fields`, in order (WebDatasetIndex's fields).
+std::vector<std::string> field_names(const std::vector<BytesField>& fields);
+
 struct DecodeWorkers;  // per-thread decoders and scratch
 
 /// Reads each sample's image and label with pread, decodes the image straight into its crop
@@ -61,11 +66,24 @@ class WebDatasetLoader final : public LoaderNode {
   std::int32_t parse_label(const ShardSample& s, const std::uint8_t* bytes) const;
   void read_exact(const ShardSample& s, std::uint64_t offset, std::size_t bytes,
                   std::uint8_t* dst) const;
+  /// With index files (webdataset_remote.cpp): the shards listed without fetching them, the
+  /// index files read (fetched when named by URL), the sample index built from them.
+  WebDatasetIndex index_from_files();
+  /// With index files, at setup: the shards named by URL streamed during the run when the
+  /// sampler reads them one after another, else fetched now; every shard not streamed is
+  /// opened and checked against its index now.
+  void open_shards(BuildContext& context);
+  /// Opens tar `tar` from `path` (its local file or cached copy) after checking that its
+  /// headers give the samples its index file gave (DataError naming both when they differ).
+  void open_tar(std::size_t tar, const std::string& path);
 
   WebDatasetOptions options_;
-  std::shared_ptr<RemoteFiles> remote_;  ///< before index_: the shards' expansion sets it
+  std::shared_ptr<RemoteFiles> remote_;   ///< before index_: the shards' expansion sets it
+  std::vector<std::string> index_shown_;  ///< index files as named (index_from_files)
+  std::vector<std::uint64_t> tar_bytes_;  ///< the shards' sizes (index_from_files)
   WebDatasetIndex index_;
-  std::vector<int> fds_;
+  std::vector<int> fds_;                       ///< per tar; -1 while a streamed tar is closed
+  std::unique_ptr<StreamedShards> streaming_;  ///< tars fetched during the run (index files)
   DecodeTarget target_;
   std::size_t sample_bytes_ = 0;
   BufferPool* pool_ = nullptr;
