@@ -182,45 +182,40 @@ void remote(Bench& bench) {
       return yaml(o, base + "x-" + range + ".npy", base + "y-" + range + ".npy", c,
                   order.empty() ? o.remote_order : order, extra);
     };
-    auto check = [&](const Timed& t) {
+    // A run of `yaml_text`, checked and added to `series` (with its ratio to `base`; none: to
+    // itself) and to the round's details as `key`.
+    nlohmann::json round_details;
+    auto measure = [&](Series& series, const std::string& yaml_text, const std::string& key,
+                       const Timed* base = nullptr) {
+      Timed t = timed_run(bench, yaml_text, "remote_" + key);
+      round_details[key] = t.samples_per_second;
       if (t.report.samples != expected) {
         throw std::runtime_error("remote: a run delivered " + std::to_string(t.report.samples) +
                                  " samples, not " + std::to_string(expected));
       }
+      series.rate.push_back(t.samples_per_second);
+      series.ratio.push_back(t.samples_per_second / (base ? base : &t)->samples_per_second);
       return t;
     };
     // From disk: every file these runs read is dropped from the page cache first.
     evict(dir / "data");
-    const Timed ld = check(timed_run(bench, text(local, ""), "remote_local_disk"));
+    const Timed ld = measure(local_disk, text(local, ""), "local_disk");
     evict(dir / "data");
-    const Timed c = check(timed_run(bench, text(http, cache.string()), "remote_cold"));
+    const Timed c = measure(cold, text(http, cache.string()), "cold", &ld);
     evict(cache);
-    const Timed w = check(timed_run(bench, text(http, cache.string()), "remote_warm"));
+    const Timed w = measure(warm, text(http, cache.string()), "warm", &ld);
     // From memory: the files read again while they are in the page cache.
     preload(dir / "data");
     preload(cache);
-    const Timed lm = check(timed_run(bench, text(local, ""), "remote_local_memory"));
-    const Timed wm = check(timed_run(bench, text(http, cache.string()), "remote_warm_memory"));
+    const Timed lm = measure(local_memory, text(local, ""), "local_memory");
+    const Timed wm = measure(warm_memory, text(http, cache.string()), "warm_memory", &lm);
     // Faults: the same proxy, failing none and then a share of the requests.
-    const Timed p = check(timed_run(bench, text(through_proxy, proxy_cache), "remote_proxy"));
-    const Timed f = check(timed_run(bench, text(faulty, fault_cache), "remote_faults"));
+    const Timed p = measure(proxied, text(through_proxy, proxy_cache), "proxy");
+    const Timed f = measure(faults, text(faulty, fault_cache), "faults", &p);
     // Random access: every sample anywhere, by Range requests, against local files in that order.
-    const Timed lr = check(timed_run(bench, text(local, "", "samples"), "remote_local_random"));
-    const Timed r = check(
-        timed_run(bench, text(http, range_cache, "samples", ", access: range"), "remote_range"));
-    auto add = [](Series& s, const Timed& t, const Timed& base) {
-      s.rate.push_back(t.samples_per_second);
-      s.ratio.push_back(t.samples_per_second / base.samples_per_second);
-    };
-    add(local_disk, ld, ld);
-    add(cold, c, ld);
-    add(warm, w, ld);
-    add(local_memory, lm, lm);
-    add(warm_memory, wm, lm);
-    add(proxied, p, p);
-    add(faults, f, p);
-    add(local_random, lr, lr);
-    add(ranged, r, lr);
+    const Timed lr = measure(local_random, text(local, "", "samples"), "local_random");
+    const Timed r =
+        measure(ranged, text(http, range_cache, "samples", ", access: range"), "range", &lr);
     std::printf(
         "remote round %d, from disk: local %.0f, cold %.0f (%.3f), warm %.0f (%.3f) samples/s; "
         "fetch at build: cold %.3f s, warm %.3f s\n",
@@ -239,19 +234,10 @@ void remote(Bench& bench) {
         "samples/s\n",
         round, lr.samples_per_second, r.samples_per_second, ranged.ratio.back(),
         r.report.extra.at("load.remote_range_reads"));
-    details["rounds"].push_back(
-        {{"local_disk", ld.samples_per_second},
-         {"cold", c.samples_per_second},
-         {"warm", w.samples_per_second},
-         {"local_memory", lm.samples_per_second},
-         {"warm_memory", wm.samples_per_second},
-         {"proxy", p.samples_per_second},
-         {"faults", f.samples_per_second},
-         {"fault_retries", f.report.extra.at("load.remote_retries")},
-         {"cold_fetch_seconds", c.report.extra.at("load.remote_fetch_seconds")},
-         {"local_random", lr.samples_per_second},
-         {"range", r.samples_per_second},
-         {"range_reads", r.report.extra.at("load.remote_range_reads")}});
+    round_details["fault_retries"] = f.report.extra.at("load.remote_retries");
+    round_details["cold_fetch_seconds"] = c.report.extra.at("load.remote_fetch_seconds");
+    round_details["range_reads"] = r.report.extra.at("load.remote_range_reads");
+    details["rounds"].push_back(round_details);
     fs::remove_all(cache);
     fs::remove_all(proxy_cache);
     fs::remove_all(fault_cache);

@@ -323,15 +323,13 @@ TEST_F(RemoteTest, FaultsAreRetriedAndAResetTransferResumesWithARange) {
 TEST_F(RemoteTest, ATransferCutOffAfterSomeBytesResumesAtOnceWithoutSpendingTheAttempts) {
   write_shards(1, 1000000);
   Nginx nginx(served_, work_ + "/nginx");
-  auto proxy =
-      python_server("fault_proxy.py", {"--upstream", std::to_string(nginx.port()), "--first", "6",
-                                       "--faults", "reset", "--methods", "GET"});
+  auto proxy = fault_proxy(nginx, {"--first", "6", "--faults", "reset", "--methods", "GET"});
   RemoteOptions o = options();
   o.attempts = 2;
   o.backoff_s = 1;  // a wait between the tries would show in the time
   o.max_backoff_s = 1;
   RemoteFiles files(o);
-  const std::string url = "http://127.0.0.1:" + std::to_string(proxy->port()) + "/data/" + name(0);
+  const std::string url = base_url(*proxy) + "data/" + name(0);
   const auto start = std::chrono::steady_clock::now();
   const auto paths = files.fetch({url});
   const double seconds =
