@@ -6,11 +6,14 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <random>
+#include <string_view>
 #include <thread>
 
 #include "flowfeed/error.hpp"
@@ -153,6 +156,49 @@ int debug_headers(CURL*, curl_infotype type, char* data, std::size_t size, void*
 
 std::size_t ignore_body(char*, std::size_t size, std::size_t count, void*) {
   return size * count;
+}
+
+/// A response's Content-Range (`bytes first-last/total`, `bytes */total`; `*` for an unknown
+/// total): `valid` false when there is none or it does not parse.
+struct ContentRange {
+  bool valid = false;
+  bool has_range = false;
+  std::uint64_t first = 0, last = 0;
+  std::optional<std::uint64_t> total;
+};
+
+ContentRange content_range(CURL* curl) {
+  ContentRange r;
+  curl_header* h = nullptr;
+  if (curl_easy_header(curl, "Content-Range", 0, CURLH_HEADER, -1, &h) != CURLHE_OK || !h) {
+    return r;
+  }
+  std::string_view v = h->value;
+  auto number = [&v](std::uint64_t& out) {
+    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+    if (ec != std::errc() || end == v.data()) return false;
+    v.remove_prefix(static_cast<std::size_t>(end - v.data()));
+    return true;
+  };
+  auto skip = [&v](char c) {
+    if (v.empty() || v.front() != c) return false;
+    v.remove_prefix(1);
+    return true;
+  };
+  if (v.substr(0, 6) != "bytes ") return r;
+  v.remove_prefix(6);
+  if (!skip('*')) {
+    if (!number(r.first) || !skip('-') || !number(r.last) || r.last < r.first) return r;
+    r.has_range = true;
+  }
+  if (!skip('/')) return r;
+  if (!skip('*')) {
+    std::uint64_t total = 0;
+    if (!number(total)) return r;
+    r.total = total;
+  }
+  r.valid = v.empty();
+  return r;
 }
 
 }  // namespace
@@ -391,6 +437,48 @@ std::string HttpClient::get_prefix(const Request& request, std::size_t bytes) {
   return std::move(sink.text);
 }
 
+std::pair<std::uint64_t, std::string> HttpClient::get_size_and_prefix(const Request& request,
+                                                                      std::size_t bytes) {
+  Sink sink;
+  std::optional<std::uint64_t> size;
+  bool unsatisfiable = false;
+  perform(
+      request,
+      [&](Try& t) {
+        fresh_sink(sink, t.curl, {.truncate = true, .text_limit = bytes});
+        t.range = fmt::format("0-{}", bytes - 1);
+      },
+      [&](Attempt& last) {
+        CURL* c = handle(curl_);
+        if (last.status == 416) {  // nothing to give: an empty object
+          unsatisfiable = true;
+          return true;
+        }
+        if (last.status != 200 && last.status != 206) return false;
+        if (last.code != CURLE_OK && !sink.full) return false;
+        if (last.status == 206) {
+          const ContentRange r = content_range(c);
+          if (!r.valid || !r.has_range || r.first != 0 || !r.total) {
+            throw DataError(
+                fmt::format("{}: the server answered a Range request without a "
+                            "Content-Range that gives the object's size",
+                            request.shown));
+          }
+          size = r.total;
+          return true;
+        }
+        curl_off_t length = -1;  // the whole object: its Content-Length
+        curl_easy_getinfo(c, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length);
+        if (length >= 0) size = static_cast<std::uint64_t>(length);
+        return true;
+      });
+  if (unsatisfiable || !size) {
+    const std::uint64_t head = size_of(request);
+    return {head, head > 0 ? get_prefix(request, std::min<std::uint64_t>(bytes, head)) : ""};
+  }
+  return {*size, std::move(sink.text)};
+}
+
 void HttpClient::get_range(const Request& request, std::uint64_t offset, std::size_t bytes,
                            std::byte* dst) {
   if (bytes == 0) return;
@@ -413,6 +501,14 @@ void HttpClient::get_range(const Request& request, std::uint64_t offset, std::si
         if (sink.text.size() != bytes) {
           throw DataError(fmt::format("{}: asked for {} bytes at offset {}, the server sent {}",
                                       request.shown, bytes, offset, sink.text.size()));
+        }
+        const ContentRange r = content_range(handle(curl_));
+        if (!r.valid || !r.has_range || r.first != offset || r.last != offset + bytes - 1) {
+          throw DataError(
+              fmt::format("{}: asked for bytes {}-{}, the server's Content-Range says '{}'",
+                          request.shown, offset, offset + bytes - 1,
+                          r.valid && r.has_range ? fmt::format("bytes {}-{}", r.first, r.last)
+                                                 : std::string("none that parses")));
         }
         return true;
       });

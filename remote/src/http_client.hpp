@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "flowfeed/error.hpp"
@@ -55,6 +56,11 @@ class HttpClient {
   std::string get_text(const Request& request);
   /// The object's first `bytes` bytes (all of it when it is shorter), with a Range request.
   std::string get_prefix(const Request& request, std::size_t bytes);
+  /// The object's size and first `bytes` bytes (bytes > 0) with one Range request (the size from
+  /// its Content-Range, or the Content-Length of a server that sends the whole object); a HEAD
+  /// request when the server cannot satisfy the range (an empty object).
+  std::pair<std::uint64_t, std::string> get_size_and_prefix(const Request& request,
+                                                            std::size_t bytes);
   /// Bytes [offset, offset + bytes) of the object into `dst`, with a Range request (retried
   /// whole). DataError naming the URL when the server answers with the whole object (it does not
   /// serve ranges) or with other bytes than asked for.

@@ -18,6 +18,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <tuple>
 
 #include "checksums.hpp"
 #include "flowfeed/error.hpp"
@@ -291,8 +292,12 @@ std::vector<RemoteHead> RemoteFiles::heads(const std::vector<std::string>& urls,
         }
       }
     }
+    if (!listed && bytes > 0) {  // the size and the first bytes in one request
+      std::tie(out[i].size, out[i].bytes) = client.get_size_and_prefix(request, bytes);
+      return;
+    }
     out[i].size = listed ? *listed : client.size_of(request);
-    if (out[i].size > 0) {
+    if (out[i].size > 0 && bytes > 0) {
       out[i].bytes = client.get_prefix(request, std::min<std::uint64_t>(bytes, out[i].size));
     }
   };

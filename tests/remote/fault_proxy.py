@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """A fault-injecting HTTP proxy for flowfeed's tests, on 127.0.0.1 only: it forwards GET and HEAD
 (with their Range header) to --upstream PORT on 127.0.0.1 and, for the requests it picks, answers
-503, answers 429, resets the connection mid-body (RST after half the body) or sends the body
-slowly. Which requests: with --rate R, each request with probability R (seeded, --seed); with
---first K, the first K requests of every path. --faults lists the kinds, taken in turn.
---methods limits the faults to some methods (GET,HEAD). --slow-s is the pause between the slow body's pieces. Prints "port N" when it listens; appends
-one line per fault to --log. Apart from faults, --delay S waits S seconds before every answer and
---bandwidth B sends every body at B bytes a second (a slow network for all requests).
+503, answers 429, resets the connection mid-body (RST after half the body), sends the body
+slowly, or (badrange) sends a Content-Range one byte later than the bytes it sends. Which
+requests: with --rate R, each request with probability R (seeded, --seed); with --first K, the
+first K requests of every path. --faults lists the kinds, taken in turn. --methods limits the
+faults to some methods (GET,HEAD). --slow-s is the pause between the slow body's pieces. Prints
+"port N" when it listens; appends one line per fault to --log. Apart from faults, --delay S waits
+S seconds before every answer and --bandwidth B sends every body at B bytes a second (a slow
+network for all requests).
 """
 import argparse
 import http.client
@@ -16,6 +18,14 @@ import struct
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def shifted(content_range):
+    """`bytes A-B/T` as `bytes A+1-B+1/T`: a range one byte later than the body sent."""
+    unit, _, rest = content_range.partition(" ")
+    span, _, total = rest.partition("/")
+    first, _, last = span.partition("-")
+    return f"{unit} {int(first) + 1}-{int(last) + 1}/{total}"
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -61,6 +71,8 @@ class Handler(BaseHTTPRequestHandler):
         r = up.getresponse()
         self.send_response(r.status)
         for k, v in r.getheaders():
+            if k.lower() == "content-range" and kind == "badrange":
+                v = shifted(v)
             if k.lower() in ("content-length", "content-range", "accept-ranges", "content-type"):
                 self.send_header(k, v)
         self.end_headers()

@@ -340,6 +340,18 @@ TEST_F(RemoteTest, ATransferCutOffAfterSomeBytesResumesAtOnceWithoutSpendingTheA
   EXPECT_LT(seconds, 2.5);                           // six waits of 0.5 s or more would take 3 s
 }
 
+// A ranged read answered with other bytes than asked for (its Content-Range says so) is refused.
+TEST_F(RemoteTest, ARangeAnsweredWithAnotherContentRangeIsRefused) {
+  write_shards(1, 1000);
+  Nginx nginx(served_, work_ + "/nginx");
+  auto proxy = fault_proxy(nginx, {"--rate", "1", "--faults", "badrange", "--methods", "GET"});
+  RemoteFiles files(options());
+  const std::string url = base_url(*proxy) + "data/" + name(0);
+  std::vector<std::byte> dst(100);
+  EXPECT_EQ(error_of<DataError>([&] { files.read_range(url, 200, 100, dst.data()); }),
+            url + ": asked for bytes 200-299, the server's Content-Range says 'bytes 201-300'");
+}
+
 TEST_F(RemoteTest, RetriesSpentAreADataErrorWithTheLastStatus) {
   write_shards(1, 1000);
   Nginx nginx(served_, work_ + "/nginx");

@@ -2,6 +2,7 @@
 // sample's bytes and the order of every batch, from nginx on 127.0.0.1, cold and warm.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -53,6 +54,20 @@ TEST_F(RemoteNpyTest, SamplesAndOrderMatchTheLocalRunColdAndWarm) {
       EXPECT_EQ(report.extra.at("load.remote_retries"), 0.0);
     }
   }
+}
+
+// A streamed loader's build asks for each file's size and header with one Range request (its
+// Content-Range gives the size): no HEAD request besides.
+TEST_F(RemoteNpyTest, AStreamedBuildAsksEachFileOnceForItsSizeAndHeader) {
+  write_shards({20, 20, 7}, 40);
+  Nginx nginx(dir_.file(""), cache_.file("nginx"));
+  const Registry r = capture_registry(seen_);
+  Pipeline p(load_config_string(chain(url_params(nginx), "shuffle: true, order: shards"), r), r);
+  const std::vector<std::string> requests = nginx.requests();
+  EXPECT_EQ(std::count(requests.begin(), requests.end(), "GET bytes=0-1023"), 6);
+  EXPECT_EQ(std::count_if(requests.begin(), requests.end(),
+                          [](const std::string& q) { return q.rfind("HEAD ", 0) == 0; }),
+            0);
 }
 
 // Stopped part way through an epoch, checkpointed and resumed by a new pipeline (which finds the

@@ -138,8 +138,9 @@ class Nginx {
         if (::geteuid() == 0) conf << "user root root;\n";
         conf << "daemon off;\nworker_processes 1;\npid " << work << "/nginx.pid;\n"
              << "error_log " << work << "/error.log;\nevents { worker_connections 512; }\n"
-             << "http {\n  log_format sent '$body_bytes_sent';\n  access_log " << work
-             << "/access.log sent;\n  sendfile on;\n  keepalive_requests 100000;\n"
+             << "http {\n  log_format sent '$body_bytes_sent $request_method $http_range';\n  "
+                "access_log "
+             << work << "/access.log sent;\n  sendfile on;\n  keepalive_requests 100000;\n"
              << "  client_body_temp_path " << work << "/body;\n  proxy_temp_path " << work
              << "/proxy;\n  fastcgi_temp_path " << work << "/fastcgi;\n  uwsgi_temp_path " << work
              << "/uwsgi;\n  scgi_temp_path " << work << "/scgi;\n"
@@ -166,8 +167,17 @@ class Nginx {
   std::uint64_t body_bytes_sent() const {
     std::ifstream log(work_ + "/access.log");
     std::uint64_t total = 0;
-    for (std::uint64_t bytes = 0; log >> bytes;) total += bytes;
+    std::string method, range;
+    for (std::uint64_t bytes = 0; log >> bytes >> method >> range;) total += bytes;
     return total;
+  }
+  /// The requests nginx has finished, in order: "METHOD RANGE" each (RANGE "-" without one).
+  std::vector<std::string> requests() const {
+    std::ifstream log(work_ + "/access.log");
+    std::vector<std::string> out;
+    std::string bytes, method, range;
+    while (log >> bytes >> method >> range) out.push_back(method + " " + range);
+    return out;
   }
   std::string url(const std::string& path) const {
     return "http://127.0.0.1:" + std::to_string(port()) + "/" + path;
