@@ -117,7 +117,7 @@ struct Options {
   int folder_threads = 0;    ///< pipeline.threads of both runs; 0: every core
   int folder_repeats = 3;    ///< runs of each, alternated (the best is reported)
   // remote
-  std::uint64_t remote_bytes = std::uint64_t{1} << 30;  ///< npy feature bytes in all shards
+  std::uint64_t remote_bytes = std::uint64_t{2} << 30;  ///< npy feature bytes in all shards
   int remote_shards = 16;           ///< shards (each a features and a labels file)
   int remote_epochs = 1;            ///< epochs of each run
   int remote_loaders = 2;           ///< npy concurrency
