@@ -121,6 +121,40 @@ TEST(WebDatasetIndexFiles, ShardsByUrlLargerThanTheCacheStreamDuringTheRun) {
   EXPECT_LE(extra.at("load.remote_bytes_fetched"), static_cast<double>(indexes + 2 * all));
 }
 
+// Stopped part way through epoch 0, checkpointed and resumed by a new pipeline, a streamed run
+// whose tars do not all fit the cache delivers the uninterrupted run's batches.
+TEST(WebDatasetIndexFiles, AStreamedRunResumedMidEpochEqualsTheUninterruptedRun) {
+  TempDir dir;
+  shards_with_index(dir);
+  TempDir work;
+  Nginx nginx(dir.file(""), work.file("nginx"));
+  const std::uint64_t budget = 3000 + 2 * fs::file_size(dir.file("photos-000.tar"));
+  const std::string yaml =
+      streamed(nginx.url("photos-{000..002}.tar"),
+               fmt::format(", index: '{}', cache_dir: '{}', cache_bytes: {}",
+                           nginx.url("photos-{000..002}.idx"), work.file("cache"), budget));
+  const Outcome whole = run(yaml, 2);
+  ASSERT_EQ(whole.seen->samples.size(), 16u);  // 8 batches of 5 an epoch
+  auto seen = std::make_shared<Captured>();
+  Registry r;
+  register_builtin_nodes(r);
+  register_capture(r, seen);
+  {
+    Pipeline p(load_config_string(yaml, r), r);
+    RunOptions options;
+    options.stop_after = 3;
+    p.run(options);
+    p.save_checkpoint(work.file("ckpt"));
+  }
+  ASSERT_EQ(seen->samples.size(), 3u);
+  PipelineConfig config = load_config_string(yaml, r);
+  config.pipeline.resume_from = work.file("ckpt");
+  Pipeline(config, r).run();
+  EXPECT_EQ(seen->samples, whole.seen->samples);
+  EXPECT_EQ(seen->x, whole.seen->x);
+  EXPECT_EQ(seen->y, whole.seen->y);
+}
+
 TEST(WebDatasetIndexFiles, AShardThatDoesNotMatchItsIndexFailsItsBatchNamingBoth) {
   TempDir dir;
   shards_with_index(dir);
