@@ -9,12 +9,14 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <stdexcept>
 
 #include "flowfeed/data_file.hpp"
 #include "flowfeed/error.hpp"
 #include "flowfeed/memory_budget.hpp"
 #include "flowfeed/nodes/detail/file_set.hpp"
+#include "flowfeed/remote/remote_files.hpp"
 
 namespace flowfeed {
 
@@ -109,19 +111,31 @@ std::string strip_megatron_extension(const std::string& path) {
 std::vector<std::string> expand_token_files(const std::vector<std::string>& patterns,
                                             TokenFormat format, RemoteSource* remote) {
   if (format == TokenFormat::raw) return expand_file_set(patterns, "files", remote);
+  // A Megatron data set is named by its prefix: match the patterns against the .bin files (an
+  // s3 glob against the bucket's listing).
+  std::vector<std::string> prefixes;
   for (const std::string& p : patterns) {
-    if (is_remote_url(p)) {
-      throw DataError(p +
-                      ": a Megatron data set (.bin and .idx) is read from local files; URLs "
-                      "are fetched for raw token files (format: raw)");
+    const std::string bin = p.empty() ? p : strip_megatron_extension(p) + ".bin";
+    if (!is_remote_url(p)) {
+      for (std::string& f : expand_file_set({bin}, "files")) {
+        prefixes.push_back(strip_megatron_extension(f));
+      }
+      continue;
+    }
+    if (!remote) throw DataError(p + ": files here must be local files");
+    if (!remote->files) remote->files = std::make_shared<RemoteFiles>(remote->options);
+    for (const std::string& expanded : expand_braces(bin)) {
+      for (const std::string& url : remote->files->list(expanded)) {
+        prefixes.push_back(strip_megatron_extension(url));
+      }
     }
   }
-  // A Megatron data set is named by its prefix: match the patterns against the .bin files.
-  std::vector<std::string> bins;
-  for (const std::string& p : patterns)
-    bins.push_back(p.empty() ? p : strip_megatron_extension(p) + ".bin");
-  std::vector<std::string> prefixes = expand_file_set(bins, "files");
-  for (std::string& f : prefixes) f = strip_megatron_extension(f);
+  std::set<std::string> seen;
+  for (const std::string& p : prefixes) {
+    if (!seen.insert(p).second) {
+      throw DataError(p + ": named twice in files (each file may appear once)");
+    }
+  }
   return prefixes;
 }
 
@@ -276,8 +290,11 @@ void write_megatron(const std::string& prefix, DType dtype,
 
 TokenStream::TokenStream(const std::vector<std::string>& files, TokenFormat format,
                          std::optional<DType> dtype, bool mmap, IoOptions io, int callers,
-                         std::string owner)
-    : engine_(std::make_unique<IoEngine>(io, callers, std::move(owner))), wanted_(dtype) {
+                         std::string owner, const RemoteTokenFiles* remote)
+    : engine_(std::make_unique<IoEngine>(io, callers, std::move(owner))),
+      remote_(remote),
+      ranges_(remote ? remote->files : nullptr),
+      wanted_(dtype) {
   if (files.empty()) throw DataError("tokens: no token files given");
   if (format == TokenFormat::raw && !wanted_) wanted_ = DType::uint16;
   try {
@@ -293,6 +310,7 @@ TokenStream::TokenStream(const std::vector<std::string>& files, TokenFormat form
     unmap_pieces();
     throw;
   }
+  remote_ = nullptr;
   document_starts_.push_back(tokens_);
 }
 
@@ -309,7 +327,7 @@ void TokenStream::unmap_pieces() noexcept {
 
 void TokenStream::map_pieces() {
   for (Piece& p : pieces_) {
-    if (p.count == 0) continue;
+    if (p.count == 0 || !p.url.empty()) continue;
     void* map = ::mmap(nullptr, p.count * width_, PROT_READ, MAP_SHARED, p.file.descriptor(), 0);
     if (map == MAP_FAILED) {
       throw DataError(fmt::format("{}: cannot map the file ({}) use io: pread", p.file.path(),
@@ -325,17 +343,37 @@ void TokenStream::check_dtype(const std::string& path, DType found) {
     throw DataError(fmt::format(
         "{}: tokens are {}, but {} (every file of a stream holds one token type)", path,
         dtype_name(found),
-        pieces_.empty()
-            ? fmt::format("params.dtype is {}", dtype_name(*wanted_))
-            : fmt::format("{} holds {}", pieces_.front().file.path(), dtype_name(*wanted_))));
+        pieces_.empty() ? fmt::format("params.dtype is {}", dtype_name(*wanted_))
+                        : fmt::format("{} holds {}",
+                                      pieces_.front().url.empty() ? pieces_.front().file.path()
+                                                                  : pieces_.front().url,
+                                      dtype_name(*wanted_))));
   }
   dtype_ = found;
   width_ = dtype_size(found);
 }
 
+std::string TokenStream::local(const std::string& path) const {
+  if (!remote_) return path;
+  const auto it = remote_->cached.find(path);
+  return it == remote_->cached.end() ? path : it->second;
+}
+
+std::uint64_t TokenStream::open_piece(Piece& piece, const std::string& path) {
+  if (remote_) {
+    const auto it = remote_->ranged.find(path);
+    if (it != remote_->ranged.end()) {
+      piece.url = path;
+      return it->second;
+    }
+  }
+  piece.file = engine_->open(local(path));
+  return piece.file.size();
+}
+
 void TokenStream::open_raw(const std::string& path) {
-  Piece piece{engine_->open(path), tokens_, 0};
-  const std::uint64_t bytes = piece.file.size();
+  Piece piece{{}, {}, tokens_, 0};
+  const std::uint64_t bytes = open_piece(piece, path);
   dtype_ = *wanted_;
   width_ = dtype_size(dtype_);
   if (bytes % width_ != 0) {
@@ -352,8 +390,9 @@ void TokenStream::open_raw(const std::string& path) {
 
 void TokenStream::open_megatron(const std::string& prefix) {
   const std::string bin = prefix + ".bin";
-  Piece piece{engine_->open(bin), tokens_, 0};
-  MegatronIndex index = read_megatron_index(prefix + ".idx", piece.file.size(), bin);
+  Piece piece{{}, {}, tokens_, 0};
+  const std::uint64_t bin_bytes = open_piece(piece, bin);
+  MegatronIndex index = read_megatron_index(local(prefix + ".idx"), bin_bytes, bin);
   check_dtype(prefix + ".idx", index.dtype);
   // The index's last entry is the end of the file, which the next file's first start repeats.
   index.document_starts.pop_back();
@@ -393,6 +432,8 @@ void TokenStream::read(const TokenRead* reads, std::size_t count) const {
       const auto bytes = static_cast<std::size_t>(n * width_);
       if (it->map) {
         std::memcpy(dst, it->map + offset, bytes);
+      } else if (!it->url.empty()) {
+        ranges_->read_range(it->url, offset, bytes, dst);
       } else {
         if (queued == group.size()) {
           engine_->read(group.data(), queued);

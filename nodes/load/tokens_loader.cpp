@@ -3,6 +3,7 @@
 #include <array>
 #include <stdexcept>
 
+#include "flowfeed/config.hpp"
 #include "flowfeed/error.hpp"
 #include "flowfeed/extend.hpp"
 #include "flowfeed/nodes/detail/file_set.hpp"
@@ -29,13 +30,16 @@ std::string describe(const std::vector<std::string>& files) {
 
 TokensLoader::TokensLoader(TokensOptions options) : options_(std::move(options)) {
   if (options_.context == 0) throw DataError("tokens: context must be at least 1");
-  RemoteSource source{options_.remote, nullptr};
+  // URLs stay URLs here: fetched below, or read where they are.
+  RemoteSource source{options_.remote, nullptr, true};
   files_ = expand_token_files(options_.files, options_.format, &source);
   remote_ = source.files;
   try {
-    stream_ = std::make_unique<TokenStream>(files_, options_.format, options_.dtype, options_.mmap,
-                                            options_.io, options_.concurrency,
-                                            "node '" + options_.name + "'");
+    RemoteTokenFiles remote;
+    if (remote_) remote = remote_token_files();
+    stream_ = std::make_unique<TokenStream>(
+        files_, options_.format, options_.dtype, options_.mmap, options_.io, options_.concurrency,
+        "node '" + options_.name + "'", remote_ ? &remote : nullptr);
   } catch (const DataError& e) {
     throw DataError(name_urls(remote_.get(), e.what()));  // a cached copy is named by its URL
   }
@@ -50,6 +54,33 @@ TokensLoader::TokensLoader(TokensOptions options) : options_(std::move(options))
 }
 
 TokensLoader::~TokensLoader() = default;
+
+RemoteTokenFiles TokensLoader::remote_token_files() {
+  RemoteTokenFiles out;
+  out.files = remote_.get();
+  std::vector<std::string> data, indexes;
+  for (const std::string& f : files_) {
+    if (!is_remote_url(f)) continue;
+    if (options_.format == TokenFormat::megatron) {
+      data.push_back(f + ".bin");
+      indexes.push_back(f + ".idx");
+    } else {
+      data.push_back(f);
+    }
+  }
+  std::vector<std::string> fetched = indexes;
+  if (options_.range_access) {
+    // One request a file for its size (and the first byte: a server that does not serve ranges
+    // fails here); the windows are read by Range requests during the run.
+    const std::vector<RemoteHead> heads = remote_->heads(data, 1);
+    for (std::size_t i = 0; i < data.size(); ++i) out.ranged[data[i]] = heads[i].size;
+  } else {
+    fetched.insert(fetched.begin(), data.begin(), data.end());
+  }
+  const std::vector<std::string> paths = remote_->fetch(fetched);
+  for (std::size_t i = 0; i < fetched.size(); ++i) out.cached[fetched[i]] = paths[i];
+  return out;
+}
 
 TokensOptions TokensLoader::options_from(const Params& params) {
   TokensOptions o;
@@ -66,6 +97,7 @@ TokensOptions TokensLoader::options_from(const Params& params) {
   read_packing_options(params, o);
   o.io = io_options_from(params);
   o.remote = remote_options_from(params);
+  o.range_access = params.get_string("access") == "range";
   // The token stream maps its pieces itself (windows are copied from the mapping); its engine,
   // for the reads that do not come from a mapping, reads with pread.
   o.mmap = o.io.engine == IoOptions::Engine::mmap;
@@ -128,6 +160,7 @@ std::vector<std::string> TokensLoader::files() const {
 }
 
 void TokensLoader::setup(BuildContext& context) {
+  if (remote_) remote_->set_range_cancel(&context.cancelled());  // a stopped run's reads end
   // The document table (read from the Megatron indexes, whose size bounds it) stays for the run.
   const std::uint64_t documents = stream_->document_starts().size();
   context.claim_memory(MemoryKind::pageable, documents * 24,  // 8: start, 16: window segment
@@ -222,6 +255,13 @@ void register_tokens(Registry& registry) {
   add_packing_params(schema);
   add_io_params(schema);
   add_remote_params(schema);
+  schema
+      .add_string("access",
+                  "files named by URL: fetch (whole files into the cache at build, read from "
+                  "there) or range (each window read by an HTTP Range request, nothing of the "
+                  "tokens cached; a Megatron index is fetched)",
+                  std::string("fetch"))
+      .one_of({"fetch", "range"});
   NodeType t = factory_type(
       "tokens", Role::load, std::move(schema),
       [](const NodeSpec& spec) {
@@ -234,7 +274,25 @@ void register_tokens(Registry& registry) {
       "Megatron-LM .bin + .idx): x = `context` tokens, y = the same shifted by one, at the "
       "file's width; packing: whole documents packed into windows, with position_ids and "
       "doc_ids");
-  t.check = check_packing;
+  t.check = [](const NodeSpec& spec, const PipelineConfig& config) {
+    std::vector<ConfigProblem> out = check_packing(spec, config);
+    if (!spec.params.has("access") || spec.params.get_string("access") != "range") return out;
+    std::size_t index = 0;
+    while (index < config.nodes.size() && config.nodes[index].name != spec.name) ++index;
+    const std::string key = "nodes[" + std::to_string(index) + "].params.access";
+    if (spec.params.has("io") && spec.params.get_string("io") == "mmap") {
+      out.push_back({key,
+                     "range reads each window by an HTTP Range request and maps no file: "
+                     "set io: pread, or access: fetch"});
+    }
+    if (spec.params.has("eos")) {
+      out.push_back({key,
+                     "range reads only the windows, and eos needs every token read at "
+                     "build to find the documents: use a Megatron data set (its index "
+                     "gives them), or access: fetch"});
+    }
+    return out;
+  };
   registry.set(std::move(t));
 }
 

@@ -294,12 +294,14 @@ std::vector<RemoteHead> RemoteFiles::heads(const std::vector<std::string>& urls,
     }
     if (!listed && bytes > 0) {  // the size and the first bytes in one request
       std::tie(out[i].size, out[i].bytes) = client.get_size_and_prefix(request, bytes);
-      return;
+    } else {
+      out[i].size = listed ? *listed : client.size_of(request);
+      if (out[i].size > 0 && bytes > 0) {
+        out[i].bytes = client.get_prefix(request, std::min<std::uint64_t>(bytes, out[i].size));
+      }
     }
-    out[i].size = listed ? *listed : client.size_of(request);
-    if (out[i].size > 0 && bytes > 0) {
-      out[i].bytes = client.get_prefix(request, std::min<std::uint64_t>(bytes, out[i].size));
-    }
+    std::lock_guard<std::mutex> lock(pins_->mutex);
+    stats_.bytes_fetched += out[i].bytes.size();
   };
   {
     // The first alone: a wrong host, bucket or credential fails here, once.

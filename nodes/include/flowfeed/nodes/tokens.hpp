@@ -21,6 +21,7 @@ namespace flowfeed {
 
 class Registry;
 class TokenStream;
+struct RemoteTokenFiles;
 class TokenWindows;
 class PackedWindows;
 
@@ -50,7 +51,10 @@ struct TokensOptions {
   /// a Megatron pattern is matched against the `.bin` files), read as one stream in that order.
   std::vector<std::string> files;
   TokenFormat format = TokenFormat::raw;
-  RemoteOptions remote;  ///< how raw files named by URL are fetched and cached (docs/REMOTE.md)
+  RemoteOptions remote;  ///< how files named by URL are fetched and cached (docs/REMOTE.md)
+  /// Files named by URL are read where they are, a Range request a window (a Megatron index is
+  /// fetched): `access: range`. Else they are fetched whole into the cache at build.
+  bool range_access = false;
   /// uint8, uint16, uint32 or int32; nullopt: uint16 for raw files, the index's for Megatron
   /// (a value given must match the index).
   std::optional<DType> dtype;
@@ -126,6 +130,10 @@ class TokensLoader final : public LoaderNode {
   std::uint64_t window_start(std::uint32_t epoch, std::uint64_t index) const;
 
  private:
+  /// The files named by URL fetched into the cache (all of them, or with access: range the
+  /// Megatron indexes), and the sizes of those read where they are.
+  RemoteTokenFiles remote_token_files();
+
   TokensOptions options_;
   std::vector<std::string> files_;       // expanded
   std::shared_ptr<RemoteFiles> remote_;  // keeps fetched files in the cache

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,9 +37,19 @@ MegatronIndex read_megatron_index(const std::string& idx_path, std::uint64_t bin
 /// pattern names prefixes (a trailing `.bin` or `.idx` is dropped) and is matched against the
 /// `.bin` files; the prefixes are returned.
 struct RemoteSource;  // file_set.hpp
-/// With `remote`, raw files may also be URLs (fetched into its cache; docs/REMOTE.md).
+/// With `remote`, files may also be URLs (raw files; Megatron prefixes, listed by their `.bin`),
+/// listed only: the loader fetches them or reads them by Range requests (docs/REMOTE.md).
 std::vector<std::string> expand_token_files(const std::vector<std::string>& patterns,
                                             TokenFormat format, RemoteSource* remote = nullptr);
+
+class RemoteFiles;
+/// Token files named by URL: where the cached copy of each fetched one is, and the size of each
+/// read where it is, by Range requests (`access: range`) through `files`.
+struct RemoteTokenFiles {
+  RemoteFiles* files = nullptr;
+  std::map<std::string, std::string> cached;    ///< URL → its cached copy
+  std::map<std::string, std::uint64_t> ranged;  ///< URL → its size
+};
 
 /// Writes a Megatron-LM indexed data set `<prefix>.bin` + `<prefix>.idx` (one sequence per
 /// document) from `documents`, each a list of token ids, stored as `dtype` (uint8, uint16 or
@@ -63,8 +74,11 @@ class TokenStream {
   /// files, the index's for Megatron. `mmap`: map every file read-only once and copy from the
   /// mappings. `io`, `callers` and `owner` make the engine (see IoEngine). Throws DataError
   /// naming the file.
+  /// With `remote`, a file named by URL is read from its cached copy, or by Range requests
+  /// through remote->files, which must outlive the stream (`remote` itself only the constructor).
   TokenStream(const std::vector<std::string>& files, TokenFormat format, std::optional<DType> dtype,
-              bool mmap = false, IoOptions io = {}, int callers = 1, std::string owner = "tokens");
+              bool mmap = false, IoOptions io = {}, int callers = 1, std::string owner = "tokens",
+              const RemoteTokenFiles* remote = nullptr);
   ~TokenStream();
   TokenStream(const TokenStream&) = delete;
   TokenStream& operator=(const TokenStream&) = delete;
@@ -98,18 +112,26 @@ class TokenStream {
 
  private:
   struct Piece {
-    IoFile file;
+    IoFile file;                     ///< unless read by Range requests
+    std::string url;                 ///< read by Range requests (RemoteTokenFiles::ranged)
     std::uint64_t first = 0;         ///< stream index of the file's first token
     std::uint64_t count = 0;         ///< tokens in the file
     const std::byte* map = nullptr;  ///< the whole file, read-only (mmap, count > 0)
   };
   void map_pieces();
   void unmap_pieces() noexcept;
+  /// Opens `path` into `piece` (its cached copy when it is a fetched URL), or marks it read by
+  /// Range requests; returns its size.
+  std::uint64_t open_piece(Piece& piece, const std::string& path);
+  /// The file `path` names (its cached copy when it is a fetched URL).
+  std::string local(const std::string& path) const;
   void open_raw(const std::string& path);
   void open_megatron(const std::string& prefix);
   void check_dtype(const std::string& path, DType found);
 
   std::unique_ptr<IoEngine> engine_;
+  const RemoteTokenFiles* remote_ = nullptr;  ///< while the constructor runs
+  RemoteFiles* ranges_ = nullptr;             ///< reads the pieces named by URL
   std::optional<DType> wanted_;
   DType dtype_ = DType::uint16;
   std::size_t width_ = 2;
