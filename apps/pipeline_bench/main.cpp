@@ -52,6 +52,8 @@ constexpr int kNeedsCuda = 3;
 int main(int argc, char** argv) {
   // Before anything is opened: a closed stdout must not become the report's descriptor.
   flowfeed::apps::reopen_closed_std_streams();
+  // Each line as it is measured, also into a file or a pipe: a run cut short keeps what it had.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   CLI::App app{"flowfeed pipeline_bench: pipeline figures against same-process baselines"};
   app.require_subcommand(1);
   app.fallthrough();  // global options may follow the scenario's name
