@@ -30,7 +30,7 @@ void add_remote_params(Schema& schema) {
       .add_int("attempts",
                "tries per request (timeouts, resets, 5xx and 429 are tried again, with "
                "exponential backoff and jitter) before the shard is a DataError",
-               6)
+               8)
       .range(1, 100);
   schema.add_string("checksums",
                     "a SHA-256 manifest in sha256sum format (a path or a URL): a fetched shard "

@@ -44,6 +44,7 @@ ShardStream::ShardStream(RemoteFiles& files, std::vector<std::string> urls,
 ShardStream::~ShardStream() {
   stop_ = true;
   changed_.notify_all();
+  work_.notify_all();
   for (std::thread& t : threads_) t.join();
 }
 
@@ -58,6 +59,7 @@ void ShardStream::plan(const std::vector<std::size_t>& order) {
     // A failed fetch is tried again when the file is wanted again.
     if (f.state == State::failed) f.state = State::idle;
   }
+  work_.notify_all();
   changed_.notify_all();
 }
 
@@ -125,7 +127,7 @@ void ShardStream::work() {
       std::unique_lock<std::mutex> lock(mutex_);
       std::optional<std::size_t> next;
       // While the run is cancelled nothing starts (a later run of the pipeline goes on).
-      changed_.wait_for(lock, std::chrono::milliseconds(100), [&] {
+      work_.wait_for(lock, std::chrono::milliseconds(100), [&] {
         return stop_ || (!run_cancelled() && (next = next_file()).has_value());
       });
       if (stop_) return;
@@ -171,7 +173,8 @@ void ShardStream::work() {
       }
       if (f.state == State::ready && !f.wanted && f.uses == 0 && f.waiters == 0) unhold(f);
     }
-    changed_.notify_all();
+    changed_.notify_all();  // the waits for this file
+    work_.notify_all();     // room freed, or a file that could be let go for a demand
   }
 }
 
@@ -206,7 +209,7 @@ std::string ShardStream::acquire(std::size_t i, bool count_wait) {
     }
     if (f.state == State::idle && std::find(demand_.begin(), demand_.end(), i) == demand_.end()) {
       demand_.push_back(i);
-      changed_.notify_all();
+      work_.notify_all();
     }
     changed_.wait_for(lock, std::chrono::milliseconds(50));
   }
@@ -221,22 +224,31 @@ std::string ShardStream::acquire(std::size_t i, bool count_wait) {
 }
 
 void ShardStream::release(std::size_t i) {
+  bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     File& f = state_.at(i);
-    if (--f.uses == 0 && !f.wanted && f.waiters == 0 && f.state == State::ready) unhold(f);
+    if (--f.uses == 0) {
+      // Let go, or now one that could be let go for a demand: a transfer may start.
+      if (!f.wanted && f.waiters == 0 && f.state == State::ready) unhold(f);
+      wake = f.state == State::idle || !demand_.empty();
+    }
   }
-  changed_.notify_all();
+  if (wake) work_.notify_all();
 }
 
 void ShardStream::done(std::size_t i) {
+  bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     File& f = state_.at(i);
     f.wanted = false;
-    if (f.uses == 0 && f.waiters == 0 && f.state == State::ready) unhold(f);
+    if (f.uses == 0 && f.waiters == 0 && f.state == State::ready) {
+      unhold(f);
+      wake = true;
+    }
   }
-  changed_.notify_all();
+  if (wake) work_.notify_all();
 }
 
 void ShardStream::wait_for_first(std::size_t count) {

@@ -22,8 +22,8 @@ struct RemoteOptions {
   std::string cache_dir;
   std::uint64_t cache_bytes = std::uint64_t{16} << 30;  ///< never more bytes than this on disk
   int transfers = 0;              ///< shards fetched at once; 0: auto (min(shards, 8))
-  int attempts = 6;               ///< tries per request before it fails
-  double backoff_s = 0.2;         ///< the first retry waits 1/2 to 1 × this, doubling
+  int attempts = 8;               ///< tries per request before it fails
+  double backoff_s = 0.05;        ///< the first retry waits 1/2 to 1 × this, doubling
   double max_backoff_s = 10;      ///< longest wait between tries
   double timeout_s = 30;          ///< a transfer with no byte for this long failed (retried)
   double connect_timeout_s = 10;  ///< a connection not made in this long failed (retried)

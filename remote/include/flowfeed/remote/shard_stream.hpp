@@ -96,9 +96,12 @@ class ShardStream {
   std::uint64_t budget_ = 0;
   const std::atomic<bool>* run_cancel_ = nullptr;
   std::atomic<bool> stop_{false};
-  /// Any change of state; transfers and acquire() wait on it.
+  /// Guards the files' state; transfers wait on work_, acquire() on changed_.
   mutable std::mutex mutex_;
-  std::condition_variable changed_;
+  std::condition_variable changed_;  ///< a file's state changed: for acquire()'s waits
+  /// Something a transfer thread may act on: a plan, a demand, room in the budget, a stop. Kept
+  /// apart from changed_ so that a body's release does not wake every transfer thread.
+  std::condition_variable work_;
   std::vector<std::thread> threads_;
 };
 
