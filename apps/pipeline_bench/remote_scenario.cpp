@@ -211,23 +211,37 @@ void remote(Bench& bench) {
       series.ratio.push_back(t.samples_per_second / (base ? base : &t)->samples_per_second);
       return t;
     };
-    // From disk: every file these runs read is dropped from the page cache first.
+    // From disk: every file these runs read is dropped from the page cache first. The local and
+    // warm runs twice each (local, cold, warm, warm, local), the round's figure of each the mean
+    // of its two, so that the disk's drift falls on both alike.
+    Series scratch;
     evict(dir / "data");
-    const Timed ld = measure(local_disk, text(local, ""), "local_disk");
+    const Timed ld1 = measure(scratch, text(local, ""), "local_disk");
     evict(dir / "data");
-    const Timed c = measure(cold, text(http, cache.string()), "cold", &ld);
+    const Timed c = measure(scratch, text(http, cache.string()), "cold");
     evict(cache);
-    const Timed w = measure(warm, text(http, cache.string()), "warm", &ld);
+    const Timed w = measure(scratch, text(http, cache.string()), "warm");
+    evict(cache);
+    const Timed w2 = measure(scratch, text(http, cache.string()), "warm");
+    evict(dir / "data");
+    const Timed ld2 = measure(scratch, text(local, ""), "local_disk");
+    const double ld = (ld1.samples_per_second + ld2.samples_per_second) / 2;
+    const double wd = (w.samples_per_second + w2.samples_per_second) / 2;
+    round_details["local_disk"] = ld;
+    round_details["warm"] = wd;
+    local_disk.rate.push_back(ld);
+    cold.rate.push_back(c.samples_per_second);
+    cold.ratio.push_back(c.samples_per_second / ld);
+    warm.rate.push_back(wd);
+    warm.ratio.push_back(wd / ld);
     // From memory: the files read again while they are in the page cache.
     preload(dir / "data");
     preload(cache);
-    // Two runs each, local, warm, warm, local, so that a drift of the machine's speed falls on
-    // both alike; the round's figure of each is the mean of its two.
-    Series runs;
-    const Timed lm1 = measure(runs, text(local, ""), "local_memory");
-    const Timed wm1 = measure(runs, text(http, cache.string()), "warm_memory");
-    const Timed wm2 = measure(runs, text(http, cache.string()), "warm_memory");
-    const Timed lm2 = measure(runs, text(local, ""), "local_memory");
+    // Two runs each, alternated as from disk.
+    const Timed lm1 = measure(scratch, text(local, ""), "local_memory");
+    const Timed wm1 = measure(scratch, text(http, cache.string()), "warm_memory");
+    const Timed wm2 = measure(scratch, text(http, cache.string()), "warm_memory");
+    const Timed lm2 = measure(scratch, text(local, ""), "local_memory");
     const double lm = (lm1.samples_per_second + lm2.samples_per_second) / 2;
     const double wm = (wm1.samples_per_second + wm2.samples_per_second) / 2;
     round_details["local_memory"] = lm;
@@ -245,8 +259,8 @@ void remote(Bench& bench) {
     std::printf(
         "remote round %d, from disk: local %.0f, cold %.0f (%.3f), warm %.0f (%.3f) samples/s; "
         "fetch at build: cold %.3f s, warm %.3f s\n",
-        round, ld.samples_per_second, c.samples_per_second, cold.ratio.back(), w.samples_per_second,
-        warm.ratio.back(), c.report.extra.at("load.remote_fetch_seconds"),
+        round, ld, c.samples_per_second, cold.ratio.back(), wd, warm.ratio.back(),
+        c.report.extra.at("load.remote_fetch_seconds"),
         w.report.extra.at("load.remote_fetch_seconds"));
     std::printf(
         "remote round %d, from memory: local %.0f, warm %.0f (%.3f), cold above %.3f of it; "
