@@ -6,17 +6,16 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <mutex>
 #include <optional>
 #include <random>
-#include <string_view>
 #include <thread>
 
 #include "flowfeed/error.hpp"
+#include "http_body.hpp"
 
 namespace flowfeed::remote {
 
@@ -53,102 +52,6 @@ bool transient_status(long status) {
   return status == 429 || status >= 500;
 }
 
-/// Where a download's body goes: the file from `offset` on, or (an error status) a short text.
-struct Sink {
-  CURL* curl = nullptr;
-  int fd = -1;
-  std::uint64_t start = 0;   ///< the offset asked for
-  std::uint64_t offset = 0;  ///< the next byte's offset
-  std::uint64_t limit = 0;   ///< the object's size: more is an error
-  std::uint64_t received = 0;
-  bool checked = false;  ///< the status was looked at (first body bytes)
-  bool to_file = false;
-  bool truncate = false;  ///< text_limit reached: keep what fits and end the transfer
-  bool full = false;      ///< it was reached
-  int write_error = 0;
-  std::string text{};  ///< the body of an error response or of get_text
-  std::size_t text_limit = 64 << 20;
-  /// Body bytes received and not yet written: curl hands them over 16 KiB at a time, and
-  /// written so they would cost a system call each and leave the cached file in small page-cache
-  /// folios (slower to read back). Ends at `offset`; written when full and at the end of a try.
-  std::vector<char>* pending = nullptr;
-};
-
-/// Writes `bytes` at `at` of the sink's file; false (write_error set) when it cannot take them.
-bool write_at(Sink& sink, const char* data, std::size_t bytes, std::uint64_t at) {
-  std::size_t done = 0;
-  while (done < bytes) {
-    const ssize_t n = ::pwrite(sink.fd, data + done, bytes - done, static_cast<off_t>(at + done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      sink.write_error = n < 0 ? errno : EIO;
-      return false;
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  return true;
-}
-
-/// Writes the sink's pending bytes (they end at sink.offset) to its file.
-bool flush(Sink& sink) {
-  std::vector<char>& pending = *sink.pending;
-  if (!write_at(sink, pending.data(), pending.size(), sink.offset - pending.size())) return false;
-  pending.clear();
-  return true;
-}
-
-std::size_t write_body(char* data, std::size_t size, std::size_t count, void* user) {
-  auto& sink = *static_cast<Sink*>(user);
-  const std::size_t bytes = size * count;
-  if (!sink.checked) {
-    sink.checked = true;
-    long status = 0;
-    curl_easy_getinfo(sink.curl, CURLINFO_RESPONSE_CODE, &status);
-    sink.to_file = sink.fd >= 0 && (status == 200 || status == 206);
-    if (sink.to_file && status == 200 && sink.start > 0) {
-      // The server ignored the Range header: the body starts at byte 0.
-      sink.offset = 0;
-      if (::ftruncate(sink.fd, 0) != 0) {
-        sink.write_error = errno;
-        return 0;
-      }
-    }
-  }
-  if (!sink.to_file) {
-    if (sink.text.size() + bytes > sink.text_limit) {
-      if (!sink.truncate) return 0;
-      sink.text.append(data, sink.text_limit - sink.text.size());
-      sink.full = true;
-      return 0;
-    }
-    sink.text.append(data, bytes);
-    return bytes;
-  }
-  if (sink.offset + bytes > sink.limit) {
-    sink.write_error = EFBIG;
-    return 0;
-  }
-  std::vector<char>& pending = *sink.pending;
-  if (pending.size() + bytes > pending.capacity() && !flush(sink)) return 0;
-  if (bytes > pending.capacity()) {
-    if (!write_at(sink, data, bytes, sink.offset)) return 0;
-  } else {
-    pending.insert(pending.end(), data, data + bytes);
-  }
-  sink.offset += bytes;
-  sink.received += bytes;
-  return bytes;
-}
-
-/// Starts `sink` afresh as `settings` for a try on `curl` (a transfer's handle): the body goes to
-/// write_body.
-void fresh_sink(Sink& sink, void* curl, Sink settings = {}) {
-  sink = std::move(settings);
-  sink.curl = handle(curl);
-  curl_easy_setopt(sink.curl, CURLOPT_WRITEFUNCTION, write_body);
-  curl_easy_setopt(sink.curl, CURLOPT_WRITEDATA, &sink);
-}
-
 int debug_headers(CURL*, curl_infotype type, char* data, std::size_t size, void* user) {
   if (type == CURLINFO_HEADER_OUT) static_cast<std::string*>(user)->assign(data, size);
   return 0;
@@ -156,49 +59,6 @@ int debug_headers(CURL*, curl_infotype type, char* data, std::size_t size, void*
 
 std::size_t ignore_body(char*, std::size_t size, std::size_t count, void*) {
   return size * count;
-}
-
-/// A response's Content-Range (`bytes first-last/total`, `bytes */total`; `*` for an unknown
-/// total): `valid` false when there is none or it does not parse.
-struct ContentRange {
-  bool valid = false;
-  bool has_range = false;
-  std::uint64_t first = 0, last = 0;
-  std::optional<std::uint64_t> total;
-};
-
-ContentRange content_range(CURL* curl) {
-  ContentRange r;
-  curl_header* h = nullptr;
-  if (curl_easy_header(curl, "Content-Range", 0, CURLH_HEADER, -1, &h) != CURLHE_OK || !h) {
-    return r;
-  }
-  std::string_view v = h->value;
-  auto number = [&v](std::uint64_t& out) {
-    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
-    if (ec != std::errc() || end == v.data()) return false;
-    v.remove_prefix(static_cast<std::size_t>(end - v.data()));
-    return true;
-  };
-  auto skip = [&v](char c) {
-    if (v.empty() || v.front() != c) return false;
-    v.remove_prefix(1);
-    return true;
-  };
-  if (v.substr(0, 6) != "bytes ") return r;
-  v.remove_prefix(6);
-  if (!skip('*')) {
-    if (!number(r.first) || !skip('-') || !number(r.last) || r.last < r.first) return r;
-    r.has_range = true;
-  }
-  if (!skip('/')) return r;
-  if (!skip('*')) {
-    std::uint64_t total = 0;
-    if (!number(total)) return r;
-    r.total = total;
-  }
-  r.valid = v.empty();
-  return r;
 }
 
 }  // namespace
