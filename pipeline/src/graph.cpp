@@ -35,6 +35,13 @@ std::string what_of(const std::exception_ptr& e) {
 }
 
 void PipelineImpl::on_failure(Stage& stage, Batch& batch, std::exception_ptr error) {
+  if (cancel_.load() && holds<RunCancelled>(error)) {
+    // The body gave up because the run is being cancelled: the failure (or the stop) that
+    // cancelled it is the run's error, and a batch that gave up first must not take its place.
+    batch.skipped = true;
+    batch.error = nullptr;
+    return;
+  }
   stage.add_failure();
   std::string message = stage.label() + " batch " + std::to_string(batch.seq) + " (epoch " +
                         std::to_string(batch.epoch) + "): " + what_of(error);

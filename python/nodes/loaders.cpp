@@ -38,7 +38,7 @@ std::vector<std::byte*> PythonLoaderBase::bases(Batch& batch) const {
 
 void PythonLoaderBase::check_cancelled() const {
   if (cancelled_ && cancelled_->load(std::memory_order_relaxed)) {
-    throw Error("the run is being cancelled");
+    throw RunCancelled("the run is being cancelled");
   }
 }
 

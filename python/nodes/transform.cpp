@@ -18,7 +18,7 @@ void PythonTransform::setup(BuildContext& context) {
 
 void PythonTransform::process(Batch& batch) {
   if (cancelled_ && cancelled_->load(std::memory_order_relaxed)) {
-    throw Error("the run is being cancelled");
+    throw RunCancelled("the run is being cancelled");
   }
   const Tier tier = batch.newest_tier();
   const std::vector<TensorSpec>& tensors = batch.layout->tensors();

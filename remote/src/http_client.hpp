@@ -33,9 +33,9 @@ struct Request {
 
 /// A request ended because its cancel flag was set (HttpClient::set_cancel): the run is being
 /// stopped, nothing failed.
-class Cancelled : public Error {
+class Cancelled : public RunCancelled {
  public:
-  using Error::Error;
+  using RunCancelled::RunCancelled;
 };
 
 /// The reason phrase of an HTTP status ("Not Found"); "" when unknown.

@@ -51,6 +51,13 @@ class DataError : public Error {
   using Error::Error;
 };
 
+/// A node's body gave up because the run is being cancelled (another batch failed, a stop was
+/// asked for): not a failure of its own. The error that cancelled the run is the run's error.
+class RunCancelled : public Error {
+ public:
+  using Error::Error;
+};
+
 /// A CUDA runtime or library call failed. The message names the call.
 class CudaError : public Error {
  public:
