@@ -199,6 +199,9 @@ void write_records(const std::string& path, const nlohmann::json& results, const
 void print_run(const char* what, const RunReport& r);
 /// Reads the file at `path` once, so that the page cache holds it (a warm run's data).
 void read_into_page_cache(const std::string& path);
+/// Writes `tokens` uint16 ids (a fixed pseudo-random text in GPT-2's vocabulary) to `path` as a
+/// raw token file and reads it back once, so that the page cache holds it.
+void write_token_file(const std::string& path, std::size_t tokens);
 
 // The scenarios; each records its RESULT rows on `bench`. Those needing a GPU throw NeedsCuda.
 void bandwidth(Bench& bench);

@@ -9,7 +9,9 @@
 // share of the requests (503 or a reset mid-body), against the same proxy failing none. With
 // --order shards (the default) the shards are streamed during the run; with --order samples all
 // are fetched while it is built. Random access besides: the samples in a full shuffle, read by
-// Range requests (access: range, nothing cached) against the local run of that order.
+// Range requests (access: range, nothing cached) against the local run of that order, and
+// language-model windows at random positions of raw token files read by Range requests against
+// the same windows read from the local files in memory.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -18,6 +20,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -35,6 +38,24 @@ struct Timed {
   double samples_per_second = 0;
   RunReport report;
 };
+
+/// `windows` windows of 1,024 tokens at random positions of `files`, batches of 64 (`extra`: more
+/// loader params).
+std::string tokens_yaml(const Options& o, const std::string& files, std::size_t windows,
+                        const std::string& extra) {
+  return "pipeline: { epochs: 1, batch_size: 64, prefetch_depth: 8, device: host }\n"
+         "sampler: { shuffle: true, seed: 1 }\n"
+         "nodes:\n"
+         "  - name: load\n"
+         "    type: tokens\n"
+         "    concurrency: " +
+         std::to_string(o.remote_loaders) + "\n    params: { files: '" + files +
+         "', context: 1024, positions: random, seed: 2, windows: " + std::to_string(windows) +
+         extra +
+         " }\n"
+         "  - { name: upload, type: host_upload }\n"
+         "  - { name: train, type: discard }\n";
+}
 
 std::string yaml(const Options& o, const std::string& features, const std::string& labels,
                  const std::string& cache, const std::string& order, const std::string& extra) {
@@ -130,6 +151,15 @@ void remote(Bench& bench) {
     write_npy((dir / "data" / name).string(), NpyDtype::int32, {static_cast<std::int64_t>(rows)},
               y.data());
   }
+  // Raw token files beside the shards, an eighth of their bytes in four files.
+  const int token_files = 4;
+  const std::size_t file_tokens = std::max<std::size_t>(total / 8 / token_files / 2, 4096);
+  for (int t = 0; t < token_files; ++t) {
+    char name[64];
+    std::snprintf(name, sizeof name, "t-%03d.bin", t);
+    write_token_file((dir / "data" / name).string(), file_tokens);
+  }
+  const std::size_t windows = o.quick ? 256 : 16384;
   char last[16];
   std::snprintf(last, sizeof last, "%03d", shards - 1);
   const std::string range = std::string("{000..") + last + "}";
@@ -170,7 +200,8 @@ void remote(Bench& bench) {
   struct Series {
     std::vector<double> rate, ratio;
   };
-  Series local_disk, cold, warm, local_memory, warm_memory, proxied, faults, local_random, ranged;
+  Series local_disk, cold, warm, local_memory, warm_memory, proxied, faults, local_random, ranged,
+      local_tokens, token_ranges;
   nlohmann::json& details = bench.details("remote");
   {
     // Untimed, before the rounds: one cold run by URL, so that the first round's runs do not
@@ -193,42 +224,61 @@ void remote(Bench& bench) {
       return yaml(o, base + "x-" + range + ".npy", base + "y-" + range + ".npy", c,
                   order.empty() ? o.remote_order : order, extra);
     };
-    // A run of `yaml_text`, checked and added to `series` (with its ratio to `base`; none: to
-    // itself) and to the round's details as `key`.
+    // A run of `yaml_text`, checked to deliver `samples` (none: every npy sample) and added to
+    // `series` (with its ratio to `base`; none: to itself) and to the round's details as `key`.
     nlohmann::json round_details;
     auto measure = [&](Series& series, const std::string& yaml_text, const std::string& key,
-                       const Timed* base = nullptr) {
+                       const Timed* base = nullptr, std::uint64_t samples = 0) {
       // Nothing left to write back: the cache an earlier run filled is not written to the disk
       // while this one runs.
       ::sync();
       Timed t = timed_run(bench, yaml_text, "remote_" + key);
       round_details[key] = t.samples_per_second;
-      if (t.report.samples != expected) {
+      if (t.report.samples != (samples ? samples : expected)) {
         throw std::runtime_error("remote: a run delivered " + std::to_string(t.report.samples) +
-                                 " samples, not " + std::to_string(expected));
+                                 " samples, not " + std::to_string(samples ? samples : expected));
       }
       series.rate.push_back(t.samples_per_second);
       series.ratio.push_back(t.samples_per_second / (base ? base : &t)->samples_per_second);
       return t;
     };
-    // From disk: every file these runs read is dropped from the page cache first. The local and
-    // warm runs twice each (local, cold, warm, warm, local), the round's figure of each the mean
-    // of its two, so that the disk's drift falls on both alike.
+    // Runs a, b, b, a, each after its `before` (an eviction, or nothing), so that the machine's
+    // drift falls on both alike: the round's figure of each is the mean of its two runs, recorded
+    // in the round's details under its key. The first run of b is returned beside.
+    struct Side {
+      std::string text, key;
+      std::function<void()> before;
+    };
+    struct Pair {
+      double a = 0, b = 0;
+      Timed first_b;
+    };
+    auto alternated = [&](const Side& a, const Side& b) {
+      Series scratch;
+      auto run = [&](const Side& side) {
+        if (side.before) side.before();
+        return measure(scratch, side.text, side.key);
+      };
+      const Timed a1 = run(a);
+      Pair pair;
+      pair.first_b = run(b);
+      const Timed b2 = run(b);
+      const Timed a2 = run(a);
+      pair.a = (a1.samples_per_second + a2.samples_per_second) / 2;
+      pair.b = (pair.first_b.samples_per_second + b2.samples_per_second) / 2;
+      round_details[a.key] = pair.a;
+      round_details[b.key] = pair.b;
+      return pair;
+    };
+    // From disk: every file these runs read is dropped from the page cache first. Cold first
+    // (it fills the cache), then the local and warm runs alternated.
     Series scratch;
     evict(dir / "data");
-    const Timed ld1 = measure(scratch, text(local, ""), "local_disk");
-    evict(dir / "data");
     const Timed c = measure(scratch, text(http, cache.string()), "cold");
-    evict(cache);
-    const Timed w = measure(scratch, text(http, cache.string()), "warm");
-    evict(cache);
-    const Timed w2 = measure(scratch, text(http, cache.string()), "warm");
-    evict(dir / "data");
-    const Timed ld2 = measure(scratch, text(local, ""), "local_disk");
-    const double ld = (ld1.samples_per_second + ld2.samples_per_second) / 2;
-    const double wd = (w.samples_per_second + w2.samples_per_second) / 2;
-    round_details["local_disk"] = ld;
-    round_details["warm"] = wd;
+    const Pair disk = alternated({text(local, ""), "local_disk", [&] { evict(dir / "data"); }},
+                                 {text(http, cache.string()), "warm", [&] { evict(cache); }});
+    const double ld = disk.a, wd = disk.b;
+    const Timed& w = disk.first_b;
     local_disk.rate.push_back(ld);
     cold.rate.push_back(c.samples_per_second);
     cold.ratio.push_back(c.samples_per_second / ld);
@@ -237,15 +287,9 @@ void remote(Bench& bench) {
     // From memory: the files read again while they are in the page cache.
     preload(dir / "data");
     preload(cache);
-    // Two runs each, alternated as from disk.
-    const Timed lm1 = measure(scratch, text(local, ""), "local_memory");
-    const Timed wm1 = measure(scratch, text(http, cache.string()), "warm_memory");
-    const Timed wm2 = measure(scratch, text(http, cache.string()), "warm_memory");
-    const Timed lm2 = measure(scratch, text(local, ""), "local_memory");
-    const double lm = (lm1.samples_per_second + lm2.samples_per_second) / 2;
-    const double wm = (wm1.samples_per_second + wm2.samples_per_second) / 2;
-    round_details["local_memory"] = lm;
-    round_details["warm_memory"] = wm;
+    const Pair memory = alternated({text(local, ""), "local_memory", nullptr},
+                                   {text(http, cache.string()), "warm_memory", nullptr});
+    const double lm = memory.a, wm = memory.b;
     local_memory.rate.push_back(lm);
     warm_memory.rate.push_back(wm);
     warm_memory.ratio.push_back(wm / lm);
@@ -256,6 +300,14 @@ void remote(Bench& bench) {
     const Timed lr = measure(local_random, text(local, "", "samples"), "local_random");
     const Timed r =
         measure(ranged, text(http, range_cache, "samples", ", access: range"), "range", &lr);
+    // Token windows: the local files (in memory since the preload) and the same windows by Range
+    // requests.
+    const Timed lt = measure(local_tokens, tokens_yaml(o, local + "t-{000..003}.bin", windows, ""),
+                             "local_tokens", nullptr, windows);
+    const Timed tr = measure(token_ranges,
+                             tokens_yaml(o, http + "t-{000..003}.bin", windows,
+                                         ", access: range, cache_dir: '" + range_cache + "'"),
+                             "token_range", &lt, windows);
     std::printf(
         "remote round %d, from disk: local %.0f, cold %.0f (%.3f), warm %.0f (%.3f) samples/s; "
         "fetch at build: cold %.3f s, warm %.3f s\n",
@@ -273,6 +325,12 @@ void remote(Bench& bench) {
         "samples/s\n",
         round, lr.samples_per_second, r.samples_per_second, ranged.ratio.back(),
         r.report.extra.at("load.remote_range_reads"));
+    std::printf(
+        "remote round %d, token windows at random: local %.0f, by Range requests %.0f (%.3f; "
+        "%.0f requests) windows/s\n",
+        round, lt.samples_per_second, tr.samples_per_second, token_ranges.ratio.back(),
+        tr.report.extra.at("load.remote_range_reads"));
+    round_details["token_range_reads"] = tr.report.extra.at("load.remote_range_reads");
     round_details["fault_retries"] = f.report.extra.at("load.remote_retries");
     round_details["cold_fetch_seconds"] = c.report.extra.at("load.remote_fetch_seconds");
     round_details["range_reads"] = r.report.extra.at("load.remote_range_reads");
@@ -291,6 +349,7 @@ void remote(Bench& bench) {
   details["warm_memory_ratio"] = span(warm_memory.ratio);
   details["fault_ratio"] = span(faults.ratio);
   details["range_ratio"] = span(ranged.ratio);
+  details["token_range_ratio"] = span(token_ranges.ratio);
   details["bytes"] = rows * row_bytes * static_cast<std::size_t>(shards);
   bench.result("remote_cold", median(cold.rate), "samples/s", median(local_disk.rate),
                Target{0.9, true, false});
@@ -302,6 +361,8 @@ void remote(Bench& bench) {
   bench.result("remote_faults", median(faults.rate), "samples/s", median(proxied.rate),
                Target{0.8, true, false});
   bench.result("remote_range", median(ranged.rate), "samples/s", median(local_random.rate));
+  bench.result("remote_token_range", median(token_ranges.rate), "windows/s",
+               median(local_tokens.rate));
   clean_proxy.reset();
   proxy.reset();
   fs::remove_all(dir);

@@ -23,24 +23,6 @@ namespace {
 
 constexpr std::size_t kContext = 1024;
 
-/// Writes `tokens` uint16 ids (a fixed pseudo-random text) to `path` and reads it back once, so
-/// that the page cache holds it.
-void write_token_file(const std::string& path, std::size_t tokens) {
-  std::vector<std::uint16_t> chunk(std::size_t{1} << 20);
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  for (std::size_t done = 0; done < tokens;) {
-    const std::size_t n = std::min(chunk.size(), tokens - done);
-    for (std::size_t i = 0; i < n; ++i) {
-      chunk[i] = static_cast<std::uint16_t>(splitmix64(done + i) % 50257);  // GPT-2's vocabulary
-    }
-    out.write(reinterpret_cast<const char*>(chunk.data()), static_cast<std::streamsize>(n * 2));
-    done += n;
-  }
-  out.close();
-  if (!out) throw std::runtime_error("tokens: cannot write " + path);
-  read_into_page_cache(path);
-}
-
 /// One thread copying each window's x and y (1,024 + 1,024 tokens) from the file's bytes in memory
 /// into a batch buffer, at the loader's random positions: the cost of the copies alone.
 double copy_loop_windows_per_second(const TokensLoader& loader, const std::string& path,
@@ -68,6 +50,22 @@ double copy_loop_windows_per_second(const TokensLoader& loader, const std::strin
 }
 
 }  // namespace
+
+void write_token_file(const std::string& path, std::size_t tokens) {
+  std::vector<std::uint16_t> chunk(std::size_t{1} << 20);
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  for (std::size_t done = 0; done < tokens;) {
+    const std::size_t n = std::min(chunk.size(), tokens - done);
+    for (std::size_t i = 0; i < n; ++i) {
+      chunk[i] = static_cast<std::uint16_t>(splitmix64(done + i) % 50257);  // GPT-2's vocabulary
+    }
+    out.write(reinterpret_cast<const char*>(chunk.data()), static_cast<std::streamsize>(n * 2));
+    done += n;
+  }
+  out.close();
+  if (!out) throw std::runtime_error("tokens: cannot write " + path);
+  read_into_page_cache(path);
+}
 
 void tokens(Bench& bench) {
   const Options& o = bench.options();

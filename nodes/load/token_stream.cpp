@@ -364,6 +364,7 @@ std::uint64_t TokenStream::open_piece(Piece& piece, const std::string& path) {
     const auto it = remote_->ranged.find(path);
     if (it != remote_->ranged.end()) {
       piece.url = path;
+      by_range_ = true;
       return it->second;
     }
   }

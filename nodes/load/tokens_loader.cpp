@@ -1,7 +1,9 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <cstring>
 #include <stdexcept>
+#include <vector>
 
 #include "flowfeed/config.hpp"
 #include "flowfeed/error.hpp"
@@ -190,7 +192,11 @@ void TokensLoader::process(Batch& batch) {
   const std::size_t row_bytes = static_cast<std::size_t>(context) * stream_->width();
   // Rows whose windows follow each other in the stream (sequential positions, unshuffled) are one
   // run: x is one range of count × context tokens, y the same range one token later. Both land in
-  // the batch's buffer: each byte is written once, by the read.
+  // the batch's buffer: each byte is written once, by the read. By Range requests, where each
+  // read is a round trip, a run's x and y are one read of count × context + 1 tokens instead,
+  // copied apart here.
+  const bool joined = stream_->reads_by_range();
+  thread_local std::vector<std::byte> run_tokens;
   constexpr std::size_t kRunGroup = 64;
   std::array<TokenRead, 2 * kRunGroup> reads;
   std::size_t queued = 0;
@@ -204,16 +210,25 @@ void TokensLoader::process(Batch& batch) {
       if (next != first + count * context) break;
       ++count;
     }
-    if (queued == reads.size()) {
-      stream_->read(reads.data(), queued);
-      queued = 0;
+    const std::size_t run_bytes = count * row_bytes;
+    if (joined) {
+      const std::size_t width = stream_->width();
+      run_tokens.resize(run_bytes + width);
+      stream_->read(first, count * context + 1, run_tokens.data());
+      std::memcpy(xs + row * row_bytes, run_tokens.data(), run_bytes);
+      std::memcpy(ys + row * row_bytes, run_tokens.data() + width, run_bytes);
+    } else {
+      if (queued == reads.size()) {
+        stream_->read(reads.data(), queued);
+        queued = 0;
+      }
+      reads[queued++] = TokenRead{first, count * context, xs + row * row_bytes};
+      reads[queued++] = TokenRead{first + 1, count * context, ys + row * row_bytes};
     }
-    reads[queued++] = TokenRead{first, count * context, xs + row * row_bytes};
-    reads[queued++] = TokenRead{first + 1, count * context, ys + row * row_bytes};
     row += count;
     first = next;
   }
-  stream_->read(reads.data(), queued);
+  if (queued > 0) stream_->read(reads.data(), queued);
 }
 
 void TokensLoader::finish(RunReport& report) {

@@ -1,5 +1,5 @@
-// pipeline_bench remote --quick: its three rows with their targets and the random-access row
-// (no target), every run delivering every
+// pipeline_bench remote --quick: its rows with their targets and the random-access rows of npy
+// samples and token windows (no target), every run delivering every
 // sample (the scenario checks it and fails otherwise), and its servers and files gone at the end;
 // with nginx, and with Python's threaded server (--server python: what a machine without nginx
 // uses), each named in the output.
@@ -43,11 +43,14 @@ TEST_P(RemoteBench, QuickRunGivesColdWarmAndFaultRows) {
                                                     {"remote_faults", 0.8},
                                                     {"remote_warm", 0.95},
                                                     {"remote_warm_memory", 0.95},
-                                                    {"remote_range", -1.0}}));
+                                                    {"remote_range", -1.0},
+                                                    {"remote_token_range", -1.0}}));
   EXPECT_EQ(j.at("scenarios").at("remote").at("rounds").size(), 1u);
   EXPECT_NE(output.find("remote round 0, from disk: local "), std::string::npos) << output;
   EXPECT_NE(output.find("remote round 0, from memory: local "), std::string::npos) << output;
   EXPECT_NE(output.find("remote round 0, random order: local "), std::string::npos) << output;
+  EXPECT_NE(output.find("remote round 0, token windows at random: local "), std::string::npos)
+      << output;
   const std::string named =
       server == "nginx" ? "remote: shards served by nginx on 127.0.0.1:"
                         : "remote: shards served by python ThreadingHTTPServer (range_server.py)";

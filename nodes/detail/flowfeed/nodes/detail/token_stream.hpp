@@ -101,6 +101,9 @@ class TokenStream {
   void read(const TokenRead* reads, std::size_t count) const;
   /// One range: read(&TokenRead{first, count, dst}, 1).
   void read(std::uint64_t first, std::uint64_t count, std::byte* dst) const;
+  /// Whether a file of the stream is read by Range requests (`access: range`): there each range
+  /// a call reads in a file is one request, however few tokens it holds.
+  bool reads_by_range() const noexcept { return by_range_; }
   /// The engine (its figures and notes for the report).
   const IoEngine& engine() const noexcept { return *engine_; }
   /// Stream index of each file's first token, in the order given.
@@ -132,6 +135,7 @@ class TokenStream {
   std::unique_ptr<IoEngine> engine_;
   const RemoteTokenFiles* remote_ = nullptr;  ///< while the constructor runs
   RemoteFiles* ranges_ = nullptr;             ///< reads the pieces named by URL
+  bool by_range_ = false;                     ///< a piece is read by Range requests
   std::optional<DType> wanted_;
   DType dtype_ = DType::uint16;
   std::size_t width_ = 2;
