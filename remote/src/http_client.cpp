@@ -281,19 +281,24 @@ std::string HttpClient::get_text(const Request& request) {
   return std::move(sink.text);
 }
 
-std::string HttpClient::get_prefix(const Request& request, std::size_t bytes) {
-  Sink sink;
+void HttpClient::perform_range(const Request& request, Sink& sink, std::uint64_t first,
+                               std::size_t bytes, const std::function<bool(Attempt&)>& done) {
   perform(
       request,
       [&](Try& t) {
         fresh_sink(sink, t.curl, {.truncate = true, .text_limit = bytes});
-        t.range = fmt::format("0-{}", bytes - 1);
+        t.range = fmt::format("{}-{}", first, first + bytes - 1);
       },
-      [&](Attempt& last) {
-        const bool body = last.status == 200 || last.status == 206;
-        if (body && sink.full) return true;  // a server that ignored the Range: cut short
-        return last.code == CURLE_OK && body;
-      });
+      done);
+}
+
+std::string HttpClient::get_prefix(const Request& request, std::size_t bytes) {
+  Sink sink;
+  perform_range(request, sink, 0, bytes, [&](Attempt& last) {
+    const bool body = last.status == 200 || last.status == 206;
+    if (body && sink.full) return true;  // a server that ignored the Range: cut short
+    return last.code == CURLE_OK && body;
+  });
   return std::move(sink.text);
 }
 
@@ -302,36 +307,30 @@ std::pair<std::uint64_t, std::string> HttpClient::get_size_and_prefix(const Requ
   Sink sink;
   std::optional<std::uint64_t> size;
   bool unsatisfiable = false;
-  perform(
-      request,
-      [&](Try& t) {
-        fresh_sink(sink, t.curl, {.truncate = true, .text_limit = bytes});
-        t.range = fmt::format("0-{}", bytes - 1);
-      },
-      [&](Attempt& last) {
-        CURL* c = handle(curl_);
-        if (last.status == 416) {  // nothing to give: an empty object
-          unsatisfiable = true;
-          return true;
-        }
-        if (last.status != 200 && last.status != 206) return false;
-        if (last.code != CURLE_OK && !sink.full) return false;
-        if (last.status == 206) {
-          const ContentRange r = content_range(c);
-          if (!r.valid || !r.has_range || r.first != 0 || !r.total) {
-            throw DataError(
-                fmt::format("{}: the server answered a Range request without a "
-                            "Content-Range that gives the object's size",
-                            request.shown));
-          }
-          size = r.total;
-          return true;
-        }
-        curl_off_t length = -1;  // the whole object: its Content-Length
-        curl_easy_getinfo(c, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length);
-        if (length >= 0) size = static_cast<std::uint64_t>(length);
-        return true;
-      });
+  perform_range(request, sink, 0, bytes, [&](Attempt& last) {
+    CURL* c = handle(curl_);
+    if (last.status == 416) {  // nothing to give: an empty object
+      unsatisfiable = true;
+      return true;
+    }
+    if (last.status != 200 && last.status != 206) return false;
+    if (last.code != CURLE_OK && !sink.full) return false;
+    if (last.status == 206) {
+      const ContentRange r = content_range(c);
+      if (!r.valid || !r.has_range || r.first != 0 || !r.total) {
+        throw DataError(
+            fmt::format("{}: the server answered a Range request without a "
+                        "Content-Range that gives the object's size",
+                        request.shown));
+      }
+      size = r.total;
+      return true;
+    }
+    curl_off_t length = -1;  // the whole object: its Content-Length
+    curl_easy_getinfo(c, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length);
+    if (length >= 0) size = static_cast<std::uint64_t>(length);
+    return true;
+  });
   if (unsatisfiable || !size) {
     const std::uint64_t head = size_of(request);
     return {head, head > 0 ? get_prefix(request, std::min<std::uint64_t>(bytes, head)) : ""};
@@ -343,35 +342,29 @@ void HttpClient::get_range(const Request& request, std::uint64_t offset, std::si
                            std::byte* dst) {
   if (bytes == 0) return;
   Sink sink;
-  perform(
-      request,
-      [&](Try& t) {
-        fresh_sink(sink, t.curl, {.truncate = true, .text_limit = bytes});
-        t.range = fmt::format("{}-{}", offset, offset + bytes - 1);
-      },
-      [&](Attempt& last) {
-        if (last.status == 200) {
-          throw DataError(
-              fmt::format("{}: the server answered a Range request with the whole "
-                          "object (HTTP 200): access: range needs a server that "
-                          "serves byte ranges",
-                          request.shown));
-        }
-        if (last.status != 206 || (last.code != CURLE_OK && !sink.full)) return false;
-        if (sink.text.size() != bytes) {
-          throw DataError(fmt::format("{}: asked for {} bytes at offset {}, the server sent {}",
-                                      request.shown, bytes, offset, sink.text.size()));
-        }
-        const ContentRange r = content_range(handle(curl_));
-        if (!r.valid || !r.has_range || r.first != offset || r.last != offset + bytes - 1) {
-          throw DataError(
-              fmt::format("{}: asked for bytes {}-{}, the server's Content-Range says '{}'",
-                          request.shown, offset, offset + bytes - 1,
-                          r.valid && r.has_range ? fmt::format("bytes {}-{}", r.first, r.last)
-                                                 : std::string("none that parses")));
-        }
-        return true;
-      });
+  perform_range(request, sink, offset, bytes, [&](Attempt& last) {
+    if (last.status == 200) {
+      throw DataError(
+          fmt::format("{}: the server answered a Range request with the whole "
+                      "object (HTTP 200): access: range needs a server that "
+                      "serves byte ranges",
+                      request.shown));
+    }
+    if (last.status != 206 || (last.code != CURLE_OK && !sink.full)) return false;
+    if (sink.text.size() != bytes) {
+      throw DataError(fmt::format("{}: asked for {} bytes at offset {}, the server sent {}",
+                                  request.shown, bytes, offset, sink.text.size()));
+    }
+    const ContentRange r = content_range(handle(curl_));
+    if (!r.valid || !r.has_range || r.first != offset || r.last != offset + bytes - 1) {
+      throw DataError(fmt::format("{}: asked for bytes {}-{}, the server's Content-Range says '{}'",
+                                  request.shown, offset, offset + bytes - 1,
+                                  r.valid && r.has_range
+                                      ? fmt::format("bytes {}-{}", r.first, r.last)
+                                      : std::string("none that parses")));
+    }
+    return true;
+  });
   std::memcpy(dst, sink.text.data(), bytes);
 }
 

@@ -41,6 +41,8 @@ class Cancelled : public RunCancelled {
 /// The reason phrase of an HTTP status ("Not Found"); "" when unknown.
 const char* http_reason(long status) noexcept;
 
+struct Sink;  // http_body.hpp
+
 class HttpClient {
  public:
   /// `retries` counts every request tried again.
@@ -100,6 +102,10 @@ class HttpClient {
   /// `attempts` tries; anything else, or the last try, throws DataError naming the URL and status.
   void perform(const Request& request, const std::function<void(Try&)>& setup,
                const std::function<bool(Attempt&)>& done);
+  /// perform() of a Range request for bytes [first, first + bytes) into `sink`'s text (at most
+  /// `bytes` of it kept), each try with a fresh sink.
+  void perform_range(const Request& request, Sink& sink, std::uint64_t first, std::size_t bytes,
+                     const std::function<bool(Attempt&)>& done);
   [[noreturn]] void throw_cancelled(const Request& request) const;
   void prepare(const Request& request);
   [[noreturn]] void fail(const Request& request, const Attempt& last, int tries) const;
