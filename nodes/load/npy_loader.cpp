@@ -368,13 +368,9 @@ NodeType npy_node_type(HostPinning pinning) {
       .range(0, 2147483647.0);
   add_io_params(schema);
   add_remote_params(schema);
-  schema
-      .add_string("access",
-                  "features named by URL: fetch (whole files into the cache, read from there) or "
-                  "range (each run of rows read by an HTTP Range request, nothing cached; the "
-                  "labels are fetched)",
-                  std::string("fetch"))
-      .one_of({"fetch", "range"});
+  add_access_param(schema,
+                   "the features: each run of rows read by an HTTP Range request, nothing cached; "
+                   "the labels are fetched");
   schema.add_bool("pin",
                   "with io: mmap, leave runs of feature rows of 512 KiB or more in the files' "
                   "mapping for the upload node to copy from there; on CUDA the mappings are "

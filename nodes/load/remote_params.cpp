@@ -43,6 +43,16 @@ void add_remote_params(Schema& schema) {
       .range(1, 3600);
 }
 
+void add_access_param(Schema& schema, const std::string& range_reads) {
+  schema
+      .add_string("access",
+                  "files named by URL: fetch (whole files into the cache, read from there) or "
+                  "range (" +
+                      range_reads + ")",
+                  std::string("fetch"))
+      .one_of({"fetch", "range"});
+}
+
 RemoteOptions remote_options_from(const Params& params) {
   RemoteOptions o;
   o.cache_dir = params.get_string("cache_dir");

@@ -270,13 +270,9 @@ void register_tokens(Registry& registry) {
   add_packing_params(schema);
   add_io_params(schema);
   add_remote_params(schema);
-  schema
-      .add_string("access",
-                  "files named by URL: fetch (whole files into the cache at build, read from "
-                  "there) or range (each window read by an HTTP Range request, nothing of the "
-                  "tokens cached; a Megatron index is fetched)",
-                  std::string("fetch"))
-      .one_of({"fetch", "range"});
+  add_access_param(schema,
+                   "each run of windows read by an HTTP Range request, nothing of the tokens "
+                   "cached; a Megatron index is fetched");
   NodeType t = factory_type(
       "tokens", Role::load, std::move(schema),
       [](const NodeSpec& spec) {

@@ -41,6 +41,9 @@ class Params;
 /// Declares the remote params a file loader shares (cache_dir, cache_bytes, transfers, attempts,
 /// timeout_s).
 void add_remote_params(Schema& schema);
+/// Declares `access` (fetch or range, default fetch) for files named by URL; `range_reads` says
+/// what access: range reads by Range requests.
+void add_access_param(Schema& schema, const std::string& range_reads);
 /// RemoteOptions from validated params (declared by add_remote_params).
 RemoteOptions remote_options_from(const Params& params);
 
