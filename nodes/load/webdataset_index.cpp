@@ -4,12 +4,16 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <charconv>
-#include <fstream>
+#include <cstdio>
+#include <cstring>
 #include <iterator>
 #include <limits>
+#include <memory>
 #include <sstream>
 
+#include "flowfeed/data_file.hpp"
 #include "flowfeed/error.hpp"
 #include "flowfeed/nodes/detail/file_set.hpp"
 #include "flowfeed/nodes/detail/tar_index.hpp"
@@ -31,6 +35,21 @@ std::pair<std::string_view, std::string_view> split_key(std::string_view name) {
   const std::size_t dot = name.find('.', slash == std::string_view::npos ? 0 : slash + 1);
   if (dot == std::string_view::npos) return {name, {}};
   return {name.substr(0, dot), name.substr(dot + 1)};
+}
+
+/// Reads the next line of `in` into `line` (without its newline); false at the end of the file.
+/// Stops at `limit` bytes: returns true with `line` holding them and `too_long` set.
+bool bounded_line(std::FILE* in, std::string& line, std::size_t limit, bool& too_long) {
+  line.clear();
+  for (int c = std::getc(in); c != EOF; c = std::getc(in)) {
+    if (c == '\n') return true;
+    if (line.size() == limit) {
+      too_long = true;
+      return true;
+    }
+    line.push_back(static_cast<char>(c));
+  }
+  return !line.empty();
 }
 
 }  // namespace
@@ -196,8 +215,14 @@ std::string WebDatasetIndex::difference(std::size_t shard, const WebDatasetIndex
 
 TarListing read_wds_index(const std::string& path, const std::string& shown,
                           std::uint64_t shard_bytes) {
-  std::ifstream in(path);
-  if (!in) throw DataError(shown + ": cannot open the index file");
+  // Opened as a data file: a FIFO or a directory put in its place since the lists were expanded is
+  // refused, not waited on.
+  DataFile file(path);
+  const std::unique_ptr<std::FILE, int (*)(std::FILE*)> in(::fdopen(file.fd(), "r"), &std::fclose);
+  if (!in)
+    throw DataError(
+        fmt::format("{}: cannot read the index file ({})", shown, std::strerror(errno)));
+  file.release();
   TarListing listing;
   listing.file_size = shard_bytes;
   std::string line;
@@ -216,8 +241,17 @@ TarListing read_wds_index(const std::string& path, const std::string& shown,
   std::uint64_t declared = 0;
   std::uint64_t lines = 0;
   std::uint64_t end_of_last = 0;
-  while (std::getline(in, line)) {
+  // A sample's line: four fields a member, names of at most a few KiB. A longer line is no index.
+  constexpr std::size_t kMaxLine = 65536;
+  bool too_long = false;
+  while (bounded_line(in.get(), line, kMaxLine, too_long)) {
     ++number;
+    if (too_long) {
+      fail(
+          fmt::format("a line longer than {} bytes (a sample's line lists its members' "
+                      "extensions, offsets, sizes and names)",
+                      kMaxLine));
+    }
     std::istringstream fields(line);
     std::vector<std::string> tokens{std::istream_iterator<std::string>(fields),
                                     std::istream_iterator<std::string>()};

@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <filesystem>
 
 #include "flowfeed/config.hpp"
 #include "flowfeed/data_file.hpp"
@@ -50,8 +49,9 @@ WebDatasetIndex WebDatasetLoader::index_from_files() {
   if (!urls.empty()) heads = remote_->heads(urls, 512);
   std::size_t next = 0;
   for (const std::string& t : tars) {
-    tar_bytes_.push_back(is_remote_url(t) ? heads[next++].size
-                                          : std::filesystem::file_size(std::filesystem::path(t)));
+    // A local tar opened as a data file: one replaced since the lists were expanded (gone, a
+    // directory, a FIFO) is a DataError naming it.
+    tar_bytes_.push_back(is_remote_url(t) ? heads[next++].size : DataFile(t).size());
   }
   return WebDatasetIndex(tars, field_names(options_.bytes_fields), [&](std::size_t tar) {
     return read_wds_index(index_local[tar], index_shown_[tar], tar_bytes_[tar]);

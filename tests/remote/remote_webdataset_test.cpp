@@ -205,6 +205,12 @@ TEST(WebDatasetIndexFiles, ADamagedIndexIsRefusedAtBuildWithItsFileAndLine) {
                             size, size));
   EXPECT_EQ(with_first("v1.2 2\ncls 512 2 a.cls jpg 1536 20 a.jpg\n"),
             kLoad + ": " + first + ": says 2 samples and lists 1");
+  // A line longer than any sample's (64 KiB) is refused when it passes the bound, however long
+  // it runs: 64 MiB with no newline is not read into memory whole.
+  EXPECT_EQ(with_first("v1.2 1\n" + std::string(std::size_t{64} << 20, '7')),
+            kLoad + ": " + first +
+                ":2: a line longer than 65536 bytes (a sample's line lists its members' "
+                "extensions, offsets, sizes and names)");
   std::ofstream(first) << good;
   EXPECT_EQ(build_error(chain(shards, ", index: '" + first + "'", "", "shuffle: false")),
             kLoad +
