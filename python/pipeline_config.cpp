@@ -162,7 +162,12 @@ std::shared_ptr<PipelineHolder> make_pipeline(const py::object& config, const py
   for (const NodeSpec& node : parsed.nodes) {
     h->python_nodes = h->python_nodes || node.type.rfind("python", 0) == 0;
   }
-  h->pipeline.emplace(std::move(parsed), h->registry);
+  {
+    // Building may take long (shards fetched by URL, files indexed): other Python threads run
+    // meanwhile. Python nodes take the GIL themselves where they call Python (BodyGil).
+    py::gil_scoped_release nogil;
+    h->pipeline.emplace(std::move(parsed), h->registry);
+  }
   // The run ends before the interpreter does: no TBB worker may call into it afterwards.
   h->exit_key = stop_at_exit([weak = std::weak_ptr<PipelineHolder>(h)] {
     std::shared_ptr<PipelineHolder> holder = weak.lock();

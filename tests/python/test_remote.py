@@ -1,11 +1,14 @@
 """Shards by URL from Python: a Pipeline whose npy loader names its shards by http:// URLs,
-served on 127.0.0.1 by Python's threaded HTTP server (in a process of its own: the Pipeline's
-construction holds the GIL while it fetches), yields the bytes of the same shards on disk, in
-order; a missing shard fails the Pipeline's construction naming the URL and the status
-(docs/REMOTE.md)."""
+served on 127.0.0.1 by Python's threaded HTTP server, yields the bytes of the same shards on
+disk, in order, served from another process or from a thread of this one (the Pipeline's
+construction releases the GIL while it fetches); a missing shard fails the Pipeline's
+construction naming the URL and the status (docs/REMOTE.md)."""
+import functools
+import http.server
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -36,30 +39,62 @@ def served(tmp_path):
         server.wait(10)
 
 
-def config(base, cache, shards="{0..2}"):
+def config(base, cache, shards="{0..2}", extra=""):
     return f"""
 pipeline: {{ epochs: 1, batch_size: 8, device: host }}
 nodes:
   - name: load
     type: npy
-    params: {{ features: '{base}x-{shards}.npy', labels: '{base}y-{shards}.npy', cache_dir: '{cache}' }}
+    params: {{ features: '{base}x-{shards}.npy', labels: '{base}y-{shards}.npy', cache_dir: '{cache}'{extra} }}
 """
 
 
-def test_shards_by_url_give_the_bytes_of_the_files(served, tmp_path):
-    data = tmp_path / "data"
+def write_shards(data):
+    """Three shards (features and labels) in `data`; returns all their features and labels."""
     for i in range(3):
         np.save(data / f"x-{i}.npy", np.arange(20 * 6, dtype=np.float32).reshape(20, 6) + 1000 * i)
         np.save(data / f"y-{i}.npy", (np.arange(20, dtype=np.int32) + i) % 7)
-    want_x = np.concatenate([np.load(data / f"x-{i}.npy") for i in range(3)])
-    want_y = np.concatenate([np.load(data / f"y-{i}.npy") for i in range(3)])
+    return (np.concatenate([np.load(data / f"x-{i}.npy") for i in range(3)]),
+            np.concatenate([np.load(data / f"y-{i}.npy") for i in range(3)]))
+
+
+def expect_the_shards(pipeline, want_x, want_y):
+    xs, ys = [], []
+    for batch in pipeline:
+        xs.append(np.array(batch["x"]))  # copies: the batch goes back to the pipeline
+        ys.append(np.array(batch["y"]))
+    assert np.array_equal(np.concatenate(xs), want_x)
+    assert np.array_equal(np.concatenate(ys), want_y)
+
+
+def test_shards_by_url_give_the_bytes_of_the_files(served, tmp_path):
+    want_x, want_y = write_shards(tmp_path / "data")
     for _ in range(2):  # cold, then warm
-        xs, ys = [], []
-        for batch in flowfeed.Pipeline(config(served, tmp_path / "cache")):
-            xs.append(np.array(batch["x"]))  # copies: the batch goes back to the pipeline
-            ys.append(np.array(batch["y"]))
-        assert np.array_equal(np.concatenate(xs), want_x)
-        assert np.array_equal(np.concatenate(ys), want_y)
+        expect_the_shards(flowfeed.Pipeline(config(served, tmp_path / "cache")), want_x, want_y)
+
+
+def test_a_server_thread_of_this_process_serves_the_build(tmp_path):
+    """The construction fetches with the GIL released: a Python thread of the same process serves
+    the shards (holding the GIL, the fetch would get no answer and fail after timeout_s)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    want_x, want_y = write_shards(data)
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                             functools.partial(Quiet, directory=str(data)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}/"
+        pipeline = flowfeed.Pipeline(config(base, tmp_path / "cache", extra=", timeout_s: 5, attempts: 1"))
+        expect_the_shards(pipeline, want_x, want_y)
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_a_missing_shard_names_its_url_and_status(served, tmp_path):
