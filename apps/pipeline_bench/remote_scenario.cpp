@@ -159,7 +159,7 @@ void remote(Bench& bench) {
     std::snprintf(name, sizeof name, "t-%03d.bin", t);
     write_token_file((dir / "data" / name).string(), file_tokens);
   }
-  const std::size_t windows = o.quick ? 256 : 16384;
+  const std::size_t windows = o.quick ? 256 : 65536;
   char last[16];
   std::snprintf(last, sizeof last, "%03d", shards - 1);
   const std::string range = std::string("{000..") + last + "}";
