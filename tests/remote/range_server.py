@@ -8,6 +8,7 @@ Range). Prints "port N" when it listens.
 import argparse
 import os
 import re
+import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote, urlsplit
 
@@ -79,12 +80,20 @@ class Handler(BaseHTTPRequestHandler):
         self.serve(False)
 
 
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        # A client (or the fault proxy) that drops its connection is no error of the server's.
+        if not isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+            super().handle_error(request, client_address)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--root", required=True)
     a = p.parse_args()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
+    server = Server(("127.0.0.1", 0), Handler)
     server.root = os.path.realpath(a.root)
     print(f"port {server.server_address[1]}", flush=True)
     server.serve_forever()
