@@ -46,6 +46,20 @@ struct PipelineHolder : std::enable_shared_from_this<PipelineHolder> {
   void check_idle() const;
 };
 
+/// While it lives on the main thread (a pipeline being built, the GIL released), a Ctrl-C also
+/// interrupts the build's transfers (interrupt_builds()), so that the build ends within a second;
+/// Python's own handler then raises KeyboardInterrupt. Elsewhere it does nothing.
+class BuildInterruptScope {
+ public:
+  BuildInterruptScope();
+  ~BuildInterruptScope();
+  BuildInterruptScope(const BuildInterruptScope&) = delete;
+  BuildInterruptScope& operator=(const BuildInterruptScope&) = delete;
+
+ private:
+  bool active_ = false;
+};
+
 /// flowfeed.Pipeline(config, overrides, test_nodes): `config` a path (a FIFO too), YAML text or a
 /// dict, `overrides` a dict, a list of "key=value" or one such string (pipeline_config.cpp).
 /// test_nodes: also runs the registrars that extensions added (registration_hook.hpp); ValueError

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "bindings.hpp"
+#include "flowfeed/remote/remote_files.hpp"
 #include "interpreter.hpp"
 #include "nodes/python_nodes.hpp"
 
@@ -29,6 +30,9 @@ namespace {
 
 std::thread::id g_main_thread;
 std::atomic<PipelineHolder*> g_waiting{nullptr};
+// True while the main thread builds a pipeline (BuildInterruptScope): a Ctrl-C then interrupts
+// the build's transfers.
+std::atomic<bool> g_building{false};
 std::atomic<int> g_in_handler{0};
 std::atomic<int> g_interrupts{0};
 // Set while on_sigint runs: a native handler put in front of ours after we chained to it may chain
@@ -66,6 +70,7 @@ void on_sigint(int sig, siginfo_t* info, void* context) {
   // so a second call is harmless.
   if (!same_handler(g_previous, g_python)) call_handler(g_python, sig, info, context);
   g_in_handler.fetch_add(1);
+  if (g_building.load()) interrupt_builds();
   if (PipelineHolder* h = g_waiting.load()) {
     // Python bodies may take long per batch and the loop raises KeyboardInterrupt anyway: their
     // runs are cancelled at once (a body stops between two Python calls).
@@ -156,6 +161,21 @@ PipelineHolder::~PipelineHolder() {
 Pipeline& PipelineHolder::get() {
   if (!pipeline || closed) throw py::value_error("the pipeline was closed");
   return *pipeline;
+}
+
+BuildInterruptScope::BuildInterruptScope() {
+  if (std::this_thread::get_id() != g_main_thread) return;
+  install_sigint_handler();
+  resume_builds();
+  g_building.store(true);
+  active_ = true;
+}
+
+BuildInterruptScope::~BuildInterruptScope() {
+  if (!active_) return;
+  g_building.store(false);
+  while (g_in_handler.load() > 0) std::this_thread::yield();  // a handler may be setting it
+  resume_builds();
 }
 
 void PipelineHolder::ensure_session() {

@@ -162,11 +162,17 @@ std::shared_ptr<PipelineHolder> make_pipeline(const py::object& config, const py
   for (const NodeSpec& node : parsed.nodes) {
     h->python_nodes = h->python_nodes || node.type.rfind("python", 0) == 0;
   }
-  {
+  try {
     // Building may take long (shards fetched by URL, files indexed): other Python threads run
-    // meanwhile. Python nodes take the GIL themselves where they call Python (BodyGil).
+    // meanwhile, and Ctrl-C interrupts the transfers. Python nodes take the GIL themselves where
+    // they call Python (BodyGil).
+    BuildInterruptScope interrupt;
     py::gil_scoped_release nogil;
     h->pipeline.emplace(std::move(parsed), h->registry);
+  } catch (...) {
+    // A Ctrl-C cut the build short: KeyboardInterrupt, not the error the transfers ended with.
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+    throw;
   }
   // The run ends before the interpreter does: no TBB worker may call into it afterwards.
   h->exit_key = stop_at_exit([weak = std::weak_ptr<PipelineHolder>(h)] {

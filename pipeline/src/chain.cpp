@@ -28,6 +28,8 @@ std::unique_ptr<Node> create_node(const NodeType& type, const NodeSpec& spec, co
     // Data errors while opening files name the file; add the node for context.
     if (dynamic_cast<const DataError*>(&e)) throw DataError(stage.label() + ": " + e.what());
     if (dynamic_cast<const ConfigError*>(&e)) throw;
+    // interrupt_builds() cut its transfers short.
+    if (dynamic_cast<const RunCancelled*>(&e)) throw RunCancelled(stage.label() + ": " + e.what());
     throw NodeError(stage.label() + ": " + e.what(), stage.spec().name, stage.spec().type, -1);
   } catch (const std::exception& e) {
     throw NodeError(stage.label() + ": " + e.what(), stage.spec().name, stage.spec().type, -1);

@@ -104,6 +104,8 @@ PipelineImpl::PipelineImpl(PipelineConfig config, const Registry& registry)
       throw;
     } catch (const DataError& e) {
       throw DataError(stage.label() + ": " + e.what());
+    } catch (const RunCancelled& e) {
+      throw RunCancelled(stage.label() + ": " + e.what());  // interrupt_builds()
     } catch (const std::exception& e) {
       throw NodeError(stage.label() + ": " + e.what(), stage.spec().name, stage.spec().type, -1);
     }

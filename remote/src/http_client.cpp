@@ -91,8 +91,9 @@ struct HttpClient::Attempt {
   bool progressed = false;  ///< a download's try that failed after it wrote body bytes
 };
 
-HttpClient::HttpClient(const RemoteOptions& options, std::atomic<std::uint64_t>& retries)
-    : options_(options), retries_(retries) {
+HttpClient::HttpClient(const RemoteOptions& options, std::atomic<std::uint64_t>& retries,
+                       const std::atomic<bool>* cancel)
+    : options_(options), retries_(retries), cancel_(cancel) {
   global_init();
   curl_ = curl_easy_init();
   if (!curl_) throw Error("remote: curl_easy_init failed (out of memory)");
@@ -181,8 +182,8 @@ void HttpClient::wait_before_retry(int attempt) {
 }
 
 void HttpClient::throw_cancelled(const Request& request) const {
-  throw Cancelled(
-      fmt::format("{}: the transfer was cancelled (the run is stopping)", request.shown));
+  throw Cancelled(fmt::format("{}: the transfer was cancelled (the run or the build is stopping)",
+                              request.shown));
 }
 
 void HttpClient::fail(const Request& request, const Attempt& last, int tries) const {

@@ -46,7 +46,9 @@ struct Sink;  // http_body.hpp
 class HttpClient {
  public:
   /// `retries` counts every request tried again.
-  HttpClient(const RemoteOptions& options, std::atomic<std::uint64_t>& retries);
+  /// `cancel`: as set_cancel(cancel).
+  HttpClient(const RemoteOptions& options, std::atomic<std::uint64_t>& retries,
+             const std::atomic<bool>* cancel = nullptr);
   ~HttpClient();
   HttpClient(const HttpClient&) = delete;
   HttpClient& operator=(const HttpClient&) = delete;

@@ -38,6 +38,10 @@ using remote::Request;
 
 namespace {
 
+// Set by interrupt_builds(): every HttpClient made here (at build) is cancelled by it.
+std::atomic<bool> g_builds_interrupted{false};
+static_assert(std::atomic<bool>::is_always_lock_free, "set from a signal handler");
+
 std::string default_cache_dir() {
   if (const char* dir = std::getenv("FLOWFEED_CACHE_DIR"); dir && *dir) return dir;
   if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) {
@@ -53,7 +57,19 @@ bool has_glob(const std::string& s) {
 
 }  // namespace
 
+void interrupt_builds() noexcept {
+  g_builds_interrupted.store(true);
+}
+
+void resume_builds() noexcept {
+  g_builds_interrupted.store(false);
+}
+
 namespace remote {
+
+bool builds_interrupted() noexcept {
+  return g_builds_interrupted.load(std::memory_order_relaxed);
+}
 
 Request request_for(RemoteFiles::Pins& pins, const std::string& url) {
   const Url parsed = parse_url(url);
@@ -67,7 +83,7 @@ void load_checksums(RemoteFiles::Pins& pins, const RemoteOptions& options) {
   if (options.checksums.empty() || pins.sums) return;
   std::string text;
   if (is_remote_url(options.checksums)) {
-    HttpClient client(options, pins.retries);
+    HttpClient client(options, pins.retries, &g_builds_interrupted);
     text = client.get_text(request_for(pins, options.checksums));
   } else {
     std::ifstream in(options.checksums, std::ios::binary);
@@ -144,7 +160,7 @@ std::vector<std::string> RemoteFiles::list(const std::string& url) {
   const auto start = std::chrono::steady_clock::now();
   const std::string pattern = parsed.path.substr(1);
   const std::string prefix = pattern.substr(0, pattern.find_first_of("*?["));
-  HttpClient client(options_, pins_->retries);
+  HttpClient client(options_, pins_->retries, &g_builds_interrupted);
   const auto keys = remote::s3_list(client, pins_->s3_config(), parsed.host, prefix,
                                     fmt::format("s3://{}/{} (listing)", parsed.host, prefix));
   std::vector<std::string> out;
@@ -221,7 +237,7 @@ std::vector<std::string> RemoteFiles::fetch(const std::vector<std::string>& urls
   // The first shard is asked for before anything else: a wrong host, bucket or credential
   // fails here, at once.
   {
-    HttpClient client(options_, pins_->retries);
+    HttpClient client(options_, pins_->retries, &g_builds_interrupted);
     sizes[0] = client.size_of(requests[0]);
   }
   remote::load_checksums(*pins_, options_);
@@ -234,7 +250,7 @@ std::vector<std::string> RemoteFiles::fetch(const std::vector<std::string>& urls
   std::mutex mutex;
   auto work = [&] {
     try {
-      HttpClient client(options_, pins_->retries);
+      HttpClient client(options_, pins_->retries, &g_builds_interrupted);
       for (std::size_t i = next++; i < urls.size() && !failed; i = next++) {
         std::uint64_t received = 0;
         CacheOutcome outcome;
@@ -305,7 +321,7 @@ std::vector<RemoteHead> RemoteFiles::heads(const std::vector<std::string>& urls,
   };
   {
     // The first alone: a wrong host, bucket or credential fails here, once.
-    HttpClient client(options_, pins_->retries);
+    HttpClient client(options_, pins_->retries, &g_builds_interrupted);
     head(client, 0);
   }
   remote::load_checksums(*pins_, options_);
@@ -319,7 +335,7 @@ std::vector<RemoteHead> RemoteFiles::heads(const std::vector<std::string>& urls,
   std::exception_ptr error;
   std::mutex mutex;
   auto work = [&] {
-    HttpClient client(options_, pins_->retries);
+    HttpClient client(options_, pins_->retries, &g_builds_interrupted);
     for (std::size_t i = next++; i < urls.size() && !failed; i = next++) {
       try {
         head(client, i);

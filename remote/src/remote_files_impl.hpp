@@ -34,6 +34,9 @@ struct RemoteFiles::Pins {
 
 namespace remote {
 
+/// Whether interrupt_builds() was called since the last resume_builds().
+bool builds_interrupted() noexcept;
+
 /// The request that fetches `url` (an s3:// URL signed for its endpoint).
 Request request_for(RemoteFiles::Pins& pins, const std::string& url);
 

@@ -179,10 +179,10 @@ void ShardStream::work() {
 }
 
 std::string ShardStream::acquire(std::size_t i) {
-  return acquire(i, true);
+  return acquire(i, false);
 }
 
-std::string ShardStream::acquire(std::size_t i, bool count_wait) {
+std::string ShardStream::acquire(std::size_t i, bool at_build) {
   std::unique_lock<std::mutex> lock(mutex_);
   File& f = state_.at(i);
   if (f.state == State::ready) {
@@ -207,6 +207,11 @@ std::string ShardStream::acquire(std::size_t i, bool count_wait) {
       throw remote::Cancelled(
           fmt::format("{}: the wait for the shard was cancelled (the run is stopping)", urls_[i]));
     }
+    if (at_build && remote::builds_interrupted()) {
+      // The transfer goes on until the stream stops (the failed build destroys it).
+      throw remote::Cancelled(fmt::format(
+          "{}: the wait for the shard was cancelled (the build is stopping)", urls_[i]));
+    }
     if (f.state == State::idle && std::find(demand_.begin(), demand_.end(), i) == demand_.end()) {
       demand_.push_back(i);
       work_.notify_all();
@@ -214,7 +219,7 @@ std::string ShardStream::acquire(std::size_t i, bool count_wait) {
     changed_.wait_for(lock, std::chrono::milliseconds(50));
   }
   ++f.uses;
-  if (!count_wait) return f.path;
+  if (at_build) return f.path;
   const double waited =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::lock_guard<std::mutex> stats(files_.pins_->mutex);
@@ -259,7 +264,7 @@ void ShardStream::wait_for_first(std::size_t count) {
                  plan_.begin() + static_cast<std::ptrdiff_t>(std::min(count, plan_.size())));
   }
   for (std::size_t i : first) {
-    acquire(i, false);
+    acquire(i, true);
     release(i);
   }
 }

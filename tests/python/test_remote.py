@@ -5,11 +5,13 @@ construction releases the GIL while it fetches); a missing shard fails the Pipel
 construction naming the URL and the status (docs/REMOTE.md)."""
 import functools
 import http.server
+import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -106,3 +108,60 @@ def test_a_missing_shard_names_its_url_and_status(served, tmp_path):
     assert str(e.value) == (
         f"node 'load' (npy, <string>:4): {served}x-1.npy: HTTP 404 Not Found (no such object: "
         "check the URL (bucket, prefix and shard names))")
+
+
+REMOTE_TESTS = Path(__file__).resolve().parent.parent / "remote"
+
+
+def start_server(script, *args):
+    """A server of tests/remote on 127.0.0.1 (its process, its port)."""
+    p = subprocess.Popen([sys.executable, str(REMOTE_TESTS / script), *args],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    line = p.stdout.readline()
+    assert line.startswith("port "), line
+    return p, int(line.split()[1])
+
+
+BUILDS_THROUGH = """
+import sys, time
+import flowfeed
+print("building", flush=True)
+try:
+    flowfeed.Pipeline(sys.argv[1])
+except KeyboardInterrupt:
+    print("KeyboardInterrupt", flush=True)
+    sys.exit(3)
+print("built", flush=True)
+"""
+
+
+@pytest.mark.parametrize("order", ["samples", "shards"])
+def test_ctrl_c_while_the_build_fetches_raises_keyboard_interrupt_at_once(tmp_path, order):
+    """A shard of 32 MiB through a proxy sending 1 MB a second (half a minute to fetch): Ctrl-C a
+    second into the build ends it within two seconds with KeyboardInterrupt, whether the build
+    fetches every shard (order: samples) or waits for the first one streamed (order: shards)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    np.save(data / "x-0.npy", np.zeros((2048, 4096), dtype=np.float32))
+    np.save(data / "y-0.npy", np.zeros(2048, dtype=np.int32))
+    server, port = start_server("range_server.py", "--root", str(data))
+    proxy, proxy_port = start_server("fault_proxy.py", "--upstream", str(port), "--bandwidth", "1000000")
+    try:
+        base = f"http://127.0.0.1:{proxy_port}/"
+        yaml = (config(base, tmp_path / "cache", shards="0", extra=", transfers: 1")
+                + f"sampler: {{ shuffle: true, order: {order} }}\n")
+        child = subprocess.Popen([sys.executable, "-c", BUILDS_THROUGH, yaml],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert child.stdout.readline() == "building\n"
+        time.sleep(1.0)
+        interrupted = time.monotonic()
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=30)
+        ended = time.monotonic() - interrupted
+        assert child.returncode == 3, (out, err)
+        assert out == "KeyboardInterrupt\n", (out, err)
+        assert ended < 2.0, ended
+    finally:
+        for p in (proxy, server):
+            p.terminate()
+            p.wait(10)

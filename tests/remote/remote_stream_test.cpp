@@ -205,5 +205,41 @@ TEST_F(RemoteStreamTest, CtrlCDuringTheRunEndsTheTransfersPromptly) {
   EXPECT_LT(count_ext(cache_.file("c"), ".shard"), 12u);
 }
 
+// interrupt_builds() (what an embedding program's SIGINT handler calls) ends a build that waits for
+// the network within about a second, whether it fetches every shard or the first one streamed,
+// with the run's cancellation (RunCancelled) naming the URL; after resume_builds() the same
+// config builds again.
+TEST_F(RemoteStreamTest, InterruptBuildsEndsABuildWaitingForTheNetwork) {
+  // Each answer comes 20 s late.
+  const std::string base = behind_proxy({"--delay", "20"});
+  for (const char* order : {"samples", "shards"}) {
+    SCOPED_TRACE(order);
+    const std::string yaml = chain(url_params(base, ", transfers: 1, timeout_s: 60"),
+                                   std::string("shuffle: false, order: ") + order);
+    std::string error;
+    bool cancelled = false;
+    std::thread build([&] {
+      try {
+        const Registry r = capture_registry(seen_);
+        Pipeline p(load_config_string(yaml, r), r);
+      } catch (const RunCancelled& e) {
+        cancelled = true;
+        error = e.what();
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    const auto sent = std::chrono::steady_clock::now();
+    interrupt_builds();
+    build.join();
+    resume_builds();
+    EXPECT_LT(std::chrono::steady_clock::now() - sent, std::chrono::milliseconds(1500));
+    EXPECT_TRUE(cancelled) << error;
+    EXPECT_NE(error.find(base + "train-00.npy: the "), std::string::npos) << error;
+    EXPECT_NE(error.find(" was cancelled (the "), std::string::npos) << error;
+  }
+}
+
 }  // namespace
 }  // namespace flowfeed

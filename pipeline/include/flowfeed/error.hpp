@@ -53,6 +53,7 @@ class DataError : public Error {
 
 /// A node's body gave up because the run is being cancelled (another batch failed, a stop was
 /// asked for): not a failure of its own. The error that cancelled the run is the run's error.
+/// Also what a Pipeline's construction throws when interrupt_builds() cut its transfers short.
 class RunCancelled : public Error {
  public:
   using Error::Error;

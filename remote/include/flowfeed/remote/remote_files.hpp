@@ -58,6 +58,16 @@ struct RemoteHead {
 /// True when `text` is a URL flowfeed fetches: it starts with http://, https:// or s3://.
 bool is_remote_url(std::string_view text) noexcept;
 
+/// Interrupts the transfers of every pipeline being built in this process: after it, each
+/// transfer RemoteFiles makes at build (a size, a header, a listing, a fetch, a wait before a
+/// retry) ends within a second, throwing RunCancelled (a shard cut off stays in the cache as a
+/// partial file, which a later fetch resumes), until resume_builds(). Async-signal-safe (a
+/// lock-free atomic store): for the SIGINT handler of a program that builds pipelines (the
+/// Python module's calls it). A run's transfers end with the run (Pipeline::request_abort).
+void interrupt_builds() noexcept;
+/// Lets builds transfer again after interrupt_builds().
+void resume_builds() noexcept;
+
 namespace remote {
 class ShardCache;  // remote/src/shard_cache.hpp
 struct CacheOutcome;

@@ -71,7 +71,9 @@ class ShardStream {
   enum class State { idle, fetching, ready, failed };
   struct File;
   void work();
-  std::string acquire(std::size_t i, bool count_wait);
+  /// acquire(i); `at_build` (wait_for_first): the wait is not counted in the stats and ends on
+  /// interrupt_builds() too.
+  std::string acquire(std::size_t i, bool at_build);
   /// Under mutex_: the next file to fetch (a file acquire() waits for first, then the plan's
   /// next idle file when it fits the budget), or nullopt.
   std::optional<std::size_t> next_file();
