@@ -179,12 +179,13 @@ TEST(Autotune, WithSeveralDevicesTheBranchesTrainNodesTogetherSetTheRateAndCopie
   // 8 threads for the auto nodes; staging 2, a train step per branch and the upload copies' one
   // body each (the loader's first is within the 8) on top.
   const TuningDecision first = first_load_raise(r, 14);
-  // The rate to reach is the branches' together: above what one branch could take.
+  // The rate to reach is the branches' together: above the 500 batches/s one branch's 2 ms step
+  // could take at best (a loaded machine's sleeps run long, so the two give less than 1000).
   std::smatch rate;
   ASSERT_TRUE(
       std::regex_search(first.why, rate, std::regex("the train node takes ([0-9]+) batches/s")))
       << first.why;
-  EXPECT_GT(std::stoi(rate[1].str()), 600) << first.why;
+  EXPECT_GT(std::stoi(rate[1].str()), 500) << first.why;
   EXPECT_GE(settled(r, "nodes.load.concurrency"), 3) << r.to_table();
   for (const TuningDecision& d : r.tuning.decisions) {
     EXPECT_EQ(d.knob.find('@'), std::string::npos) << d.knob;
