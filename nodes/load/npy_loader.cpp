@@ -268,6 +268,9 @@ void NpyLoader::process(Batch& batch) {
   std::array<ReadRequest, kRequestGroup> group;
   std::size_t queued = 0;
   std::uint64_t in_place = 0;
+  // By Range requests: the batch's runs of rows, read at once (RemoteFiles::read_ranges).
+  thread_local std::vector<RangeRead> ranged;
+  ranged.clear();
   for_each_shard_run(
       batch, [&](const Shard& shard, std::size_t row, std::size_t first, std::size_t count) {
         // Inside the file: its size was checked against its header at open.
@@ -281,7 +284,7 @@ void NpyLoader::process(Batch& batch) {
           return;
         }
         if (options_.range_access && is_remote_url(shard.features->path())) {
-          remote_->read_range(shard.features->path(), at, bytes, xs + row * row_bytes);
+          ranged.push_back(RangeRead{&shard.features->path(), at, bytes, xs + row * row_bytes});
           return;
         }
         if (queued == group.size()) {
@@ -291,6 +294,7 @@ void NpyLoader::process(Batch& batch) {
         group[queued++] = ReadRequest{&shard.file, at, bytes, xs + row * row_bytes};
       });
   if (queued > 0) engine_->read(group.data(), queued);
+  if (!ranged.empty()) remote_->read_ranges(ranged.data(), ranged.size());
   if (in_place > 0) in_place_bytes_.fetch_add(in_place, std::memory_order_relaxed);
   read_labels(batch, reinterpret_cast<std::int32_t*>(batch.tensor(tier_, 1)));
 }

@@ -23,7 +23,11 @@ void add_remote_params(Schema& schema) {
                std::int64_t{16} << 30)
       .at_least(1);
   ParamSpec& transfers =
-      schema.add_int("transfers", "shards fetched at once; auto: min(shards, 8)").range(1, 64);
+      schema
+          .add_int("transfers",
+                   "shards fetched at once (auto: min(shards, 8)); with access: range, a batch's "
+                   "Range requests at once (auto: 8)")
+          .range(1, 64);
   transfers.allow_auto();
   transfers.default_value = std::string("auto");
   schema

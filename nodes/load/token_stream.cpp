@@ -414,6 +414,9 @@ void TokenStream::read(const TokenRead* reads, std::size_t count) const {
   constexpr std::size_t kGroup = 128;
   std::array<ReadRequest, kGroup> group;
   std::size_t queued = 0;
+  // Pieces read by Range requests: a group's requests run at once (RemoteFiles::read_ranges).
+  std::array<RangeRead, kGroup> ranged;
+  std::size_t ranged_queued = 0;
   for (std::size_t r = 0; r < count; ++r) {
     std::uint64_t first = reads[r].first;
     std::uint64_t left = reads[r].count;
@@ -434,7 +437,11 @@ void TokenStream::read(const TokenRead* reads, std::size_t count) const {
       if (it->map) {
         std::memcpy(dst, it->map + offset, bytes);
       } else if (!it->url.empty()) {
-        ranges_->read_range(it->url, offset, bytes, dst);
+        if (ranged_queued == ranged.size()) {
+          ranges_->read_ranges(ranged.data(), ranged_queued);
+          ranged_queued = 0;
+        }
+        ranged[ranged_queued++] = RangeRead{&it->url, offset, bytes, dst};
       } else {
         if (queued == group.size()) {
           engine_->read(group.data(), queued);
@@ -448,6 +455,7 @@ void TokenStream::read(const TokenRead* reads, std::size_t count) const {
     }
   }
   if (queued > 0) engine_->read(group.data(), queued);
+  if (ranged_queued > 0) ranges_->read_ranges(ranged.data(), ranged_queued);
 }
 
 }  // namespace flowfeed

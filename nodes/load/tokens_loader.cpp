@@ -194,12 +194,30 @@ void TokensLoader::process(Batch& batch) {
   // run: x is one range of count × context tokens, y the same range one token later. Both land in
   // the batch's buffer: each byte is written once, by the read. By Range requests, where each
   // read is a round trip, a run's x and y are one read of count × context + 1 tokens instead,
-  // copied apart here.
-  const bool joined = stream_->reads_by_range();
-  thread_local std::vector<std::byte> run_tokens;
+  // into `joined` and copied apart once the group's reads (at once) are done.
+  const bool by_range = stream_->reads_by_range();
+  const std::size_t width = stream_->width();
+  thread_local std::vector<std::byte> joined;
+  struct Run {
+    std::size_t row, count, at;  ///< the batch rows, and where in `joined`
+  };
   constexpr std::size_t kRunGroup = 64;
   std::array<TokenRead, 2 * kRunGroup> reads;
+  std::array<Run, 2 * kRunGroup> runs;
   std::size_t queued = 0;
+  auto flush = [&] {
+    stream_->read(reads.data(), queued);
+    if (by_range) {
+      for (std::size_t r = 0; r < queued; ++r) {
+        const std::size_t bytes = runs[r].count * row_bytes;
+        std::memcpy(xs + runs[r].row * row_bytes, joined.data() + runs[r].at, bytes);
+        std::memcpy(ys + runs[r].row * row_bytes, joined.data() + runs[r].at + width, bytes);
+      }
+    }
+    queued = 0;
+  };
+  if (by_range) joined.resize(batch.rows() * row_bytes + reads.size() * width);
+  std::size_t joined_at = 0;
   std::size_t row = 0;
   std::uint64_t first = batch.rows() > 0 ? windows_->start(batch.epoch, batch.samples[0]) : 0;
   while (row < batch.rows()) {
@@ -210,25 +228,22 @@ void TokensLoader::process(Batch& batch) {
       if (next != first + count * context) break;
       ++count;
     }
-    const std::size_t run_bytes = count * row_bytes;
-    if (joined) {
-      const std::size_t width = stream_->width();
-      run_tokens.resize(run_bytes + width);
-      stream_->read(first, count * context + 1, run_tokens.data());
-      std::memcpy(xs + row * row_bytes, run_tokens.data(), run_bytes);
-      std::memcpy(ys + row * row_bytes, run_tokens.data() + width, run_bytes);
+    if (queued + (by_range ? 1 : 2) > reads.size()) {
+      flush();
+      joined_at = 0;
+    }
+    if (by_range) {
+      runs[queued] = Run{row, count, joined_at};
+      reads[queued++] = TokenRead{first, count * context + 1, joined.data() + joined_at};
+      joined_at += count * row_bytes + width;
     } else {
-      if (queued == reads.size()) {
-        stream_->read(reads.data(), queued);
-        queued = 0;
-      }
       reads[queued++] = TokenRead{first, count * context, xs + row * row_bytes};
       reads[queued++] = TokenRead{first + 1, count * context, ys + row * row_bytes};
     }
     row += count;
     first = next;
   }
-  if (queued > 0) stream_->read(reads.data(), queued);
+  if (queued > 0) flush();
 }
 
 void TokensLoader::finish(RunReport& report) {

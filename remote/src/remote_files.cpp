@@ -24,6 +24,7 @@
 #include "flowfeed/error.hpp"
 #include "flowfeed/remote/shard_stream.hpp"
 #include "http_client.hpp"
+#include "range_reader.hpp"
 #include "remote_files_impl.hpp"
 #include "s3.hpp"
 #include "shard_cache.hpp"
@@ -137,12 +138,19 @@ RemoteFiles::RemoteFiles(RemoteOptions options)
   if (options_.cache_dir.empty()) options_.cache_dir = default_cache_dir();
   // Another run's transfer of a shard this run wants is waited for while it grows: longer than
   // its own tries could stall.
+  range_reader_ = std::make_unique<remote::RangeReader>(
+      [this](const RangeRead& r) { read_range(*r.url, r.offset, r.bytes, r.dst); },
+      options_.transfers > 0 ? static_cast<std::size_t>(options_.transfers) : 8);
   cache_ = std::make_unique<remote::ShardCache>(options_.cache_dir, options_.cache_bytes,
                                                 2 * options_.timeout_s + options_.max_backoff_s);
   stats_.evicted_bytes += cache_->trim();
 }
 
 RemoteFiles::~RemoteFiles() = default;
+
+void RemoteFiles::read_ranges(const RangeRead* reads, std::size_t count) {
+  range_reader_->run(reads, count);
+}
 
 const std::string& RemoteFiles::cache_dir() const noexcept {
   return cache_->dir();

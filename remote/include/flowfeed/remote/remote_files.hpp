@@ -55,6 +55,14 @@ struct RemoteHead {
   std::string bytes;
 };
 
+/// One read of RemoteFiles::read_ranges(): bytes [offset, offset + bytes) of `*url` into `dst`.
+struct RangeRead {
+  const std::string* url = nullptr;
+  std::uint64_t offset = 0;
+  std::size_t bytes = 0;
+  std::byte* dst = nullptr;
+};
+
 /// True when `text` is a URL flowfeed fetches: it starts with http://, https:// or s3://.
 bool is_remote_url(std::string_view text) noexcept;
 
@@ -71,7 +79,8 @@ void resume_builds() noexcept;
 namespace remote {
 class ShardCache;  // remote/src/shard_cache.hpp
 struct CacheOutcome;
-class HttpClient;  // remote/src/http_client.hpp
+class HttpClient;   // remote/src/http_client.hpp
+class RangeReader;  // remote/src/range_reader.hpp
 }  // namespace remote
 class ShardStream;  // flowfeed/remote/shard_stream.hpp
 
@@ -116,6 +125,11 @@ class RemoteFiles {
   /// fetch. Thread-safe: concurrent calls each take an HTTP client (a connection kept open) of
   /// a pool that grows to the most calls at once. DataError naming the URL and the status.
   void read_range(const std::string& url, std::uint64_t offset, std::size_t bytes, std::byte* dst);
+  /// read_range() of each of `reads`, up to `transfers` at once (auto: 8), each request on a
+  /// connection of its own: what a batch of random rows or windows reads. Returns when every
+  /// read is done; when some failed, throws the error of the first of them in the order given.
+  /// Thread-safe.
+  void read_ranges(const RangeRead* reads, std::size_t count);
   /// Makes read_range()'s requests end soon after `*flag` becomes true (a transfer aborted, a
   /// wait between tries cut short), throwing remote::Cancelled; call before the first read.
   void set_range_cancel(const std::atomic<bool>* flag) noexcept { range_cancel_ = flag; }
@@ -144,6 +158,7 @@ class RemoteFiles {
   RemoteStats stats_;
   std::vector<std::unique_ptr<remote::HttpClient>> idle_clients_;  ///< read_range()'s, guarded
   const std::atomic<bool>* range_cancel_ = nullptr;
+  std::unique_ptr<remote::RangeReader> range_reader_;  ///< its threads use idle_clients_
 };
 
 }  // namespace flowfeed
