@@ -293,9 +293,15 @@ void remote(Bench& bench) {
     local_memory.rate.push_back(lm);
     warm_memory.rate.push_back(wm);
     warm_memory.ratio.push_back(wm / lm);
-    // Faults: the same proxy, failing none and then a share of the requests.
-    const Timed p = measure(proxied, text(through_proxy, proxy_cache), "proxy");
-    const Timed f = measure(faults, text(faulty, fault_cache), "faults", &p);
+    // Faults: the same proxy failing none and failing a share of the requests, alternated, each
+    // run cold (its cache emptied first).
+    const Pair fault_pair = alternated(
+        {text(through_proxy, proxy_cache), "proxy", [&] { fs::remove_all(proxy_cache); }},
+        {text(faulty, fault_cache), "faults", [&] { fs::remove_all(fault_cache); }});
+    const Timed& f = fault_pair.first_b;
+    proxied.rate.push_back(fault_pair.a);
+    faults.rate.push_back(fault_pair.b);
+    faults.ratio.push_back(fault_pair.b / fault_pair.a);
     // Random access: every sample anywhere, by Range requests, against local files in that order.
     const Timed lr = measure(local_random, text(local, "", "samples"), "local_random");
     const Timed r =
@@ -317,8 +323,8 @@ void remote(Bench& bench) {
     std::printf(
         "remote round %d, from memory: local %.0f, warm %.0f (%.3f), cold above %.3f of it; "
         "through the proxy: no faults %.0f, %.0f%% faults %.0f (%.3f; %.0f retries) samples/s\n",
-        round, lm, wm, warm_memory.ratio.back(), c.samples_per_second / lm, p.samples_per_second,
-        100 * o.remote_fault_rate, f.samples_per_second, faults.ratio.back(),
+        round, lm, wm, warm_memory.ratio.back(), c.samples_per_second / lm, fault_pair.a,
+        100 * o.remote_fault_rate, fault_pair.b, faults.ratio.back(),
         f.report.extra.at("load.remote_retries"));
     std::printf(
         "remote round %d, random order: local %.0f, by Range requests %.0f (%.3f; %.0f requests) "
