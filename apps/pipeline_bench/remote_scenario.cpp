@@ -268,6 +268,10 @@ void remote(Bench& bench) {
       pair.b = (pair.first_b.samples_per_second + b2.samples_per_second) / 2;
       round_details[a.key] = pair.a;
       round_details[b.key] = pair.b;
+      // Each run in the order they ran, to show the drift the means even out.
+      round_details[a.key + "_then_" + b.key] = {a1.samples_per_second,
+                                                 pair.first_b.samples_per_second,
+                                                 b2.samples_per_second, a2.samples_per_second};
       return pair;
     };
     // From disk: every file these runs read is dropped from the page cache first. Cold first
