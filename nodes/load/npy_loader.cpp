@@ -268,9 +268,9 @@ void NpyLoader::process(Batch& batch) {
   std::array<ReadRequest, kRequestGroup> group;
   std::size_t queued = 0;
   std::uint64_t in_place = 0;
-  // By Range requests: the batch's runs of rows, read at once (RemoteFiles::read_ranges).
-  thread_local std::vector<RangeRead> ranged;
-  ranged.clear();
+  // By Range requests: the batch's runs of rows, read at once (RemoteFiles::read_ranges). Made
+  // for the batch and freed with it: a network round trip costs far more than the allocation.
+  std::vector<RangeRead> ranged;
   for_each_shard_run(
       batch, [&](const Shard& shard, std::size_t row, std::size_t first, std::size_t count) {
         // Inside the file: its size was checked against its header at open.

@@ -197,7 +197,9 @@ void TokensLoader::process(Batch& batch) {
   // into `joined` and copied apart once the group's reads (at once) are done.
   const bool by_range = stream_->reads_by_range();
   const std::size_t width = stream_->width();
-  thread_local std::vector<std::byte> joined;
+  // Made for the batch and freed with it (at most a batch's bytes a body): a network round trip
+  // costs far more than the allocation.
+  std::vector<std::byte> joined;
   struct Run {
     std::size_t row, count, at;  ///< the batch rows, and where in `joined`
   };
