@@ -24,19 +24,27 @@ std::string label_of(const NodeSpec& spec) {
 std::unique_ptr<Node> create_node(const NodeType& type, const NodeSpec& spec, const Stage& stage) {
   try {
     return type.create(spec);
-  } catch (const Error& e) {
-    // Data errors while opening files name the file; add the node for context.
-    if (dynamic_cast<const DataError*>(&e)) throw DataError(stage.label() + ": " + e.what());
-    if (dynamic_cast<const ConfigError*>(&e)) throw;
-    // interrupt_builds() cut its transfers short.
-    if (dynamic_cast<const RunCancelled*>(&e)) throw RunCancelled(stage.label() + ": " + e.what());
-    throw NodeError(stage.label() + ": " + e.what(), stage.spec().name, stage.spec().type, -1);
-  } catch (const std::exception& e) {
-    throw NodeError(stage.label() + ": " + e.what(), stage.spec().name, stage.spec().type, -1);
+  } catch (const std::exception&) {
+    rethrow_at_build(stage);
   }
 }
 
 }  // namespace
+
+void rethrow_at_build(const Stage& stage) {
+  try {
+    throw;
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const DataError& e) {
+    // Data errors while opening files name the file; the node is added for context.
+    throw DataError(stage.label() + ": " + e.what());
+  } catch (const RunCancelled& e) {
+    throw RunCancelled(stage.label() + ": " + e.what());
+  } catch (const std::exception& e) {
+    throw NodeError(stage.label() + ": " + e.what(), stage.spec().name, stage.spec().type, -1);
+  }
+}
 
 void Chain::create(const PipelineConfig& config, const Registry& registry) {
   if (config.nodes.empty()) throw ConfigError({config.file + ": nodes: the pipeline has no nodes"});

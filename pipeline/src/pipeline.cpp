@@ -100,14 +100,8 @@ PipelineImpl::PipelineImpl(PipelineConfig config, const Registry& registry)
     StageContext context(scope, stage);
     try {
       stage.node().setup(context);
-    } catch (const ConfigError&) {
-      throw;
-    } catch (const DataError& e) {
-      throw DataError(stage.label() + ": " + e.what());
-    } catch (const RunCancelled& e) {
-      throw RunCancelled(stage.label() + ": " + e.what());  // interrupt_builds()
-    } catch (const std::exception& e) {
-      throw NodeError(stage.label() + ": " + e.what(), stage.spec().name, stage.spec().type, -1);
+    } catch (const std::exception&) {
+      rethrow_at_build(stage);
     }
   };
   // Each node's port contract, then one walk over the chain that assigns each edge its memory,

@@ -114,6 +114,12 @@ class Stage {
   std::atomic<std::uint64_t> arrived_{0};
 };
 
+/// Rethrows the exception being handled (call it inside a catch) as the failure of `stage`'s node
+/// while the pipeline is built: a ConfigError as it is; a DataError, or a RunCancelled
+/// (interrupt_builds() cut its transfers short), as the same type with the stage's label in front;
+/// any other std::exception as a NodeError naming the stage.
+[[noreturn]] void rethrow_at_build(const Stage& stage);
+
 class Chain {
  public:
   /// Creates one stage per node of `config` (ConfigError for a type `registry` does not have),
