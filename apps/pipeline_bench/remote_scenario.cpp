@@ -202,6 +202,7 @@ void remote(Bench& bench) {
   };
   Series local_disk, cold, warm, local_memory, warm_memory, proxied, faults, local_random, ranged,
       local_tokens, token_ranges;
+  std::vector<double> fault_cost;  ///< each round's share of the transfers' time lost to faults
   nlohmann::json& details = bench.details("remote");
   {
     // Untimed, before the rounds: one cold run by URL, so that the first round's runs do not
@@ -216,7 +217,6 @@ void remote(Bench& bench) {
   }
   for (int round = 0; round < o.remote_runs; ++round) {
     const fs::path cache = dir / ("cache-" + std::to_string(round));
-    const std::string proxy_cache = (dir / ("proxy-cache-" + std::to_string(round))).string();
     const std::string fault_cache = (dir / ("fault-cache-" + std::to_string(round))).string();
     const std::string range_cache = (dir / ("range-cache-" + std::to_string(round))).string();
     auto text = [&](const std::string& base, const std::string& c, const std::string& order = "",
@@ -251,7 +251,7 @@ void remote(Bench& bench) {
     };
     struct Pair {
       double a = 0, b = 0;
-      Timed first_b;
+      Timed first_b, second_b;
     };
     auto alternated = [&](const Side& a, const Side& b) {
       Series scratch;
@@ -262,7 +262,8 @@ void remote(Bench& bench) {
       const Timed a1 = run(a);
       Pair pair;
       pair.first_b = run(b);
-      const Timed b2 = run(b);
+      pair.second_b = run(b);
+      const Timed& b2 = pair.second_b;
       const Timed a2 = run(a);
       pair.a = (a1.samples_per_second + a2.samples_per_second) / 2;
       pair.b = (pair.first_b.samples_per_second + b2.samples_per_second) / 2;
@@ -298,14 +299,30 @@ void remote(Bench& bench) {
     warm_memory.rate.push_back(wm);
     warm_memory.ratio.push_back(wm / lm);
     // Faults: the same proxy failing none and failing a share of the requests, alternated, each
-    // run cold (its cache emptied first).
-    const Pair fault_pair = alternated(
-        {text(through_proxy, proxy_cache), "proxy", [&] { fs::remove_all(proxy_cache); }},
-        {text(faulty, fault_cache), "faults", [&] { fs::remove_all(fault_cache); }});
-    const Timed& f = fault_pair.first_b;
+    // run cold. All four fill the same cache directory, emptied before each, and the warm cache
+    // is gone before the first: every run writes its shards into the page-cache memory the run
+    // before it freed. (Memory the machine has not used since it started is slower to write on
+    // a virtual machine: a run given it ran at half the speed of the next through the same
+    // proxy.)
+    fs::remove_all(cache);
+    const auto empty_cache = [&] { fs::remove_all(fault_cache); };
+    const Pair fault_pair = alternated({text(through_proxy, fault_cache), "proxy", empty_cache},
+                                       {text(faulty, fault_cache), "faults", empty_cache});
     proxied.rate.push_back(fault_pair.a);
     faults.rate.push_back(fault_pair.b);
     faults.ratio.push_back(fault_pair.b / fault_pair.a);
+    // What the faults cost, counted by the transfers themselves rather than read off two
+    // throughputs that vary from run to run by more: the seconds of lost tries and waits before
+    // retries, over the seconds the loader's transfers had (the run's time × transfers), for the
+    // two fault runs together.
+    double lost_seconds = 0, transfer_seconds = 0, retries = 0;
+    for (const Timed* t : {&fault_pair.first_b, &fault_pair.second_b}) {
+      lost_seconds += t->report.extra.at("load.remote_retry_seconds");
+      retries += t->report.extra.at("load.remote_retries");
+      transfer_seconds +=
+          static_cast<double>(t->report.samples) / t->samples_per_second * o.remote_transfers;
+    }
+    fault_cost.push_back(lost_seconds / transfer_seconds);
     // Random access: every sample anywhere, by Range requests, against local files in that order.
     const Timed lr = measure(local_random, text(local, "", "samples"), "local_random");
     const Timed r =
@@ -326,10 +343,11 @@ void remote(Bench& bench) {
         w.report.extra.at("load.remote_fetch_seconds"));
     std::printf(
         "remote round %d, from memory: local %.0f, warm %.0f (%.3f), cold above %.3f of it; "
-        "through the proxy: no faults %.0f, %.0f%% faults %.0f (%.3f; %.0f retries) samples/s\n",
+        "through the proxy: no faults %.0f, %.0f%% faults %.0f (%.3f) samples/s; the faults cost "
+        "the transfers %.2f s of %.1f s (%.2f%%; %.0f retries in 2 runs)\n",
         round, lm, wm, warm_memory.ratio.back(), c.samples_per_second / lm, fault_pair.a,
-        100 * o.remote_fault_rate, fault_pair.b, faults.ratio.back(),
-        f.report.extra.at("load.remote_retries"));
+        100 * o.remote_fault_rate, fault_pair.b, faults.ratio.back(), lost_seconds,
+        transfer_seconds, 100 * fault_cost.back(), retries);
     std::printf(
         "remote round %d, random order: local %.0f, by Range requests %.0f (%.3f; %.0f requests) "
         "samples/s\n",
@@ -341,12 +359,13 @@ void remote(Bench& bench) {
         round, lt.samples_per_second, tr.samples_per_second, token_ranges.ratio.back(),
         tr.report.extra.at("load.remote_range_reads"));
     round_details["token_range_reads"] = tr.report.extra.at("load.remote_range_reads");
-    round_details["fault_retries"] = f.report.extra.at("load.remote_retries");
+    round_details["fault_retries"] = retries;
+    round_details["fault_retry_seconds"] = lost_seconds;
+    round_details["fault_transfer_seconds"] = transfer_seconds;
     round_details["cold_fetch_seconds"] = c.report.extra.at("load.remote_fetch_seconds");
     round_details["range_reads"] = r.report.extra.at("load.remote_range_reads");
     details["rounds"].push_back(round_details);
     fs::remove_all(cache);
-    fs::remove_all(proxy_cache);
     fs::remove_all(fault_cache);
     fs::remove_all(range_cache);
   }
@@ -358,6 +377,7 @@ void remote(Bench& bench) {
   details["warm_ratio"] = span(warm.ratio);
   details["warm_memory_ratio"] = span(warm_memory.ratio);
   details["fault_ratio"] = span(faults.ratio);
+  details["fault_cost_share"] = span(fault_cost);
   details["range_ratio"] = span(ranged.ratio);
   details["token_range_ratio"] = span(token_ranges.ratio);
   details["bytes"] = rows * row_bytes * static_cast<std::size_t>(shards);

@@ -99,6 +99,7 @@ void report_remote(const std::shared_ptr<RemoteFiles>& remote, const std::string
   report.extra[node + ".remote_cache_hits"] = static_cast<double>(s.cache_hits);
   report.extra[node + ".remote_bytes_fetched"] = static_cast<double>(s.bytes_fetched);
   report.extra[node + ".remote_retries"] = static_cast<double>(s.retries);
+  report.extra[node + ".remote_retry_seconds"] = s.retry_seconds;
   report.extra[node + ".remote_fetch_seconds"] = s.fetch_seconds;
   report.extra[node + ".remote_evicted_bytes"] = static_cast<double>(s.evicted_bytes);
   report.extra[node + ".remote_peak_cache_bytes"] = static_cast<double>(s.peak_cache_bytes);

@@ -91,7 +91,7 @@ struct HttpClient::Attempt {
   bool progressed = false;  ///< a download's try that failed after it wrote body bytes
 };
 
-HttpClient::HttpClient(const RemoteOptions& options, std::atomic<std::uint64_t>& retries,
+HttpClient::HttpClient(const RemoteOptions& options, RetryCounters& retries,
                        const std::atomic<bool>* cancel)
     : options_(options), retries_(retries), cancel_(cancel) {
   global_init();
@@ -164,7 +164,7 @@ void HttpClient::prepare(const Request& request) {
 }
 
 void HttpClient::wait_before_retry(int attempt) {
-  ++retries_;
+  ++retries_.retries;
   thread_local std::mt19937_64 rng{std::random_device{}()};
   const double cap =
       std::min(options_.max_backoff_s, options_.backoff_s * std::ldexp(1.0, attempt - 1));
@@ -224,7 +224,14 @@ void HttpClient::perform(const Request& request, const std::function<void(Try&)>
   // part of the body (a connection dropped mid-transfer) resumes at once and starts the count
   // again, so a large object over a flaky connection finishes as long as each try brings bytes.
   int failed = 0;
+  const auto lost_since = [this](std::chrono::steady_clock::time_point since) {
+    retries_.lost_ns +=
+        static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                       std::chrono::steady_clock::now() - since)
+                                       .count());
+  };
   for (;;) {
+    const auto tried = std::chrono::steady_clock::now();
     prepare(request);
     char error[CURL_ERROR_SIZE] = {0};
     curl_easy_setopt(c, CURLOPT_ERRORBUFFER, error);
@@ -241,11 +248,12 @@ void HttpClient::perform(const Request& request, const std::function<void(Try&)>
     if (!again) fail(request, last, failed + 1);
     if (last.progressed) {
       failed = 0;
-      ++retries_;
+      ++retries_.retries;
       continue;
     }
     if (++failed >= options_.attempts) fail(request, last, failed);
     wait_before_retry(failed);
+    lost_since(tried);
     if (cancelled()) throw_cancelled(request);
   }
 }

@@ -43,11 +43,19 @@ const char* http_reason(long status) noexcept;
 
 struct Sink;  // http_body.hpp
 
+/// What the faults of a RemoteFiles' transfers cost, counted by every HttpClient it makes.
+struct RetryCounters {
+  std::atomic<std::uint64_t> retries{0};  ///< requests tried again
+  /// Nanoseconds spent on tries that failed before they brought any body bytes, and waiting
+  /// before the next try (a try cut off part-way keeps its bytes: only the wait counts).
+  std::atomic<std::uint64_t> lost_ns{0};
+};
+
 class HttpClient {
  public:
-  /// `retries` counts every request tried again.
+  /// `retries` counts every request tried again and the time the faults cost.
   /// `cancel`: as set_cancel(cancel).
-  HttpClient(const RemoteOptions& options, std::atomic<std::uint64_t>& retries,
+  HttpClient(const RemoteOptions& options, RetryCounters& retries,
              const std::atomic<bool>* cancel = nullptr);
   ~HttpClient();
   HttpClient(const HttpClient&) = delete;
@@ -114,7 +122,7 @@ class HttpClient {
   void wait_before_retry(int attempt);
 
   const RemoteOptions& options_;
-  std::atomic<std::uint64_t>& retries_;
+  RetryCounters& retries_;
   void* curl_ = nullptr;
   void* header_list_ = nullptr;
   void* connect_list_ = nullptr;

@@ -202,7 +202,7 @@ void RemoteFiles::count(std::uint64_t received, const CacheOutcome& outcome) {
   stats_.cache_hits += outcome.hit ? 1 : 0;
   stats_.evicted_bytes += outcome.evicted;
   stats_.peak_cache_bytes = std::max(stats_.peak_cache_bytes, outcome.used);
-  stats_.retries = pins_->retries;
+  stats_.retries = pins_->retries.retries;
 }
 
 void RemoteFiles::read_range(const std::string& url, std::uint64_t offset, std::size_t bytes,
@@ -229,7 +229,8 @@ void RemoteFiles::read_range(const std::string& url, std::uint64_t offset, std::
 RemoteStats RemoteFiles::stats() const {
   std::lock_guard<std::mutex> lock(pins_->mutex);
   RemoteStats s = stats_;
-  s.retries = pins_->retries;
+  s.retries = pins_->retries.retries;
+  s.retry_seconds = static_cast<double>(pins_->retries.lost_ns) / 1e9;
   return s;
 }
 

@@ -22,7 +22,7 @@ struct RemoteFiles::Pins {
   std::vector<remote::PinnedShard> shards;
   std::map<std::string, std::string> url_of;  ///< local path → URL
   std::optional<remote::S3Config> s3;
-  std::atomic<std::uint64_t> retries{0};
+  remote::RetryCounters retries;
   std::optional<std::map<std::string, std::string>> sums;  ///< the checksum manifest, once read
   mutable std::mutex mutex;  ///< guards url_of, sums, s3 and RemoteFiles::stats_
 

@@ -120,7 +120,7 @@ void ShardStream::unhold(File& f) {
 
 void ShardStream::work() {
   std::optional<HttpClient> client;
-  std::atomic<std::uint64_t>& retries = files_.pins_->retries;
+  remote::RetryCounters& retries = files_.pins_->retries;
   for (;;) {
     std::size_t i = 0;
     {

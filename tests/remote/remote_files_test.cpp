@@ -41,6 +41,7 @@ TEST_F(RemoteTest, BracesFetchEveryShardByteForByteThenTheCacheIsWarm) {
     EXPECT_EQ(s.cache_hits, 0u);
     EXPECT_EQ(s.bytes_fetched, 500000u);
     EXPECT_EQ(s.retries, 0u);
+    EXPECT_EQ(s.retry_seconds, 0.0);
   }
   // A later run: every shard from the cache, nothing over the network.
   RemoteSource source{options(), nullptr};
@@ -338,6 +339,7 @@ TEST_F(RemoteTest, ATransferCutOffAfterSomeBytesResumesAtOnceWithoutSpendingTheA
   EXPECT_EQ(files.stats().retries, 6u);
   EXPECT_EQ(files.stats().bytes_fetched, 1000000u);  // each try asked only for the rest
   EXPECT_LT(seconds, 2.5);                           // six waits of 0.5 s or more would take 3 s
+  EXPECT_EQ(files.stats().retry_seconds, 0.0);       // no try was lost, none waited
 }
 
 // A ranged read answered with other bytes than asked for (its Content-Range says so) is refused.
@@ -397,13 +399,22 @@ TEST_F(RemoteTest, RetriesSpentAreADataErrorWithTheLastStatus) {
                                                 "--first", "100", "--faults", "503"});
   RemoteOptions o = options();
   o.attempts = 3;
+  o.backoff_s = 0.4;
+  o.max_backoff_s = 1;
   RemoteFiles files(o);
   const std::string url = "http://127.0.0.1:" + std::to_string(proxy->port()) + "/data/" + name(0);
+  const auto start = std::chrono::steady_clock::now();
   EXPECT_EQ(error_of<DataError>([&] { files.fetch({url}); }),
             url +
                 ": HTTP 503 Service Unavailable after 3 attempts (the server kept failing: try "
                 "later, or raise the loader's attempts)");
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(files.stats().retries, 2u);
+  // Two lost tries and their waits (0.2–0.4 s, then 0.4–0.8 s) are what the faults cost; the
+  // third try, which ended the fetch, is not counted.
+  EXPECT_GE(files.stats().retry_seconds, 0.6);
+  EXPECT_LE(files.stats().retry_seconds, seconds);
 }
 
 // A shard another run holds for fetching but does not fetch (a stopped process) is not waited

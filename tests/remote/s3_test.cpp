@@ -182,7 +182,7 @@ TEST(SigV4, LibcurlSignsTheAwsS3GetObjectExample) {
                       "us-east-1"};
   RemoteOptions options;
   options.attempts = 1;
-  std::atomic<std::uint64_t> retries{0};
+  remote::RetryCounters retries;
   remote::HttpClient client(options, retries);
   client.capture_headers();
   remote::Request request;

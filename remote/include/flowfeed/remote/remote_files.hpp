@@ -35,10 +35,13 @@ struct RemoteOptions {
 
 /// What the fetches of one RemoteFiles did (the report's remote line).
 struct RemoteStats {
-  std::uint64_t shards = 0;            ///< shards handed out
-  std::uint64_t cache_hits = 0;        ///< of them, found complete in the cache
-  std::uint64_t bytes_fetched = 0;     ///< bytes received over the network (resumed parts too)
-  std::uint64_t retries = 0;           ///< requests tried again after a fault
+  std::uint64_t shards = 0;         ///< shards handed out
+  std::uint64_t cache_hits = 0;     ///< of them, found complete in the cache
+  std::uint64_t bytes_fetched = 0;  ///< bytes received over the network (resumed parts too)
+  std::uint64_t retries = 0;        ///< requests tried again after a fault
+  /// What the faults cost the transfers: seconds spent on tries that failed before they brought
+  /// any body bytes, and waiting before the next try, summed over the transfers.
+  double retry_seconds = 0;
   std::uint64_t evicted_bytes = 0;     ///< bytes of older shards removed to stay in the budget
   std::uint64_t peak_cache_bytes = 0;  ///< the most bytes the cache held, as counted by this run
   double fetch_seconds = 0;  ///< wall time spent fetching at build (listing, checks, transfers)
