@@ -366,6 +366,18 @@ PinnedShard ShardCache::get(const std::string& url, std::uint64_t size,
         throw DataError(
             fmt::format("{}: cannot lock {} ({})", url, part_path, std::strerror(errno)));
       }
+      // The shard's blocks at once (its size unchanged): its copy lies in few extents however
+      // many transfers write beside it, and a disk without room for it says so now, before a
+      // byte is fetched. A file system that cannot preallocate just writes as it goes.
+      if (size > 0 && ::fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(size)) != 0 &&
+          errno == ENOSPC) {
+        ::unlink(part_path.c_str());
+        ::close(fd);
+        throw DataError(fmt::format(
+            "{}: no space left on the device of the cache {} for the shard's {} bytes (free "
+            "some, or set the loader's cache_dir elsewhere)",
+            url, dir_, size));
+      }
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));

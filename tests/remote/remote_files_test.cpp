@@ -4,7 +4,9 @@
 #include "flowfeed/remote/remote_files.hpp"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/file.h>
+#include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -390,6 +392,37 @@ TEST_F(RemoteTest, RangeReadsOfACallRunAtOnceAndTheFirstFailureInOrderIsTheError
             missing[1] +
                 ": HTTP 404 Not Found (no such object: check the URL (bucket, prefix and "
                 "shard names))");
+}
+
+// A cache on a device without room for the shard fails the fetch before a byte is transferred,
+// naming the URL, the cache and the size, and leaves no partial copy behind. The device: a
+// 1 MiB tmpfs, mounted in a mount namespace of this test's process only (skipped where the
+// process may not make one).
+TEST_F(RemoteTest, ACacheWithoutRoomForTheShardFailsBeforeTheTransfer) {
+  if (::unshare(CLONE_NEWNS) != 0 ||
+      ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
+    GTEST_SKIP() << "cannot make a mount namespace here: " << std::strerror(errno);
+  }
+  std::filesystem::create_directories(cache_);
+  if (::mount("tmpfs", cache_.c_str(), "tmpfs", 0, "size=1m") != 0) {
+    GTEST_SKIP() << "cannot mount a tmpfs here: " << std::strerror(errno);
+  }
+  struct Unmount {
+    std::string dir;
+    ~Unmount() { ::umount(dir.c_str()); }
+  } unmount{cache_};
+  write_shards(1, 2000000);
+  Nginx nginx(served_, work_ + "/nginx");
+  RemoteFiles files(options());
+  const std::string url = nginx.url("data/" + name(0));
+  EXPECT_EQ(error_of<DataError>([&] { files.fetch({url}); }),
+            url + ": no space left on the device of the cache " + cache_ +
+                " for the shard's 2000000 bytes (free some, or set the loader's cache_dir "
+                "elsewhere)");
+  EXPECT_EQ(files.stats().bytes_fetched, 0u);
+  for (const auto& e : std::filesystem::directory_iterator(cache_)) {  // no partial copy
+    EXPECT_EQ(e.path().filename().string().find(name(0)), std::string::npos) << e.path();
+  }
 }
 
 TEST_F(RemoteTest, RetriesSpentAreADataErrorWithTheLastStatus) {
