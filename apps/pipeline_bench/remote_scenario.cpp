@@ -121,9 +121,12 @@ void preload(const fs::path& dir) {
   }
 }
 
+/// The middle value; of an even count, the mean of the two middle ones.
 double median(std::vector<double> v) {
+  if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
+  const std::size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
 }
 
 }  // namespace
@@ -242,37 +245,33 @@ void remote(Bench& bench) {
       series.ratio.push_back(t.samples_per_second / (base ? base : &t)->samples_per_second);
       return t;
     };
-    // Runs a, b, b, a, each after its `before` (an eviction, or nothing), so that the machine's
-    // drift falls on both alike: the round's figure of each is the mean of its two runs, recorded
-    // in the round's details under its key. The first run of b is returned beside.
+    // Runs a and b four times each, in the order a b b a b a a b, each after its `before` (an
+    // eviction, or nothing): a drift of the machine's speed over the eight runs, steady or
+    // bending, falls on both alike. The round's figure of each is the mean of its four runs,
+    // recorded in the round's details under its key; b's runs are returned beside.
     struct Side {
       std::string text, key;
       std::function<void()> before;
     };
     struct Pair {
       double a = 0, b = 0;
-      Timed first_b, second_b;
+      std::vector<Timed> b_runs;
     };
     auto alternated = [&](const Side& a, const Side& b) {
       Series scratch;
-      auto run = [&](const Side& side) {
-        if (side.before) side.before();
-        return measure(scratch, side.text, side.key);
-      };
-      const Timed a1 = run(a);
       Pair pair;
-      pair.first_b = run(b);
-      pair.second_b = run(b);
-      const Timed& b2 = pair.second_b;
-      const Timed a2 = run(a);
-      pair.a = (a1.samples_per_second + a2.samples_per_second) / 2;
-      pair.b = (pair.first_b.samples_per_second + b2.samples_per_second) / 2;
+      nlohmann::json& order = round_details[a.key + "_then_" + b.key];
+      order = nlohmann::json::array();
+      for (const bool is_b : {false, true, true, false, true, false, false, true}) {
+        const Side& side = is_b ? b : a;
+        if (side.before) side.before();
+        Timed t = measure(scratch, side.text, side.key);
+        order.push_back(t.samples_per_second);  // each run in the order they ran
+        (is_b ? pair.b : pair.a) += t.samples_per_second / 4;
+        if (is_b) pair.b_runs.push_back(std::move(t));
+      }
       round_details[a.key] = pair.a;
       round_details[b.key] = pair.b;
-      // Each run in the order they ran, to show the drift the means even out.
-      round_details[a.key + "_then_" + b.key] = {a1.samples_per_second,
-                                                 pair.first_b.samples_per_second,
-                                                 b2.samples_per_second, a2.samples_per_second};
       return pair;
     };
     // From disk: every file these runs read is dropped from the page cache first. Cold first
@@ -283,7 +282,7 @@ void remote(Bench& bench) {
     const Pair disk = alternated({text(local, ""), "local_disk", [&] { evict(dir / "data"); }},
                                  {text(http, cache.string()), "warm", [&] { evict(cache); }});
     const double ld = disk.a, wd = disk.b;
-    const Timed& w = disk.first_b;
+    const Timed& w = disk.b_runs.front();
     local_disk.rate.push_back(ld);
     cold.rate.push_back(c.samples_per_second);
     cold.ratio.push_back(c.samples_per_second / ld);
@@ -314,13 +313,13 @@ void remote(Bench& bench) {
     // What the faults cost, counted by the transfers themselves rather than read off two
     // throughputs that vary from run to run by more: the seconds of lost tries and waits before
     // retries, over the seconds the loader's transfers had (the run's time × transfers), for the
-    // two fault runs together.
+    // four fault runs together.
     double lost_seconds = 0, transfer_seconds = 0, retries = 0;
-    for (const Timed* t : {&fault_pair.first_b, &fault_pair.second_b}) {
-      lost_seconds += t->report.extra.at("load.remote_retry_seconds");
-      retries += t->report.extra.at("load.remote_retries");
+    for (const Timed& t : fault_pair.b_runs) {
+      lost_seconds += t.report.extra.at("load.remote_retry_seconds");
+      retries += t.report.extra.at("load.remote_retries");
       transfer_seconds +=
-          static_cast<double>(t->report.samples) / t->samples_per_second * o.remote_transfers;
+          static_cast<double>(t.report.samples) / t.samples_per_second * o.remote_transfers;
     }
     fault_cost.push_back(lost_seconds / transfer_seconds);
     // Random access: every sample anywhere, by Range requests, against local files in that order.
@@ -344,7 +343,7 @@ void remote(Bench& bench) {
     std::printf(
         "remote round %d, from memory: local %.0f, warm %.0f (%.3f), cold above %.3f of it; "
         "through the proxy: no faults %.0f, %.0f%% faults %.0f (%.3f) samples/s; the faults cost "
-        "the transfers %.2f s of %.1f s (%.2f%%; %.0f retries in 2 runs)\n",
+        "the transfers %.2f s of %.1f s (%.2f%%; %.0f retries in 4 runs)\n",
         round, lm, wm, warm_memory.ratio.back(), c.samples_per_second / lm, fault_pair.a,
         100 * o.remote_fault_rate, fault_pair.b, faults.ratio.back(), lost_seconds,
         transfer_seconds, 100 * fault_cost.back(), retries);
