@@ -247,12 +247,14 @@ void remote(Bench& bench) {
     };
     // Runs a and b four times each, in the order a b b a b a a b, each after its `before` (an
     // eviction, or nothing): a drift of the machine's speed over the eight runs, steady or
-    // bending, falls on both alike. One untimed run of a comes first: cold runs through the
-    // proxy on the 2-core machine, whichever side ran, were slow at every other run that wrote
-    // a cache (80, 79, 45, 82, 41, 81, 49 and 81 thousand samples/s; b's runs two of the three
-    // slow ones), and one run more puts the slow ones at the even places, two on each side. The
-    // round's figure of each is the mean of its four runs, recorded in the round's details
-    // under its key; b's runs are returned beside.
+    // bending, falls on both alike. One untimed run of each side comes first. The first run of a
+    // side after the other's was slow: the first warm run from memory at 0.90 of the next ones
+    // (2-core machine). Cold runs through the proxy, whichever side ran, were slow at every other
+    // run that wrote a cache (80, 79, 45, 82, 41, 81, 49 and 81 thousand samples/s without the
+    // untimed runs, b's runs two of the three slow ones); after the two untimed runs the slow
+    // ones fall at the odd places, two on each side. The round's figure of each is the mean of
+    // its four runs, recorded in the round's details under its key; b's runs are returned
+    // beside.
     struct Side {
       std::string text, key;
       std::function<void()> before;
@@ -263,8 +265,10 @@ void remote(Bench& bench) {
     };
     auto alternated = [&](const Side& a, const Side& b) {
       Series scratch;
-      if (a.before) a.before();
-      measure(scratch, a.text, a.key);
+      for (const Side* side : {&a, &b}) {
+        if (side->before) side->before();
+        measure(scratch, side->text, side->key);
+      }
       Pair pair;
       nlohmann::json& order = round_details[a.key + "_then_" + b.key];
       order = nlohmann::json::array();
