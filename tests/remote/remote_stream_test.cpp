@@ -83,6 +83,24 @@ TEST_F(RemoteStreamTest, ADataSetLargerThanTheCacheMatchesTheLocalRun) {
   EXPECT_GE(report.extra.at("load.remote_wait_seconds"), 0.0);
 }
 
+// Shards of other sizes than six of 12 rows: of one size with a shorter last one (a sample's
+// shard found by a division), and of sizes all different, one of a single row (found by a
+// search). Each delivers the bytes, samples and order of the local run.
+TEST_F(RemoteStreamTest, ShardsOfUnequalSizesMatchTheLocalRun) {
+  for (const std::vector<std::size_t>& rows :
+       {std::vector<std::size_t>{12, 12, 12, 12, 12, 7}, {12, 5, 20, 12, 1, 9}}) {
+    write_shards(rows, 1000);
+    run(chain(glob_params(), kOrder));
+    const std::vector<std::uint32_t> local = check_bytes();
+    const auto local_samples = seen_->samples;
+    Nginx nginx(dir_.file(""), cache_.file("nginx"));
+    fs::remove_all(cache_.file("c"));
+    run(chain(url_params(nginx.url("")), kOrder));
+    EXPECT_EQ(check_bytes(), local) << rows[5];
+    EXPECT_EQ(seen_->samples, local_samples) << rows[5];
+  }
+}
+
 // Stopped part way through an epoch, checkpointed and resumed by a new pipeline, a streamed run
 // with a cache smaller than the data set delivers what an uninterrupted run delivers.
 TEST_F(RemoteStreamTest, ResumeMidEpochEqualsTheUninterruptedRun) {

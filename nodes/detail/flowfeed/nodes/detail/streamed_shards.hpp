@@ -6,6 +6,7 @@
 /// epoch have all been read is closed and let go, so the cache may evict it. The `npy` and
 /// `webdataset` loaders use it; they open and close the cached files of a shard.
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -84,6 +85,9 @@ class StreamedShards {
   std::unique_ptr<ShardStream> stream_;
   std::unique_ptr<Sampler> sampler_;
   std::vector<std::size_t> starts_;
+  /// The samples of every shard when shard s starts at s × uniform_ (all but the last of one
+  /// size, the common case): a sample's shard is a division. 0: found by a search of starts_.
+  std::size_t uniform_ = 0;
   std::size_t files_per_shard_;
   Open open_;
   Close close_;
@@ -92,6 +96,8 @@ class StreamedShards {
   /// Per epoch begun: the samples of each shard this rank has not read yet.
   std::map<std::uint32_t, std::vector<std::uint64_t>> left_;
   std::int64_t planned_ = -1;  ///< the newest epoch given to the stream's plan
+  /// The newest epoch whose left_ is made: its batches need not take epochs_ to begin it.
+  std::atomic<std::int64_t> begun_{-1};
 };
 
 /// `streaming`'s hold of the shards `batch` reads (an empty hold when `streaming` is null), with
