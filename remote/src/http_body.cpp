@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <string_view>
@@ -66,13 +67,15 @@ std::size_t write_body(char* data, std::size_t size, std::size_t count, void* us
     return 0;
   }
   std::vector<char>& pending = *sink.pending;
-  if (pending.size() + bytes > pending.capacity() && !flush(sink)) return 0;
-  if (bytes > pending.capacity()) {
-    if (!write_at(sink, data, bytes, sink.offset)) return 0;
-  } else {
-    pending.insert(pending.end(), data, data + bytes);
+  for (std::size_t done = 0; done < bytes;) {
+    const std::uint64_t boundary = (sink.offset / kBodyWriteAlign + 1) * kBodyWriteAlign;
+    const std::size_t piece =
+        static_cast<std::size_t>(std::min<std::uint64_t>(bytes - done, boundary - sink.offset));
+    pending.insert(pending.end(), data + done, data + done + piece);
+    sink.offset += piece;
+    done += piece;
+    if (sink.offset == boundary && !flush(sink)) return 0;
   }
-  sink.offset += bytes;
   sink.received += bytes;
   return bytes;
 }

@@ -28,9 +28,15 @@ struct Sink {
   std::size_t text_limit = 64 << 20;
   /// Body bytes received and not yet written: curl hands them over 16 KiB at a time, and
   /// written so they would cost a system call each and leave the cached file in small page-cache
-  /// folios (slower to read back). Ends at `offset`; written when full and at the end of a try.
+  /// folios (slower to read back). Ends at `offset`; written when it reaches a multiple of
+  /// kBodyWriteAlign of the file and at the end of a try. Its capacity is kBodyWriteAlign.
   std::vector<char>* pending = nullptr;
 };
+
+/// A body goes to its file in writes that end at multiples of this (2 MiB): the page cache then
+/// holds the file in folios as large as one written whole, and reads it back as fast. Writes of
+/// up to 1 MiB at any offset made a warm run from memory 7% busier in the loader (2-core machine).
+inline constexpr std::size_t kBodyWriteAlign = std::size_t{2} << 20;
 
 /// Writes the sink's pending bytes (they end at sink.offset) to its file; false (write_error
 /// set) when the file cannot take them.

@@ -381,7 +381,7 @@ std::uint64_t HttpClient::download(const Request& request, int fd, std::uint64_t
                                    std::uint64_t size) {
   std::uint64_t received = 0;
   if (have == size) return received;
-  if (file_buffer_.capacity() == 0) file_buffer_.reserve(kFileBufferBytes);
+  if (file_buffer_.capacity() == 0) file_buffer_.reserve(kBodyWriteAlign);
   file_buffer_.clear();
   Sink sink;
   perform(

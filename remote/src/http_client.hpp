@@ -130,9 +130,8 @@ class HttpClient {
   const std::atomic<bool>* also_cancel_ = nullptr;
   std::string sent_;
   bool capture_headers_ = false;
-  /// A download's body on its way to the file, written 1 MiB at a time (allocated at the first
-  /// download, kept for the handle's later ones).
-  static constexpr std::size_t kFileBufferBytes = std::size_t{1} << 20;
+  /// A download's body on its way to the file, written in pieces that end at 2 MiB multiples
+  /// (http_body.hpp; allocated at the first download, kept for the handle's later ones).
   std::vector<char> file_buffer_;
 };
 
