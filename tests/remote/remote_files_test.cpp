@@ -7,6 +7,7 @@
 #include <sched.h>
 #include <sys/file.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,6 +18,7 @@
 #include "checksums.hpp"
 #include "flowfeed/error.hpp"
 #include "flowfeed/nodes/detail/file_set.hpp"
+#include "http_body.hpp"
 #include "shard_cache.hpp"
 #include "tests/error_of.hpp"
 #include "tests/remote/remote_fixture.hpp"
@@ -392,6 +394,52 @@ TEST_F(RemoteTest, RangeReadsOfACallRunAtOnceAndTheFirstFailureInOrderIsTheError
             missing[1] +
                 ": HTTP 404 Not Found (no such object: check the URL (bucket, prefix and "
                 "shard names))");
+}
+
+// A body reaches its file in writes that end at 2 MiB multiples of the file, whatever pieces
+// curl hands over and wherever a resumed transfer starts: the file grows by whole aligned pieces
+// while the body arrives, and the rest is written at the end of the try.
+TEST_F(RemoteTest, ABodyIsWrittenInPiecesEndingAt2MiBMultiples) {
+  const std::string path = work_ + "/body";
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ASSERT_GE(fd, 0);
+  const std::uint64_t start = 3 * (std::uint64_t{1} << 20) - 5;  // a resume part way in
+  const std::uint64_t mib = std::uint64_t{1} << 20;
+  std::vector<char> pending;
+  pending.reserve(remote::kBodyWriteAlign);
+  remote::Sink sink{.fd = fd,
+                    .start = start,
+                    .offset = start,
+                    .limit = 8 * mib,
+                    .checked = true,
+                    .to_file = true,
+                    .pending = &pending};
+  auto size = [&] {
+    struct stat st {};
+    ::fstat(fd, &st);
+    return static_cast<std::uint64_t>(st.st_size);
+  };
+  std::vector<char> piece(16381);  // curl's pieces need not divide anything
+  std::uint64_t sent = 0;
+  std::vector<std::uint64_t> sizes;  // the file's size after each piece, when it changed
+  while (sent + piece.size() <= 5 * mib) {
+    for (std::size_t i = 0; i < piece.size(); ++i) {
+      piece[i] = static_cast<char>((start + sent + i) % 251);
+    }
+    ASSERT_EQ(remote::write_body(piece.data(), 1, piece.size(), &sink), piece.size());
+    sent += piece.size();
+    if (sizes.empty() || sizes.back() != size()) sizes.push_back(size());
+  }
+  EXPECT_EQ(sizes, (std::vector<std::uint64_t>{0, 4 * mib, 6 * mib}));
+  EXPECT_EQ(pending.capacity(), remote::kBodyWriteAlign);  // never grown past one piece
+  ASSERT_TRUE(remote::flush(sink));                        // the end of the try
+  EXPECT_EQ(size(), start + sent);
+  std::string bytes(sent, '\0');
+  ASSERT_EQ(::pread(fd, bytes.data(), sent, static_cast<off_t>(start)), static_cast<ssize_t>(sent));
+  for (std::uint64_t i = 0; i < sent; i += 4093) {
+    ASSERT_EQ(bytes[i], static_cast<char>((start + i) % 251)) << i;
+  }
+  ::close(fd);
 }
 
 // A cache on a device without room for the shard fails the fetch before a byte is transferred,
