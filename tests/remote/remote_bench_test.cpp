@@ -43,11 +43,13 @@ TEST_P(RemoteBench, QuickRunGivesColdWarmAndFaultRows) {
                                                     {"remote_faults", 0.8},
                                                     {"remote_warm", 0.95},
                                                     {"remote_warm_memory", 0.95},
+                                                    {"remote_warm_after_fetch", -1.0},
                                                     {"remote_range", -1.0},
                                                     {"remote_token_range", -1.0}}));
   EXPECT_EQ(j.at("scenarios").at("remote").at("rounds").size(), 1u);
   EXPECT_NE(output.find("remote round 0, from disk: local "), std::string::npos) << output;
   EXPECT_NE(output.find("remote round 0, from memory: local "), std::string::npos) << output;
+  EXPECT_NE(output.find("; right after the fetch: local "), std::string::npos) << output;
   EXPECT_NE(output.find("remote round 0, random order: local "), std::string::npos) << output;
   EXPECT_NE(output.find("remote round 0, token windows at random: local "), std::string::npos)
       << output;
