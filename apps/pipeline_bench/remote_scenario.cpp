@@ -4,9 +4,11 @@
 // is samples per second over the pipeline's build and run. From disk (every file read dropped
 // from the page cache first, posix_fadvise): the local files, then by URL with an empty cache
 // (cold: the server reads the same files from the same disk) and again with that cache (warm:
-// the cached copies read from disk). From memory (the files in the page cache): the local files
-// and the warm cache again. Faults: cold by URL through tests/remote/fault_proxy.py failing a
-// share of the requests (503 or a reset mid-body), against the same proxy failing none. With
+// the cached copies read from disk). Right after the fetch: the warm cache read from memory as
+// the cold run wrote it, against the local files in memory. From memory (every file dropped and
+// read again first): the local files and the warm cache again. Faults: cold by URL through
+// tests/remote/fault_proxy.py failing a share of the requests (503 or a reset mid-body), against
+// the same proxy failing none. With
 // --order shards (the default) the shards are streamed during the run; with --order samples all
 // are fetched while it is built. Random access besides: the samples in a full shuffle, read by
 // Range requests (access: range, nothing cached) against the local run of that order, and
@@ -317,9 +319,9 @@ void remote(Bench& bench) {
     warm_memory.rate.push_back(wm);
     warm_memory.ratio.push_back(wm / lm);
     // Faults: the same proxy failing none and failing a share of the requests, alternated, each
-    // run cold. All four fill the same cache directory, emptied before each, and the warm cache
-    // is gone before the first: every run writes its shards into the page-cache memory the run
-    // before it freed. (Memory the machine has not used since it started is slower to write on
+    // run cold. All of them fill the same cache directory, emptied before each, and the warm
+    // cache is gone before the first: every run writes its shards into the page-cache memory the
+    // run before it freed. (Memory the machine has not used since it started is slower to write on
     // a virtual machine: a run given it ran at half the speed of the next through the same
     // proxy.)
     fs::remove_all(cache);

@@ -17,11 +17,10 @@ StreamedShards::StreamedShards(std::unique_ptr<ShardStream> stream,
       open_(std::move(open)),
       close_(std::move(close)),
       uses_(starts_.size()) {
-  if (starts_.size() >= 2 && starts_[0] == 0 && starts_[1] > 0) {
-    uniform_ = starts_[1];
-    for (std::size_t s = 0; s < starts_.size(); ++s) {
-      if (starts_[s] != s * uniform_) uniform_ = 0;
-    }
+  if (starts_.size() >= 2 && starts_[1] > 0) {
+    bool even = true;
+    for (std::size_t s = 0; s < starts_.size() && even; ++s) even = starts_[s] == s * starts_[1];
+    if (even) uniform_ = starts_[1];
   }
   begin_epoch(0, std::nullopt);
 }
@@ -33,9 +32,6 @@ std::size_t StreamedShards::shard_of(std::uint32_t sample) const {
 }
 
 void StreamedShards::begin_epoch(std::uint32_t epoch, std::optional<std::uint64_t> first_batch) {
-  if (first_batch && static_cast<std::int64_t>(epoch) == begun_.load(std::memory_order_acquire)) {
-    return;  // begun by an earlier batch (its left_ stays until an epoch two later begins)
-  }
   std::lock_guard<std::mutex> lock(epochs_);
   const Sampler& sampler = *sampler_;
   if (static_cast<std::int64_t>(epoch) > planned_) {
@@ -62,9 +58,6 @@ void StreamedShards::begin_epoch(std::uint32_t epoch, std::optional<std::uint64_
     ++left[shard_of(order[k])];
   }
   left_[epoch] = std::move(left);
-  if (static_cast<std::int64_t>(epoch) > begun_.load(std::memory_order_relaxed)) {
-    begun_.store(epoch, std::memory_order_release);
-  }
   // Epochs two back are over (a batch of one more than that is being read).
   while (!left_.empty() && left_.begin()->first + 1 < epoch) left_.erase(left_.begin());
 }
@@ -117,24 +110,20 @@ void StreamedShards::open(std::size_t shard) {
 void StreamedShards::unhold(
     std::uint32_t epoch,
     const std::vector<std::pair<std::size_t, std::uint64_t>>& shards) noexcept {
-  // Which of the shards this batch read to their end this epoch, under one lock for the batch.
-  std::vector<bool> finished(shards.size(), false);
-  {
-    std::lock_guard<std::mutex> lock(epochs_);
-    const auto it = left_.find(epoch);
-    if (it != left_.end()) {
-      for (std::size_t k = 0; k < shards.size(); ++k) {
-        std::uint64_t& left = it->second[shards[k].first];
-        left -= std::min(left, shards[k].second);
-        finished[k] = left == 0;
+  for (const auto& [shard, count] : shards) {
+    bool finished = false;
+    {
+      std::lock_guard<std::mutex> lock(epochs_);
+      const auto it = left_.find(epoch);
+      if (it != left_.end()) {
+        std::uint64_t& left = it->second[shard];
+        left -= std::min(left, count);
+        finished = left == 0;
       }
     }
-  }
-  for (std::size_t k = 0; k < shards.size(); ++k) {
-    const std::size_t shard = shards[k].first;
     Use& use = uses_[shard];
     std::lock_guard<std::mutex> lock(use.mutex);
-    if (--use.users > 0 || !finished[k] || !use.open) continue;
+    if (--use.users > 0 || !finished || !use.open) continue;
     // Read to its end this epoch: closed, and let go (the cache may evict it).
     close_(shard);
     use.open = false;

@@ -202,7 +202,6 @@ void RemoteFiles::count(std::uint64_t received, const CacheOutcome& outcome) {
   stats_.cache_hits += outcome.hit ? 1 : 0;
   stats_.evicted_bytes += outcome.evicted;
   stats_.peak_cache_bytes = std::max(stats_.peak_cache_bytes, outcome.used);
-  stats_.retries = pins_->retries.retries;
 }
 
 void RemoteFiles::read_range(const std::string& url, std::uint64_t offset, std::size_t bytes,

@@ -6,7 +6,6 @@
 /// epoch have all been read is closed and let go, so the cache may evict it. The `npy` and
 /// `webdataset` loaders use it; they open and close the cached files of a shard.
 
-#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -96,8 +95,6 @@ class StreamedShards {
   /// Per epoch begun: the samples of each shard this rank has not read yet.
   std::map<std::uint32_t, std::vector<std::uint64_t>> left_;
   std::int64_t planned_ = -1;  ///< the newest epoch given to the stream's plan
-  /// The newest epoch whose left_ is made: its batches need not take epochs_ to begin it.
-  std::atomic<std::int64_t> begun_{-1};
 };
 
 /// `streaming`'s hold of the shards `batch` reads (an empty hold when `streaming` is null), with
