@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Configures and builds flowfeed in Release into ${FLOWFEED_BUILD_DIR:-build}. Extra args go to cmake.
+# FLOWFEED_UNITY_BUILD=ON (when the build dir is configured): the libraries and programs compile
+# in unity batches (CMAKE_UNITY_BUILD), about half the CPU time of a build from nothing; the
+# test files compile alone either way. .ci/run sets it: a fresh machine compiles everything.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${FLOWFEED_BUILD_DIR:-$root/build}
 "$root/scripts/deps.sh"
 if [[ ! -f $build/CMakeCache.txt ]]; then
-  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    "-DCMAKE_UNITY_BUILD=${FLOWFEED_UNITY_BUILD:-OFF}" "$@" >/dev/null
 elif (($#)); then
   cmake "$build" "$@" >/dev/null
 fi

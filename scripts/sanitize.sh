@@ -22,8 +22,9 @@ steps=("$@")
 jobs=$(nproc)
 # Optimized enough to run the suite quickly, with line tables for the reports: gcc's -Og compiles
 # about 40% faster than -O1 under the sanitizers (clang, the fuzz build's, reads -Og as -O1).
+# FLOWFEED_UNITY_BUILD as in scripts/build.sh.
 common=(-G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-Og -g1"
-  -DFLOWFEED_CUDA=OFF)
+  -DFLOWFEED_CUDA=OFF "-DCMAKE_UNITY_BUILD=${FLOWFEED_UNITY_BUILD:-OFF}")
 ubsan_options="halt_on_error=1:print_stacktrace=1:suppressions=$root/tests/sanitizers/ubsan.supp"
 
 "$root/scripts/deps.sh"

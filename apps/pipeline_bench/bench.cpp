@@ -2,7 +2,9 @@
 
 #include <sys/resource.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <vector>
 
@@ -81,6 +83,10 @@ nlohmann::json Bench::to_json() const {
     rows.push_back(row);
   }
   return {{"results", rows}, {"scenarios", details_}, {"skipped", skipped_}, {"failed", failed_}};
+}
+
+void fail_errno(const std::string& what, const std::string& path) {
+  throw std::runtime_error(what + " " + path + ": " + std::strerror(errno));
 }
 
 void read_into_page_cache(const std::string& path) {

@@ -197,6 +197,8 @@ void write_records(const std::string& path, const nlohmann::json& results, const
 
 /// Prints one line about a finished run (batches, bytes, rates, pools).
 void print_run(const char* what, const RunReport& r);
+/// Throws std::runtime_error "WHAT PATH: strerror(errno)".
+[[noreturn]] void fail_errno(const std::string& what, const std::string& path);
 /// Reads the file at `path` once, so that the page cache holds it (a warm run's data).
 void read_into_page_cache(const std::string& path);
 /// Writes `tokens` uint16 ids (a fixed pseudo-random text in GPT-2's vocabulary) to `path` as a

@@ -37,10 +37,6 @@ namespace fs = std::filesystem;
 /// In the tree's root (image_folder ignores files there): what the tree was written from.
 constexpr const char* kManifest = ".flowfeed_image_folder_bench";
 
-[[noreturn]] void fail_errno(const std::string& what, const std::string& path) {
-  throw std::runtime_error(what + " " + path + ": " + std::strerror(errno));
-}
-
 /// The shards the tree is written from, as the manifest records them: each path and size.
 std::string manifest_text(const WebDatasetIndex& index) {
   std::string text = "samples " + std::to_string(index.samples().size()) + "\n";

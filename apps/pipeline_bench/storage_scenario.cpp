@@ -41,10 +41,6 @@ struct AlignedBuffer {
   std::byte* data;
 };
 
-[[noreturn]] void fail_errno(const std::string& what, const std::string& path) {
-  throw std::runtime_error("storage: " + what + " " + path + ": " + std::strerror(errno));
-}
-
 /// The data set: float32 features [rows, row_bytes / 4] behind a 4 KiB header (so O_DIRECT
 /// reads land in place), int32 labels row % 10.
 struct DataSet {
@@ -73,13 +69,13 @@ DataSet write_data_set(const fs::path& dir, std::uint64_t bytes, std::size_t row
     return d;
   }
   const int fd = ::open(d.features.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail_errno("cannot create", d.features);
+  if (fd < 0) fail_errno("storage: cannot create", d.features);
   auto write_all = [&](const void* src, std::size_t n) {
     const auto* p = static_cast<const char*>(src);
     while (n > 0) {
       const ssize_t k = ::write(fd, p, n);
       if (k < 0 && errno == EINTR) continue;
-      if (k < 0) fail_errno("cannot write", d.features);
+      if (k < 0) fail_errno("storage: cannot write", d.features);
       p += k;
       n -= static_cast<std::size_t>(k);
     }
@@ -96,7 +92,7 @@ DataSet write_data_set(const fs::path& dir, std::uint64_t bytes, std::size_t row
     write_all(chunk.data(), n * row_bytes);
   }
   // Written back before any eviction: posix_fadvise drops clean pages only.
-  if (::fdatasync(fd) != 0 || ::close(fd) != 0) fail_errno("cannot write", d.features);
+  if (::fdatasync(fd) != 0 || ::close(fd) != 0) fail_errno("storage: cannot write", d.features);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::vector<std::int32_t> labels(d.rows);
@@ -110,13 +106,13 @@ DataSet write_data_set(const fs::path& dir, std::uint64_t bytes, std::size_t row
 /// Drops the file's pages from the page cache.
 void evict(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail_errno("cannot open", path);
+  if (fd < 0) fail_errno("storage: cannot open", path);
   ::fdatasync(fd);
   const int rc = ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
   ::close(fd);
   if (rc != 0) {
     errno = rc;
-    fail_errno("posix_fadvise(DONTNEED) failed on", path);
+    fail_errno("storage: posix_fadvise(DONTNEED) failed on", path);
   }
 }
 
@@ -125,7 +121,8 @@ void evict(const std::string& path) {
 double parallel_read_gbps(const std::string& path, std::uint64_t offset, std::uint64_t bytes,
                           bool direct) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (direct ? O_DIRECT : 0));
-  if (fd < 0) fail_errno(direct ? "cannot open with O_DIRECT" : "cannot open", path);
+  if (fd < 0)
+    fail_errno(direct ? "storage: cannot open with O_DIRECT" : "storage: cannot open", path);
   tbb::enumerable_thread_specific<std::unique_ptr<AlignedBuffer>> buffers;
   std::atomic<bool> failed{false};
   const std::size_t blocks = static_cast<std::size_t>((bytes + kBlock - 1) / kBlock);

@@ -121,12 +121,18 @@ bool png_read(PngSource& src, int channels, std::vector<std::uint8_t>& out, Imag
 
 // ---- libjpeg, through its setjmp error handling as libpng above.
 
+}  // namespace
+
+/// libjpeg's error manager with the jump target of its errors (outside the anonymous namespace:
+/// JpegState, declared in image_decode.hpp, holds one).
 struct JpegErrors {
   jpeg_error_mgr pub;
   std::jmp_buf jump;
   bool data_lost;  // a warning said part of the image data is missing (then `message` says which)
   char message[JMSG_LENGTH_MAX];
 };
+
+namespace {
 
 /// Warnings after which libjpeg fills the rest of the scan with grey (zero coefficients): the data
 /// ended early, a marker cut a scan short, or a restart interval was lost.

@@ -193,16 +193,6 @@ std::string header_excerpt(std::string_view text) {
   return std::string(text.substr(0, end));
 }
 
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string s = "(";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (i > 0) s += ", ";
-    s += std::to_string(shape[i]);
-  }
-  if (shape.size() == 1) s += ",";
-  return s + ")";
-}
-
 bool dtype_from_descr(std::string_view descr, NpyDtype& out) {
   static constexpr std::pair<std::string_view, NpyDtype> kTable[] = {
       {"<f4", NpyDtype::float32}, {"<f2", NpyDtype::float16}, {"|u1", NpyDtype::uint8},
@@ -238,6 +228,16 @@ size_t pread_fully(int fd, void* dst, size_t n, uint64_t offset, int* error) {
 }
 
 }  // namespace
+
+std::string npy_shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "(";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i > 0) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  if (shape.size() == 1) s += ",";
+  return s + ")";
+}
 
 size_t npy_dtype_size(NpyDtype dtype) {
   switch (dtype) {
@@ -377,7 +377,7 @@ void NpyFile::validate() {
       if (d != 0 && total > std::numeric_limits<size_t>::max() / 2 / d) overflow = true;
       total *= d;
     }
-    if (overflow) bad("shape " + shape_text(shape_) + " is too large");
+    if (overflow) bad("shape " + npy_shape_text(shape_) + " is too large");
     rows_ = static_cast<size_t>(shape_[0]);
     row_bytes_ = item_size;
     for (size_t i = 1; i < shape_.size(); ++i) row_bytes_ *= static_cast<size_t>(shape_[i]);
@@ -423,14 +423,14 @@ std::string npy_header(NpyDtype dtype, const std::vector<int64_t>& shape, size_t
     throw std::invalid_argument("align " + std::to_string(align) + " is not a multiple of 64");
   }
   for (int64_t d : shape) {
-    if (d < 0) throw std::invalid_argument("negative dimension in shape " + shape_text(shape));
+    if (d < 0) throw std::invalid_argument("negative dimension in shape " + npy_shape_text(shape));
   }
   std::string dict = "{'descr': '" + std::string(npy_dtype_descr(dtype)) +
-                     "', 'fortran_order': False, 'shape': " + shape_text(shape) + ", }";
+                     "', 'fortran_order': False, 'shape': " + npy_shape_text(shape) + ", }";
   size_t unpadded = 10 + dict.size() + 1;
   std::string header = dict + std::string((align - unpadded % align) % align, ' ') + "\n";
   if (header.size() > 0xFFFF) {
-    throw std::invalid_argument("shape " + shape_text(shape) +
+    throw std::invalid_argument("shape " + npy_shape_text(shape) +
                                 " does not fit a version 1.0 header");
   }
   std::string preamble(kMagic, kMagicSize);
@@ -452,7 +452,7 @@ void write_npy(const std::string& path, NpyDtype dtype, const std::vector<int64_
   size_t total = npy_dtype_size(dtype);
   for (int64_t d : shape) {
     if (d != 0 && total > std::numeric_limits<size_t>::max() / static_cast<size_t>(d)) {
-      throw std::invalid_argument("write_npy: " + path + ": shape " + shape_text(shape) +
+      throw std::invalid_argument("write_npy: " + path + ": shape " + npy_shape_text(shape) +
                                   " is too large");
     }
     total *= static_cast<size_t>(d);

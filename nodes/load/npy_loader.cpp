@@ -34,16 +34,6 @@ DType to_dtype(NpyDtype d) {
   return DType::float32;
 }
 
-std::string shape_text(const std::vector<std::int64_t>& shape) {
-  std::string s = "(";
-  for (std::size_t i = 0; i < shape.size(); ++i) {
-    s += std::to_string(shape[i]);
-    s += i + 1 < shape.size() || shape.size() == 1 ? "," : "";
-    if (i + 1 < shape.size()) s += " ";
-  }
-  return s + ")";
-}
-
 /// Calls f(first_row, first_sample, count) for each run of consecutive sample indices.
 template <typename F>
 void for_each_run(const std::vector<std::uint32_t>& samples, F&& f) {
@@ -112,13 +102,14 @@ void NpyLoader::add_shard(std::unique_ptr<NpyFile> features, std::unique_ptr<Npy
     throw DataError(features_path +
                     ": features must have a sample dimension and at least one "
                     "feature dimension, but the shape is " +
-                    shape_text(fshape) + " (save an [N, ...] array)");
+                    npy_shape_text(fshape) + " (save an [N, ...] array)");
   }
   if (f.rows() == 0) {
-    throw DataError(features_path + ": holds no samples (shape " + shape_text(fshape) + ")");
+    throw DataError(features_path + ": holds no samples (shape " + npy_shape_text(fshape) + ")");
   }
   if (f.row_bytes() == 0) {
-    throw DataError(features_path + ": each sample holds no values (shape " + shape_text(fshape) +
+    throw DataError(features_path + ": each sample holds no values (shape " +
+                    npy_shape_text(fshape) +
                     ": a feature dimension is 0) save features with at least one value a sample");
   }
   const TensorSpec x{"x", to_dtype(f.dtype()),
@@ -128,9 +119,10 @@ void NpyLoader::add_shard(std::unique_ptr<NpyFile> features, std::unique_ptr<Npy
   } else if (x.dtype != x_.dtype || x.shape != x_.shape) {
     const NpyFile& first = *shards_.front().features;
     throw DataError(features_path + ": dtype " + std::string(npy_dtype_descr(f.dtype())) +
-                    " and sample shape " + shape_text(x.shape) + " differ from " + first.path() +
-                    "'s " + std::string(npy_dtype_descr(first.dtype())) + " and " +
-                    shape_text(x_.shape) + " (every shard needs the same dtype and sample shape)");
+                    " and sample shape " + npy_shape_text(x.shape) + " differ from " +
+                    first.path() + "'s " + std::string(npy_dtype_descr(first.dtype())) + " and " +
+                    npy_shape_text(x_.shape) +
+                    " (every shard needs the same dtype and sample shape)");
   }
   const NpyFile& l = *shard.labels;
   const NpyDtype ld = l.dtype();
@@ -142,7 +134,7 @@ void NpyLoader::add_shard(std::unique_ptr<NpyFile> features, std::unique_ptr<Npy
   }
   if (l.shape().size() != 1) {
     throw DataError(labels_path + ": labels must be one-dimensional, but the shape is " +
-                    shape_text(l.shape()) + " (save an [N] array)");
+                    npy_shape_text(l.shape()) + " (save an [N] array)");
   }
   if (l.rows() != f.rows()) {
     throw DataError(labels_path + ": " + std::to_string(l.rows()) + " labels but " + features_path +

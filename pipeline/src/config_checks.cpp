@@ -82,7 +82,7 @@ std::string describe_value(const ParamValue& v) {
   if (const auto* b = std::get_if<bool>(&v)) return *b ? "true" : "false";
   if (const auto* i = std::get_if<std::int64_t>(&v)) return std::to_string(*i);
   if (const auto* d = std::get_if<double>(&v)) return format_number(*d);
-  if (const auto* s = std::get_if<std::string>(&v)) return quoted(*s);
+  if (const auto* s = std::get_if<std::string>(&v)) return detail::quoted(*s);
   if (std::holds_alternative<std::vector<std::int64_t>>(v)) return "a list";
   if (std::holds_alternative<std::vector<std::string>>(v)) return "a list of strings";
   if (std::holds_alternative<std::vector<double>>(v)) return "a list";
@@ -155,7 +155,7 @@ bool check_value(const ParamValue& v, const ParamSpec& spec, const std::string& 
           std::find(spec.choices.begin(), spec.choices.end(), *s) == spec.choices.end()) {
         const std::string hint = closest(*s, spec.choices);
         problems.add_at(where, path,
-                        quoted(*s) + " is not one of " + join(spec.choices, ", ") +
+                        detail::quoted(*s) + " is not one of " + join(spec.choices, ", ") +
                             (hint.empty() ? "" : " (did you mean '" + hint + "'?)"));
         return false;
       }

@@ -96,7 +96,7 @@ void check_sources(NodeSpec& node, const NodeType& type, const Registry& registr
     if (!source_type) {
       const std::string hint = closest(source.type, known);
       problems.add_at(where, at + ".type",
-                      "unknown node type " + quoted(source.type) + " (" +
+                      "unknown node type " + detail::quoted(source.type) + " (" +
                           (hint.empty() ? "" : "did you mean '" + hint + "'? ") +
                           "known types: " + join(known) + ")");
       continue;

@@ -180,8 +180,9 @@ void check_config(PipelineConfig& config, const Registry& registry, Problems& pr
       auto [it, inserted] = names.emplace(node.name, i);
       if (!inserted) {
         problems.add_at(node.loc.str(), path + ".name",
-                        "duplicate node name " + quoted(node.name) + " (first declared at " +
-                            config.nodes[it->second].loc.str() + ") names must be unique");
+                        "duplicate node name " + detail::quoted(node.name) +
+                            " (first declared at " + config.nodes[it->second].loc.str() +
+                            ") names must be unique");
       }
     }
     if (node.declared_type.empty()) continue;  // reported as a missing key
@@ -189,7 +190,7 @@ void check_config(PipelineConfig& config, const Registry& registry, Problems& pr
     if (!type) {
       std::string hint = closest(node.declared_type, known_types);
       problems.add_at(twhere, path + ".type",
-                      "unknown node type " + quoted(node.declared_type) + " (" +
+                      "unknown node type " + detail::quoted(node.declared_type) + " (" +
                           (hint.empty() ? "" : "did you mean '" + hint + "'? ") +
                           "known types: " + join(known_types) + ")");
       continue;

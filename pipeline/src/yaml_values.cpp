@@ -24,7 +24,7 @@ namespace flowfeed::detail {
 
 std::string describe_scalar(const YAML::Node& n) {
   if (n.IsNull()) return "nothing";
-  if (n.IsScalar()) return quoted(n.Scalar());
+  if (n.IsScalar()) return detail::quoted(n.Scalar());
   if (n.IsSequence()) return "a list";
   if (n.IsMap()) return "a map";
   return "an undefined value";

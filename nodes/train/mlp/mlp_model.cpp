@@ -17,7 +17,8 @@ std::string layer_name(std::size_t l) {
   return "layer " + std::to_string(l);
 }
 
-uint64_t splitmix64(uint64_t& state) {
+/// One step of a splitmix64 stream: advances `state` and returns its next output.
+uint64_t splitmix64_next(uint64_t& state) {
   uint64_t z = (state += 0x9E3779B97F4A7C15ull);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
@@ -149,7 +150,7 @@ MlpParams init_mlp_params(const MlpOptions& opts) {
     const double bound = std::sqrt((l + 1 < layers ? 6.0 : 3.0) / in);
     std::vector<float> w(static_cast<std::size_t>(out) * in);
     for (float& v : w) {
-      const double u = static_cast<double>(splitmix64(state) >> 11) * 0x1.0p-53;  // [0, 1)
+      const double u = static_cast<double>(splitmix64_next(state) >> 11) * 0x1.0p-53;  // [0, 1)
       v = static_cast<float>((2.0 * u - 1.0) * bound);
     }
     p.weights.push_back(std::move(w));

@@ -19,6 +19,9 @@ size_t npy_dtype_size(NpyDtype dtype);
 /// The NumPy descr string of `dtype` as written by write_npy: "<f4", "<f2", "|u1", "<i4", "<i8".
 std::string_view npy_dtype_descr(NpyDtype dtype);
 
+/// A shape as NumPy writes it in a header: "(3, 4)", "(3,)", "()".
+std::string npy_shape_text(const std::vector<int64_t>& shape);
+
 /// An open .npy file whose header has been validated. The payload stays on disk; read_rows fetches
 /// rows with pread, so resident memory does not grow with the file.
 class NpyFile {
