@@ -74,7 +74,9 @@ tsan_tbb() {
   tree=$(find "$src" -mindepth 1 -maxdepth 1 -type d | head -1)
   # -Wno-tsan: gcc notes that TSan does not model atomic_thread_fence (libtbb uses a few).
   # -O1: every graph test runs through it, and its 33 steps compile in seconds.
+  # (Not in unity batches: libtbb's sources do not build that way.)
   cmake -S "$tree" -B "$src/build" "${common[@]}" "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1" \
+    -DCMAKE_UNITY_BUILD=OFF \
     -DCMAKE_CXX_FLAGS=-Wno-tsan \
     -DTBB_SANITIZE=thread -DTBB_TEST=OFF \
     -DTBB_EXAMPLES=OFF -DTBB_STRICT=OFF -DTBBMALLOC_BUILD=OFF -DTBB_ENABLE_IPO=OFF \

@@ -15,6 +15,8 @@
 #include "tests/apps/process_util.hpp"
 
 namespace {
+// Named apart from the helpers of the test files it shares a unity group with.
+namespace sharding_test {
 
 namespace fs = std::filesystem;
 
@@ -120,4 +122,5 @@ TEST(Sharding, ExplicitRankInTheFileWins) {
   EXPECT_EQ(read_record(record).at(0).size(), 1001u);
 }
 
+}  // namespace sharding_test
 }  // namespace

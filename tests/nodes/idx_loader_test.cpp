@@ -13,6 +13,8 @@
 
 namespace flowfeed {
 namespace {
+// Named apart from the helpers of the test files it shares a unity group with.
+namespace idx_loader_test {
 
 using namespace testing_files;
 
@@ -227,5 +229,6 @@ TEST(IdxLoader, CopyAllGivesTheWholeSetInTheSampleDtype) {
   }
 }
 
+}  // namespace idx_loader_test
 }  // namespace
 }  // namespace flowfeed

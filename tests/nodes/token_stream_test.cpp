@@ -17,6 +17,8 @@
 
 namespace flowfeed {
 namespace {
+// Named apart from the helpers of the test files it shares a unity group with.
+namespace token_stream_test {
 
 using testing_files::error_of;
 using testing_files::TempDir;
@@ -287,5 +289,6 @@ TEST(TokenFiles, FileTruncatedWhileARunReadsIt) {
   EXPECT_EQ(p.free_buffers(), p.total_buffers());
 }
 
+}  // namespace token_stream_test
 }  // namespace
 }  // namespace flowfeed

@@ -19,6 +19,8 @@
 
 namespace flowfeed {
 namespace {
+// Named apart from the helpers of the test files it shares a unity group with.
+namespace checkpoint_dir_test {
 
 namespace fs = std::filesystem;
 
@@ -410,5 +412,6 @@ TEST(CheckpointRead, FuzzSeedCorpusReadsOrIsRefused) {
   EXPECT_GE(accepted, 2) << "the corpus holds checkpoints this run resumes from";
 }
 
+}  // namespace checkpoint_dir_test
 }  // namespace
 }  // namespace flowfeed

@@ -20,6 +20,8 @@
 
 namespace flowfeed {
 namespace {
+// Named apart from the helpers of the test files it shares a unity group with.
+namespace output_test {
 
 std::string temp_path(const std::string& name) {
   return testing::TempDir() + "flowfeed_output_" + std::to_string(getpid()) + "_" + name;
@@ -227,5 +229,6 @@ TEST(OutputPaths, TwoOutputsOrAnOutputAndAnInputNamingOneFileAreRefused) {
   std::filesystem::remove_all(dir);
 }
 
+}  // namespace output_test
 }  // namespace
 }  // namespace flowfeed

@@ -8,6 +8,8 @@
 
 namespace flowfeed {
 namespace {
+// Named apart from the helpers of the test files it shares a unity group with.
+namespace registry_test {
 
 class Noop : public Node {
  public:
@@ -48,5 +50,6 @@ TEST(Registry, UnknownTypeListsKnownOnes) {
             "known types: alpha, beta)");
 }
 
+}  // namespace registry_test
 }  // namespace
 }  // namespace flowfeed

@@ -16,6 +16,8 @@
 
 namespace flowfeed {
 namespace {
+// Named apart from the helpers of the test files it shares a unity group with.
+namespace stream_test {
 
 TEST(StreamSampler, PositionsInOrderWithoutAnOrder) {
   Sampler s(SamplerOptions{}, kUnknownSize, 16);
@@ -144,5 +146,6 @@ INSTANTIATE_TEST_SUITE_P(Lengths, StreamRun,
                          ::testing::Values(Case{150, false}, Case{150, true}, Case{160, false},
                                            Case{5, false}, Case{1000, false}));
 
+}  // namespace stream_test
 }  // namespace
 }  // namespace flowfeed
